@@ -1,0 +1,3 @@
+from commands.main import run
+
+run()

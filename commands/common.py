@@ -1,0 +1,21 @@
+"""Options shared by several commands and the settings they feed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from commands.output import OutputFormat
+from krea_ops.settings import Settings, load_settings
+
+OutputOption = typer.Option(
+    OutputFormat.table, "--output", "-o", help="table, wide, json, yaml or csv", case_sensitive=False
+)
+
+
+def settings_from(ctx: typer.Context, **flags: Any) -> Settings:
+    """Settings from file and env, then the global flags, then this command's flags."""
+    merged: dict[str, Any] = dict(ctx.obj or {}) if isinstance(ctx.obj, dict) else {}
+    merged.update({k: v for k, v in flags.items() if v is not None})
+    return load_settings(merged)

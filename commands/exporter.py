@@ -1,0 +1,114 @@
+"""``krea-ops exporter``: the node exporter (GPU/NVLink over NVML, InfiniBand over sysfs)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+import typer
+
+from commands.common import settings_from
+from krea_ops.exporters.server import GPU_BACKENDS, HttpEndpoint, build_exporter
+
+app = typer.Typer(no_args_is_help=True, help="Run the node exporter or print one scrape.")
+
+SysfsOption = typer.Option(None, "--sysfs", help="sysfs root to read InfiniBand from [/sys]")
+BackendOption = typer.Option(
+    None, "--gpu-backend", help=f"GPU backend: {'|'.join(GPU_BACKENDS)} [nvml]"
+)
+NodeOption = typer.Option(None, "--node-name", help="node label value [$NODE_NAME, hostname]")
+GpmOption = typer.Option(None, "--gpm-interval", help="GPM sampling interval, seconds [1.0]")
+XidOption = typer.Option(None, "--xid-window", help="seconds the last XID stays exported [600]")
+FakeOption = typer.Option(None, "--fake-gpus", help="GPUs for --gpu-backend fake [8]")
+
+
+def _flags(**values: Any) -> dict[str, Any]:
+    return {
+        "exporter_sysfs": values["sysfs"],
+        "exporter_gpu_backend": values["gpu_backend"],
+        "exporter_node_name": values["node_name"],
+        "exporter_gpm_interval_s": values["gpm_interval"],
+        "exporter_xid_window_s": values["xid_window"],
+        "exporter_fake_gpus": values["fake_gpus"],
+    }
+
+
+@app.command("run")
+def run(
+    ctx: typer.Context,
+    listen: str = typer.Option(
+        None, "--listen", help="address to serve /metrics on [127.0.0.1:9400]"
+    ),
+    sysfs: str = SysfsOption,
+    gpu_backend: str = BackendOption,
+    node_name: str = NodeOption,
+    gpm_interval: float = GpmOption,
+    xid_window: float = XidOption,
+    fake_gpus: int = FakeOption,
+) -> None:
+    """Serve metrics over HTTP until interrupted (SIGINT or SIGTERM)."""
+    settings = settings_from(
+        ctx,
+        exporter_listen=listen,
+        **_flags(sysfs=sysfs, gpu_backend=gpu_backend, node_name=node_name,
+                 gpm_interval=gpm_interval, xid_window=xid_window, fake_gpus=fake_gpus),
+    )
+    exporter = build_exporter(settings)
+    try:
+        endpoint = HttpEndpoint(exporter, settings.exporter_listen)
+    except Exception:
+        exporter.close()
+        raise
+    for warning in exporter.warnings:
+        print(f"krea-ops exporter: warning: {warning}", file=sys.stderr, flush=True)
+    names = ", ".join(c.name for c in exporter.collectors)
+    print(f"serving {endpoint.url} (node {exporter.node}; collectors: {names})", flush=True)
+
+    stop = threading.Event()
+
+    def _stop(_signum: int, _frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        endpoint.stop()
+        exporter.close()
+    print("exporter stopped", file=sys.stderr, flush=True)
+
+
+@app.command("once")
+def once(
+    ctx: typer.Context,
+    sysfs: str = SysfsOption,
+    gpu_backend: str = BackendOption,
+    node_name: str = NodeOption,
+    gpm_interval: float = GpmOption,
+    xid_window: float = XidOption,
+    fake_gpus: int = FakeOption,
+) -> None:
+    """Print one scrape in Prometheus text format to stdout and exit.
+
+    With GPUs it waits one GPM interval first, so tensor activity has a sample.
+    """
+    settings = settings_from(
+        ctx,
+        **_flags(sysfs=sysfs, gpu_backend=gpu_backend, node_name=node_name,
+                 gpm_interval=gpm_interval, xid_window=xid_window, fake_gpus=fake_gpus),
+    )
+    exporter = build_exporter(settings)
+    try:
+        for warning in exporter.warnings:
+            print(f"krea-ops exporter: warning: {warning}", file=sys.stderr, flush=True)
+        if any(c.name == "gpu" for c in exporter.collectors):
+            time.sleep(settings.exporter_gpm_interval_s * 1.5)
+        sys.stdout.write(exporter.scrape().decode())
+        sys.stdout.flush()
+    finally:
+        exporter.close()

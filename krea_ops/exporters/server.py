@@ -1,0 +1,230 @@
+"""Assemble the node exporter: collectors, self-metrics, and the HTTP endpoint.
+
+A scrape runs each collector in turn; a collector that raises costs only its own
+families and is reported as ``krea_exporter_collector_success{collector} 0``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest, start_http_server
+
+import krea_ops
+from krea_ops.errors import BadInput
+from krea_ops.settings import Settings
+
+GPU_BACKENDS = ("nvml", "none", "fake")
+
+
+class Collector(Protocol):
+    name: str
+
+    def collect(self) -> Iterable[Metric]: ...
+
+    def close(self) -> None: ...
+
+
+class _SelfMetrics:
+    """Runs the collectors and reports how each one did in the same scrape."""
+
+    def __init__(self, collectors: list[Collector], node: str, notes: list[Metric]) -> None:
+        self._collectors = collectors
+        self._node = node
+        self._notes = notes
+        self._lock = threading.Lock()
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        duration = GaugeMetricFamily(
+            "krea_exporter_collector_duration_seconds",
+            "Time the collector took in this scrape.",
+            labels=["node", "collector"],
+        )
+        success = GaugeMetricFamily(
+            "krea_exporter_collector_success",
+            "1 if the collector finished this scrape without an error, else 0.",
+            labels=["node", "collector"],
+        )
+        for collector in self._collectors:
+            start = time.perf_counter()
+            try:
+                families = list(collector.collect())
+                ok = 1.0
+            except Exception as exc:  # one collector never fails the others
+                families = []
+                ok = 0.0
+                print(f"krea-ops exporter: collector {collector.name} failed: {exc!r}",
+                      file=sys.stderr)
+            yield from families
+            duration.add_metric([self._node, collector.name], time.perf_counter() - start)
+            success.add_metric([self._node, collector.name], ok)
+        yield duration
+        yield success
+        build = GaugeMetricFamily(
+            "krea_exporter_build_info", "krea-ops exporter version; value is 1.",
+            labels=["node", "version"],
+        )
+        build.add_metric([self._node, krea_ops.__version__], 1.0)
+        yield build
+        yield from self._notes
+
+
+def nvml_unavailable_metrics(node: str, reason: str) -> list[Metric]:
+    """Series that say, in the scrape itself, why there are no GPU metrics."""
+    available = GaugeMetricFamily(
+        "krea_gpu_nvml_available",
+        "1 if NVML loaded and GPU metrics are collected, 0 if it could not be loaded.",
+        labels=["node"],
+    )
+    available.add_metric([node], 0.0)
+    info = GaugeMetricFamily(
+        "krea_gpu_nvml_load_error_info",
+        "Why NVML could not be loaded; value is 1.",
+        labels=["node", "reason"],
+    )
+    info.add_metric([node, reason], 1.0)
+    return [available, info]
+
+
+def nvml_available_metrics(node: str) -> list[Metric]:
+    available = GaugeMetricFamily(
+        "krea_gpu_nvml_available",
+        "1 if NVML loaded and GPU metrics are collected, 0 if it could not be loaded.",
+        labels=["node"],
+    )
+    available.add_metric([node], 1.0)
+    return [available]
+
+
+@dataclass
+class Exporter:
+    """The collectors of one node and the registry that serves them."""
+
+    node: str
+    collectors: list[Collector]
+    notes: list[Metric] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    registry: CollectorRegistry = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_SelfMetrics(self.collectors, self.node, self.notes))
+
+    def scrape(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def close(self) -> None:
+        for collector in self.collectors:
+            try:
+                collector.close()
+            except Exception as exc:
+                print(f"krea-ops exporter: closing {collector.name}: {exc!r}", file=sys.stderr)
+
+
+def default_node_name() -> str:
+    return os.environ.get("NODE_NAME") or socket.gethostname()
+
+
+def build_exporter(settings: Settings, *, start_threads: bool = True) -> Exporter:
+    """Create the collectors the settings ask for. Bad settings raise BadInput."""
+    from krea_ops.exporters.infiniband import InfinibandCollector
+
+    backend = settings.exporter_gpu_backend
+    if backend not in GPU_BACKENDS:
+        raise BadInput(
+            f"unknown --gpu-backend {backend!r}: choose one of {', '.join(GPU_BACKENDS)}"
+        )
+    node = settings.exporter_node_name or default_node_name()
+    collectors: list[Collector] = [InfinibandCollector(settings.exporter_sysfs, node)]
+    notes: list[Metric] = []
+    warnings: list[str] = []
+
+    nvml: Any = None
+    if backend == "fake":
+        from krea_ops.exporters.fakenvml import fake_h200_node
+
+        if settings.exporter_fake_gpus < 0:
+            raise BadInput("--fake-gpus must be 0 or more")
+        nvml = fake_h200_node(count=settings.exporter_fake_gpus)
+        nvml.nvmlInit()
+    elif backend == "nvml":
+        from krea_ops.exporters.nvml import NvmlUnavailable, load_nvml
+
+        try:
+            nvml = load_nvml()
+        except NvmlUnavailable as exc:
+            reason = str(exc)
+            warnings.append(f"NVML unavailable ({reason}); serving InfiniBand metrics only")
+            notes.extend(nvml_unavailable_metrics(node, reason))
+    if nvml is not None:
+        from krea_ops.exporters.nvml import GpuCollector
+
+        gpu = GpuCollector(
+            nvml,
+            node,
+            gpm_interval_s=settings.exporter_gpm_interval_s,
+            xid_window_s=settings.exporter_xid_window_s,
+        )
+        if start_threads:
+            gpu.start()
+        collectors.insert(0, gpu)
+        notes.extend(nvml_available_metrics(node))
+    return Exporter(node=node, collectors=collectors, notes=notes, warnings=warnings)
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6) into a bind address; BadInput otherwise."""
+    host, sep, port_text = listen.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise BadInput(f"--listen {listen!r} must look like 127.0.0.1:9400")
+    port = int(port_text)
+    if port > 65535:
+        raise BadInput(f"--listen {listen!r}: port must be 0-65535")
+    host = host.strip("[]") or "127.0.0.1"
+    if host != "localhost":
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise BadInput(f"--listen {listen!r}: {host!r} is not an IP address") from None
+    return host, port
+
+
+class HttpEndpoint:
+    """The exporter's /metrics endpoint on a background thread."""
+
+    def __init__(self, exporter: Exporter, listen: str) -> None:
+        host, port = parse_listen(listen)
+        try:
+            self._server, self._thread = start_http_server(
+                port, addr=host, registry=exporter.registry
+            )
+        except OSError as exc:
+            raise BadInput(
+                f"cannot listen on {listen}: {exc.strerror or exc} "
+                "(is another exporter running? choose another --listen)"
+            ) from None
+        bound = self._server.server_address
+        self.host, self.port = str(bound[0]), int(bound[1])
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)

@@ -1,0 +1,139 @@
+"""One settings object: defaults, then a YAML file, then ``KREA_OPS_*`` env, then flags.
+
+Every field is documented in its ``metadata["help"]``; ``krea-ops version -o yaml`` and
+``docs/operations.md`` list them. The file is ``$KREA_OPS_CONFIG`` or
+``~/.config/krea-ops/config.yaml`` when it exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from krea_ops.errors import BadInput
+
+ENV_PREFIX = "KREA_OPS_"
+
+
+def _doc(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass(frozen=True)
+class Settings:
+    kubeconfig: str | None = field(
+        default=None, metadata=_doc("kubeconfig path; default $KUBECONFIG, ~/.kube/config")
+    )
+    context: str | None = field(default=None, metadata=_doc("kubeconfig context to use"))
+    prometheus_url: str | None = field(
+        default=None,
+        metadata=_doc("Prometheus base URL; default the cluster's krea-ops-config ConfigMap"),
+    )
+    debug: bool = field(default=False, metadata=_doc("show tracebacks on errors"))
+    exporter_listen: str = field(
+        default="127.0.0.1:9400", metadata=_doc("exporter HTTP address (loopback by default)")
+    )
+    exporter_sysfs: str = field(default="/sys", metadata=_doc("sysfs root for InfiniBand"))
+    exporter_gpu_backend: str = field(
+        default="nvml", metadata=_doc("GPU backend: nvml, none, or fake (simulated H200s)")
+    )
+    exporter_node_name: str | None = field(
+        default=None, metadata=_doc("value of the node label; default $NODE_NAME, hostname")
+    )
+    exporter_gpm_interval_s: float = field(
+        default=1.0, metadata=_doc("GPM (tensor activity) sampling interval, seconds")
+    )
+    exporter_xid_window_s: float = field(
+        default=600.0, metadata=_doc("how long the last XID stays exported, seconds")
+    )
+    exporter_fake_gpus: int = field(
+        default=8, metadata=_doc("number of simulated GPUs for --gpu-backend fake")
+    )
+
+
+def config_path(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    explicit = env.get(ENV_PREFIX + "CONFIG")
+    if explicit:
+        return Path(explicit)
+    return Path.home() / ".config" / "krea-ops" / "config.yaml"
+
+
+def _coerce(name: str, kind: Any, raw: Any, source: str) -> Any:
+    if raw is None:
+        return None
+    text_kind = str(kind)
+    try:
+        if "bool" in text_kind:
+            if isinstance(raw, bool):
+                return raw
+            low = str(raw).strip().lower()
+            if low in {"1", "true", "yes", "on"}:
+                return True
+            if low in {"0", "false", "no", "off", ""}:
+                return False
+            raise ValueError(raw)
+        if "float" in text_kind:
+            return float(raw)
+        if "int" in text_kind:
+            return int(raw)
+        return str(raw)
+    except (TypeError, ValueError):
+        raise BadInput(f"setting {name} from {source}: {raw!r} is not a valid {text_kind}") from None
+
+
+def load_settings(
+    overrides: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+) -> Settings:
+    """Merge file, environment and flag overrides (``None`` overrides are ignored)."""
+    env = os.environ if env is None else env
+    fields = {f.name: f for f in dataclasses.fields(Settings)}
+    values: dict[str, Any] = {}
+
+    path = config_path(env)
+    if path.exists():
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise BadInput(f"settings file {path} is not readable YAML: {first}") from None
+        if not isinstance(loaded, dict):
+            raise BadInput(f"settings file {path} must be a mapping of setting: value")
+        for key, raw in loaded.items():
+            name = str(key).replace("-", "_")
+            if name not in fields:
+                raise BadInput(f"settings file {path}: unknown setting {key!r}")
+            values[name] = _coerce(name, fields[name].type, raw, str(path))
+
+    for name, f in fields.items():
+        raw_env = env.get(ENV_PREFIX + name.upper())
+        if raw_env is not None:
+            values[name] = _coerce(name, f.type, raw_env, ENV_PREFIX + name.upper())
+
+    for name, raw in (overrides or {}).items():
+        if name not in fields:
+            raise KeyError(name)
+        if raw is not None:
+            values[name] = _coerce(name, fields[name].type, raw, "flag")
+    return Settings(**values)
+
+
+def describe_settings() -> list[dict[str, str]]:
+    """Each setting with its env variable, default and help text (for docs and --help)."""
+    rows = []
+    for f in dataclasses.fields(Settings):
+        rows.append(
+            {
+                "name": f.name,
+                "env": ENV_PREFIX + f.name.upper(),
+                "default": repr(f.default),
+                "help": f.metadata.get("help", ""),
+            }
+        )
+    return rows

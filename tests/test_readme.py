@@ -1,0 +1,28 @@
+"""The README's two fresh-machine commands stay true, and CI runs exactly the test one."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    return re.findall(r"```sh\n(.+?)\n```", text, flags=re.S)[:2]
+
+
+def test_ci_runs_the_readme_test_command_verbatim() -> None:
+    main_job, test_command = _readme_commands()
+    ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert test_command in ci_lines
+    assert "pytest" in test_command
+
+
+def test_main_job_command_names_existing_paths_and_a_real_command() -> None:
+    main_job, _ = _readme_commands()
+    assert "krea-ops" in main_job
+    for token in main_job.split():
+        if token.startswith("tests/fixtures/"):
+            assert (ROOT / token).is_dir(), token
