@@ -1,0 +1,97 @@
+"""Shared test helpers: fixture paths, free ports, and the real CLI as a subprocess."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+IB_FIXTURE = FIXTURES / "sysfs-infiniband"
+NODE_EXPORTER_TREE = IB_FIXTURE / "sys"
+PROCFS_TREE = IB_FIXTURE / "procfs-v0.21.1" / "sys"
+KREA_OPS = [sys.executable, "-m", "commands"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cli(*args: str, timeout: float = 60, env: dict[str, str] | None = None
+        ) -> subprocess.CompletedProcess[str]:
+    """Run ``krea-ops ARGS`` as a user would, in a clean settings environment."""
+    full_env = {**os.environ, "KREA_OPS_CONFIG": "/nonexistent/krea-ops.yaml", **(env or {})}
+    return subprocess.run([*KREA_OPS, *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=timeout, env=full_env)
+
+
+class Exporter:
+    """``krea-ops exporter run`` in the background, on a free loopback port."""
+
+    def __init__(self, *args: str) -> None:
+        env = {**os.environ, "KREA_OPS_CONFIG": "/nonexistent/krea-ops.yaml"}
+        self.proc = subprocess.Popen(
+            [*KREA_OPS, "exporter", "run", "--listen", "127.0.0.1:0", *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.startswith("serving "):
+            self.proc.kill()
+            raise AssertionError(f"exporter did not start: {line!r} {self.proc.stderr.read()}")
+        self.url = line.split()[1]
+        self.address = self.url.removeprefix("http://").removesuffix("/metrics")
+
+    def stop(self) -> int:
+        self.proc.terminate()
+        try:
+            return self.proc.wait(timeout=10)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+
+
+@pytest.fixture
+def running_exporter() -> Iterator[type[Exporter]]:
+    started: list[Exporter] = []
+
+    class _Tracked(Exporter):
+        def __init__(self, *args: str) -> None:
+            super().__init__(*args)
+            started.append(self)
+
+    yield _Tracked
+    for exp in started:
+        if exp.proc.poll() is None:
+            exp.stop()
+
+
+def wait_for(predicate, timeout: float = 20.0, interval: float = 0.1):  # type: ignore[no-untyped-def]
+    """Poll until predicate() is truthy; return its value or fail with the last one."""
+    deadline = time.monotonic() + timeout
+    value = None
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s (last value {value!r})")
+
+
+def require_binary(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{name} not installed: .ci/run must install it")
+        pytest.skip(f"{name} not installed (Debian package; .ci/run installs it)")
+    return path
