@@ -10,7 +10,11 @@ from commands.output import OutputFormat
 from krea_ops.settings import Settings, load_settings
 
 OutputOption = typer.Option(
-    OutputFormat.table, "--output", "-o", help="table, wide, json, yaml or csv", case_sensitive=False
+    OutputFormat.table,
+    "--output",
+    "-o",
+    help="table, wide, json, yaml or csv",
+    case_sensitive=False,
 )
 
 

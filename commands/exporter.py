@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-import time
 from typing import Any
 
 import typer
@@ -15,14 +14,22 @@ from krea_ops.exporters.server import GPU_BACKENDS, HttpEndpoint, build_exporter
 
 app = typer.Typer(no_args_is_help=True, help="Run the node exporter or print one scrape.")
 
-SysfsOption = typer.Option(None, "--sysfs", help="sysfs root to read InfiniBand from [/sys]")
-BackendOption = typer.Option(
-    None, "--gpu-backend", help=f"GPU backend: {'|'.join(GPU_BACKENDS)} [nvml]"
+SysfsOption = typer.Option(
+    None, "--sysfs", help="sysfs root to read InfiniBand from (default: /sys)"
 )
-NodeOption = typer.Option(None, "--node-name", help="node label value [$NODE_NAME, hostname]")
-GpmOption = typer.Option(None, "--gpm-interval", help="GPM sampling interval, seconds [1.0]")
-XidOption = typer.Option(None, "--xid-window", help="seconds the last XID stays exported [600]")
-FakeOption = typer.Option(None, "--fake-gpus", help="GPUs for --gpu-backend fake [8]")
+BackendOption = typer.Option(
+    None, "--gpu-backend", help=f"GPU backend: {'|'.join(GPU_BACKENDS)} (default: nvml)"
+)
+NodeOption = typer.Option(
+    None, "--node-name", help="node label value (default: $NODE_NAME, hostname)"
+)
+GpmOption = typer.Option(
+    None, "--gpm-interval", help="GPM sampling interval, seconds (default: 1.0)"
+)
+XidOption = typer.Option(
+    None, "--xid-window", help="seconds the last XID stays exported (default: 600)"
+)
+FakeOption = typer.Option(None, "--fake-gpus", help="GPUs for --gpu-backend fake (default: 8)")
 
 
 def _flags(**values: Any) -> dict[str, Any]:
@@ -40,7 +47,7 @@ def _flags(**values: Any) -> dict[str, Any]:
 def run(
     ctx: typer.Context,
     listen: str = typer.Option(
-        None, "--listen", help="address to serve /metrics on [127.0.0.1:9400]"
+        None, "--listen", help="address to serve /metrics on (default: 127.0.0.1:9400)"
     ),
     sysfs: str = SysfsOption,
     gpu_backend: str = BackendOption,
@@ -53,8 +60,14 @@ def run(
     settings = settings_from(
         ctx,
         exporter_listen=listen,
-        **_flags(sysfs=sysfs, gpu_backend=gpu_backend, node_name=node_name,
-                 gpm_interval=gpm_interval, xid_window=xid_window, fake_gpus=fake_gpus),
+        **_flags(
+            sysfs=sysfs,
+            gpu_backend=gpu_backend,
+            node_name=node_name,
+            gpm_interval=gpm_interval,
+            xid_window=xid_window,
+            fake_gpus=fake_gpus,
+        ),
     )
     exporter = build_exporter(settings)
     try:
@@ -99,15 +112,20 @@ def once(
     """
     settings = settings_from(
         ctx,
-        **_flags(sysfs=sysfs, gpu_backend=gpu_backend, node_name=node_name,
-                 gpm_interval=gpm_interval, xid_window=xid_window, fake_gpus=fake_gpus),
+        **_flags(
+            sysfs=sysfs,
+            gpu_backend=gpu_backend,
+            node_name=node_name,
+            gpm_interval=gpm_interval,
+            xid_window=xid_window,
+            fake_gpus=fake_gpus,
+        ),
     )
-    exporter = build_exporter(settings)
+    exporter = build_exporter(settings, start_threads=False)
     try:
         for warning in exporter.warnings:
             print(f"krea-ops exporter: warning: {warning}", file=sys.stderr, flush=True)
-        if any(c.name == "gpu" for c in exporter.collectors):
-            time.sleep(settings.exporter_gpm_interval_s * 1.5)
+        exporter.prime_gpm(settings.exporter_gpm_interval_s)
         sys.stdout.write(exporter.scrape().decode())
         sys.stdout.flush()
     finally:

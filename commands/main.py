@@ -32,11 +32,15 @@ app = typer.Typer(
 def main_callback(
     ctx: typer.Context,
     kubeconfig: str = typer.Option(
-        None, "--kubeconfig", help="kubeconfig path [$KUBECONFIG, ~/.kube/config, in-cluster]"
+        None,
+        "--kubeconfig",
+        help="kubeconfig path (default: $KUBECONFIG, ~/.kube/config, in-cluster)",
     ),
     context: str = typer.Option(None, "--context", help="kubeconfig context"),
     prometheus: str = typer.Option(
-        None, "--prometheus", help="Prometheus URL [$KREA_OPS_PROMETHEUS_URL, cluster ConfigMap]"
+        None,
+        "--prometheus",
+        help="Prometheus URL (default: $KREA_OPS_PROMETHEUS_URL, cluster ConfigMap)",
     ),
     debug: bool = typer.Option(False, "--debug", help="show tracebacks on errors"),
 ) -> None:
@@ -80,8 +84,9 @@ def invoke(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if debug:
             traceback.print_exc()
-        print(f"error: unexpected {type(exc).__name__}: {exc} (rerun with --debug)",
-              file=sys.stderr)
+        print(
+            f"error: unexpected {type(exc).__name__}: {exc} (rerun with --debug)", file=sys.stderr
+        )
         return EXIT_FAILED
     return result if isinstance(result, int) else 0
 

@@ -11,7 +11,7 @@ import io
 import json
 import sys
 from collections.abc import Sequence
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 import yaml
@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 
-class OutputFormat(str, Enum):
+class OutputFormat(StrEnum):
     table = "table"
     wide = "wide"
     json = "json"

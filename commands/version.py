@@ -11,8 +11,14 @@ from commands.common import OutputOption
 from commands.output import OutputFormat, emit, render
 from krea_ops import __version__
 
-PACKAGES = ("kubernetes", "prometheus-client", "prometheus-api-client", "nvidia-ml-py",
-            "textual", "typer")
+PACKAGES = (
+    "kubernetes",
+    "prometheus-client",
+    "prometheus-api-client",
+    "nvidia-ml-py",
+    "textual",
+    "typer",
+)
 
 
 def _installed(name: str) -> str | None:

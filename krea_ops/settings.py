@@ -85,7 +85,9 @@ def _coerce(name: str, kind: Any, raw: Any, source: str) -> Any:
             return int(raw)
         return str(raw)
     except (TypeError, ValueError):
-        raise BadInput(f"setting {name} from {source}: {raw!r} is not a valid {text_kind}") from None
+        raise BadInput(
+            f"setting {name} from {source}: {raw!r} is not a valid {text_kind}"
+        ) from None
 
 
 def load_settings(

@@ -27,12 +27,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def cli(*args: str, timeout: float = 60, env: dict[str, str] | None = None
-        ) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, timeout: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run ``krea-ops ARGS`` as a user would, in a clean settings environment."""
     full_env = {**os.environ, "KREA_OPS_CONFIG": "/nonexistent/krea-ops.yaml", **(env or {})}
-    return subprocess.run([*KREA_OPS, *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=timeout, env=full_env)
+    return subprocess.run(
+        [*KREA_OPS, *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout, env=full_env
+    )
 
 
 class Exporter:
@@ -42,7 +44,11 @@ class Exporter:
         env = {**os.environ, "KREA_OPS_CONFIG": "/nonexistent/krea-ops.yaml"}
         self.proc = subprocess.Popen(
             [*KREA_OPS, "exporter", "run", "--listen", "127.0.0.1:0", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=env,
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()

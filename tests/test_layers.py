@@ -45,7 +45,8 @@ def test_importing_the_core_loads_no_ui_library() -> None:
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
         "{'textual','typer','rich','click'}))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -14,7 +14,7 @@ def _readme_commands() -> list[str]:
 
 
 def test_ci_runs_the_readme_test_command_verbatim() -> None:
-    main_job, test_command = _readme_commands()
+    _main_job, test_command = _readme_commands()
     ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
     assert test_command in ci_lines
     assert "pytest" in test_command

@@ -16,7 +16,9 @@ def test_servers_bind_loopback_by_default() -> None:
 
 def test_file_then_env_then_flags(tmp_path) -> None:  # type: ignore[no-untyped-def]
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("exporter_sysfs: /from-file\nexporter_gpm_interval_s: 2\nexporter-fake-gpus: 4\n")
+    cfg.write_text(
+        "exporter_sysfs: /from-file\nexporter_gpm_interval_s: 2\nexporter-fake-gpus: 4\n"
+    )
     env = {"KREA_OPS_CONFIG": str(cfg), "KREA_OPS_EXPORTER_GPM_INTERVAL_S": "3.5"}
     s = load_settings({"exporter_fake_gpus": 2}, env=env)
     assert s.exporter_sysfs == "/from-file"

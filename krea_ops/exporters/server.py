@@ -14,14 +14,15 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.exposition import generate_latest, start_http_server
 
 import krea_ops
 from krea_ops.errors import BadInput
+from krea_ops.exporters.exposition import CONTENT_TYPE, CachedTextRenderer
 from krea_ops.settings import Settings
 
 GPU_BACKENDS = ("nvml", "none", "fake")
@@ -66,15 +67,19 @@ class _SelfMetrics:
             except Exception as exc:  # one collector never fails the others
                 families = []
                 ok = 0.0
-                print(f"krea-ops exporter: collector {collector.name} failed: {exc!r}",
-                      file=sys.stderr)
-            yield from families
+                print(
+                    f"krea-ops exporter: collector {collector.name} failed: {exc!r}",
+                    file=sys.stderr,
+                )
+            # Measured before yielding: the time to render text is not the collector's.
             duration.add_metric([self._node, collector.name], time.perf_counter() - start)
             success.add_metric([self._node, collector.name], ok)
+            yield from families
         yield duration
         yield success
         build = GaugeMetricFamily(
-            "krea_exporter_build_info", "krea-ops exporter version; value is 1.",
+            "krea_exporter_build_info",
+            "krea-ops exporter version; value is 1.",
             labels=["node", "version"],
         )
         build.add_metric([self._node, krea_ops.__version__], 1.0)
@@ -118,13 +123,28 @@ class Exporter:
     notes: list[Metric] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     registry: CollectorRegistry = field(init=False)
+    renderer: CachedTextRenderer = field(init=False)
 
     def __post_init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_SelfMetrics(self.collectors, self.node, self.notes))
+        self.renderer = CachedTextRenderer(self.registry)
 
     def scrape(self) -> bytes:
-        return generate_latest(self.registry)
+        """One scrape in the Prometheus text format."""
+        return self.renderer.render()
+
+    def prime_gpm(self, interval_s: float) -> None:
+        """For a one-shot scrape without background threads: two GPM samples one interval
+        apart, so tensor activity has a value (a server's sampler thread does this itself)."""
+        samplers = [c for c in self.collectors if hasattr(c, "sample_gpm")]
+        if not samplers:
+            return
+        for c in samplers:
+            c.sample_gpm()
+        time.sleep(interval_s)
+        for c in samplers:
+            c.sample_gpm()
 
     def close(self) -> None:
         for collector in self.collectors:
@@ -202,20 +222,56 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host, port
 
 
+class _Handler(BaseHTTPRequestHandler):
+    exporter: Exporter
+    server_version = "krea-ops-exporter/" + krea_ops.__version__
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            body, ctype, code = self.exporter.scrape(), CONTENT_TYPE, 200
+        elif path == "/":
+            body = b'<html><body><a href="/metrics">/metrics</a></body></html>\n'
+            ctype, code = "text/html; charset=utf-8", 200
+        else:
+            body, ctype, code = b"not found: try /metrics\n", "text/plain; charset=utf-8", 404
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # scrapes are not news
+        pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, handler)
+
+
 class HttpEndpoint:
     """The exporter's /metrics endpoint on a background thread."""
 
     def __init__(self, exporter: Exporter, listen: str) -> None:
         host, port = parse_listen(listen)
+        handler = type("Handler", (_Handler,), {"exporter": exporter})
         try:
-            self._server, self._thread = start_http_server(
-                port, addr=host, registry=exporter.registry
-            )
+            self._server = _Server((host, port), handler)
         except OSError as exc:
             raise BadInput(
                 f"cannot listen on {listen}: {exc.strerror or exc} "
                 "(is another exporter running? choose another --listen)"
             ) from None
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="exporter-http", daemon=True
+        )
+        self._thread.start()
         bound = self._server.server_address
         self.host, self.port = str(bound[0]), int(bound[1])
 
