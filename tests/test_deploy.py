@@ -47,9 +47,19 @@ def test_exporter_daemonset_runs_with_least_privilege() -> None:
 def test_alert_rules_are_valid_and_fire_as_tested() -> None:
     promtool = require_binary("promtool")
     rules = DEPLOY / "prometheus"
-    check = subprocess.run([promtool, "check", "rules", "krea-ops-rules.yaml"], cwd=rules,
-                           capture_output=True, text=True, timeout=60)
+    check = subprocess.run(
+        [promtool, "check", "rules", "krea-ops-rules.yaml"],
+        cwd=rules,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert check.returncode == 0, check.stdout + check.stderr
-    test = subprocess.run([promtool, "test", "rules", "krea-ops-rules.test.yaml"], cwd=rules,
-                          capture_output=True, text=True, timeout=60)
+    test = subprocess.run(
+        [promtool, "test", "rules", "krea-ops-rules.test.yaml"],
+        cwd=rules,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert test.returncode == 0, test.stdout + test.stderr
