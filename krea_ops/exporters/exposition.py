@@ -44,7 +44,7 @@ class CachedTextRenderer:
     def _prefix(self, name: str, labels: dict[str, str]) -> str:
         if not labels:
             return name + " "
-        inner = ",".join(f'{k}="{_escape_label_value(v)}"' for k, v in labels.items())
+        inner = ",".join(f'{k}="{_escape_label_value(v)}"' for k, v in sorted(labels.items()))
         return f"{name}{{{inner}}} "
 
     def _render(self, families: Iterable) -> str:  # type: ignore[type-arg]
