@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import typer
 
-from commands import exporter, version
+from commands import exporter, sim, version
 from krea_ops.errors import EXIT_BAD_INPUT, EXIT_FAILED, KreaError
 
 # Typer may vendor click; reach its exception classes through the public BadParameter.
@@ -54,6 +54,7 @@ def main_callback(
 
 version.register(app)
 app.add_typer(exporter.app, name="exporter", rich_help_panel="Services")
+app.add_typer(sim.app, name="sim", rich_help_panel="Simulator")
 
 
 def invoke(argv: Sequence[str] | None = None) -> int:

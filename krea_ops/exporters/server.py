@@ -226,6 +226,7 @@ class _Handler(BaseHTTPRequestHandler):
     exporter: Exporter
     server_version = "krea-ops-exporter/" + krea_ops.__version__
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are separate writes (keep-alive)
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
@@ -269,7 +270,7 @@ class HttpEndpoint:
                 "(is another exporter running? choose another --listen)"
             ) from None
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="exporter-http", daemon=True
+            target=self._server.serve_forever, args=(0.1,), name="exporter-http", daemon=True
         )
         self._thread.start()
         bound = self._server.server_address

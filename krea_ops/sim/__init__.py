@@ -1,0 +1,1 @@
+"""Kubernetes-compatible API server simulator bundled with krea-ops."""

@@ -1,0 +1,468 @@
+"""Defaulting and validation of the built-in kinds, the parts clients rely on.
+
+The real API server's defaulting is generated from Go types; here each built-in kind gets
+the defaults that kubectl, the Python client and our own code read back (restartPolicy,
+terminationGracePeriodSeconds, Job selectors and labels, Deployment strategy, Service
+ports, PriorityClass preemption ...), and a structural validation of the fields whose
+absence would make an object meaningless (a Pod without containers). Messages are worded
+as the real server words them.
+"""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+import random
+from collections.abc import Callable
+from typing import Any
+
+from krea_ops.sim.validation import FieldError
+
+DEFAULT_TOLERATIONS = (
+    {
+        "key": "node.kubernetes.io/not-ready",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    },
+    {
+        "key": "node.kubernetes.io/unreachable",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    },
+)
+
+
+def _required(field: str) -> FieldError:
+    return FieldError("FieldValueRequired", field, "Required value")
+
+
+def _pod_spec_defaults(spec: dict[str, Any]) -> None:
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("securityContext", {})
+    spec.setdefault("enableServiceLinks", True)
+    for key in ("containers", "initContainers"):
+        for c in spec.get(key) or []:
+            if not isinstance(c, dict):
+                continue
+            image = str(c.get("image", ""))
+            tag = image.rsplit("/", 1)[-1]
+            latest = ":" not in tag or tag.endswith(":latest")
+            c.setdefault(
+                "imagePullPolicy", "Always" if latest and "@" not in tag else "IfNotPresent"
+            )
+            c.setdefault("terminationMessagePath", "/dev/termination-log")
+            c.setdefault("terminationMessagePolicy", "File")
+            c.setdefault("resources", {})
+            for port in c.get("ports") or []:
+                if isinstance(port, dict):
+                    port.setdefault("protocol", "TCP")
+
+
+def _qos_class(spec: dict[str, Any]) -> str:
+    requests_seen = limits_seen = False
+    guaranteed = True
+    for c in spec.get("containers") or []:
+        res = (c or {}).get("resources") or {}
+        limits = res.get("limits") or {}
+        requests = {**limits, **(res.get("requests") or {})}
+        requests_seen |= bool(requests)
+        limits_seen |= bool(limits)
+        for resource in ("cpu", "memory"):
+            if resource not in limits or str(limits[resource]) != str(requests.get(resource)):
+                guaranteed = False
+    if not requests_seen and not limits_seen:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def _default_pod(obj: dict[str, Any], lookup: Lookup) -> None:
+    spec = obj.setdefault("spec", {})
+    _pod_spec_defaults(spec)
+    tolerations = spec.setdefault("tolerations", [])
+    for default in DEFAULT_TOLERATIONS:
+        if not any(
+            isinstance(t, dict)
+            and t.get("key") == default["key"]
+            and t.get("effect") == "NoExecute"
+            for t in tolerations
+        ):
+            tolerations.append(dict(default))
+    pc_name = spec.get("priorityClassName")
+    if pc_name and "priority" not in spec:
+        pc = lookup("scheduling.k8s.io/priorityclasses", "", pc_name)
+        if pc is not None:
+            spec["priority"] = pc.get("value", 0)
+            spec.setdefault("preemptionPolicy", pc.get("preemptionPolicy", "PreemptLowerPriority"))
+    elif "priority" not in spec:
+        spec["priority"] = 0
+    status = obj.setdefault("status", {})
+    status.setdefault("phase", "Pending")
+    status["qosClass"] = _qos_class(spec)
+
+
+def _default_namespace(obj: dict[str, Any], lookup: Lookup) -> None:
+    obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+    obj.setdefault("status", {}).setdefault("phase", "Active")
+    labels = obj["metadata"].setdefault("labels", {})
+    labels["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
+
+
+def _default_template(template: dict[str, Any]) -> None:
+    _pod_spec_defaults(template.setdefault("spec", {}))
+
+
+def _default_deployment(obj: dict[str, Any], lookup: Lookup) -> None:
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("replicas", 1)
+    spec.setdefault("revisionHistoryLimit", 10)
+    spec.setdefault("progressDeadlineSeconds", 600)
+    strategy = spec.setdefault("strategy", {"type": "RollingUpdate"})
+    if strategy.get("type", "RollingUpdate") == "RollingUpdate":
+        strategy.setdefault("type", "RollingUpdate")
+        strategy.setdefault("rollingUpdate", {}).setdefault("maxUnavailable", "25%")
+        strategy["rollingUpdate"].setdefault("maxSurge", "25%")
+    _default_template(spec.setdefault("template", {}))
+
+
+def _default_replicaset(obj: dict[str, Any], lookup: Lookup) -> None:
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("replicas", 1)
+    _default_template(spec.setdefault("template", {}))
+
+
+def _default_daemonset(obj: dict[str, Any], lookup: Lookup) -> None:
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("revisionHistoryLimit", 10)
+    strategy = spec.setdefault("updateStrategy", {"type": "RollingUpdate"})
+    if strategy.get("type") == "RollingUpdate":
+        ru = strategy.setdefault("rollingUpdate", {})
+        ru.setdefault("maxUnavailable", 1)
+        ru.setdefault("maxSurge", 0)
+    _default_template(spec.setdefault("template", {}))
+
+
+def _default_job(obj: dict[str, Any], lookup: Lookup) -> None:
+    spec = obj.setdefault("spec", {})
+    parallelism = spec.setdefault("parallelism", 1)
+    if spec.get("completionMode") == "Indexed" or "completions" not in spec:
+        spec.setdefault(
+            "completions", parallelism if spec.get("completionMode") == "Indexed" else 1
+        )
+    spec.setdefault("backoffLimit", 6)
+    spec.setdefault("completionMode", "NonIndexed")
+    spec.setdefault("suspend", False)
+    spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
+    template = spec.setdefault("template", {})
+    _default_template(template)
+    template["spec"].setdefault("restartPolicy", "Never")
+    if not spec.get("manualSelector"):
+        uid = obj["metadata"]["uid"]
+        name = obj["metadata"]["name"]
+        labels = template.setdefault("metadata", {}).setdefault("labels", {})
+        labels.update(
+            {
+                "batch.kubernetes.io/controller-uid": uid,
+                "batch.kubernetes.io/job-name": name,
+                "controller-uid": uid,
+                "job-name": name,
+            }
+        )
+        spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+
+
+def _default_service(obj: dict[str, Any], lookup: Lookup) -> None:
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("type", "ClusterIP")
+    spec.setdefault("sessionAffinity", "None")
+    spec.setdefault("internalTrafficPolicy", "Cluster")
+    spec.setdefault("ipFamilies", ["IPv4"])
+    spec.setdefault("ipFamilyPolicy", "SingleStack")
+    if spec.get("clusterIP") is None:
+        rng = random.Random(obj["metadata"]["uid"])
+        ip = str(
+            ipaddress.IPv4Address(
+                int(ipaddress.IPv4Address("10.96.0.0")) + rng.randrange(10, 65000)
+            )
+        )
+        spec["clusterIP"] = ip
+        spec["clusterIPs"] = [ip]
+    for port in spec.get("ports") or []:
+        if isinstance(port, dict):
+            port.setdefault("protocol", "TCP")
+            port.setdefault("targetPort", port.get("port"))
+    obj.setdefault("status", {}).setdefault("loadBalancer", {})
+
+
+def _default_priorityclass(obj: dict[str, Any], lookup: Lookup) -> None:
+    obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
+
+
+def _default_event(obj: dict[str, Any], lookup: Lookup) -> None:
+    obj.setdefault("involvedObject", {})
+    obj.setdefault("reportingComponent", "")
+    obj.setdefault("reportingInstance", "")
+
+
+def _default_pdb(obj: dict[str, Any], lookup: Lookup) -> None:
+    obj.setdefault("spec", {})
+    obj["status"] = {
+        "disruptionsAllowed": 0,
+        "currentHealthy": 0,
+        "desiredHealthy": 0,
+        "expectedPods": 0,
+        "observedGeneration": 0,
+    }
+
+
+Lookup = Callable[[str, str, str], "dict[str, Any] | None"]
+
+DEFAULTERS: dict[tuple[str, str], Callable[[dict[str, Any], Lookup], None]] = {
+    ("", "Pod"): _default_pod,
+    ("", "Namespace"): _default_namespace,
+    ("", "Service"): _default_service,
+    ("", "Event"): _default_event,
+    ("apps", "Deployment"): _default_deployment,
+    ("apps", "ReplicaSet"): _default_replicaset,
+    ("apps", "DaemonSet"): _default_daemonset,
+    ("batch", "Job"): _default_job,
+    ("policy", "PodDisruptionBudget"): _default_pdb,
+    ("scheduling.k8s.io", "PriorityClass"): _default_priorityclass,
+}
+
+# Kinds whose status a create request may not set (the controllers own it).
+STATUS_RESET_ON_CREATE = {
+    ("apps", "Deployment"),
+    ("apps", "ReplicaSet"),
+    ("apps", "DaemonSet"),
+    ("batch", "Job"),
+}
+
+
+# Status fields without omitempty in the Go types: clients require them to be present.
+EMPTY_STATUS: dict[tuple[str, str], dict[str, Any]] = {
+    ("apps", "ReplicaSet"): {"replicas": 0},
+    ("apps", "DaemonSet"): {
+        "currentNumberScheduled": 0,
+        "numberMisscheduled": 0,
+        "desiredNumberScheduled": 0,
+        "numberReady": 0,
+    },
+}
+
+
+def apply_defaults(group: str, kind: str, obj: dict[str, Any], lookup: Lookup) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    if (group, kind) in STATUS_RESET_ON_CREATE:
+        out["status"] = copy.deepcopy(EMPTY_STATUS.get((group, kind), {}))
+    defaulter = DEFAULTERS.get((group, kind))
+    if defaulter is not None:
+        defaulter(out, lookup)
+    return out
+
+
+def _validate_pod_spec(spec: Any, path: str) -> list[FieldError]:
+    errors: list[FieldError] = []
+    if not isinstance(spec, dict):
+        return [_required(path)]
+    containers = spec.get("containers")
+    if not containers:
+        errors.append(_required(f"{path}.containers"))
+    seen: set[str] = set()
+    for key in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(key) or []):
+            where = f"{path}.{key}[{i}]"
+            if not isinstance(c, dict):
+                errors.append(
+                    FieldError("FieldValueTypeInvalid", where, "Invalid value: must be an object")
+                )
+                continue
+            name = c.get("name")
+            if not name:
+                errors.append(_required(f"{where}.name"))
+            elif name in seen:
+                errors.append(
+                    FieldError("FieldValueDuplicate", f"{where}.name", f'Duplicate value: "{name}"')
+                )
+            else:
+                seen.add(name)
+            if not c.get("image"):
+                errors.append(_required(f"{where}.image"))
+    policy = spec.get("restartPolicy")
+    if policy not in (None, "Always", "OnFailure", "Never"):
+        errors.append(
+            FieldError(
+                "FieldValueNotSupported",
+                f"{path}.restartPolicy",
+                f'Unsupported value: "{policy}": supported values: "Always", "OnFailure", "Never"',
+            )
+        )
+    grace = spec.get("terminationGracePeriodSeconds")
+    if grace is not None and (not isinstance(grace, int) or grace < 0):
+        errors.append(
+            FieldError(
+                "FieldValueInvalid",
+                f"{path}.terminationGracePeriodSeconds",
+                f"Invalid value: {grace}: must be >= 0",
+            )
+        )
+    for i, t in enumerate(spec.get("tolerations") or []):
+        op = (t or {}).get("operator", "Equal")
+        if op not in ("Equal", "Exists"):
+            errors.append(
+                FieldError(
+                    "FieldValueNotSupported",
+                    f"{path}.tolerations[{i}].operator",
+                    f'Unsupported value: "{op}": supported values: "Equal", "Exists"',
+                )
+            )
+    return errors
+
+
+def _validate_pod(obj: dict[str, Any]) -> list[FieldError]:
+    return _validate_pod_spec(obj.get("spec"), "spec")
+
+
+def _validate_template_owner(obj: dict[str, Any]) -> list[FieldError]:
+    spec = obj.get("spec") or {}
+    template = spec.get("template")
+    if not isinstance(template, dict):
+        return [_required("spec.template")]
+    return _validate_pod_spec(template.get("spec"), "spec.template.spec")
+
+
+def _validate_selector_matches_template(obj: dict[str, Any]) -> list[FieldError]:
+    errors = _validate_template_owner(obj)
+    spec = obj.get("spec") or {}
+    selector = spec.get("selector")
+    if not selector:
+        errors.append(_required("spec.selector"))
+        return errors
+    labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            errors.append(
+                FieldError(
+                    "FieldValueInvalid",
+                    "spec.template.metadata.labels",
+                    f"Invalid value: {_go_map(labels)}: `selector` does not match template "
+                    "`labels`",
+                )
+            )
+            break
+    return errors
+
+
+def _go_map(labels: dict[str, str]) -> str:
+    return "map[string]string{" + ", ".join(f'"{k}":"{v}"' for k, v in labels.items()) + "}"
+
+
+def _validate_node(obj: dict[str, Any]) -> list[FieldError]:
+    errors = []
+    for i, t in enumerate((obj.get("spec") or {}).get("taints") or []):
+        effect = (t or {}).get("effect")
+        if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            errors.append(
+                FieldError(
+                    "FieldValueNotSupported",
+                    f"spec.taints[{i}].effect",
+                    f'Unsupported value: "{effect}": supported values: "NoSchedule", '
+                    '"PreferNoSchedule", "NoExecute"',
+                )
+            )
+        if not (t or {}).get("key"):
+            errors.append(_required(f"spec.taints[{i}].key"))
+    return errors
+
+
+def _validate_pdb(obj: dict[str, Any]) -> list[FieldError]:
+    spec = obj.get("spec") or {}
+    if "minAvailable" in spec and "maxUnavailable" in spec:
+        return [
+            FieldError(
+                "FieldValueInvalid",
+                "spec",
+                "Invalid value: ...: minAvailable and maxUnavailable cannot be both set",
+            )
+        ]
+    return []
+
+
+def _validate_priorityclass(obj: dict[str, Any]) -> list[FieldError]:
+    value = obj.get("value")
+    if not isinstance(value, int):
+        return [_required("value")]
+    if value > 1_000_000_000 and not obj["metadata"]["name"].startswith("system-"):
+        return [
+            FieldError(
+                "FieldValueForbidden",
+                "value",
+                "Forbidden: maximum allowed value of a user defined priority is 1000000000",
+            )
+        ]
+    return []
+
+
+def _validate_configmap(obj: dict[str, Any]) -> list[FieldError]:
+    errors = []
+    for key, value in (obj.get("data") or {}).items():
+        if not isinstance(value, str):
+            errors.append(
+                FieldError(
+                    "FieldValueTypeInvalid", f"data[{key}]", "Invalid value: must be a string"
+                )
+            )
+    return errors
+
+
+VALIDATORS: dict[tuple[str, str], Callable[[dict[str, Any]], list[FieldError]]] = {
+    ("", "Pod"): _validate_pod,
+    ("", "Node"): _validate_node,
+    ("", "ConfigMap"): _validate_configmap,
+    ("apps", "Deployment"): _validate_selector_matches_template,
+    ("apps", "ReplicaSet"): _validate_selector_matches_template,
+    ("apps", "DaemonSet"): _validate_selector_matches_template,
+    ("batch", "Job"): _validate_template_owner,
+    ("policy", "PodDisruptionBudget"): _validate_pdb,
+    ("scheduling.k8s.io", "PriorityClass"): _validate_priorityclass,
+}
+
+
+def validate(group: str, kind: str, obj: dict[str, Any]) -> list[FieldError]:
+    validator = VALIDATORS.get((group, kind))
+    return validator(obj) if validator else []
+
+
+# Fields of a running pod that an update may not change (the API server's "spec is
+# immutable" rule keeps clients from editing a scheduled pod into another shape).
+def pod_spec_update_errors(old: dict[str, Any], new: dict[str, Any]) -> list[FieldError]:
+    old_spec, new_spec = dict(old.get("spec") or {}), dict(new.get("spec") or {})
+    mutable = ("activeDeadlineSeconds", "tolerations", "schedulingGates")
+    for key in mutable:
+        old_spec.pop(key, None)
+        new_spec.pop(key, None)
+    # Images may change; everything else may not.
+    for spec in (old_spec, new_spec):
+        spec["containers"] = [
+            {k: v for k, v in (c or {}).items() if k != "image"}
+            for c in spec.get("containers") or []
+        ]
+    if old_spec.get("nodeName") and not new_spec.get("nodeName"):
+        new_spec["nodeName"] = old_spec["nodeName"]
+    if old_spec != new_spec:
+        return [
+            FieldError(
+                "FieldValueForbidden",
+                "spec",
+                "Forbidden: pod updates may not change fields other than "
+                "`spec.containers[*].image`,`spec.initContainers[*].image`,"
+                "`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions "
+                "to existing tolerations),`spec.terminationGracePeriodSeconds` "
+                "(allow it to be set to 1 if it was previously negative)",
+            )
+        ]
+    return []

@@ -1,0 +1,108 @@
+"""Kubernetes ``Status`` errors, shaped and worded as the real API server returns them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ApiError(Exception):
+    """An error response: HTTP code, Status reason, message and optional details."""
+
+    def __init__(
+        self, code: int, reason: str, message: str, details: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details
+
+    def status(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if self.details:
+            body["details"] = self.details
+        return body
+
+
+def _resource(group: str, plural: str) -> str:
+    return f"{plural}.{group}" if group else plural
+
+
+def not_found(group: str, plural: str, name: str) -> ApiError:
+    return ApiError(
+        404,
+        "NotFound",
+        f'{_resource(group, plural)} "{name}" not found',
+        {"name": name, "group": group, "kind": plural},
+    )
+
+
+def already_exists(group: str, plural: str, name: str) -> ApiError:
+    return ApiError(
+        409,
+        "AlreadyExists",
+        f'{_resource(group, plural)} "{name}" already exists',
+        {"name": name, "group": group, "kind": plural},
+    )
+
+
+def conflict(group: str, plural: str, name: str) -> ApiError:
+    return ApiError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {_resource(group, plural)} "{name}": the object '
+        "has been modified; please apply your changes to the latest version and try again",
+        {"name": name, "group": group, "kind": plural},
+    )
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, "BadRequest", message)
+
+
+def invalid(group: str, kind: str, name: str, errors: list[Any]) -> ApiError:
+    qualified = f"{kind}.{group}" if group else kind
+    causes = [{"reason": e.type, "message": e.message, "field": e.field} for e in errors]
+    listed = ", ".join(str(e) for e in errors)
+    message = f'{qualified} "{name}" is invalid: ' + (f"[{listed}]" if len(errors) > 1 else listed)
+    return ApiError(
+        422, "Invalid", message, {"name": name, "group": group, "kind": kind, "causes": causes}
+    )
+
+
+def method_not_allowed(
+    message: str = "the server does not allow this method on the requested resource",
+) -> ApiError:
+    return ApiError(405, "MethodNotAllowed", message)
+
+
+def unsupported_media_type(content_type: str) -> ApiError:
+    return ApiError(
+        415,
+        "UnsupportedMediaType",
+        f"the body of the request was in an unknown format - accepted media "
+        f"types include: application/json-patch+json, "
+        f"application/merge-patch+json, application/apply-patch+yaml "
+        f"(got {content_type})",
+    )
+
+
+def forbidden(group: str, plural: str, name: str, why: str) -> ApiError:
+    return ApiError(
+        403,
+        "Forbidden",
+        f'{_resource(group, plural)} "{name}" is forbidden: {why}',
+        {"name": name, "group": group, "kind": plural},
+    )
+
+
+def gone(message: str) -> ApiError:
+    return ApiError(410, "Expired", message)

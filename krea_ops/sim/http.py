@@ -1,0 +1,187 @@
+"""HTTPS front of the simulated API server, and the kubeconfig that points at it.
+
+HTTPS on loopback by default with a bearer token (client-go sends tokens only over TLS)
+and a self-signed certificate the kubeconfig trusts; watches stream newline-delimited
+JSON events with chunked transfer encoding, as the real server does.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import secrets
+import socket
+import ssl
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from krea_ops.errors import BadInput
+from krea_ops.sim.apiserver import ApiServer, Request, Response, WatchStream
+
+
+class _Handler(BaseHTTPRequestHandler):
+    api: ApiServer
+    protocol_version = "HTTP/1.1"
+    server_version = "krea-sim-apiserver"
+    # Headers and body go out in separate writes; with Nagle on, a keep-alive client
+    # waits out the peer's delayed ACK (~40 ms) on every request.
+    disable_nagle_algorithm = True
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def setup(self) -> None:
+        # The TLS handshake runs here, on the connection's own thread, not in accept().
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.settimeout(30)
+            self.request.do_handshake()
+            self.request.settimeout(None)
+        super().setup()
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > 8 * 1024 * 1024:
+            self.send_error(413)
+            return
+        body = self.rfile.read(length) if length else b""
+        req = Request.build(self.command, self.path, dict(self.headers.items()), body)
+        result = self.api.handle(req)
+        if isinstance(result, Response):
+            self._write(result)
+        else:
+            self._stream(result)
+
+    def _write(self, resp: Response) -> None:
+        self.send_response(resp.code)
+        self.send_header("Content-Type", resp.content_type)
+        self.send_header("Content-Length", str(len(resp.body)))
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        self.wfile.write(resp.body)
+
+    def _stream(self, watch: WatchStream) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        try:
+            for chunk in watch.events():
+                if chunk:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self.close_connection = True
+            return
+        self.close_connection = True
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ssl.SSLError, ConnectionError, TimeoutError, OSError)):
+            return  # a client that went away or spoke plain HTTP: nothing to report
+        super().handle_error(request, client_address)
+
+
+class HttpFront:
+    """Serves an ApiServer on host:port (port 0 picks a free one) on a background thread,
+    over TLS when given a context."""
+
+    def __init__(
+        self,
+        api: ApiServer,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        handler = type("Handler", (_Handler,), {"api": api})
+        try:
+            self._server = _Server((host, port), handler)
+        except OSError as exc:
+            raise BadInput(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        self.scheme = "http"
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(
+                self._server.socket, server_side=True, do_handshake_on_connect=False
+            )
+            self.scheme = "https"
+        self.host, self.port = (
+            str(self._server.server_address[0]),
+            int(self._server.server_address[1]),
+        )
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name="sim-apiserver-http", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def kubeconfig(
+    url: str,
+    token: str,
+    *,
+    ca_pem: bytes | None = None,
+    name: str = "krea-sim",
+    namespace: str = "default",
+) -> dict[str, Any]:
+    cluster: dict[str, Any] = {"server": url}
+    if ca_pem is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "preferences": {},
+        "clusters": [{"name": name, "cluster": cluster}],
+        "users": [{"name": f"{name}-admin", "user": {"token": token}}],
+        "contexts": [
+            {
+                "name": name,
+                "context": {"cluster": name, "user": f"{name}-admin", "namespace": namespace},
+            }
+        ],
+        "current-context": name,
+    }
+
+
+def write_kubeconfig(path: Path | str, url: str, token: str, ca_pem: bytes | None = None) -> Path:
+    """Write a kubeconfig readable only by its owner (it holds the token)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        yaml.safe_dump(kubeconfig(url, token, ca_pem=ca_pem), f, sort_keys=False)
+    os.replace(tmp, target)
+    return target

@@ -1,0 +1,723 @@
+"""The simulated API server, driven through the official Python client as krea-ops uses it."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+from krea_ops.sim.local import LocalApiServer
+from tests.conftest import wait_for
+
+
+def _pod(
+    name: str, labels: dict[str, str] | None = None, node: str | None = None, **spec: object
+) -> dict:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"containers": [{"name": "main", "image": "busybox:1.36"}], **spec},
+    }
+    if node:
+        body["spec"]["nodeName"] = node
+    return body
+
+
+def _status(exc: ApiException) -> dict:
+    return json.loads(exc.body)
+
+
+# -- discovery ---------------------------------------------------------------------------
+
+
+def test_discovery_lists_core_kueue_and_jobset_resources(api: client.ApiClient) -> None:
+    core = client.CoreApi(api).get_api_versions()
+    assert core.versions == ["v1"]
+    resources = {r.name: r for r in client.CoreV1Api(api).get_api_resources().resources}
+    assert resources["pods"].namespaced and "watch" in resources["pods"].verbs
+    assert resources["pods/eviction"].kind == "Eviction"
+    assert resources["nodes"].short_names == ["no"]
+    groups = {g.name: g for g in client.ApisApi(api).get_api_versions().groups}
+    assert groups["kueue.x-k8s.io"].preferred_version.version == "v1beta2"
+    assert {v.version for v in groups["kueue.x-k8s.io"].versions} == {"v1beta1", "v1beta2"}
+    assert "jobset.x-k8s.io" in groups and "apps" in groups and "policy" in groups
+    kueue = client.CustomObjectsApi(api).get_api_resources("kueue.x-k8s.io", "v1beta2")
+    cq = next(r for r in kueue.resources if r.name == "clusterqueues")
+    assert cq.short_names == ["cq"] and not cq.namespaced
+    assert any(r.name == "clusterqueues/status" for r in kueue.resources)
+    assert client.VersionApi(api).get_code().minor == "32"
+
+
+# -- create / get / list -------------------------------------------------------------------
+
+
+def test_create_defaults_and_generate_name(core: client.CoreV1Api) -> None:
+    pod = core.create_namespaced_pod(
+        "default", {**_pod(""), "metadata": {"generateName": "train-"}}
+    )
+    assert pod.metadata.name.startswith("train-") and len(pod.metadata.name) == 11
+    assert pod.metadata.uid and pod.metadata.creation_timestamp
+    assert int(pod.metadata.resource_version) > 0
+    assert pod.spec.restart_policy == "Always"
+    assert pod.spec.termination_grace_period_seconds == 30
+    assert pod.status.phase == "Pending"
+    assert pod.status.qos_class == "BestEffort"
+    got = core.read_namespaced_pod(pod.metadata.name, "default")
+    assert got.metadata.uid == pod.metadata.uid
+    with pytest.raises(ApiException) as exc:
+        core.create_namespaced_pod("default", _pod(pod.metadata.name))
+    assert exc.value.status == 409 and _status(exc.value)["reason"] == "AlreadyExists"
+    with pytest.raises(ApiException) as exc:
+        core.read_namespaced_pod("missing", "default")
+    assert exc.value.status == 404
+    assert _status(exc.value)["message"] == 'pods "missing" not found'
+    with pytest.raises(ApiException) as exc:
+        core.create_namespaced_pod("nope", _pod("p"))
+    assert exc.value.status == 404
+    assert _status(exc.value)["message"] == 'namespaces "nope" not found'
+
+
+def test_label_and_field_selectors(core: client.CoreV1Api) -> None:
+    core.create_namespaced_pod("default", _pod("a", {"app": "dit", "tier": "train"}, "n1"))
+    core.create_namespaced_pod("default", _pod("b", {"app": "dit", "tier": "serve"}, "n2"))
+    core.create_namespaced_pod("kube-system", _pod("c", {"app": "dns"}, "n1"))
+
+    def names(**kw: str) -> list[str]:
+        return sorted(p.metadata.name for p in core.list_pod_for_all_namespaces(**kw).items)
+
+    assert names(label_selector="app=dit") == ["a", "b"]
+    assert names(label_selector="app=dit,tier!=train") == ["b"]
+    assert names(label_selector="tier in (train,serve)") == ["a", "b"]
+    assert names(label_selector="tier notin (train)") == ["b", "c"]
+    assert names(label_selector="tier") == ["a", "b"]
+    assert names(label_selector="!tier") == ["c"]
+    assert names(field_selector="spec.nodeName=n1") == ["a", "c"]
+    assert names(field_selector="metadata.namespace!=default") == ["c"]
+    assert names(field_selector="status.phase=Pending,spec.nodeName=n2") == ["b"]
+    with pytest.raises(ApiException) as exc:
+        core.list_pod_for_all_namespaces(field_selector="spec.colour=red")
+    assert exc.value.status == 400
+
+
+def test_pagination_with_limit_and_continue(core: client.CoreV1Api) -> None:
+    for i in range(7):
+        core.create_namespaced_config_map("default", {"metadata": {"name": f"cm-{i}"}})
+    seen, token, pages = [], None, 0
+    while True:
+        page = core.list_namespaced_config_map("default", limit=3, _continue=token)
+        pages += 1
+        seen += [c.metadata.name for c in page.items]
+        token = page.metadata._continue
+        if not token:
+            break
+        assert page.metadata.remaining_item_count == 7 - len(seen)
+    assert pages == 3 and seen == [f"cm-{i}" for i in range(7)]
+
+
+# -- update and conflicts ----------------------------------------------------------------
+
+
+def test_stale_update_gets_409_and_concurrent_writers_do_not_both_win(
+    core: client.CoreV1Api,
+) -> None:
+    core.create_namespaced_config_map("default", {"metadata": {"name": "cfg"}, "data": {"n": "0"}})
+    stale = core.read_namespaced_config_map("cfg", "default")
+    fresh = core.read_namespaced_config_map("cfg", "default")
+    fresh.data = {"n": "1"}
+    core.replace_namespaced_config_map("cfg", "default", fresh)
+    stale.data = {"n": "2"}
+    with pytest.raises(ApiException) as exc:
+        core.replace_namespaced_config_map("cfg", "default", stale)
+    assert exc.value.status == 409 and _status(exc.value)["reason"] == "Conflict"
+    assert "the object has been modified" in _status(exc.value)["message"]
+
+    # Many writers doing read-modify-write: every success is counted exactly once.
+    successes, lock = [0], threading.Lock()
+
+    def increment() -> None:
+        for _ in range(20):
+            while True:
+                cm = core.read_namespaced_config_map("cfg", "default")
+                cm.data = {"n": str(int(cm.data["n"]) + 1)}
+                try:
+                    core.replace_namespaced_config_map("cfg", "default", cm)
+                except ApiException as e:
+                    assert e.status == 409
+                    continue
+                with lock:
+                    successes[0] += 1
+                break
+
+    threads = [threading.Thread(target=increment) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert core.read_namespaced_config_map("cfg", "default").data["n"] == str(1 + successes[0])
+    assert successes[0] == 80
+
+
+# -- patch types -------------------------------------------------------------------------
+
+
+def test_each_patch_type(core: client.CoreV1Api) -> None:
+    core.create_node(
+        {
+            "metadata": {"name": "gpu-1", "labels": {"pool": "h200"}},
+            "spec": {
+                "taints": [
+                    {"key": "a", "value": "1", "effect": "NoSchedule"},
+                    {"key": "b", "effect": "NoSchedule"},
+                ]
+            },
+        }
+    )
+    # Strategic merge: node taints have no merge key, so the list is replaced.
+    node = core.patch_node(
+        "gpu-1",
+        {
+            "spec": {
+                "taints": [{"key": "krea.ai/unhealthy", "value": "xid-79", "effect": "NoSchedule"}]
+            }
+        },
+    )
+    assert [t.key for t in node.spec.taints] == ["krea.ai/unhealthy"]
+    # JSON merge patch: labels merge, null deletes.
+    node = core.patch_node(
+        "gpu-1",
+        {"metadata": {"labels": {"pool": None, "rack": "r7"}}},
+        _content_type="application/merge-patch+json",
+    )
+    assert node.metadata.labels == {"rack": "r7"}
+    # JSON patch, including a failed test that changes nothing.
+    node = core.patch_node(
+        "gpu-1",
+        [{"op": "add", "path": "/spec/unschedulable", "value": True}],
+        _content_type="application/json-patch+json",
+    )
+    assert node.spec.unschedulable is True
+    before = core.read_node("gpu-1").metadata.resource_version
+    with pytest.raises(ApiException) as exc:
+        core.patch_node(
+            "gpu-1",
+            [
+                {"op": "test", "path": "/spec/unschedulable", "value": False},
+                {"op": "remove", "path": "/spec/taints"},
+            ],
+            _content_type="application/json-patch+json",
+        )
+    assert exc.value.status == 422
+    after = core.read_node("gpu-1")
+    assert after.metadata.resource_version == before and after.spec.taints
+
+    # Strategic merge on a pod template's containers merges by name, env by name.
+    apps = client.AppsV1Api(core.api_client)
+    apps.create_namespaced_deployment(
+        "default",
+        {
+            "metadata": {"name": "d"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "d"}},
+                "template": {
+                    "metadata": {"labels": {"app": "d"}},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "main",
+                                "image": "img:1",
+                                "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+                            },
+                            {"name": "side", "image": "img:1"},
+                        ]
+                    },
+                },
+            },
+        },
+    )
+    deploy = apps.patch_namespaced_deployment(
+        "d",
+        "default",
+        {
+            "spec": {
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {"name": "main", "image": "img:2", "env": [{"name": "B", "value": "3"}]}
+                        ]
+                    }
+                }
+            }
+        },
+    )
+    containers = deploy.spec.template.spec.containers
+    main = next(c for c in containers if c.name == "main")
+    assert [c.name for c in containers] == ["main", "side"]
+    assert main.image == "img:2" and {e.name: e.value for e in main.env} == {"A": "1", "B": "3"}
+    assert deploy.metadata.generation == 2
+    # A running pod's spec is immutable except images, as on a real server.
+    core.create_namespaced_pod("default", _pod("p"))
+    with pytest.raises(ApiException) as exc:
+        core.patch_namespaced_pod("p", "default", {"spec": {"restartPolicy": "Never"}})
+    assert exc.value.status == 422 and "pod updates may not change fields" in exc.value.body
+
+
+# -- watch -------------------------------------------------------------------------------
+
+
+def test_watch_streams_changes_and_resumes_from_a_version(core: client.CoreV1Api) -> None:
+    listed = core.list_namespaced_config_map("default")
+    rv = listed.metadata.resource_version
+    core.create_namespaced_config_map("default", {"metadata": {"name": "w"}, "data": {"x": "1"}})
+    core.patch_namespaced_config_map("w", "default", {"data": {"x": "2"}})
+    core.delete_namespaced_config_map("w", "default")
+    events = []
+    for event in watch.Watch().stream(
+        core.list_namespaced_config_map, "default", resource_version=rv, timeout_seconds=2
+    ):
+        events.append(
+            (event["type"], event["object"].metadata.name, (event["object"].data or {}).get("x"))
+        )
+        if len(events) == 3:
+            break
+    assert events == [("ADDED", "w", "1"), ("MODIFIED", "w", "2"), ("DELETED", "w", "2")]
+
+
+def test_watch_sees_live_changes_and_label_transitions(core: client.CoreV1Api) -> None:
+    seen: list[tuple[str, str]] = []
+    done = threading.Event()
+
+    def consume() -> None:
+        w = watch.Watch()
+        for event in w.stream(
+            core.list_namespaced_pod, "default", label_selector="role=gpu", timeout_seconds=10
+        ):
+            seen.append((event["type"], event["object"].metadata.name))
+            if len(seen) == 3:
+                w.stop()
+        done.set()
+
+    t = threading.Thread(target=consume)
+    t.start()
+    time.sleep(0.3)
+    core.create_namespaced_pod("default", _pod("x", {"role": "gpu"}))
+    core.create_namespaced_pod("default", _pod("y", {"role": "cpu"}))
+    core.patch_namespaced_pod("y", "default", {"metadata": {"labels": {"role": "gpu"}}})
+    core.patch_namespaced_pod("x", "default", {"metadata": {"labels": {"role": "cpu"}}})
+    assert done.wait(10)
+    t.join()
+    assert seen == [("ADDED", "x"), ("ADDED", "y"), ("DELETED", "x")]
+
+
+def test_watch_from_a_compacted_version_gets_410(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with LocalApiServer(tmp_path / "s", history=5) as sim, sim.api_client() as api:
+        core = client.CoreV1Api(api)
+        old = core.list_namespaced_config_map("default").metadata.resource_version
+        for i in range(10):
+            core.create_namespaced_config_map("default", {"metadata": {"name": f"c{i}"}})
+        with pytest.raises(ApiException) as exc:
+            for _ in watch.Watch().stream(
+                core.list_namespaced_config_map, "default", resource_version=old, timeout_seconds=2
+            ):
+                pass
+        assert exc.value.status == 410
+
+
+def test_watch_bookmarks(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with LocalApiServer(tmp_path / "s", bookmark_interval_s=0.2) as sim, sim.api_client() as api:
+        core = client.CoreV1Api(api)
+        rv = core.list_namespaced_config_map("default").metadata.resource_version
+        resp = core.list_namespaced_config_map(
+            "default",
+            watch=True,
+            resource_version=rv,
+            allow_watch_bookmarks=True,
+            timeout_seconds=1,
+            _preload_content=False,
+        )
+        lines = [json.loads(line) for line in resp.read().decode().splitlines() if line]
+        assert lines and all(e["type"] == "BOOKMARK" for e in lines)
+        assert lines[-1]["object"]["metadata"]["resourceVersion"] == rv
+
+
+# -- evictions and budgets ---------------------------------------------------------------
+
+
+def _ready_pod(core: client.CoreV1Api, name: str, labels: dict[str, str]) -> None:
+    core.create_namespaced_pod("default", _pod(name, labels))
+    core.patch_namespaced_pod_status(
+        name,
+        "default",
+        {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}},
+    )
+
+
+def test_eviction_respects_disruption_budgets(
+    core: client.CoreV1Api, api: client.ApiClient
+) -> None:
+    policy = client.PolicyV1Api(api)
+    for i in range(3):
+        _ready_pod(core, f"inf-{i}", {"app": "inference"})
+    policy.create_namespaced_pod_disruption_budget(
+        "default",
+        {
+            "metadata": {"name": "inference"},
+            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "inference"}}},
+        },
+    )
+    pdb = wait_for(
+        lambda: (
+            (
+                p := policy.read_namespaced_pod_disruption_budget("inference", "default")
+            ).status.expected_pods
+            == 3
+            and p
+        )
+    )
+    assert pdb.status.current_healthy == 3 and pdb.status.disruptions_allowed == 1
+
+    def evict(name: str) -> None:
+        core.create_namespaced_pod_eviction(
+            name,
+            "default",
+            {
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": {"name": name, "namespace": "default"},
+            },
+        )
+
+    evict("inf-0")
+    assert [p.metadata.name for p in core.list_namespaced_pod("default").items] == [
+        "inf-1",
+        "inf-2",
+    ]
+    with pytest.raises(ApiException) as exc:
+        evict("inf-1")
+    assert exc.value.status == 429
+    body = _status(exc.value)
+    assert body["message"] == "Cannot evict pod as it would violate the pod's disruption budget."
+    assert body["details"]["causes"][0]["reason"] == "DisruptionBudget"
+    assert "needs 2 healthy pods and has 2 currently" in body["details"]["causes"][0]["message"]
+    assert core.read_namespaced_pod("inf-1", "default")
+
+    policy.create_namespaced_pod_disruption_budget(
+        "default",
+        {
+            "metadata": {"name": "second"},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "inference"}}},
+        },
+    )
+    with pytest.raises(ApiException) as exc:
+        evict("inf-2")
+    assert exc.value.status == 500 and "more than one PodDisruptionBudget" in exc.value.body
+
+
+# -- custom resources --------------------------------------------------------------------
+
+
+def test_kueue_objects_validate_against_the_crd_schema(custom: client.CustomObjectsApi) -> None:
+    flavor = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": "h200"},
+    }
+    custom.create_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "resourceflavors", flavor)
+    cq = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "training"},
+        "spec": {
+            "namespaceSelector": {},
+            "resourceGroups": [
+                {
+                    "coveredResources": ["nvidia.com/gpu"],
+                    "flavors": [
+                        {
+                            "name": "h200",
+                            "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 512}],
+                        }
+                    ],
+                }
+            ],
+            "preemption": {"withinClusterQueue": "Sometimes"},
+        },
+    }
+    with pytest.raises(ApiException) as exc:
+        custom.create_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", cq)
+    assert exc.value.status == 422
+    body = _status(exc.value)
+    assert body["reason"] == "Invalid"
+    causes = body["details"]["causes"]
+    assert any(
+        c["field"] == "spec.preemption.withinClusterQueue"
+        and c["reason"] == "FieldValueNotSupported"
+        for c in causes
+    )
+    with pytest.raises(ApiException):
+        custom.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", "training")
+    cq["spec"]["preemption"]["withinClusterQueue"] = "LowerPriority"
+    created = custom.create_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", cq)
+    assert created["metadata"]["generation"] == 1
+    # The same object is served in v1beta1 too (None conversion).
+    old = custom.get_cluster_custom_object("kueue.x-k8s.io", "v1beta1", "clusterqueues", "training")
+    assert old["apiVersion"] == "kueue.x-k8s.io/v1beta1"
+
+
+def test_status_subresource_is_honoured(custom: client.CustomObjectsApi) -> None:
+    lq = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": {"name": "team", "namespace": "default"},
+        "spec": {"clusterQueue": "training"},
+        "status": {"pendingWorkloads": 9},
+    }
+    created = custom.create_namespaced_custom_object(
+        "kueue.x-k8s.io", "v1beta2", "default", "localqueues", lq
+    )
+    assert "pendingWorkloads" not in (created.get("status") or {})
+    patched = custom.patch_namespaced_custom_object_status(
+        "kueue.x-k8s.io",
+        "v1beta2",
+        "default",
+        "localqueues",
+        "team",
+        {"status": {"pendingWorkloads": 3}, "spec": {"clusterQueue": "other"}},
+    )
+    assert patched["status"]["pendingWorkloads"] == 3
+    assert patched["spec"]["clusterQueue"] == "training"
+    assert patched["metadata"]["generation"] == 1
+    patched = custom.patch_namespaced_custom_object(
+        "kueue.x-k8s.io",
+        "v1beta2",
+        "default",
+        "localqueues",
+        "team",
+        {"status": {"pendingWorkloads": 0}, "spec": {"stopPolicy": "Hold"}},
+    )
+    assert patched["status"]["pendingWorkloads"] == 3
+    assert patched["spec"]["stopPolicy"] == "Hold"
+    assert patched["metadata"]["generation"] == 2
+    # Kueue's own CEL rule: a LocalQueue's clusterQueue is immutable.
+    with pytest.raises(ApiException) as exc:
+        custom.patch_namespaced_custom_object(
+            "kueue.x-k8s.io",
+            "v1beta2",
+            "default",
+            "localqueues",
+            "team",
+            {"spec": {"clusterQueue": "other"}},
+        )
+    assert exc.value.status == 422 and "field is immutable" in _status(exc.value)["message"]
+
+
+# -- delete ------------------------------------------------------------------------------
+
+
+def test_finalizers_hold_deletion_until_removed(core: client.CoreV1Api) -> None:
+    core.create_namespaced_config_map(
+        "default", {"metadata": {"name": "held", "finalizers": ["krea.ai/audit"]}}
+    )
+    core.delete_namespaced_config_map("held", "default")
+    held = core.read_namespaced_config_map("held", "default")
+    assert held.metadata.deletion_timestamp is not None
+    core.patch_namespaced_config_map("held", "default", {"metadata": {"finalizers": None}})
+    with pytest.raises(ApiException) as exc:
+        core.read_namespaced_config_map("held", "default")
+    assert exc.value.status == 404
+
+
+def _owned(core: client.CoreV1Api, api: client.ApiClient) -> tuple[str, list[str]]:
+    apps = client.AppsV1Api(api)
+    rs = apps.create_namespaced_replica_set(
+        "default",
+        {
+            "metadata": {"name": "web"},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "c", "image": "nginx:1"}]},
+                },
+            },
+        },
+    )
+    owner = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "name": "web",
+            "uid": rs.metadata.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    names = []
+    for i in range(2):
+        pod = _pod(f"web-{i}", {"app": "web"})
+        pod["metadata"]["ownerReferences"] = owner
+        names.append(core.create_namespaced_pod("default", pod).metadata.name)
+    return rs.metadata.uid, names
+
+
+@pytest.mark.parametrize("policy", ["Background", "Foreground"])
+def test_deleting_an_owner_deletes_its_dependents(
+    core: client.CoreV1Api, api: client.ApiClient, policy: str
+) -> None:
+    _owned(core, api)
+    client.AppsV1Api(api).delete_namespaced_replica_set("web", "default", propagation_policy=policy)
+    wait_for(lambda: not core.list_namespaced_pod("default").items)
+    wait_for(lambda: not client.AppsV1Api(api).list_namespaced_replica_set("default").items)
+
+
+def test_orphan_propagation_keeps_dependents(core: client.CoreV1Api, api: client.ApiClient) -> None:
+    _owned(core, api)
+    client.AppsV1Api(api).delete_namespaced_replica_set(
+        "web", "default", propagation_policy="Orphan"
+    )
+    wait_for(lambda: not client.AppsV1Api(api).list_namespaced_replica_set("default").items)
+    pods = core.list_namespaced_pod("default").items
+    assert len(pods) == 2 and all(not p.metadata.owner_references for p in pods)
+
+
+def test_graceful_pod_deletion_waits_for_a_live_kubelet(
+    core: client.CoreV1Api, api: client.ApiClient
+) -> None:
+    from datetime import UTC, datetime
+
+    client.CoordinationV1Api(api).create_namespaced_lease(
+        "kube-node-lease",
+        {
+            "metadata": {"name": "n1"},
+            "spec": {
+                "holderIdentity": "n1",
+                "renewTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            },
+        },
+    )
+    core.create_namespaced_pod("default", _pod("live", node="n1"))
+    core.create_namespaced_pod("default", _pod("orphaned", node="n2"))
+    core.delete_namespaced_pod("live", "default")
+    core.delete_namespaced_pod("orphaned", "default")
+    live = core.read_namespaced_pod("live", "default")
+    assert live.metadata.deletion_timestamp and live.metadata.deletion_grace_period_seconds == 30
+    with pytest.raises(ApiException):
+        core.read_namespaced_pod("orphaned", "default")  # no kubelet there: removed at once
+    core.delete_namespaced_pod("live", "default", grace_period_seconds=0)
+    with pytest.raises(ApiException):
+        core.read_namespaced_pod("live", "default")
+
+
+def test_namespace_deletion_empties_it(core: client.CoreV1Api) -> None:
+    core.create_namespace({"metadata": {"name": "team-a"}})
+    core.create_namespaced_config_map("team-a", {"metadata": {"name": "c"}})
+    core.delete_namespace("team-a")
+    wait_for(lambda: "team-a" not in [n.metadata.name for n in core.list_namespace().items])
+    core.create_namespace({"metadata": {"name": "team-a"}})
+    assert core.list_namespaced_config_map("team-a").items == []
+
+
+def test_delete_collection_by_label(core: client.CoreV1Api) -> None:
+    for i, app in enumerate(["a", "a", "b"]):
+        core.create_namespaced_config_map(
+            "default", {"metadata": {"name": f"c{i}", "labels": {"app": app}}}
+        )
+    core.delete_collection_namespaced_config_map("default", label_selector="app=a")
+    assert [c.metadata.name for c in core.list_namespaced_config_map("default").items] == ["c2"]
+
+
+# -- bad input ---------------------------------------------------------------------------
+
+
+def _raw(
+    api: client.ApiClient,
+    method: str,
+    path: str,
+    body: bytes,
+    content_type: str = "application/json",
+) -> tuple[int, dict]:
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    context = ssl.create_default_context(cafile=api.configuration.ssl_ca_cert)
+    req = urllib.request.Request(
+        api.configuration.host + path,
+        data=body,
+        method=method,
+        headers={"Content-Type": content_type, **api.configuration.api_key},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10, context=context) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "code", "reason"),
+    [
+        ("/api/v1/namespaces/default/configmaps", b"{not json", 400, "BadRequest"),
+        ("/api/v1/namespaces/default/configmaps", b"[1, 2]", 400, "BadRequest"),
+        ("/api/v1/namespaces/default/widgets", b"{}", 404, "NotFound"),
+        (
+            "/api/v1/namespaces/default/configmaps",
+            b'{"metadata": {"name": "Not_A_DNS_Name"}}',
+            422,
+            "Invalid",
+        ),
+        (
+            "/api/v1/namespaces/default/configmaps",
+            b'{"kind": "Secret", "metadata": {"name": "x"}}',
+            400,
+            "BadRequest",
+        ),
+        (
+            "/api/v1/namespaces/default/configmaps",
+            b'{"metadata": {"name": "big"}, "data": {"x": "' + b"a" * (3 * 1024 * 1024) + b'"}}',
+            413,
+            "RequestEntityTooLarge",
+        ),
+    ],
+)
+def test_bad_input_gets_a_status_and_writes_nothing(
+    api: client.ApiClient, path: str, body: bytes, code: int, reason: str
+) -> None:
+    before = client.CoreV1Api(api).list_namespaced_config_map("default")
+    status, payload = _raw(api, "POST", path, body)
+    assert (status, payload["kind"], payload["reason"], payload["code"]) == (
+        code,
+        "Status",
+        reason,
+        code,
+    )
+    after = client.CoreV1Api(api).list_namespaced_config_map("default")
+    assert after.metadata.resource_version == before.metadata.resource_version
+
+
+def test_name_errors_use_the_real_wording(api: client.ApiClient) -> None:
+    status, payload = _raw(
+        api, "POST", "/api/v1/namespaces/default/configmaps", b'{"metadata": {"name": "Bad_Name"}}'
+    )
+    assert status == 422
+    assert payload["message"].startswith(
+        'ConfigMap "Bad_Name" is invalid: metadata.name: '
+        'Invalid value: "Bad_Name": a lowercase RFC 1123 '
+        "subdomain must consist of"
+    )
+    assert payload["details"]["causes"][0]["field"] == "metadata.name"
+
+
+def test_wrong_token_gets_401(sim: LocalApiServer) -> None:
+    config = client.Configuration()
+    config.host = sim.url
+    config.api_key = {"authorization": "Bearer wrong"}
+    config.ssl_ca_cert = str(sim.ca_cert)
+    with client.ApiClient(config) as bad, pytest.raises(ApiException) as exc:
+        client.CoreV1Api(bad).list_namespace()
+    assert exc.value.status == 401

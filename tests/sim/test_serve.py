@@ -1,0 +1,91 @@
+"""``krea-ops sim serve --api-only`` as a process: kubeconfig, loopback, restarts, kill -9."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import yaml
+from kubernetes import client, config
+
+from tests.conftest import ROOT, cli
+
+
+def _start(state, kubeconfig) -> tuple[subprocess.Popen[str], str]:  # type: ignore[no-untyped-def]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "commands",
+            "sim",
+            "serve",
+            "--api-only",
+            "--state",
+            str(state),
+            "--kubeconfig-out",
+            str(kubeconfig),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "KREA_OPS_CONFIG": "/nonexistent"},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("API server: https://127.0.0.1:"), line + proc.stderr.read()
+    proc.stdout.readline()  # kubeconfig line
+    return proc, line.split()[-1]
+
+
+def _core(kubeconfig) -> client.CoreV1Api:  # type: ignore[no-untyped-def]
+    return client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
+
+
+def test_objects_survive_kill_9_and_versions_keep_rising(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    state, kubeconfig = tmp_path / "state", tmp_path / "kubeconfig"
+    proc, url = _start(state, kubeconfig)
+    try:
+        written = yaml.safe_load(kubeconfig.read_text())
+        assert written["clusters"][0]["cluster"]["server"] == url
+        assert oct(kubeconfig.stat().st_mode & 0o777) == "0o600"
+        core = _core(kubeconfig)
+        for i in range(20):
+            core.create_namespaced_config_map(
+                "default", {"metadata": {"name": f"c{i}"}, "data": {"i": str(i)}}
+            )
+        core.delete_namespaced_config_map("c0", "default")
+        last_rv = int(core.list_namespaced_config_map("default").metadata.resource_version)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+
+    proc, _url = _start(state, kubeconfig)
+    try:
+        core = _core(kubeconfig)
+        names = [c.metadata.name for c in core.list_namespaced_config_map("default").items]
+        assert sorted(names) == sorted(f"c{i}" for i in range(1, 20))
+        assert core.read_namespaced_config_map("c7", "default").data == {"i": "7"}
+        created = core.create_namespaced_config_map("default", {"metadata": {"name": "after"}})
+        assert int(created.metadata.resource_version) > last_rv
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
+
+
+def test_world_mode_is_refused_until_it_exists() -> None:
+    result = cli("sim", "serve", "--nodes", "4")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: the simulated GPU world (nodes, GPUs, Kueue, kubelets) is not built yet; run "
+        "`krea-ops sim serve --api-only`"
+    ]
+
+
+def test_unwritable_state_is_bad_input(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    result = cli("sim", "serve", "--api-only", "--state", str(blocker / "sub"))
+    assert result.returncode == 2 and "not a writable directory" in result.stderr
