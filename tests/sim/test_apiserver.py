@@ -721,3 +721,63 @@ def test_wrong_token_gets_401(sim: LocalApiServer) -> None:
     with client.ApiClient(config) as bad, pytest.raises(ApiException) as exc:
         client.CoreV1Api(bad).list_namespace()
     assert exc.value.status == 401
+
+
+def test_binding_assigns_a_node_once(core: client.CoreV1Api) -> None:
+    core.create_namespaced_pod("default", _pod("unbound"))
+    core.create_namespaced_pod_binding(
+        "unbound",
+        "default",
+        {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": "unbound"},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-7"},
+        },
+        _preload_content=False,
+    )
+    pod = core.read_namespaced_pod("unbound", "default")
+    assert pod.spec.node_name == "gpu-7"
+    assert any(c.type == "PodScheduled" and c.status == "True" for c in pod.status.conditions)
+    with pytest.raises(ApiException) as exc:
+        core.create_namespaced_pod_binding(
+            "unbound",
+            "default",
+            {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": "unbound"},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-8"},
+            },
+        )
+    assert exc.value.status == 409 and "already assigned" in _status(exc.value)["message"]
+    assert core.read_namespaced_pod("unbound", "default").spec.node_name == "gpu-7"
+
+
+def test_yaml_bodies_are_accepted_and_malformed_yaml_is_400(api: client.ApiClient) -> None:
+    status, payload = _raw(
+        api,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        b"metadata:\n  name: from-yaml\ndata:\n  k: v\n",
+        "application/yaml",
+    )
+    assert status == 201 and payload["data"] == {"k": "v"}
+    status, payload = _raw(
+        api,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        b"metadata: [unclosed\n",
+        "application/yaml",
+    )
+    assert (status, payload["reason"]) == (400, "BadRequest")
+
+
+def test_server_side_dry_run_writes_nothing(core: client.CoreV1Api) -> None:
+    before = core.list_namespaced_config_map("default").metadata.resource_version
+    made = core.create_namespaced_config_map(
+        "default", {"metadata": {"name": "dry"}}, dry_run="All"
+    )
+    assert made.metadata.name == "dry" and made.metadata.uid
+    assert core.list_namespaced_config_map("default").items == []
+    assert core.list_namespaced_config_map("default").metadata.resource_version == before
