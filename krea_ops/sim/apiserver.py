@@ -81,8 +81,12 @@ PATCH_TYPES = {
 }
 
 
-def now_rfc3339() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def wall_clock() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def rfc3339(moment: dt.datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -387,7 +391,11 @@ class ApiServer:
         history: int = 100_000,
         bookmark_interval_s: float = 60.0,
         kubelet_lease_timeout_s: float = 40.0,
+        clock: Any = None,
     ) -> None:
+        # Every timestamp the server writes comes from clock() (a UTC datetime): wall time,
+        # or the simulated world's clock so ages and leases follow simulated time.
+        self.clock = clock or wall_clock
         db = None if state_dir is None else Path(state_dir) / "objects.db"
         self.store = Store(db, history=history)
         self.registry = Registry()
@@ -680,6 +688,7 @@ class ApiServer:
             printer_columns=list(rt.printer_columns) or None,
             include_object=include,
             list_meta=list_meta,
+            now=self.clock(),
         )
 
     def _respond(self, req: Request, rt: ResourceType, code: int, obj: dict[str, Any]) -> Response:
@@ -836,7 +845,7 @@ class ApiServer:
         for key in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
             meta.pop(key, None)
         meta["uid"] = str(uuid.uuid4())
-        meta["creationTimestamp"] = now_rfc3339()
+        meta["creationTimestamp"] = self._stamp()
         meta["generation"] = 1
         if rt.is_custom and rt.status_schema:
             obj.pop("status", None)
@@ -853,6 +862,9 @@ class ApiServer:
             raise errors.already_exists(rt.group, rt.plural, name) from None
         self._written(rt, entry.obj)
         return entry.obj
+
+    def _stamp(self) -> str:
+        return rfc3339(self.clock())
 
     def _written(self, rt: ResourceType, obj: dict[str, Any], deleted: bool = False) -> None:
         """After every committed write: keep served CRDs current, wake the controllers."""
@@ -874,7 +886,7 @@ class ApiServer:
                 [FieldError("FieldValueInvalid", "spec", f"Invalid value: {exc}")],
             ) from None
         names = crd.get("spec", {}).get("names", {})
-        stamp = now_rfc3339()
+        stamp = self._stamp()
         crd["status"] = {
             "acceptedNames": names,
             "storedVersions": [v.version for v in versions if v.storage],
@@ -1111,8 +1123,10 @@ class ApiServer:
             stamp = dt.datetime.fromisoformat(str(renew).replace("Z", "+00:00"))
         except ValueError:
             return False
-        age = (dt.datetime.now(dt.UTC) - stamp).total_seconds()
-        return age < self.kubelet_lease_timeout_s
+        age = (self.clock() - stamp).total_seconds()
+        duration = (lease.obj.get("spec") or {}).get("leaseDurationSeconds")
+        limit = float(duration) if duration else self.kubelet_lease_timeout_s
+        return age < limit
 
     def delete(
         self,
@@ -1174,7 +1188,7 @@ class ApiServer:
                 self._written(rt, entry.obj, deleted=True)
                 return entry.obj
             if not already:
-                meta["deletionTimestamp"] = now_rfc3339()
+                meta["deletionTimestamp"] = self._stamp()
             meta["deletionGracePeriodSeconds"] = grace
             meta["finalizers"] = finalizers
             if rt.kind == "Namespace" and rt.group == "":
@@ -1240,7 +1254,7 @@ class ApiServer:
                 {
                     "type": "PodScheduled",
                     "status": "True",
-                    "lastTransitionTime": now_rfc3339(),
+                    "lastTransitionTime": self._stamp(),
                     "lastProbeTime": None,
                 }
             )
@@ -1298,7 +1312,7 @@ class ApiServer:
                     "reason": "SufficientPods" if allowed > 0 else "InsufficientPods",
                     "message": "",
                     "observedGeneration": pdb["metadata"].get("generation", 1),
-                    "lastTransitionTime": now_rfc3339(),
+                    "lastTransitionTime": self._stamp(),
                 }
             ],
         }
@@ -1358,7 +1372,7 @@ class ApiServer:
                 if not dry_run:
                     status["disruptedPods"] = {
                         **status.get("disruptedPods", {}),
-                        name: now_rfc3339(),
+                        name: self._stamp(),
                     }
                     status["disruptionsAllowed"] -= 1
                     updated = copy.deepcopy(pdb)
