@@ -1,0 +1,1 @@
+"""Cluster access over the official ``kubernetes`` client."""
