@@ -442,9 +442,27 @@ def validate(group: str, kind: str, obj: dict[str, Any]) -> list[FieldError]:
 def pod_spec_update_errors(old: dict[str, Any], new: dict[str, Any]) -> list[FieldError]:
     old_spec, new_spec = dict(old.get("spec") or {}), dict(new.get("spec") or {})
     mutable = ("activeDeadlineSeconds", "tolerations", "schedulingGates")
+    gated = bool(old_spec.get("schedulingGates"))
     for key in mutable:
         old_spec.pop(key, None)
         new_spec.pop(key, None)
+    if gated:
+        # A pod held by scheduling gates may still gain node selectors and have its node
+        # affinity narrowed (how Kueue steers an admitted pod to its flavor's nodes).
+        old_selector = old_spec.pop("nodeSelector", None) or {}
+        new_selector = new_spec.pop("nodeSelector", None) or {}
+        changed = {k for k, v in old_selector.items() if new_selector.get(k) != v}
+        if changed:
+            return [
+                FieldError(
+                    "FieldValueForbidden",
+                    "spec.nodeSelector",
+                    "Forbidden: only additions to spec.nodeSelector are allowed "
+                    "(no mutations or deletions)",
+                )
+            ]
+        old_spec.pop("affinity", None)
+        new_spec.pop("affinity", None)
     # Images may change; everything else may not.
     for spec in (old_spec, new_spec):
         spec["containers"] = [

@@ -781,3 +781,22 @@ def test_server_side_dry_run_writes_nothing(core: client.CoreV1Api) -> None:
     assert made.metadata.name == "dry" and made.metadata.uid
     assert core.list_namespaced_config_map("default").items == []
     assert core.list_namespaced_config_map("default").metadata.resource_version == before
+
+
+def test_gated_pods_may_gain_node_selectors_but_running_ones_may_not(
+    core: client.CoreV1Api,
+) -> None:
+    gated = _pod("gated")
+    gated["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    gated["spec"]["nodeSelector"] = {"zone": "a"}
+    core.create_namespaced_pod("default", gated)
+    pod = core.patch_namespaced_pod(
+        "gated",
+        "default",
+        {"spec": {"nodeSelector": {"krea.ai/pool": "h200"}, "schedulingGates": None}},
+    )
+    assert pod.spec.node_selector == {"zone": "a", "krea.ai/pool": "h200"}
+    assert not pod.spec.scheduling_gates
+    with pytest.raises(ApiException) as exc:
+        core.patch_namespaced_pod("gated", "default", {"spec": {"nodeSelector": {"x": "y"}}})
+    assert exc.value.status == 422
