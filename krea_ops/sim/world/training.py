@@ -1,0 +1,522 @@
+"""Simulated DiT pre-training runs: the JobSet they are launched as, and the checkpoints
+their pods write.
+
+``dit_jobset_manifest`` and ``latest_complete_checkpoint`` are pure functions of the
+core, for the product's ``train launch`` / ``train checkpoints`` / ``train resume`` too.
+
+Checkpoints follow PyTorch DCP as torchtitan lays it out: ``<dir>/step-<N>/`` holds one
+shard per rank, ``__<rank>_0.distcp``, and a ``.metadata`` file that rank 0 writes last
+(``.metadata.tmp`` renamed into place) and that commits the checkpoint. A checkpoint
+without ``.metadata`` is incomplete: a crash while it was being written. Resuming takes the
+newest complete one, never a newer incomplete one.
+
+In the simulated world (``TrainingActor``), while every pod of a training's gang is
+Running, the ranks write a checkpoint every ``checkpoint_interval_s`` simulated seconds
+into ``<state>/checkpoints/<namespace>/<name>/``; writing takes ``checkpoint_write_s``
+(``WorldConfig.extra``, default 60 s), shards first, ``.metadata`` last. When the gang
+breaks mid-write (a pod failed, the job was preempted) the step directory stays behind
+without ``.metadata``. Each time the gang (re)starts it resumes from the newest complete
+checkpoint, records the step in the JobSet annotation ``sim.krea.ai/resumed-from-step``
+(``0``: from scratch) and says so in an Event.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from krea_ops.sim.world.actor import Actor, World
+from krea_ops.sim.world.jobs import (
+    JOBSET_GROUP,
+    JOBSET_PLURAL,
+    JOBSET_VERSION,
+    JS_RESTART,
+    QUEUE_LABEL,
+    Api,
+    Obj,
+    Recorder,
+    Snapshot,
+    annots,
+    deleting,
+    ignore_gone,
+    jobset_pod_count,
+    key,
+    labels,
+    meta,
+    phase,
+    pod_requests,
+)
+
+METADATA = ".metadata"
+STEP_DIR = re.compile(r"^step-(\d+)$")
+WORKLOAD_LABEL = "krea.ai/workload"
+CHECKPOINT_DIR_ANNOTATION = "krea.ai/checkpoint-dir"
+RESUME_FROM_ANNOTATION = "krea.ai/resume-from"
+RESUMED_STEP_ANNOTATION = "sim.krea.ai/resumed-from-step"
+RESUMED_FROM_ANNOTATION = "sim.krea.ai/resumed-from"
+LAST_CHECKPOINT_ANNOTATION = "sim.krea.ai/last-checkpoint-step"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+REPLICATED_JOB = "trainer"
+COMPONENT = "dit-trainer"
+
+
+# -- checkpoints (pure) ----------------------------------------------------------------
+
+
+def shard_name(rank: int) -> str:
+    return f"__{rank}_0.distcp"
+
+
+def checkpoint_complete(step_dir: Path | str) -> bool:
+    """DCP's commit check: ``.metadata`` exists; when it lists its files (ours do), every
+    file exists with at least ``offset + length`` bytes."""
+    step_dir = Path(step_dir)
+    marker = step_dir / METADATA
+    try:
+        if not marker.is_file() or marker.stat().st_size == 0:
+            return False
+        raw = marker.read_bytes()
+    except OSError:
+        return False
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, ValueError):
+        return True  # a real DCP .metadata is a pickle: its presence commits the checkpoint
+    storage = doc.get("storage_data") if isinstance(doc, dict) else None
+    if not isinstance(storage, dict):
+        return True
+    for fname, loc in storage.items():
+        try:
+            need = int(loc.get("offset", 0)) + int(loc.get("length", 0))
+            if (step_dir / fname).stat().st_size < need:
+                return False
+        except (OSError, AttributeError, TypeError, ValueError):
+            return False
+    return True
+
+
+def list_checkpoints(path: Path | str) -> list[tuple[int, Path, bool]]:
+    """``(step, dir, complete)`` for every ``step-<N>`` directory, newest first."""
+    root = Path(path)
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return []
+    out = []
+    for entry in entries:
+        m = STEP_DIR.match(entry.name)
+        if m and entry.is_dir():
+            out.append((int(m.group(1)), entry, checkpoint_complete(entry)))
+    out.sort(key=lambda t: t[0], reverse=True)
+    return out
+
+
+def latest_complete_checkpoint(path: Path | str) -> tuple[int, Path] | None:
+    """The newest complete checkpoint under ``path`` as ``(step, dir)``; None if none.
+
+    Like torchtitan's ``load_step=-1``: the largest N whose ``step-N/.metadata`` commits
+    it. Incomplete directories (a crash mid-write), other names and files are skipped.
+    """
+    for step, step_dir, complete in list_checkpoints(path):
+        if complete:
+            return step, step_dir
+    return None
+
+
+def _shard_bytes(seed: str, size: int) -> bytes:
+    block = hashlib.sha256(seed.encode()).digest()
+    return (block * (size // len(block) + 1))[:size]
+
+
+def write_shard(step_dir: Path, rank: int, step: int, size: int) -> None:
+    (step_dir / shard_name(rank)).write_bytes(_shard_bytes(f"{step_dir}:{step}:{rank}", size))
+
+
+def commit_checkpoint(step_dir: Path, step: int, world_size: int, extra: Obj | None = None) -> None:
+    """Rank 0's finish(): ``.metadata.tmp`` written, flushed, renamed to ``.metadata``."""
+    storage = {}
+    for rank in range(world_size):
+        size = (step_dir / shard_name(rank)).stat().st_size
+        storage[shard_name(rank)] = {"offset": 0, "length": size}
+    doc = {
+        "format": "krea-sim-dcp/1",
+        "step": step,
+        "world_size": world_size,
+        "storage_data": storage,
+        **(extra or {}),
+    }
+    tmp = step_dir / f"{METADATA}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(doc, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, step_dir / METADATA)
+
+
+# -- the launch manifest (pure) --------------------------------------------------------
+
+
+def default_checkpoint_dir(namespace: str, name: str) -> str:
+    return f"/checkpoints/{namespace}/{name}"
+
+
+def dit_jobset_manifest(
+    name: str,
+    nodes: int,
+    gpus_per_node: int = 8,
+    checkpoint_dir: str | None = None,
+    namespace: str = "training",
+    image: str = "krea/dit:latest",
+    resume_from: str | None = None,
+    *,
+    queue: str = "training",
+    priority_class: str = "training",
+    max_restarts: int = 10,
+    run_seconds: float | None = None,
+) -> Obj:
+    """The JobSet of a DiT pre-training run of ``nodes`` x ``gpus_per_node`` GPUs.
+
+    Suspended, for Kueue to admit as one gang (queue and priority labels); one replicated
+    job ``trainer`` of ``nodes`` Indexed pods (one per node, ``backoffLimit: 0`` so any pod
+    failure fails the job and the JobSet restarts all of them, up to ``max_restarts``);
+    torchrun with the checkpoint directory (and the checkpoint to resume from, if given)
+    in its arguments and environment.
+    """
+    if nodes < 1:
+        raise ValueError("nodes must be >= 1")
+    if gpus_per_node < 1:
+        raise ValueError("gpus_per_node must be >= 1")
+    ckpt = checkpoint_dir or default_checkpoint_dir(namespace, name)
+    pod_labels = {WORKLOAD_LABEL: "training", "krea.ai/training": name}
+    args = [
+        f"--nnodes={nodes}",
+        f"--nproc-per-node={gpus_per_node}",
+        "--node-rank=$(JOB_COMPLETION_INDEX)",
+        f"--rdzv-endpoint={name}-{REPLICATED_JOB}-0-0.{name}:29500",
+        "-m",
+        "krea.dit.train",
+        "--checkpoint-dir",
+        ckpt,
+    ]
+    env = [
+        {"name": "CHECKPOINT_DIR", "value": ckpt},
+        {"name": "WORLD_SIZE", "value": str(nodes * gpus_per_node)},
+        {"name": "NCCL_IB_HCA", "value": "mlx5"},
+    ]
+    job_annotations: dict[str, str] = {CHECKPOINT_DIR_ANNOTATION: ckpt}
+    if resume_from:
+        args += ["--resume-from", resume_from]
+        env.append({"name": "RESUME_FROM", "value": resume_from})
+        job_annotations[RESUME_FROM_ANNOTATION] = resume_from
+    pod_annotations: dict[str, str] = {}
+    if run_seconds is not None:
+        pod_annotations["sim.krea.ai/run-seconds"] = str(int(run_seconds))
+    gpus = str(gpus_per_node)
+    pod_template: Obj = {
+        "metadata": {"labels": dict(pod_labels), "annotations": pod_annotations},
+        "spec": {
+            "restartPolicy": "Never",
+            "priorityClassName": priority_class,
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": image,
+                    "command": ["torchrun"],
+                    "args": args,
+                    "env": env,
+                    "resources": {
+                        "requests": {"nvidia.com/gpu": gpus},
+                        "limits": {"nvidia.com/gpu": gpus},
+                    },
+                }
+            ],
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+        },
+    }
+    if not pod_annotations:
+        del pod_template["metadata"]["annotations"]
+    return {
+        "apiVersion": f"{JOBSET_GROUP}/{JOBSET_VERSION}",
+        "kind": "JobSet",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {
+                QUEUE_LABEL: queue,
+                PRIORITY_LABEL: priority_class,
+                WORKLOAD_LABEL: "training",
+            },
+            "annotations": job_annotations,
+        },
+        "spec": {
+            "suspend": True,
+            "failurePolicy": {"maxRestarts": max_restarts},
+            "network": {"enableDNSHostnames": True},
+            "replicatedJobs": [
+                {
+                    "name": REPLICATED_JOB,
+                    "replicas": 1,
+                    "template": {
+                        "metadata": {"labels": dict(pod_labels)},
+                        "spec": {
+                            "parallelism": nodes,
+                            "completions": nodes,
+                            "completionMode": "Indexed",
+                            "backoffLimit": 0,
+                            "template": pod_template,
+                        },
+                    },
+                }
+            ],
+        },
+    }
+
+
+def submit_training(
+    api_client: Any,
+    name: str,
+    nodes: int,
+    gpus_per_node: int = 8,
+    checkpoint_dir: str | None = None,
+    namespace: str = "training",
+    image: str = "krea/dit:latest",
+    resume_from: str | None = None,
+    **options: Any,
+) -> Obj:
+    """Create the training's JobSet (``dit_jobset_manifest``) through the API; returns it."""
+    from kubernetes import client
+
+    body = dit_jobset_manifest(
+        name, nodes, gpus_per_node, checkpoint_dir, namespace, image, resume_from, **options
+    )
+    custom: Any = client.CustomObjectsApi(api_client)
+    out: Obj = custom.create_namespaced_custom_object(
+        JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, body
+    )
+    return out
+
+
+# -- the simulated trainers ------------------------------------------------------------
+
+
+@dataclass
+class Write:
+    step: int
+    dir: Path
+    started: float
+    world_size: int
+    written: int = 0
+
+
+@dataclass
+class Run:
+    gang: frozenset[str]
+    started: float
+    base_step: int
+    next_checkpoint: float
+    writing: Write | None = None
+    checkpoints: list[int] = field(default_factory=list)
+
+    def step_at(self, now: float, rate: float) -> int:
+        return self.base_step + int(max(now - self.started, 0.0) * rate)
+
+
+def host_path(state_dir: Path, pod_path: str) -> Path:
+    """Where a path the pods see lies on this machine: ``/checkpoints/...`` is the
+    world's ``<state>/checkpoints/...``; any other path is taken as it is."""
+    if pod_path.startswith("/checkpoints/"):
+        return state_dir / "checkpoints" / pod_path.removeprefix("/checkpoints/")
+    return Path(pod_path)
+
+
+class TrainingActor(Actor):
+    """The ranks of every running DiT training: checkpoints, crashes, resumes.
+
+    Reads the snapshot the Kueue actor publishes each tick (no listing of its own)."""
+
+    name = "training"
+    period_s = 10.0
+
+    def __init__(self, world: World) -> None:
+        super().__init__(world)
+        extra = world.config.extra
+        default = max(self.period_s, 0.25 * world.config.speed)
+        self.period_s = float(extra.get("training_period_s", default))
+        self.write_s = float(extra.get("checkpoint_write_s", 60.0))
+        self.rate = float(extra.get("training_steps_per_s", 1.0))
+        self.shard_size = int(extra.get("checkpoint_shard_bytes", 1024))
+        self.keep = max(int(extra.get("checkpoint_keep", 5)), 1)
+        self.api = Api(world.client)
+        self.recorder = Recorder(self.api, world.clock.rfc3339)
+        self.runs: dict[str, Run] = {}
+
+    def tick(self) -> None:
+        from krea_ops.sim.world.kueue import SNAPSHOT_SERVICE
+
+        snap: Snapshot | None = self.world.services.get(SNAPSHOT_SERVICE)
+        if snap is None:
+            return
+        now = self.clock.time()
+        seen = set()
+        for js in snap.jobsets:
+            if labels(js).get(WORKLOAD_LABEL) != "training" or deleting(js):
+                continue
+            uid = str(meta(js).get("uid"))
+            seen.add(uid)
+            self._step(js, uid, snap, now)
+        for uid in list(self.runs):
+            if uid not in seen:
+                self.runs.pop(uid)
+
+    # -- per training --------------------------------------------------------------------
+
+    def checkpoint_root(self, js: Obj) -> Path:
+        ns, name = key(js)
+        pod_path = annots(js).get(CHECKPOINT_DIR_ANNOTATION) or default_checkpoint_dir(ns, name)
+        if pod_path.startswith("/checkpoints/"):
+            return host_path(self.world.state_dir, pod_path)
+        return self.world.state_dir / "checkpoints" / ns / name
+
+    def _event(self, js: Obj, reason: str, message: str, type_: str = "Normal") -> None:
+        api_version = f"{JOBSET_GROUP}/{JOBSET_VERSION}"
+        self.recorder.event(js, reason, message, component=COMPONENT, type_=type_,
+                            api_version=api_version, kind="JobSet")  # fmt: skip
+
+    def _annotate(self, js: Obj, values: dict[str, str | None]) -> None:
+        ns, name = key(js)
+        ignore_gone(lambda: self.api.patch_jobset_meta(ns, name, {"annotations": values}))
+
+    def _world_size(self, js: Obj, pods: list[Obj]) -> int:
+        gpus = 0
+        for pod in pods:
+            gpus += int(pod_requests(pod.get("spec") or {}).get("nvidia.com/gpu", 0))
+        return gpus or len(pods) or 1
+
+    def _step(self, js: Obj, uid: str, snap: Snapshot, now: float) -> None:
+        ns, name = key(js)
+        restarts = str((js.get("status") or {}).get("restarts", 0))
+        pods = [
+            p for p in snap.pods_of_jobset(ns, name) if labels(p).get(JS_RESTART, "0") == restarts
+        ]
+        live = [p for p in pods if not deleting(p)]
+        expected = jobset_pod_count(js)
+        up = (
+            expected > 0
+            and not (js.get("spec") or {}).get("suspend")
+            and len(live) == expected
+            and all(phase(p) == "Running" for p in live)
+        )
+        gang = frozenset(str(meta(p).get("uid")) for p in live)
+        run = self.runs.get(uid)
+        if run is not None and (not up or run.gang != gang):
+            self._abort(js, run, pods)
+            self.runs.pop(uid)
+            run = None
+        if not up:
+            return
+        if run is None:
+            run = self._start(js, gang, now)
+            self.runs[uid] = run
+        self._advance(js, run, now, self._world_size(js, live))
+
+    def _start(self, js: Obj, gang: frozenset[str], now: float) -> Run:
+        root = self.checkpoint_root(js)
+        latest = latest_complete_checkpoint(root)
+        source: Path | None = None
+        step = 0
+        if latest is not None:
+            step, source = latest
+        else:
+            wanted = annots(js).get(RESUME_FROM_ANNOTATION)
+            if wanted:
+                candidate = host_path(self.world.state_dir, wanted)
+                if STEP_DIR.match(candidate.name) and checkpoint_complete(candidate):
+                    step, source = int(candidate.name.split("-", 1)[1]), candidate
+                else:
+                    found = latest_complete_checkpoint(candidate)
+                    if found is not None:
+                        step, source = found
+        self._annotate(
+            js,
+            {
+                RESUMED_STEP_ANNOTATION: str(step),
+                RESUMED_FROM_ANNOTATION: str(source) if source else None,
+            },
+        )
+        if source is not None:
+            self._event(js, "Resumed", f"resumed from checkpoint step-{step} ({source})")
+        else:
+            self._event(js, "Started", "no complete checkpoint: training from step 0")
+        return Run(gang, now, step, now + self.world.config.checkpoint_interval_s)
+
+    def _abort(self, js: Obj, run: Run, pods: list[Obj]) -> None:
+        if run.writing is None:
+            return
+        failed = [meta(p).get("name") for p in pods if phase(p) == "Failed" or deleting(p)]
+        why = f"pod {failed[0]} failed" if failed else "the gang was stopped"
+        self._event(
+            js,
+            "CheckpointIncomplete",
+            f"checkpoint step-{run.writing.step} left incomplete in {run.writing.dir} "
+            f"({run.writing.written}/{run.writing.world_size} shards, no {METADATA}): {why}",
+            "Warning",
+        )
+        run.writing = None
+
+    def _advance(self, js: Obj, run: Run, now: float, world_size: int) -> None:
+        if run.writing is None and now >= run.next_checkpoint:
+            step = run.step_at(now, self.rate)
+            step_dir = self.checkpoint_root(js) / f"step-{step}"
+            if step_dir.exists():
+                shutil.rmtree(step_dir, ignore_errors=True)  # a crash's leftover: rewritten
+            step_dir.mkdir(parents=True, exist_ok=True)
+            run.writing = Write(step, step_dir, now, world_size)
+        w = run.writing
+        if w is None:
+            return
+        elapsed = now - w.started
+        fraction = 1.0 if self.write_s <= 0 else min(elapsed / self.write_s, 1.0)
+        due = min(w.world_size, max(math.ceil(w.world_size * fraction), 1))
+        for rank in range(w.written, due):
+            write_shard(w.dir, rank, w.step, self.shard_size)
+        w.written = max(w.written, due)
+        if w.written < w.world_size or elapsed < self.write_s:
+            return
+        ns, name = key(js)
+        commit_checkpoint(w.dir, w.step, w.world_size, {"training": f"{ns}/{name}"})
+        run.writing = None
+        run.checkpoints.append(w.step)
+        run.next_checkpoint = w.started + self.world.config.checkpoint_interval_s
+        self._annotate(js, {LAST_CHECKPOINT_ANNOTATION: str(w.step)})
+        self._event(js, "CheckpointSaved", f"checkpoint step-{w.step} saved to {w.dir}")
+        self._prune(self.checkpoint_root(js))
+
+    def _prune(self, root: Path) -> None:
+        """Keep the newest ``checkpoint_keep`` complete checkpoints (and anything newer)."""
+        complete = [step for step, _, ok in list_checkpoints(root) if ok]
+        if len(complete) <= self.keep:
+            return
+        oldest_kept = complete[self.keep - 1]
+        for step, step_dir, _ in list_checkpoints(root):
+            if step < oldest_kept:
+                shutil.rmtree(step_dir, ignore_errors=True)
+
+
+__all__ = [
+    "RESUMED_STEP_ANNOTATION",
+    "TrainingActor",
+    "checkpoint_complete",
+    "dit_jobset_manifest",
+    "latest_complete_checkpoint",
+    "list_checkpoints",
+    "submit_training",
+]
