@@ -1,0 +1,187 @@
+"""How one simulated H200 behaves under load: activity, power, clocks and temperature.
+
+Load
+  A GPU runs nothing (idle), a training rank, or an inference server. Training is
+  ``util`` ~100 % with tensor-pipe activity 0.5-0.7, except in *input-bound* phases,
+  when the GPU still reads ~100 % busy (NCCL kernels spin waiting for the slowest rank's
+  data loader) but tensor activity falls to ~0.05 and power to ~40 %. Inference is
+  moderate and bursty; idle is ~75 W at 345 MHz with the ``gpu_idle`` clock event.
+
+Thermal model
+  First order: ``T_ss = T_inlet + R * P / q`` with R = 0.058 °C/W (an HGX H200 at 650 W
+  and 27 °C inlet settles near 65 °C), per-GPU cooling quality ``q`` (~1.0; a few GPUs
+  run hot at ~0.85), and ``T`` approaching ``T_ss`` with time constant TAU_S (exact
+  exponential step, so any tick length is stable).
+
+  * A *creeping* GPU (slow burner) loses cooling quality linearly over hours (dust,
+    a failing fan) and ends past 78 °C under training load.
+  * A *hot-gpu* fault (fan failure) holds the steady state at least at its target
+    (default 84 °C) when idle and ~5 °C above it at full load.
+
+Slowdown
+  At the max operating temperature (87 °C) the GPU starts software thermal slowdown
+  (``sw_thermal``: clocks and power drop up to 40 %); at the slowdown threshold (89 °C)
+  hardware slowdown (``hw_thermal`` + ``hw_slowdown``: clocks halve). Demand above the
+  700 W limit is capped (``sw_power_cap``) with proportionally lower clocks. Less power
+  means a lower steady state, so a hot GPU settles around the threshold.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["GpuModel", "Load"]
+
+R_C_PER_W = 0.058
+TAU_S = 40.0
+IDLE_CLOCK_MHZ = 345
+MAX_CLOCK_MHZ = 1980
+MEM_CLOCK_MHZ = 3201
+GIB = 1024**3
+
+# nvmlClocksEventReason* bits
+GPU_IDLE = 0x1
+SW_POWER_CAP = 0x4
+HW_SLOWDOWN = 0x8
+SW_THERMAL = 0x20
+HW_THERMAL = 0x40
+
+
+@dataclass(frozen=True)
+class Load:
+    """What runs on a GPU this tick.
+
+    ``kind``: idle | training | inference; ``input_bound`` for training phases starved of
+    data; ``intensity`` a per-job factor around 1.0; ``tensor`` the job's tensor-pipe
+    activity in compute phases; ``busy`` for inference, the fraction of time serving.
+    """
+
+    kind: str = "idle"
+    input_bound: bool = False
+    intensity: float = 1.0
+    tensor: float = 0.6
+    busy: float = 0.5
+    memory_gib: float = 0.0
+
+
+IDLE = Load()
+
+
+class GpuModel:
+    """The simulated physics of one GPU. ``step`` returns the FakeGpu fields to set."""
+
+    __slots__ = (
+        "creep_end_q",
+        "creep_s",
+        "creep_start",
+        "gpu_max_c",
+        "hot_target_c",
+        "idle_w",
+        "inlet_c",
+        "limit_w",
+        "power_w",
+        "q",
+        "slowdown_c",
+        "temp_c",
+        "throttle",
+    )
+
+    def __init__(self, inlet_c: float, q: float, idle_w: float, temp_c: float) -> None:
+        self.inlet_c = inlet_c
+        self.q = q
+        self.idle_w = idle_w
+        self.temp_c = temp_c
+        self.power_w = idle_w
+        self.limit_w = 700.0
+        self.gpu_max_c = 87.0
+        self.slowdown_c = 89.0
+        self.hot_target_c: float | None = None
+        self.creep_start: float | None = None
+        self.creep_s = 0.0
+        self.creep_end_q = q
+        self.throttle = 1.0
+
+    def cooling(self, now: float) -> float:
+        """Cooling quality at sim time ``now`` (creeping GPUs lose it over time)."""
+        if self.creep_start is None:
+            return self.q
+        frac = min(max((now - self.creep_start) / max(self.creep_s, 1.0), 0.0), 1.0)
+        return self.q + (self.creep_end_q - self.q) * frac
+
+    def steady_state(self, power_w: float, now: float) -> float:
+        t_ss = self.inlet_c + R_C_PER_W * power_w / self.cooling(now)
+        if self.hot_target_c is not None:
+            load = max(0.0, power_w - self.idle_w) / max(self.limit_w - self.idle_w, 1.0)
+            t_ss = max(t_ss, self.hot_target_c + 5.0 * load)
+        return t_ss
+
+    def thermal_factor(self) -> tuple[float, int]:
+        """Clock factor and clock-event bits from the current temperature."""
+        t = self.temp_c
+        if t >= self.slowdown_c:
+            return 0.5, SW_THERMAL | HW_THERMAL | HW_SLOWDOWN
+        if t >= self.gpu_max_c:
+            return max(0.6, 1.0 - 0.2 * (t - self.gpu_max_c + 1.0)), SW_THERMAL
+        return 1.0, 0
+
+    def step(self, load: Load, dt: float, now: float, noise: float) -> dict[str, float | int]:
+        """Advance ``dt`` simulated seconds under ``load``; ``noise`` is uniform in [-1, 1]."""
+        f_th, reasons = self.thermal_factor()
+        idle = self.idle_w
+        if load.kind == "training":
+            if load.input_bound:
+                util, tensor, sm, occ = 100.0, 0.05, 0.22, 0.10
+                demand, mem_util = idle + 200.0 * load.intensity, 8.0
+            else:
+                util, tensor, sm, occ = 100.0, load.tensor, 0.92, 0.42
+                demand = idle + (load.tensor * 700.0 + 170.0) * load.intensity
+                mem_util = 40.0 + 20.0 * load.tensor
+        elif load.kind == "inference":
+            busy = min(max(load.busy + 0.08 * noise, 0.05), 1.0)
+            util, tensor, sm, occ = 100.0 * busy, 0.35 * busy, 0.75 * busy, 0.30 * busy
+            demand, mem_util = idle + 420.0 * busy * load.intensity, 55.0 * busy
+        else:
+            util, tensor, sm, occ, demand, mem_util = 0.0, 0.0, 0.0, 0.0, idle, 0.0
+        busy_gpu = load.kind != "idle"
+        demand *= 1.0 + 0.015 * noise
+        # Thermal slowdown scales the dynamic part of the power and the clocks.
+        power = idle + (demand - idle) * f_th
+        f_pow = 1.0
+        if power > self.limit_w:
+            f_pow = self.limit_w / power
+            power = self.limit_w * (0.995 + 0.004 * noise)
+            reasons |= SW_POWER_CAP
+        if busy_gpu:
+            clock = MAX_CLOCK_MHZ * f_th * (f_pow**0.5)
+            # Activity a slowed GPU does per second falls with its clock.
+            tensor *= f_th
+            sm = min(sm, 1.0)
+        else:
+            clock = IDLE_CLOCK_MHZ
+            reasons |= GPU_IDLE
+        self.power_w = power
+        # First-order thermal step toward the steady state at this power.
+        t_ss = self.steady_state(power, now)
+        self.temp_c = t_ss + (self.temp_c - t_ss) * math.exp(-max(dt, 0.0) / TAU_S)
+        temp = round(self.temp_c)
+        # Clocks and reasons as the GPU reports them now, at its new temperature.
+        f_new, thermal_bits = self.thermal_factor()
+        reasons = (reasons & ~(SW_THERMAL | HW_THERMAL | HW_SLOWDOWN)) | thermal_bits
+        if busy_gpu:
+            clock *= f_new / f_th
+        self.throttle = f_new
+        return {
+            "util_percent": round(min(max(util, 0.0), 100.0), 1),
+            "mem_util_percent": round(min(max(mem_util, 0.0), 100.0), 1),
+            "tensor_active": round(min(max(tensor, 0.0), 1.0), 4),
+            "hmma_active": round(min(max(tensor * 0.97, 0.0), 1.0), 4),
+            "sm_active": round(min(max(sm, 0.0), 1.0), 4),
+            "sm_occupancy": round(min(max(occ, 0.0), 1.0), 4),
+            "power_w": round(power, 1),
+            "sm_clock_mhz": int(clock // 15 * 15),
+            "temperature_c": temp,
+            "memory_temperature_c": temp + 3 + round(mem_util / 15.0),
+            "clock_event_reasons": reasons,
+            "memory_used_bytes": int(load.memory_gib * GIB),
+        }

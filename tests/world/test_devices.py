@@ -1,0 +1,527 @@
+"""The simulated devices: GPUs, HCAs, their exporters, faults and the sim's Prometheus.
+
+Every world here runs the cluster actors (nodes, kubelet) and the device actors at 60x;
+assertions poll with bounded waits. Wall-clock intervals are shortened through
+``WorldConfig.extra`` so the file stays well under a minute and a half.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
+
+from krea_ops.errors import BadInput
+from krea_ops.sim.world import faults as faults_module
+from krea_ops.sim.world.actor import WorldConfig
+from krea_ops.sim.world.fabric import IbTree
+from krea_ops.sim.world.faults import CAUSES, FailureActor, inject_fault
+from krea_ops.sim.world.thermal import GpuModel, Load
+from krea_ops.sim.world.world import SimWorld
+from tests.conftest import require_binary, wait_for
+
+MODULES = ("krea_ops.sim.world.cluster", "krea_ops.sim.world.devices")
+FAST = {
+    "devices_period_s": 15.0,  # a quarter of a wall second at 60x
+    "ib_flush_s": 0.3,
+    "gpm_interval_s": 0.5,
+    "scrape_interval_s": 1.0,
+    "slow_burners": False,
+}
+MERGE = "application/merge-patch+json"
+Samples = list[tuple[str, dict[str, str], float]]
+
+
+def scrape(url: str) -> Samples:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        text = resp.read().decode()
+    return [
+        (s.name, dict(s.labels), float(s.value))
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    ]
+
+
+def value(samples: Samples, name: str, **labels: str) -> float | None:
+    for n, lab, v in samples:
+        if n == name and all(lab.get(k) == want for k, want in labels.items()):
+            return v
+    return None
+
+
+def num(samples: Samples, name: str, **labels: str) -> float:
+    found = value(samples, name, **labels)
+    assert found is not None, (name, labels)
+    return found
+
+
+def values(samples: Samples, name: str, **labels: str) -> dict[str, float]:
+    """{gpu or device: value} of one metric."""
+    out = {}
+    for n, lab, v in samples:
+        if n == name and all(lab.get(k) == want for k, want in labels.items()):
+            out[lab.get("gpu") or lab.get("device") or ""] = v
+    return out
+
+
+def exporters(core: Any) -> dict[str, str]:
+    """The exporter map published in ConfigMap krea-ops/krea-ops-config."""
+    cm = core.read_namespaced_config_map("krea-ops-config", "krea-ops")
+    return dict(json.loads(cm.data["exporters"]))
+
+
+def run_pod(core: Any, name: str, node: str, kind: str, gpus: int, input_bound: bool) -> None:
+    core.create_namespaced_pod(
+        "training",
+        {
+            "metadata": {
+                "name": name,
+                "labels": {"krea.ai/workload": kind, "krea.ai/training": name},
+                "annotations": {"sim.krea.ai/input-bound": str(input_bound).lower()},
+            },
+            "spec": {
+                "nodeName": node,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "ghcr.io/krea-ai/trainer:test",
+                        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                    }
+                ],
+            },
+        },
+    )
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimWorld]:
+    config = WorldConfig(
+        nodes=5, speed=60, prometheus=False, failure_multiplier=0.0, extra=dict(FAST)
+    )
+    with SimWorld(config, tmp_path_factory.mktemp("world"), modules=MODULES) as w:
+        core = client.CoreV1Api(w.client)
+        wait_for(lambda: len(core.list_node().items) >= 5, timeout=20)
+        yield w
+
+
+@pytest.fixture(scope="module")
+def core(world: SimWorld) -> Any:
+    return client.CoreV1Api(world.client)
+
+
+@pytest.fixture(scope="module")
+def urls(world: SimWorld, core: Any) -> dict[str, str]:
+    return dict(wait_for(lambda: len(exporters(core)) == 5 and exporters(core), timeout=20))
+
+
+# -- exporters, load ---------------------------------------------------------------------
+
+
+def test_every_node_exporter_is_published_and_serves_gpu_and_ib(
+    world: SimWorld, urls: dict[str, str]
+) -> None:
+    assert sorted(urls) == [f"gpu-node-{i:03d}" for i in range(5)]
+    assert urls == world.world.services["devices"].exporter_urls()
+    for node, url in urls.items():
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/metrics")
+        s = scrape(url)
+        assert len(values(s, "krea_gpu_temperature_celsius", node=node)) == 8
+        assert len(values(s, "krea_ib_port_data_transmitted_bytes_total", node=node)) == 8
+        info = next(lab for n, lab, _ in s if n == "krea_ib_info")
+        assert info["hca_type"] == "MT4129" and info["node_guid"].count(":") == 3
+        assert value(s, "krea_ib_rate_bytes_per_second", device="mlx5_0") == 400e9 / 8
+        assert value(s, "krea_ib_state_id", device="mlx5_7") == 4.0
+        assert value(s, "krea_ib_physical_state_id", device="mlx5_7") == 5.0
+        assert value(s, "krea_exporter_collector_success", collector="infiniband") == 1.0
+        assert not [lab for n, lab, _ in s if n == "krea_ib_read_errors_total"]
+
+
+def test_gpu_and_ib_metrics_move_with_load(
+    world: SimWorld, core: Any, urls: dict[str, str]
+) -> None:
+    idle_before = scrape(urls["gpu-node-003"])
+    run_pod(core, "compute", "gpu-node-000", "training", 8, input_bound=False)
+    run_pod(core, "starved", "gpu-node-001", "training", 8, input_bound=True)
+
+    def loaded() -> Samples | None:
+        s = scrape(urls["gpu-node-000"])
+        tensor = value(s, "krea_gpu_tensor_active_ratio", gpu="7")
+        power = value(s, "krea_gpu_power_watts", gpu="7")
+        return s if tensor and tensor > 0.4 and power and power > 450 else None
+
+    busy = wait_for(loaded, timeout=20)
+    assert set(values(busy, "krea_gpu_utilization_ratio").values()) == {1.0}
+    assert all(0.4 < v <= 0.75 for v in values(busy, "krea_gpu_tensor_active_ratio").values())
+    assert all(v > 1.8e9 for v in values(busy, "krea_gpu_sm_clock_hertz").values())
+
+    # Input-bound: "GPU utilization" still reads 100 % but the tensor pipes are nearly idle.
+    def starved() -> Samples | None:
+        s = scrape(urls["gpu-node-001"])
+        tensor = values(s, "krea_gpu_tensor_active_ratio")
+        ok = len(tensor) == 8 and max(tensor.values()) < 0.15
+        return s if ok and set(values(s, "krea_gpu_utilization_ratio").values()) == {1.0} else None
+
+    starved_s = wait_for(starved, timeout=20)
+    assert max(values(starved_s, "krea_gpu_power_watts").values()) < 400
+
+    idle = scrape(urls["gpu-node-003"])
+    assert set(values(idle, "krea_gpu_utilization_ratio").values()) == {0.0}
+    assert max(values(idle, "krea_gpu_power_watts").values()) < 120
+    assert max(values(idle, "krea_gpu_temperature_celsius").values()) < 45
+    assert value(idle, "krea_gpu_clock_event_active", gpu="0", reason="gpu_idle") == 1.0
+    # A busy HCA moves gigabytes between scrapes, an idle one almost nothing.
+    t0 = values(busy, "krea_ib_port_data_transmitted_bytes_total")
+    i0 = values(idle_before, "krea_ib_port_data_transmitted_bytes_total")
+
+    def grew() -> bool:
+        t1 = values(scrape(urls["gpu-node-000"]), "krea_ib_port_data_transmitted_bytes_total")
+        return all(t1[d] - t0[d] > 1e10 for d in t0)
+
+    wait_for(grew, timeout=20)
+    i1 = values(scrape(urls["gpu-node-003"]), "krea_ib_port_data_transmitted_bytes_total")
+    assert all(i1[d] - i0[d] < 1e8 for d in i0)
+    # Training GPUs heat up: a first-order model, every GPU between 50 and 78 °C.
+    hot = wait_for(
+        lambda: (
+            (t := values(scrape(urls["gpu-node-000"]), "krea_gpu_temperature_celsius"))
+            and min(t.values()) > 50
+            and t
+        ),
+        timeout=20,
+    )
+    assert max(hot.values()) < 78
+
+
+# -- faults ------------------------------------------------------------------------------------
+
+
+def test_hot_gpu_climbs_past_78_and_reaches_slowdown(
+    world: SimWorld, core: Any, urls: dict[str, str]
+) -> None:
+    name = inject_fault(world.client, "hot-gpu", "gpu-node-002", gpu=3, value="88")
+    url = urls["gpu-node-002"]
+
+    def throttled() -> Samples | None:
+        s = scrape(url)
+        temp = value(s, "krea_gpu_temperature_celsius", gpu="3")
+        sw = value(s, "krea_gpu_clock_event_active", gpu="3", reason="sw_thermal")
+        return s if temp is not None and temp > 78 and sw == 1.0 else None
+
+    s = wait_for(throttled, timeout=20)
+    assert num(s, "krea_gpu_temperature_celsius", gpu="3") >= 87
+    assert num(s, "krea_gpu_slowdown_margin_celsius", gpu="3") <= 2
+    others = values(s, "krea_gpu_temperature_celsius")
+    del others["3"]
+    assert max(others.values()) < 60
+    assert all(
+        value(s, "krea_gpu_clock_event_active", gpu=g, reason="sw_thermal") == 0.0 for g in others
+    )
+    cm = core.read_namespaced_config_map(name, "krea-sim")
+    assert cm.metadata.labels["sim.krea.ai/fault"] == "true"
+    assert cm.data == {
+        "kind": "hot-gpu",
+        "node": "gpu-node-002",
+        "gpu": "3",
+        "value": "88",
+        "source": "inject",
+    }
+    assert cm.metadata.annotations["sim.krea.ai/applied"]
+    # Deleting the fault ends it: the GPU cools back down.
+    core.delete_namespaced_config_map(name, "krea-sim")
+    wait_for(
+        lambda: num(scrape(url), "krea_gpu_temperature_celsius", gpu="3") < 60,
+        timeout=20,
+    )
+
+
+def test_ib_counters_only_grow_and_a_flap_goes_down_then_up(
+    world: SimWorld, core: Any, urls: dict[str, str]
+) -> None:
+    url = urls["gpu-node-001"]
+    before = scrape(url)
+    name = inject_fault(world.client, "ib-flap", "gpu-node-001", value="2")
+
+    def down() -> Samples | None:
+        s = scrape(url)
+        return s if value(s, "krea_ib_state_id", device="mlx5_2") == 1.0 else None
+
+    s_down = wait_for(down, timeout=10, interval=0.05)
+    assert value(s_down, "krea_ib_physical_state_id", device="mlx5_2") == 3.0
+    info = next(
+        lab for n, lab, _ in s_down if n == "krea_ib_port_info" and lab["device"] == "mlx5_2"
+    )
+    assert (info["state"], info["phys_state"]) == ("1: DOWN", "3: Disabled")
+    downed = num(s_down, "krea_ib_link_downed_total", device="mlx5_2")
+    assert downed == num(before, "krea_ib_link_downed_total", device="mlx5_2") + 1
+    # The flap lasts 180 simulated seconds: three wall seconds at 60x.
+    s_up = wait_for(
+        lambda: (s := scrape(url)) and value(s, "krea_ib_state_id", device="mlx5_2") == 4.0 and s,
+        timeout=15,
+        interval=0.1,
+    )
+    assert value(s_up, "krea_ib_physical_state_id", device="mlx5_2") == 5.0
+    assert value(s_up, "krea_ib_link_downed_total", device="mlx5_2") == downed
+    ann = core.read_namespaced_config_map(name, "krea-sim").metadata.annotations
+    wait_for(
+        lambda: core.read_namespaced_config_map(name, "krea-sim").metadata.annotations.get(
+            "sim.krea.ai/resolved"
+        ),
+        timeout=10,
+    )
+    assert ann["sim.krea.ai/resolve-at"] >= ann["sim.krea.ai/applied"]
+
+    # Every counter series only grows (PMA counters saturate, they never wrap or reset).
+    series: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for _ in range(4):
+        for node in ("gpu-node-000", "gpu-node-001"):
+            for n, lab, v in scrape(urls[node]):
+                if n.startswith("krea_ib_") and n.endswith("_total"):
+                    key = (n, tuple(sorted(lab.items())))
+                    assert v >= series.get(key, 0.0), key
+                    series[key] = v
+        time.sleep(0.4)
+    assert all(v <= 2**64 for v in series.values())
+
+
+def test_gpu_lost_is_gpu_up_0_xid_79_and_a_failed_node(
+    world: SimWorld, core: Any, urls: dict[str, str]
+) -> None:
+    name = inject_fault(world.client, "gpu-lost", "gpu-node-003", gpu=5)
+    url = urls["gpu-node-003"]
+
+    def lost() -> Samples | None:
+        s = scrape(url)
+        return s if value(s, "krea_gpu_up", gpu="5") == 0.0 else None
+
+    s = wait_for(lost, timeout=10)
+    assert value(s, "krea_gpu_down_info", gpu="5", reason="gpu_is_lost") == 1.0
+    assert value(s, "krea_gpu_up", gpu="4") == 1.0
+    s = wait_for(
+        lambda: (
+            (s := scrape(url)) and value(s, "krea_gpu_xid_errors_total", gpu="5", xid="79") and s
+        ),
+        timeout=10,
+    )
+    assert value(s, "krea_gpu_xid_errors_total", gpu="5", xid="79") == 1.0
+    wait_for(
+        lambda: (
+            (core.read_node("gpu-node-003").metadata.annotations or {}).get("sim.krea.ai/failed")
+            == "gpu-lost"
+        ),
+        timeout=10,
+    )
+    ann = core.read_namespaced_config_map(name, "krea-sim").metadata.annotations
+    assert ann["sim.krea.ai/applied"] and ann["sim.krea.ai/resolve-at"]
+    assert world.world.services["devices"].gpu("gpu-node-003", 5).lost
+
+
+def test_crash_takes_the_host_down_until_repaired(
+    world: SimWorld, core: Any, urls: dict[str, str]
+) -> None:
+    inject_fault(world.client, "crash", "gpu-node-004", value="host", repair_s=240)
+
+    def failed() -> str | None:
+        return (core.read_node("gpu-node-004").metadata.annotations or {}).get("sim.krea.ai/failed")
+
+    assert wait_for(lambda: failed() == "host", timeout=10)
+
+    def unreachable() -> bool:
+        try:
+            scrape(urls["gpu-node-004"])
+        except (urllib.error.URLError, ConnectionError):
+            return True
+        return False
+
+    wait_for(unreachable, timeout=10)
+    # Repaired after 240 simulated seconds: the annotation goes, the exporter is back.
+    wait_for(lambda: failed() is None, timeout=15)
+    back = wait_for(lambda: exporters(core).get("gpu-node-004"), timeout=10)
+    assert value(scrape(back), "krea_gpu_up", gpu="0") == 1.0
+
+
+def test_inject_rejects_unknown_kinds_nodes_and_values(world: SimWorld) -> None:
+    api = world.client
+    with pytest.raises(BadInput, match=r"unknown fault 'meteor': choose one of hot-gpu"):
+        inject_fault(api, "meteor", "gpu-node-000")
+    with pytest.raises(BadInput, match=r"no node 'gpu-node-999' in the cluster"):
+        inject_fault(api, "crash", "gpu-node-999")
+    with pytest.raises(BadInput, match=r"has 8 GPUs: --gpu must be 0-7"):
+        inject_fault(api, "hot-gpu", "gpu-node-000", gpu=8)
+    with pytest.raises(BadInput, match=r"hot-gpu --value is a temperature"):
+        inject_fault(api, "hot-gpu", "gpu-node-000", value="warm")
+    with pytest.raises(BadInput, match=r"ib-flap --value is the HCA index"):
+        inject_fault(api, "ib-flap", "gpu-node-000", value="-1")
+    with pytest.raises(BadInput) as info:
+        inject_fault(api, "crash", "gpu-node-000", value="Bad Cause!")
+    assert "\n" not in str(info.value)
+
+
+def test_nvlink_errors_fault_counts_per_link(
+    world: SimWorld, core: Any, urls: dict[str, str]
+) -> None:
+    inject_fault(world.client, "nvlink-errors", "gpu-node-000", gpu=6, value="11")
+    url = urls["gpu-node-000"]
+
+    def climbing() -> Samples | None:
+        s = scrape(url)
+        replay = value(s, "krea_nvlink_errors_total", gpu="6", link="11", counter="replay")
+        return s if replay and replay > 10 else None
+
+    s = wait_for(climbing, timeout=15)
+    assert value(s, "krea_nvlink_errors_total", gpu="6", link="11", counter="crc_flit")
+    assert value(s, "krea_nvlink_errors_total", gpu="6", link="10", counter="replay") == 0.0
+    assert value(s, "krea_nvlink_errors_total", gpu="5", link="11", counter="replay") == 0.0
+
+
+# -- models without a world ---------------------------------------------------------------------
+
+
+def test_thermal_model_settles_and_slows_down() -> None:
+    gpu = GpuModel(inlet_c=27.0, q=1.0, idle_w=75.0, temp_c=30.0)
+    train = Load(kind="training", tensor=0.6, memory_gib=120)
+    for _ in range(40):
+        fields = gpu.step(train, 15.0, 0.0, 0.0)
+    assert 60 <= int(fields["temperature_c"]) <= 70
+    assert fields["util_percent"] == 100.0 and fields["clock_event_reasons"] == 0
+    starved = gpu.step(Load(kind="training", input_bound=True), 15.0, 0.0, 0.0)
+    assert starved["util_percent"] == 100.0 and float(starved["tensor_active"]) < 0.1
+    # Poor cooling: past 78 °C under load; a failed fan: held at the slowdown threshold.
+    weak = GpuModel(inlet_c=27.0, q=0.66, idle_w=75.0, temp_c=30.0)
+    for _ in range(40):
+        fields = weak.step(train, 15.0, 0.0, 0.0)
+    assert 78 < int(fields["temperature_c"]) < 87
+    weak.hot_target_c = 88.0
+    for _ in range(40):
+        fields = weak.step(train, 15.0, 0.0, 0.0)
+    assert 87 <= int(fields["temperature_c"]) <= 92
+    assert int(fields["clock_event_reasons"]) & 0x20  # sw_thermal
+    assert int(fields["sm_clock_mhz"]) < 1900
+
+
+def test_ib_files_are_rewritten_in_place_and_saturate(tmp_path: Path) -> None:
+    tree = IbTree(tmp_path, "gpu-node-000", 2, seed=1, keep_fds=True)
+    path = tmp_path / "class/infiniband/mlx5_1/ports/1/counters/port_xmit_wait"
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        inode = os.fstat(fd).st_ino
+        port = tree.ports[1]
+        start = int(os.pread(fd, 64, 0))
+        port.add("port_xmit_wait", 1000.4)
+        tree.flush()
+        assert int(os.pread(fd, 64, 0)) == start + 1000
+        port.add("port_xmit_wait", 2.0**40)
+        tree.flush()
+        assert os.pread(fd, 64, 0) == b"4294967295\n"  # 32-bit: saturates, never wraps
+        assert os.stat(path).st_ino == inode
+        port.set_link(False)
+        state = (tmp_path / "class/infiniband/mlx5_1/ports/1/state").read_text()
+        assert state == "1: DOWN\n"
+        port.set_link(True)
+        assert (tmp_path / "class/infiniband/mlx5_1/ports/1/phys_state").read_text() == (
+            "5: LinkUp\n"
+        )
+    finally:
+        os.close(fd)
+        tree.close()
+    # A second run continues the counters where the first left them.
+    again = IbTree(tmp_path, "gpu-node-000", 2, seed=1, keep_fds=False)
+    assert again.ports[1].value("port_xmit_wait") == 2**32 - 1
+    again.close()
+
+
+def test_random_failures_follow_the_rate_and_the_llama3_causes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    created: list[tuple[str, str, dict[str, Any]]] = []
+
+    def fake_inject(api: Any, kind: str, node: str, **kw: Any) -> str:
+        created.append((kind, node, kw))
+        return f"f{len(created)}"
+
+    monkeypatch.setattr(faults_module, "inject_fault", fake_inject)
+
+    class Clock:
+        t = 0.0
+
+        def time(self) -> float:
+            return self.t
+
+    class Service:
+        lemon = "gpu-node-001"
+
+        def failure_candidates(self) -> list[str]:
+            return [f"gpu-node-{i:03d}" for i in range(100)]
+
+    class FakeWorld:
+        config = WorldConfig(nodes=100, failure_multiplier=10.0)
+        clock = Clock()
+        client = None
+        stop = None
+
+        def rng(self, name: str) -> random.Random:
+            return random.Random(f"0:{name}")
+
+    w: Any = FakeWorld()
+    actor = FailureActor(w, Service())  # type: ignore[arg-type]
+    actor.tick()
+    days = 30
+    for _ in range(days * 24):
+        w.clock.t += 3600.0
+        actor.tick()
+    # 6.5 x 10 failures per 1,000 node-days on 100 nodes (one lemon at 10x) for 30 days.
+    expected = 65.0 / 1000 * (99 + 10) * days
+    assert abs(len(created) - expected) < 4 * math.sqrt(expected)
+    kinds = {kind for kind, _, _ in created}
+    assert kinds <= {"gpu-lost", "crash"}
+    share_gpu_lost = sum(1 for k, _, _ in created if k == "gpu-lost") / len(created)
+    llama = 148 / sum(c.weight for c in CAUSES)
+    assert abs(share_gpu_lost - llama) < 0.1
+    assert all(kw["source"] == "random" and kw["repair_s"] > 0 for _, _, kw in created)
+    lemon = sum(1 for _, node, _ in created if node == "gpu-node-001")
+    assert lemon >= 3  # ~20 expected; an ordinary node sees ~2
+
+
+# -- the sim's Prometheus ----------------------------------------------------------------------
+
+
+def test_sim_prometheus_scrapes_the_exporters(tmp_path: Path) -> None:
+    require_binary("prometheus")
+    from prometheus_api_client import PrometheusConnect
+
+    config = WorldConfig(nodes=2, speed=60, prometheus=True, failure_multiplier=0.0, extra=FAST)
+    with SimWorld(config, tmp_path, modules=MODULES) as w:
+        core = client.CoreV1Api(w.client)
+
+        def published() -> str | None:
+            try:
+                cm = core.read_namespaced_config_map("krea-ops-config", "krea-ops")
+            except client.ApiException:
+                return None
+            return (cm.data or {}).get("prometheusURL")
+
+        url = wait_for(published, timeout=30)
+        assert url == w.world.services["devices"].prometheus_url
+        assert url.startswith("http://127.0.0.1:")
+        prom = PrometheusConnect(url=url, disable_ssl=True)
+        query = 'krea_gpu_temperature_celsius{node="gpu-node-001",gpu="0"}'
+        result = wait_for(lambda: prom.custom_query(query), timeout=30, interval=0.5)
+        assert 15 < float(result[0]["value"][1]) < 95
+        up = wait_for(
+            lambda: len(r := prom.custom_query('up{job="krea-exporter"} == 1')) == 2 and r,
+            timeout=15,
+            interval=0.5,
+        )
+        assert sorted(r["metric"]["node"] for r in up) == ["gpu-node-000", "gpu-node-001"]
+        proc = w.world.services["devices"].prometheus.proc
+    assert proc.poll() is not None  # stopped with the world
