@@ -75,12 +75,27 @@ def test_objects_survive_kill_9_and_versions_keep_rising(tmp_path) -> None:  # t
         assert proc.wait(timeout=10) == 0
 
 
-def test_world_mode_is_refused_until_it_exists() -> None:
-    result = cli("sim", "serve", "--nodes", "4")
+def test_bad_world_parameters_are_refused() -> None:
+    result = cli("sim", "serve", "--nodes", "0")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "error: the simulated GPU world (nodes, GPUs, Kueue, kubelets) is not built yet; run "
-        "`krea-ops sim serve --api-only`"
+        "error: --nodes and --gpus-per-node must be >= 1 and --speed > 0"
+    ]
+
+
+def test_inject_rejects_an_unknown_fault_kind() -> None:
+    result = cli("sim", "inject", "meteor", "gpu-node-001")
+    assert result.returncode == 2
+    assert "unknown fault 'meteor'" in result.stderr
+
+
+def test_inject_without_a_cluster_is_one_line_exit_2(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    result = cli(
+        "--kubeconfig", str(tmp_path / "missing"), "sim", "inject", "crash", "gpu-node-001"
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: kubeconfig {tmp_path / 'missing'} does not exist"
     ]
 
 
