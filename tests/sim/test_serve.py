@@ -104,3 +104,45 @@ def test_unwritable_state_is_bad_input(tmp_path) -> None:  # type: ignore[no-unt
     blocker.write_text("x")
     result = cli("sim", "serve", "--api-only", "--state", str(blocker / "sub"))
     assert result.returncode == 2 and "not a writable directory" in result.stderr
+
+
+def test_world_mode_prints_exporters_and_stops_cleanly(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "commands",
+            "sim",
+            "serve",
+            "--nodes",
+            "3",
+            "--speed",
+            "60",
+            "--seed",
+            "5",
+            "--state",
+            str(tmp_path / "state"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "KREA_OPS_CONFIG": "/nonexistent"},
+    )
+    try:
+        assert proc.stdout is not None
+        lines = []
+        while not lines or not lines[-1].startswith("try:"):
+            line = proc.stdout.readline()
+            assert line, "".join(lines) + proc.stderr.read()
+            lines.append(line)
+        exporters = [ln for ln in lines if ln.startswith("exporter gpu-node-")]
+        assert len(exporters) == 3
+        assert any(ln.startswith("world: 3 nodes x 8 GPUs, speed 60.0x, seed 5") for ln in lines)
+        kubeconfig = next(ln.split()[-1] for ln in lines if ln.startswith("kubeconfig:"))
+        core = _core(kubeconfig)
+        names = [n.metadata.name for n in core.list_node().items]
+        assert {"gpu-node-000", "gpu-node-001", "gpu-node-002"} <= set(names)
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
