@@ -22,6 +22,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from krea_ops.sim.validation import go_quote, is_qualified_name, is_valid_label_value
+
 __all__ = [
     "FIELD_SELECTORS",
     "FieldSelector",
@@ -46,36 +48,6 @@ class SelectorError(ValueError):
 
 # -- Go formatting helpers ----------------------------------------------------------------
 
-_GO_ESCAPES = {
-    "\a": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-    '"': '\\"',
-    "\\": "\\\\",
-}
-
-
-def go_quote(s: str) -> str:
-    """``strconv.Quote`` / ``fmt.Sprintf("%q", s)``."""
-    out = ['"']
-    for ch in s:
-        if ch in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[ch])
-        elif ch.isprintable():
-            out.append(ch)
-        elif ord(ch) < 0x80:
-            out.append(f"\\x{ord(ch):02x}")
-        elif ord(ch) < 0x10000:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(f"\\U{ord(ch):08x}")
-    out.append('"')
-    return "".join(out)
-
 
 def _go_string_slice(values: list[str] | None) -> str:
     """``fmt.Sprintf("%#v", []string{...})``."""
@@ -99,97 +71,6 @@ def _aggregate(errors: list[str]) -> str:
     if len(seen) == 1:
         return seen[0]
     return "[" + ", ".join(seen) + "]"
-
-
-# -- apimachinery/pkg/util/validation (v1.32 wording) -------------------------------------
-
-_QUALIFIED_NAME_FMT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-_QUALIFIED_NAME_RE = re.compile("^" + _QUALIFIED_NAME_FMT + "$")
-_QUALIFIED_NAME_ERR = (
-    "must consist of alphanumeric characters, '-', '_' or '.', and must "
-    "start and end with an alphanumeric character"
-)
-_LABEL_VALUE_FMT = "(" + _QUALIFIED_NAME_FMT + ")?"
-_LABEL_VALUE_RE = re.compile("^" + _LABEL_VALUE_FMT + "$")
-_LABEL_VALUE_ERR = (
-    "a valid label must be an empty string or consist of alphanumeric "
-    "characters, '-', '_' or '.', and must start and end with an alphanumeric "
-    "character"
-)
-_DNS1123_LABEL_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN_FMT = _DNS1123_LABEL_FMT + "(\\." + _DNS1123_LABEL_FMT + ")*"
-_DNS1123_SUBDOMAIN_RE = re.compile("^" + _DNS1123_SUBDOMAIN_FMT + "$")
-_DNS1123_SUBDOMAIN_ERR = (
-    "a lowercase RFC 1123 subdomain must consist of lower case "
-    "alphanumeric characters, '-' or '.', and must start and end with an "
-    "alphanumeric character"
-)
-
-
-def _regex_error(msg: str, fmt: str, *examples: str) -> str:
-    if not examples:
-        return msg + " (regex used for validation is '" + fmt + "')"
-    msg += " (e.g. "
-    for i, example in enumerate(examples):
-        if i > 0:
-            msg += " or "
-        msg += "'" + example + "', "
-    return msg + "regex used for validation is '" + fmt + "')"
-
-
-def _max_len_error(length: int) -> str:
-    return f"must be no more than {length} characters"
-
-
-def _is_dns1123_subdomain(value: str) -> list[str]:
-    errs = []
-    if len(value.encode()) > 253:
-        errs.append(_max_len_error(253))
-    if not _DNS1123_SUBDOMAIN_RE.match(value):
-        errs.append(_regex_error(_DNS1123_SUBDOMAIN_ERR, _DNS1123_SUBDOMAIN_FMT, "example.com"))
-    return errs
-
-
-def is_qualified_name(value: str) -> list[str]:
-    """``validation.IsQualifiedName``: the syntax of a label key."""
-    errs: list[str] = []
-    parts = value.split("/")
-    if len(parts) == 1:
-        name = parts[0]
-    elif len(parts) == 2:
-        prefix, name = parts
-        if not prefix:
-            errs.append("prefix part must be non-empty")
-        else:
-            errs.extend("prefix part " + m for m in _is_dns1123_subdomain(prefix))
-    else:
-        return [
-            "a qualified name "
-            + _regex_error(_QUALIFIED_NAME_ERR, _QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc")
-            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
-        ]
-    if not name:
-        errs.append("name part must be non-empty")
-    elif len(name.encode()) > 63:
-        errs.append("name part " + _max_len_error(63))
-    if not _QUALIFIED_NAME_RE.match(name):
-        errs.append(
-            "name part "
-            + _regex_error(_QUALIFIED_NAME_ERR, _QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc")
-        )
-    return errs
-
-
-def is_valid_label_value(value: str) -> list[str]:
-    """``validation.IsValidLabelValue``."""
-    errs = []
-    if len(value.encode()) > 63:
-        errs.append(_max_len_error(63))
-    if not _LABEL_VALUE_RE.match(value):
-        errs.append(
-            _regex_error(_LABEL_VALUE_ERR, _LABEL_VALUE_FMT, "MyValue", "my_value", "12345")
-        )
-    return errs
 
 
 _INT64_RE = re.compile(r"^[+-]?[0-9]+$")

@@ -1448,10 +1448,12 @@ def _max_len_error(n: int) -> str:
 
 
 def _regex_error(msg: str, fmt: str, *examples: str) -> str:
+    """apimachinery's ``RegexError``, quirks included: each example is followed by
+    ``', '`` and joined with ``' or '`` (so ``'a',  or 'b', regex used ...``)."""
     if not examples:
         return f"{msg} (regex used for validation is '{fmt}')"
-    shown = " or ".join(f"'{e}'" for e in examples)
-    return f"{msg} (e.g. {shown}, regex used for validation is '{fmt}')"
+    shown = " or ".join(f"'{e}', " for e in examples)
+    return f"{msg} (e.g. {shown}regex used for validation is '{fmt}')"
 
 
 def _fullmatch(regex: re.Pattern[str], value: str) -> bool:
@@ -1472,7 +1474,7 @@ def is_dns1123_label(value: str) -> list[str]:
 
 def is_dns1123_subdomain(value: str) -> list[str]:
     errs = []
-    if len(value) > 253:
+    if len(value.encode()) > 253:
         errs.append(_max_len_error(253))
     if not _fullmatch(_DNS1123_SUBDOMAIN_RE, value):
         errs.append(_regex_error(_DNS1123_SUBDOMAIN_ERR, _DNS1123_SUBDOMAIN_FMT, "example.com"))
@@ -1514,7 +1516,7 @@ def is_qualified_name(value: str) -> list[str]:
         ]
     if not name:
         errs.append("name part must be non-empty")
-    elif len(name) > 63:
+    elif len(name.encode()) > 63:  # Go's len counts bytes
         errs.append("name part " + _max_len_error(63))
     if not _fullmatch(_QUALIFIED_NAME_RE, name):
         errs.append(
@@ -1526,7 +1528,7 @@ def is_qualified_name(value: str) -> list[str]:
 
 def is_valid_label_value(value: str) -> list[str]:
     errs = []
-    if len(value) > 63:
+    if len(value.encode()) > 63:  # Go's len counts bytes
         errs.append(_max_len_error(63))
     if not _fullmatch(_LABEL_VALUE_RE, value):
         errs.append(

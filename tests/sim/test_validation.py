@@ -830,12 +830,12 @@ def test_name_rules() -> None:
     assert validate_name("a.b", "dns1123-label") == ["must not contain dots"]
     assert validate_name("-a", "dns1123-label") == [
         "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
-        "and must start and end with an alphanumeric character (e.g. 'my-name' or '123-abc', "
+        "and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "
         "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
     ]
     assert validate_name("1abc", "dns1035-label") == [
         "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with "
-        "an alphabetic character, and end with an alphanumeric character (e.g. 'my-name' or "
+        "an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or "
         "'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
     ]
     assert validate_name("..", "path-segment") == ["may not be '..'"]
@@ -868,7 +868,7 @@ def test_label_value_too_long_and_bad_key() -> None:
             "metadata.labels",
             'Invalid value: "bad key": name part must consist of alphanumeric '
             "characters, '-', '_' or '.', and must start and end with an alphanumeric "
-            "character (e.g. 'MyName' or 'my.name' or '123-abc', regex used for "
+            "character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
             "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
         ),
     ]

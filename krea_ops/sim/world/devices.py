@@ -128,6 +128,19 @@ def _core(api_client: Any) -> Any:
     return client.CoreV1Api(api_client)
 
 
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when the simulator dies, even by SIGKILL (Linux), so a
+    killed simulator never leaves its Prometheus running."""
+    try:
+        import ctypes
+        import signal as _signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, _signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 @dataclass(frozen=True)
 class PodLoad:
     key: str
@@ -540,6 +553,7 @@ class Prometheus:
                 stdout=log,
                 stderr=log,
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         finally:
             log.close()
