@@ -3,6 +3,7 @@ simulated GPU cluster world acting on it."""
 
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 import threading
@@ -88,6 +89,11 @@ def serve(
         if prometheus:
             print(f"prometheus: {prometheus}", flush=True)
     print(f"try: KUBECONFIG={sim.kubeconfig} kubectl get namespaces", flush=True)
+    # A long-lived server holding every object in memory: keep the start-up heap out of
+    # the collector and make full collections rare (each one walks every stored object).
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 1000)
 
     stop = threading.Event()
 

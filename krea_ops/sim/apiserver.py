@@ -710,14 +710,21 @@ class ApiServer:
         return labels, fields
 
     def _matching(
-        self, rt: ResourceType, ns: str, labels: LabelSelector, fields: FieldSelector
+        self,
+        rt: ResourceType,
+        ns: str,
+        labels: LabelSelector,
+        fields: FieldSelector,
+        after: tuple[str, str] | None = None,
     ) -> tuple[list[Entry], int]:
         name = fields.exact("metadata.name")
         if name is not None and ns:
             entry = self.store.get(rt.key, ns, name)
+            if entry is not None and after is not None and (ns, name) <= after:
+                entry = None
             entries, rv = ([entry] if entry else []), self.store.rv
         else:
-            entries, rv = self.store.list(rt.key, ns or None)
+            entries, rv = self.store.list(rt.key, ns or None, after=after)
         if labels.empty and fields.empty:
             return entries, rv
         return [
@@ -728,14 +735,13 @@ class ApiServer:
 
     def _list(self, req: Request, rt: ResourceType, ns: str) -> Response:
         labels, fields = self._selectors(req, rt)
-        entries, rv = self._matching(rt, ns, labels, fields)
         limit = _int_param(req.query, "limit")
         token = req.query.get("continue")
-        list_meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        start = token_rv = None
         if token:
             token_rv, start = _decode_continue(token)
-            list_meta["resourceVersion"] = str(token_rv)
-            entries = [e for e in entries if _key_of(e.obj) > start]
+        entries, rv = self._matching(rt, ns, labels, fields, after=start)
+        list_meta: dict[str, Any] = {"resourceVersion": str(token_rv or rv)}
         if limit and limit > 0 and len(entries) > limit:
             remaining = len(entries) - limit
             entries = entries[:limit]
@@ -1414,7 +1420,12 @@ class ApiServer:
                 return False
             return labels.matches(meta.get("labels")) and fields.matches(obj)
 
-        def encode(event_type: str, obj: dict[str, Any]) -> bytes:
+        reuse_text = not table and (not rt.is_custom or rt.version == rt.storage_version)
+
+        def encode(event_type: str, obj: dict[str, Any], text: str | None = None) -> bytes:
+            if text is not None and reuse_text:
+                # The stored JSON is already the served form: splice it, don't re-encode.
+                return f'{{"type":"{event_type}","object":{text}}}\n'.encode()
             out = (
                 self._table(req, rt, [obj])
                 if table and event_type != "BOOKMARK"
@@ -1432,7 +1443,7 @@ class ApiServer:
                 if start_rv is None or initial:
                     for entry in entries:
                         if matches(entry.obj):
-                            yield encode("ADDED", entry.obj)
+                            yield encode("ADDED", entry.obj, entry.text)
                     if initial:
                         yield encode(
                             "BOOKMARK",
@@ -1462,18 +1473,16 @@ class ApiServer:
                         continue
                     now_in, was_in = matches(change.obj), matches(change.prev)
                     if change.type == "ADDED" and now_in:
-                        yield encode("ADDED", change.obj)
+                        yield encode("ADDED", change.obj, change.text)
                     elif change.type == "DELETED" and (now_in or was_in):
-                        yield encode("DELETED", change.obj)
+                        yield encode("DELETED", change.obj, change.text)
                     elif change.type == "MODIFIED":
                         if now_in and was_in:
-                            yield encode("MODIFIED", change.obj)
+                            yield encode("MODIFIED", change.obj, change.text)
                         elif now_in:
-                            yield encode("ADDED", change.obj)
+                            yield encode("ADDED", change.obj, change.text)
                         elif was_in:
-                            yield encode("DELETED", change.obj)
-                if not changes:
-                    last = max(last, self.store.rv) if not changes else last
+                            yield encode("DELETED", change.obj, change.text)
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
                     return

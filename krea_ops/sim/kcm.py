@@ -44,6 +44,9 @@ class ControllerManager:
         self._queue: queue.Queue[tuple[ResourceType, dict[str, Any], bool] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="sim-kcm", daemon=True)
         self._stop = threading.Event()
+        # Pods being deleted gracefully, so the sweep does not list every pod each second;
+        # None until the first sweep has looked at all pods (e.g. after a restart).
+        self._terminating: set[tuple[str, str]] | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -103,8 +106,13 @@ class ControllerManager:
             self._finish_namespace(obj)
         if rt.group == "" and rt.kind == "Pod":
             self._sync_budgets(meta.get("namespace", ""))
+            key = (meta.get("namespace", ""), meta.get("name", ""))
             if meta.get("deletionTimestamp") and not deleted:
+                if self._terminating is not None:
+                    self._terminating.add(key)
                 self._finish_pod(obj)
+            elif self._terminating is not None:
+                self._terminating.discard(key)
         if rt.group == "policy" and rt.kind == "PodDisruptionBudget" and not deleted:
             self._sync_budgets(meta.get("namespace", ""))
         if meta.get("namespace"):
@@ -253,8 +261,17 @@ class ControllerManager:
 
     def _sweep_pods(self) -> None:
         server = self._server
-        for entry in server.store.list("/pods")[0]:
-            if entry.obj["metadata"].get("deletionTimestamp"):
+        if self._terminating is None:
+            self._terminating = {
+                (e.obj["metadata"].get("namespace", ""), e.obj["metadata"]["name"])
+                for e in server.store.list("/pods")[0]
+                if e.obj["metadata"].get("deletionTimestamp")
+            }
+        for ns, name in list(self._terminating):
+            entry = server.store.get("/pods", ns, name)
+            if entry is None:
+                self._terminating.discard((ns, name))
+            elif entry.obj["metadata"].get("deletionTimestamp"):
                 self._finish_pod(entry.obj)
 
     def _sync_budgets(self, ns: str) -> None:
@@ -262,8 +279,11 @@ class ControllerManager:
         rt = server.registry.storage("policy/poddisruptionbudgets")
         if rt is None or not ns:
             return
+        budgets = server.store.list(rt.key, ns)[0]
+        if not budgets:
+            return  # no budget here: nothing to recompute for this pod change
         with server.store.lock:
-            for entry in server.store.list(rt.key, ns)[0]:
+            for entry in budgets:
                 status = server.pdb_status(entry.obj)
                 if _status_core(status) == _status_core(entry.obj.get("status")):
                     continue

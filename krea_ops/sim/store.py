@@ -10,6 +10,7 @@ from where they stopped. One global resourceVersion sequence orders all writes; 
 
 from __future__ import annotations
 
+import bisect
 import builtins
 import json
 import sqlite3
@@ -91,6 +92,7 @@ class Store:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
         self._objects: dict[str, dict[tuple[str, str], Entry]] = {}
+        self._sorted: dict[str, builtins.list[tuple[str, str]]] = {}
         self._history: deque[Change] = deque(maxlen=history)
         self._closed = False
         row = self._db.execute("SELECT value FROM meta WHERE key='rv'").fetchone()
@@ -111,15 +113,28 @@ class Store:
     def get(self, rkey: str, namespace: str, name: str) -> Entry | None:
         return self._objects.get(rkey, {}).get((namespace, name))
 
-    def list(self, rkey: str, namespace: str | None = None) -> tuple[list[Entry], int]:
-        """Entries sorted by (namespace, name), and the resourceVersion of the list."""
+    def _sorted_keys(self, rkey: str) -> builtins.list[tuple[str, str]]:
+        """The keys of a kind in (namespace, name) order, re-sorted only after a create or
+        delete of that kind (updates keep the order)."""
+        keys = self._sorted.get(rkey)
+        if keys is None:
+            keys = self._sorted[rkey] = sorted(self._objects.get(rkey, {}))
+        return keys
+
+    def list(self, rkey: str, namespace: str | None = None,
+             after: tuple[str, str] | None = None) -> tuple[builtins.list[Entry], int]:
+        """Entries sorted by (namespace, name), optionally only one namespace and only keys
+        after ``after`` (a continue token's last key), and the list's resourceVersion."""
         with self.lock:
             bucket = self._objects.get(rkey, {})
-            if namespace is None:
-                keys = sorted(bucket)
-            else:
-                keys = sorted(k for k in bucket if k[0] == namespace)
-            return [bucket[k] for k in keys], self._rv
+            keys = self._sorted_keys(rkey)
+            lo, hi = 0, len(keys)
+            if namespace is not None:
+                lo = bisect.bisect_left(keys, (namespace, ""))
+                hi = bisect.bisect_left(keys, (namespace + "\x00", ""))
+            if after is not None:
+                lo = max(lo, bisect.bisect_right(keys, after))
+            return [bucket[k] for k in keys[lo:hi]], self._rv
 
     def count(self, rkey: str) -> int:
         return len(self._objects.get(rkey, {}))
@@ -172,7 +187,10 @@ class Store:
         bucket = self._objects.setdefault(rkey, {})
         if change_type == "DELETED":
             bucket.pop((ns, name), None)
+            self._sorted.pop(rkey, None)
         else:
+            if (ns, name) not in bucket:
+                self._sorted.pop(rkey, None)
             bucket[(ns, name)] = entry
         self._history.append(
             Change(rv, change_type, rkey, ns, name, obj, text, prev.obj if prev else None)
