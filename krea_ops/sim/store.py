@@ -121,8 +121,9 @@ class Store:
             keys = self._sorted[rkey] = sorted(self._objects.get(rkey, {}))
         return keys
 
-    def list(self, rkey: str, namespace: str | None = None,
-             after: tuple[str, str] | None = None) -> tuple[builtins.list[Entry], int]:
+    def list(
+        self, rkey: str, namespace: str | None = None, after: tuple[str, str] | None = None
+    ) -> tuple[builtins.list[Entry], int]:
         """Entries sorted by (namespace, name), optionally only one namespace and only keys
         after ``after`` (a continue token's last key), and the list's resourceVersion."""
         with self.lock:
