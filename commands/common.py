@@ -23,3 +23,10 @@ def settings_from(ctx: typer.Context, **flags: Any) -> Settings:
     merged: dict[str, Any] = dict(ctx.obj or {}) if isinstance(ctx.obj, dict) else {}
     merged.update({k: v for k, v in flags.items() if v is not None})
     return load_settings(merged)
+
+
+def cluster_from(settings: Settings) -> Any:
+    """The ``Cluster`` reader for the configured kubeconfig/context (not yet contacted)."""
+    from krea_ops.kube.cluster import connect
+
+    return connect(settings.kubeconfig, settings.context)

@@ -25,3 +25,11 @@ class BadInput(KreaError):
     """The operator asked for something that cannot be done as given (exit code 2)."""
 
     exit_code = EXIT_BAD_INPUT
+
+
+class Unavailable(KreaError):
+    """Something the command reads from is not there or refused: an API server that does
+    not answer, a Prometheus that is down, RBAC that forbids a list, a CRD that is not
+    installed (exit code 1). The message names the part and the fix."""
+
+    exit_code = EXIT_FAILED

@@ -55,6 +55,44 @@ class Settings:
     exporter_fake_gpus: int = field(
         default=8, metadata=_doc("number of simulated GPUs for --gpu-backend fake")
     )
+    # --- telemetry (krea_ops/telemetry) ---
+    telemetry_window_s: float = field(
+        default=300.0,
+        metadata=_doc("window for counter rates and sustained temperature, seconds"),
+    )
+    telemetry_stale_s: float = field(
+        default=120.0,
+        metadata=_doc("a node's readings older than this are unknown, not healthy, seconds"),
+    )
+    telemetry_timeout_s: float = field(
+        default=10.0, metadata=_doc("timeout of one Prometheus query or exporter scrape, s")
+    )
+    telemetry_scrape_gap_s: float = field(
+        default=1.0,
+        metadata=_doc("without Prometheus: gap between the two direct scrapes rates need, s"),
+    )
+    # --- health policy (krea_ops/health.py) ---
+    health_hot_c: float = field(
+        default=78.0, metadata=_doc("GPU temperature that throttles a run, deg C (BAD)")
+    )
+    health_warm_c: float = field(
+        default=75.0, metadata=_doc("GPU temperature worth a look, deg C (SUSPECT)")
+    )
+    health_slowdown_margin_c: float = field(
+        default=5.0, metadata=_doc("slowdown margin below this is SUSPECT, deg C")
+    )
+    health_nvlink_errors_bad: float = field(
+        default=100.0,
+        metadata=_doc("NVLink recovery+CRC errors in the window that make a GPU BAD"),
+    )
+    health_ib_symbol_errors_bad: float = field(
+        default=100.0,
+        metadata=_doc("IB symbol/receive errors in the window that make a port BAD"),
+    )
+    health_xmit_wait_ratio_suspect: float = field(
+        default=0.2,
+        metadata=_doc("IB xmit wait as a fraction of time that is SUSPECT (congestion)"),
+    )
 
 
 def config_path(env: Mapping[str, str] | None = None) -> Path:

@@ -1,0 +1,233 @@
+"""Frozen snapshot dataclasses shared by the core, the CLI and the dashboard.
+
+Rules every producer follows:
+
+* A value the source did not report, or that is too old to trust, is ``None`` (never 0).
+* Units are in the field names (``_c``, ``_w``, ``_bytes``, ``_ratio`` 0-1, ``_per_s``).
+* Timestamps are Unix seconds (float); ages are seconds before ``collected_at``.
+* Counter rates are per second over the telemetry window; ``_increase`` fields are the
+  increase over that window (``None`` when fewer than two samples fell in it).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+class Severity(enum.IntEnum):
+    """Ordered so that ``max()`` gives the worst. UNKNOWN ranks above SUSPECT: a node we
+    cannot see needs a look before one that is merely suspicious, but it is not BAD."""
+
+    OK = 0
+    SUSPECT = 1
+    UNKNOWN = 2
+    BAD = 3
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One rule that fired: ``code`` is stable (``gpu_hot``, ``ib_symbol_errors``...),
+    ``message`` is one human sentence with the numbers in it."""
+
+    severity: Severity
+    code: str
+    message: str
+    gpu: int | None = None  # the GPU it is about, if any
+    port: str | None = None  # "mlx5_0/1" or "gpu3/link7", if any
+
+
+@dataclass(frozen=True)
+class Verdict:
+    severity: Severity
+    reasons: tuple[Reason, ...] = ()
+
+    @staticmethod
+    def of(reasons: tuple[Reason, ...] | list[Reason]) -> Verdict:
+        rs = tuple(sorted(reasons, key=lambda r: (-r.severity, r.code, r.gpu or 0)))
+        return Verdict(max((r.severity for r in rs), default=Severity.OK), rs)
+
+    @property
+    def summary(self) -> str:
+        return "; ".join(r.message for r in self.reasons)
+
+
+OK_VERDICT = Verdict(Severity.OK, ())
+
+
+# --- telemetry -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    node: str
+    index: int
+    uuid: str | None = None
+    model: str | None = None
+    pci_bus_id: str | None = None
+    up: bool | None = None  # False: fell off the bus / reset required
+    down_reason: str | None = None
+    temperature_c: float | None = None
+    # lowest temperature over the window: above the hot threshold means *sustained*
+    temperature_min_window_c: float | None = None
+    memory_temperature_c: float | None = None
+    slowdown_margin_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    sm_clock_hz: float | None = None
+    util_ratio: float | None = None  # NVML "GPU utilization": busy time, not efficiency
+    tensor_active_ratio: float | None = None
+    sm_active_ratio: float | None = None
+    memory_used_bytes: float | None = None
+    memory_total_bytes: float | None = None
+    # clock-event reasons active now (``sw_thermal``, ``hw_power_brake`` ...); None unknown
+    clock_events: frozenset[str] | None = None
+    xid_last: int | None = None
+    # XID code -> events in the window
+    xid_increase: Mapping[int, float] | None = None
+    ecc_uncorrected_increase: float | None = None
+    row_remap_pending: bool | None = None
+    row_remap_failed: bool | None = None
+    # summed over the GPU's links, per counter (replay, recovery, crc_flit, crc_data)
+    nvlink_errors_total: float | None = None
+    nvlink_error_increase: Mapping[str, float] | None = None
+    sampled_at: float | None = None
+
+
+@dataclass(frozen=True)
+class NvLinkSample:
+    node: str
+    gpu: int
+    link: int
+    up: bool | None = None
+    # counter (replay, recovery, crc_flit, crc_data) -> value
+    errors_total: Mapping[str, float] = field(default_factory=dict)
+    error_rate_per_s: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"gpu{self.gpu}/link{self.link}"
+
+
+@dataclass(frozen=True)
+class IbPortSample:
+    node: str
+    device: str
+    port: str
+    state: str | None = None  # "ACTIVE", "DOWN" ...
+    phys_state: str | None = None  # "LinkUp", "Polling" ...
+    rate_bytes_per_s: float | None = None  # link speed
+    rx_bytes_per_s: float | None = None
+    tx_bytes_per_s: float | None = None
+    xmit_wait_per_s: float | None = None  # ticks per second the port had data but no credit
+    # counter (symbol_error, link_downed, link_error_recovery, port_rcv_errors,
+    # port_rcv_remote_physical_errors, port_xmit_discards, local_link_integrity_errors,
+    # excessive_buffer_overrun_errors) -> value since the counter was last cleared
+    errors_total: Mapping[str, float] = field(default_factory=dict)
+    error_rate_per_s: Mapping[str, float] = field(default_factory=dict)
+    error_increase: Mapping[str, float] = field(default_factory=dict)
+    saturated: frozenset[str] = frozenset()  # counters stuck at all-ones
+
+    @property
+    def name(self) -> str:
+        return f"{self.device}/{self.port}"
+
+
+@dataclass(frozen=True)
+class NodeTelemetry:
+    node: str
+    # None: no data at all for this node; False: its exporter is down (scrape failed)
+    exporter_up: bool | None = None
+    last_sample_at: float | None = None  # newest sample time for this node
+    age_s: float | None = None  # collected_at - last_sample_at
+    stale: bool = False  # older than the staleness limit: readings were dropped
+    error: str | None = None  # why there is no data (scrape error text)
+    gpus: tuple[GpuSample, ...] = ()
+    nvlinks: tuple[NvLinkSample, ...] = ()
+    ib_ports: tuple[IbPortSample, ...] = ()
+
+
+@dataclass(frozen=True)
+class FleetTelemetry:
+    source: str  # "prometheus http://..." or "scrape (N exporters)" or "none"
+    collected_at: float
+    window_s: float
+    nodes: Mapping[str, NodeTelemetry] = field(default_factory=dict)
+    # source-level problems (Prometheus down, a query failed): one line each
+    errors: tuple[str, ...] = ()
+    # metric dialects found: "krea", "dcgm", "node_exporter"
+    dialects: frozenset[str] = frozenset()
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+# --- cluster ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str | None
+    effect: str
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A Kubernetes node as the console needs it."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    ready: bool | None = None  # None: condition missing or Unknown
+    ready_reason: str | None = None
+    gpu_capacity: int | None = None
+    gpu_allocatable: int | None = None
+    virtual: bool = False  # a virtual-kubelet node
+    created_at: float | None = None
+
+    @property
+    def schedulable(self) -> bool:
+        return (
+            not self.unschedulable
+            and self.ready is True
+            and not any(t.effect in ("NoSchedule", "NoExecute") for t in self.taints)
+        )
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    namespace: str
+    name: str
+    node: str | None
+    phase: str | None
+    gpus: int = 0  # nvidia.com/gpu requested (limits, else requests), all containers
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    owner: str | None = None  # "Kind/name" of the controller
+    created_at: float | None = None
+    started_at: float | None = None
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What ``nodes list`` / ``nodes show`` and the dashboard's fleet rows show."""
+
+    info: NodeInfo
+    telemetry: NodeTelemetry | None
+    verdict: Verdict
+    pods: tuple[PodInfo, ...] | None = None  # only filled for ``nodes show``
