@@ -30,3 +30,21 @@ def cluster_from(settings: Settings) -> Any:
     from krea_ops.kube.cluster import connect
 
     return connect(settings.kubeconfig, settings.context)
+
+
+def open_telemetry(settings: Settings, cluster: Any) -> tuple[Any | None, str | None]:
+    """The telemetry source, or (None, the one-line reason there is none)."""
+    from krea_ops.telemetry import open_source
+
+    from krea_ops.errors import Unavailable
+
+    try:
+        return open_source(settings, cluster), None
+    except Unavailable as exc:
+        return None, str(exc)
+
+
+def health_policy(settings: Settings) -> Any:
+    from krea_ops.health import HealthPolicy
+
+    return HealthPolicy.from_settings(settings)

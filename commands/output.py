@@ -9,14 +9,16 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
 import yaml
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 
 class OutputFormat(StrEnum):
@@ -37,14 +39,42 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+Formatter = Callable[[Any], str]
+Styler = Callable[[dict[str, Any]], str | None]
+
+
+def color_wanted() -> bool:
+    """Colour only on a terminal, and never with NO_COLOR set (no-color.org)."""
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+
+def _csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, list | tuple):
+        return "; ".join(str(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return value
+
+
 def render(
     rows: Sequence[dict[str, Any]],
     fmt: OutputFormat,
     *,
     columns: Sequence[str] | None = None,
     wide_columns: Sequence[str] | None = None,
+    headers: Mapping[str, str] | None = None,
+    formats: Mapping[str, Formatter] | None = None,
+    styles: Mapping[str, Styler] | None = None,
+    color: bool | None = None,
 ) -> str:
-    """Render rows; ``columns`` picks the table view, ``wide_columns`` the wide one."""
+    """Render rows; ``columns`` picks the table view, ``wide_columns`` the wide one.
+
+    Tables only: ``headers`` renames columns (default KEY in upper case), ``formats``
+    turns a value into text (units, percentages; ``None`` is always ``-``), ``styles``
+    gives a Rich style for a cell from its row (colour that carries meaning). ``color``
+    defaults to ``color_wanted()``: plain text when piped."""
     if fmt is OutputFormat.json:
         return json.dumps(list(rows), indent=2, sort_keys=False) + "\n"
     if fmt is OutputFormat.yaml:
@@ -55,18 +85,34 @@ def render(
         writer = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore")
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: "" if row.get(k) is None else row.get(k) for k in keys})
+            writer.writerow({k: _csv_cell(row.get(k)) for k in keys})
         return buf.getvalue()
     shown = list(wide_columns or keys) if fmt is OutputFormat.wide else list(columns or keys)
-    table = Table(box=None, pad_edge=False, header_style="bold")
+    headers = headers or {}
+    formats = formats or {}
+    styles = styles or {}
+    use_color = color_wanted() if color is None else color
+    table = Table(box=None, pad_edge=False, header_style="bold" if use_color else "")
     for key in shown:
-        table.add_column(key.upper())
+        table.add_column(headers.get(key, key.upper()), no_wrap=True)
     for row in rows:
-        table.add_row(*(_cell(row.get(k)) for k in shown))
-    console = Console(file=io.StringIO(), width=200, force_terminal=False, color_system=None)
+        cells: list[Any] = []
+        for k in shown:
+            value = row.get(k)
+            text = "-" if value is None else (formats[k](value) if k in formats else _cell(value))
+            style = styles[k](row) if (use_color and k in styles) else None
+            cells.append(Text(text, style=style or ""))
+        table.add_row(*cells)
+    console = Console(
+        file=io.StringIO(),
+        width=400,
+        force_terminal=use_color,
+        color_system="standard" if use_color else None,
+        highlight=False,
+    )
     console.print(table)
-    out = console.file.getvalue()  # type: ignore[attr-defined]
-    return str(out)
+    out = str(console.file.getvalue())  # type: ignore[attr-defined]
+    return "\n".join(line.rstrip() for line in out.split("\n"))
 
 
 def emit(text: str) -> None:
