@@ -25,7 +25,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -392,7 +392,11 @@ class ApiServer:
         bookmark_interval_s: float = 60.0,
         kubelet_lease_timeout_s: float = 40.0,
         clock: Any = None,
+        users: Mapping[str, tuple[str, Sequence[str]]] | None = None,
+        policies: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
+        """``users`` (token -> user, groups) and ``policies`` (ABAC) add credentials
+        besides the admin ``token``; see ``krea_ops.sim.authz``."""
         # Every timestamp the server writes comes from clock() (a UTC datetime): wall time,
         # or the simulated world's clock so ages and leases follow simulated time.
         self.clock = clock or wall_clock
@@ -400,6 +404,9 @@ class ApiServer:
         self.store = Store(db, history=history)
         self.registry = Registry()
         self.token = token
+        from krea_ops.sim.authz import Authorizer
+
+        self.authorizer = Authorizer(users or {}, policies or [])
         self.bookmark_interval_s = bookmark_interval_s
         self.kubelet_lease_timeout_s = kubelet_lease_timeout_s
         self._closing = threading.Event()
@@ -471,8 +478,16 @@ class ApiServer:
         if req.path in ("/healthz", "/readyz", "/livez", "/version"):
             return
         auth = req.headers.get("authorization", "")
-        if auth != f"Bearer {self.token}":
+        if auth == f"Bearer {self.token}":
+            return
+        found = self.authorizer.user(auth.removeprefix("Bearer ")) if auth else None
+        if found is None:
             raise ApiError(401, "Unauthorized", "Unauthorized")
+        from krea_ops.sim.authz import attributes
+
+        user, groups = found
+        req.user = user
+        self.authorizer.check(user, groups, attributes(req.method, req.path, req.query))
 
     def _route(self, req: Request) -> Response | WatchStream:
         parts = [p for p in req.path.split("/") if p]
