@@ -1,0 +1,115 @@
+"""Credentials with less than admin: static tokens and ABAC policies on the simulator,
+seen through the official client and kubectl as a real server's 403s."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from krea_ops.sim.authz import policies_from_rbac
+from krea_ops.sim.http import write_kubeconfig
+from krea_ops.sim.local import LocalApiServer
+from tests.conftest import ROOT, require_binary
+
+POD_READER = {
+    "apiVersion": "abac.authorization.kubernetes.io/v1beta1",
+    "kind": "Policy",
+    "spec": {
+        "user": "alice",
+        "namespace": "team-a",
+        "resource": "pods",
+        "apiGroup": "*",
+        "readonly": True,
+    },
+}
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[LocalApiServer]:
+    reader_docs = list(yaml.safe_load_all((ROOT / "deploy/rbac/reader.yaml").read_text()))
+    s = LocalApiServer(
+        tmp_path / "state",
+        users={"alice-token": ("alice", ["devs"]), "bob-token": ("bob", ["krea-ops:readers"])},
+        policies=[POD_READER, *policies_from_rbac(reader_docs, "krea-ops:readers")],
+    )
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def as_user(s: LocalApiServer, token: str) -> client.ApiClient:
+    cfg = client.Configuration()
+    cfg.host = s.url
+    cfg.api_key = {"authorization": f"Bearer {token}"}
+    cfg.ssl_ca_cert = str(s.ca_cert)
+    return client.ApiClient(cfg)
+
+
+def test_policies_allow_and_deny_with_the_real_wording(server: LocalApiServer) -> None:
+    admin = client.CoreV1Api(server.api_client())
+    admin.create_namespace({"metadata": {"name": "team-a"}})
+    admin.create_namespaced_pod(
+        "team-a", {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    )
+    alice = client.CoreV1Api(as_user(server, "alice-token"))
+    assert [p.metadata.name for p in alice.list_namespaced_pod("team-a").items] == ["p"]
+    with pytest.raises(ApiException) as denied:
+        alice.list_node()
+    assert denied.value.status == 403
+    body = json.loads(denied.value.body)
+    assert body["reason"] == "Forbidden"
+    assert body["message"] == (
+        'nodes is forbidden: User "alice" cannot list resource "nodes" in API group "" at the '
+        "cluster scope"
+    )
+    with pytest.raises(ApiException) as ro:
+        alice.delete_namespaced_pod("p", "team-a")
+    assert (
+        ro.value.status == 403
+        and 'cannot delete resource "pods"' in json.loads(ro.value.body)["message"]
+    )
+    with pytest.raises(ApiException) as other_ns:
+        alice.list_namespaced_pod("default")
+    assert 'in the namespace "default"' in json.loads(other_ns.value.body)["message"]
+    with pytest.raises(ApiException) as unknown:
+        client.CoreV1Api(as_user(server, "nobody")).list_node()
+    assert unknown.value.status == 401
+
+
+def test_the_reader_role_reads_but_never_writes(server: LocalApiServer) -> None:
+    bob = as_user(server, "bob-token")
+    assert client.CoreV1Api(bob).list_node().items == []
+    assert (
+        client.CustomObjectsApi(bob).list_cluster_custom_object(
+            "kueue.x-k8s.io", "v1beta2", "clusterqueues"
+        )["items"]
+        == []
+    )
+    with pytest.raises(ApiException) as denied:
+        client.CoreV1Api(bob).patch_node("n", {"spec": {"unschedulable": True}})
+    assert denied.value.status == 403
+    with pytest.raises(ApiException):
+        client.CoreV1Api(bob).list_secret_for_all_namespaces()
+
+
+def test_kubectl_sees_the_same_forbidden(server: LocalApiServer, tmp_path: Path) -> None:
+    kubectl = require_binary("kubectl")
+    kubeconfig = write_kubeconfig(
+        tmp_path / "alice", server.url, "alice-token", server.ca_cert.read_bytes()
+    )
+    out = subprocess.run(
+        [kubectl, "--kubeconfig", str(kubeconfig), "get", "nodes"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 1
+    assert 'nodes is forbidden: User "alice" cannot list resource "nodes"' in out.stderr
