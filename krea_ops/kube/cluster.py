@@ -10,6 +10,7 @@ RBAC that forbids the list, a CRD that is not installed.
 from __future__ import annotations
 
 import calendar
+import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -153,7 +154,9 @@ class Cluster:
         except ApiException as exc:
             raise self._api_error(what, exc) from None
         except (ValueError, TypeError) as exc:
-            raise Unavailable(f"{what}: the API server sent a body that is not JSON ({exc})") from None
+            raise Unavailable(
+                f"{what}: the API server sent a body that is not JSON ({exc})"
+            ) from None
         except Exception as exc:  # urllib3 connection/timeout errors, ssl errors
             reason = getattr(exc, "reason", None) or exc
             raise Unavailable(
@@ -163,10 +166,8 @@ class Cluster:
 
     def _api_error(self, what: str, exc: Any) -> Exception:
         message = ""
-        try:
+        with contextlib.suppress(ValueError, AttributeError):
             message = json.loads(exc.body or "{}").get("message", "")
-        except (ValueError, AttributeError):
-            pass
         if exc.status == 401:
             return Unavailable(
                 f"the API server at {self.host} refused the credentials ({what}); "
