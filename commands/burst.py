@@ -1,0 +1,273 @@
+"""``krea-ops burst``: inference that burst to external GPU providers through
+virtual-kubelet nodes: where it runs, what it costs so far."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import typer
+
+from commands.common import OutputOption, cluster_from, settings_from
+from commands.output import OutputFormat, emit, render
+from krea_ops.burst.status import BurstPod, BurstStatus, VirtualNode, burst_status
+
+app = typer.Typer(
+    no_args_is_help=True,
+    help="Inference burst to external GPU providers (virtual-kubelet nodes).",
+)
+
+NO_VIRTUAL_NODES = "no virtual-kubelet nodes in the cluster (bursting is not set up)"
+
+NODE_COLUMNS = ("node", "status", "provider", "gpus", "pods", "paused")
+NODE_WIDE_COLUMNS = (*NODE_COLUMNS, "allocatable", "taints", "detected_by", "usage_updated")
+PROVIDER_COLUMNS = ("provider", "pods", "gpus", "gpu-h", "usd", "usd/gpu-h")
+PROVIDER_WIDE_COLUMNS = ("node", *PROVIDER_COLUMNS, "capacity", "source")
+POD_COLUMNS = ("pod", "phase", "gpus", "provider", "age", "gpu-h", "usd")
+POD_WIDE_COLUMNS = (
+    "namespace",
+    "pod",
+    "owner",
+    "node",
+    "phase",
+    "gpus",
+    "provider",
+    "usd/gpu-h",
+    "placed",
+    "age",
+    "gpu-h",
+    "usd",
+)
+# csv: one row per pod on a virtual node (nested lists do not fit in columns).
+POD_CSV_KEYS = (
+    "node",
+    "namespace",
+    "name",
+    "owner",
+    "phase",
+    "gpus",
+    "provider",
+    "usd_per_gpu_hour",
+    "placed_at",
+    "ended_at",
+    "gpu_hours",
+    "cost_usd",
+    "age_s",
+)
+
+
+# -- machine shapes ---------------------------------------------------------------------
+
+
+def iso(t: float | None) -> str | None:
+    """Unix seconds as ISO-8601 UTC (``2026-11-29T21:00:00Z``)."""
+    if t is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return round(value, digits) if value is not None else None
+
+
+def pod_row(pod: BurstPod) -> dict[str, Any]:
+    return {
+        "namespace": pod.namespace,
+        "name": pod.name,
+        "owner": pod.owner,
+        "phase": pod.phase,
+        "gpus": pod.gpus,
+        "provider": pod.provider,
+        "usd_per_gpu_hour": pod.usd_per_gpu_hour,
+        "placed_at": iso(pod.placed_at),
+        "ended_at": iso(pod.ended_at),
+        "gpu_hours": _round(pod.gpu_hours, 4),
+        "cost_usd": _round(pod.cost_usd, 4),
+        "age_s": int(pod.age_s) if pod.age_s is not None else None,
+    }
+
+
+def node_row(node: VirtualNode, report: BurstStatus) -> dict[str, Any]:
+    return {
+        "node": node.name,
+        "detected_by": node.detected_by,
+        "provider": node.provider,
+        "ready": node.ready,
+        "ready_reason": node.ready_reason,
+        "cordoned": node.cordoned,
+        "gpu_capacity": node.gpu_capacity,
+        "gpu_allocatable": node.gpu_allocatable,
+        "paused": node.paused,
+        "pause_reason": node.pause_reason,
+        "taints": [
+            {"key": t.key, "value": t.value, "effect": t.effect, "owner": t.owner}
+            for t in node.taints
+        ],
+        "providers": [
+            {
+                "provider": p.provider,
+                "pods": p.pods,
+                "gpus_in_use": p.gpus_in_use,
+                "gpu_hours": _round(p.gpu_hours, 4),
+                "cost_usd": _round(p.cost_usd, 4),
+                "usd_per_gpu_hour": p.usd_per_gpu_hour,
+                "capacity_gpus": p.capacity_gpus,
+                "source": p.source,
+            }
+            for p in node.providers
+        ],
+        "pods": [pod_row(p) for p in node.pods],
+        "usage_updated_at": iso(node.usage_updated_at),
+        "pending_inference_pods": report.pending_inference_pods,
+        "collected_at": iso(report.collected_at),
+    }
+
+
+def status_rows(report: BurstStatus) -> list[dict[str, Any]]:
+    """The ``-o json``/``yaml`` shape: one object per virtual node (docs/cli.md)."""
+    return [node_row(n, report) for n in report.nodes]
+
+
+# -- tables -------------------------------------------------------------------------------
+
+
+def money(value: float | None) -> str | None:
+    return f"{value:,.2f}" if value is not None else None
+
+
+def age(seconds: float | None) -> str | None:
+    """Compact age like kubectl's: 45s, 12m, 3h05m, 2d04h."""
+    if seconds is None:
+        return None
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def _node_status(node: VirtualNode) -> str:
+    text = {True: "Ready", False: "NotReady", None: "Unknown"}[node.ready]
+    return f"{text},SchedulingDisabled" if node.cordoned else text
+
+
+def _table(
+    title: str,
+    rows: Sequence[dict[str, Any]],
+    fmt: OutputFormat,
+    columns: Sequence[str],
+    wide_columns: Sequence[str],
+) -> str:
+    return f"{title}\n" + render(rows, fmt, columns=columns, wide_columns=wide_columns)
+
+
+def status_tables(report: BurstStatus, fmt: OutputFormat) -> str:
+    many = len(report.nodes) > 1
+    node_rows = [
+        {
+            "node": n.name,
+            "status": _node_status(n),
+            "provider": n.provider,
+            "gpus": n.gpu_capacity,
+            "pods": sum(1 for p in n.pods if p.active),
+            "paused": "yes" if n.paused else "no",
+            "allocatable": n.gpu_allocatable,
+            "taints": ",".join(
+                f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
+                for t in n.taints
+            )
+            or None,
+            "detected_by": n.detected_by,
+            "usage_updated": iso(n.usage_updated_at),
+        }
+        for n in report.nodes
+    ]
+    provider_rows = [
+        {
+            "node": n.name,
+            "provider": p.provider,
+            "pods": p.pods,
+            "gpus": p.gpus_in_use,
+            "gpu-h": money(p.gpu_hours),
+            "usd": money(p.cost_usd),
+            "usd/gpu-h": money(p.usd_per_gpu_hour),
+            "capacity": p.capacity_gpus,
+            "source": p.source,
+        }
+        for n in report.nodes
+        for p in n.providers
+    ]
+    pod_rows = [
+        {
+            "namespace": p.namespace,
+            "pod": p.name,
+            "owner": p.owner,
+            "node": n.name,
+            "phase": p.phase,
+            "gpus": p.gpus,
+            "provider": p.provider,
+            "usd/gpu-h": money(p.usd_per_gpu_hour),
+            "placed": iso(p.placed_at),
+            "age": age(p.age_s),
+            "gpu-h": money(p.gpu_hours),
+            "usd": money(p.cost_usd),
+        }
+        for n in report.nodes
+        for p in n.pods
+    ]
+    provider_columns = ("node", *PROVIDER_COLUMNS) if many else PROVIDER_COLUMNS
+    pod_columns = ("node", *POD_COLUMNS) if many else POD_COLUMNS
+    parts = [_table("VIRTUAL NODES", node_rows, fmt, NODE_COLUMNS, NODE_WIDE_COLUMNS)]
+    if provider_rows:
+        parts.append(
+            _table("PROVIDERS", provider_rows, fmt, provider_columns, PROVIDER_WIDE_COLUMNS)
+        )
+    if pod_rows:
+        parts.append(_table("PODS", pod_rows, fmt, pod_columns, POD_WIDE_COLUMNS))
+    else:
+        parts.append("PODS\nno pods on virtual nodes\n")
+    notes: list[str] = []
+    for n in report.nodes:
+        if n.paused:
+            notes.append(
+                f"bursting is PAUSED on {n.name}: {n.pause_reason or 'no reason given'} "
+                "(no new placements; running pods stay)"
+            )
+    notes.append(f"inference pods pending with no node: {report.pending_inference_pods}")
+    return "\n".join(parts) + "\n" + "\n".join(notes) + "\n"
+
+
+# -- the command --------------------------------------------------------------------------
+
+
+@app.command("status")
+def status(ctx: typer.Context, output: OutputFormat = OutputOption) -> None:
+    """Virtual nodes, their taints, the pods on them, provider and cost so far.
+
+    The table shows the virtual nodes, one summary line per provider
+    and the pods; wide adds taints, owners and placement times.
+    json and yaml: one object per virtual node with its taints,
+    providers and pods (shape in docs/cli.md). csv: one row per pod.
+    """
+    settings = settings_from(ctx)
+    cluster = cluster_from(settings)
+    try:
+        report = burst_status(cluster)
+    finally:
+        cluster.api.close()
+    if output in (OutputFormat.json, OutputFormat.yaml):
+        emit(render(status_rows(report), output))
+        return
+    if output is OutputFormat.csv:
+        rows = [{"node": n.name, **pod_row(p)} for n in report.nodes for p in n.pods]
+        emit(render(rows, output, columns=POD_CSV_KEYS))
+        return
+    if not report.nodes:
+        print(NO_VIRTUAL_NODES, file=sys.stderr)
+        return
+    emit(status_tables(report, output))
