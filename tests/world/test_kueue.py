@@ -30,11 +30,12 @@ from krea_ops.sim.world.training import (
 )
 from krea_ops.sim.world.world import SimWorld
 from tests.conftest import wait_for
+from tests.training.dcp_fixture import write_dcp_checkpoint
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
+
 JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 MODULES = ("krea_ops.sim.world.cluster", "krea_ops.sim.world.kueue")
-
 
 # -- checkpoints on disk (pure) ---------------------------------------------------------
 
@@ -75,12 +76,12 @@ def test_latest_complete_checkpoint_on_hand_made_dirs(tmp_path: Path) -> None:
     assert not checkpoint_complete(broken)
     assert latest_complete_checkpoint(tmp_path) == (200, done)
 
-    # a real DCP .metadata is a pickle: its presence is what commits the checkpoint
-    real = tmp_path / "step-600"
-    real.mkdir()
-    (real / "__0_0.distcp").write_bytes(b"\0" * 16)
-    (real / ".metadata").write_bytes(b"\x80\x04\x95 pickled Metadata")
+    # a real DCP .metadata is a pickle: it commits the checkpoint when it reads as DCP
+    # Metadata (without torch, by a restricted unpickler) and its shards are all there
+    real = write_dcp_checkpoint(tmp_path / "step-600")
     assert latest_complete_checkpoint(tmp_path) == (600, real)
+    (real / ".metadata").write_bytes(b"\x80\x04\x95 pickled Metadata")  # garbage
+    assert latest_complete_checkpoint(tmp_path) == (200, done)
     (real / ".metadata").write_bytes(b"")  # empty marker: a torn write
     assert latest_complete_checkpoint(tmp_path) == (200, done)
 

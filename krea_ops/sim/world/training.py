@@ -3,6 +3,9 @@ their pods write.
 
 ``dit_jobset_manifest`` and ``latest_complete_checkpoint`` are pure functions of the
 core, for the product's ``train launch`` / ``train checkpoints`` / ``train resume`` too.
+Whether a checkpoint is complete is decided by the product's own check
+(``krea_ops.training.checkpoints``), which reads this module's JSON ``.metadata`` as well
+as real DCP's pickled one.
 
 Checkpoints follow PyTorch DCP as torchtitan lays it out: ``<dir>/step-<N>/`` holds one
 shard per rank, ``__<rank>_0.distcp``, and a ``.metadata`` file that rank 0 writes last
@@ -26,7 +29,6 @@ import hashlib
 import json
 import math
 import os
-import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,9 +55,8 @@ from krea_ops.sim.world.jobs import (
     phase,
     pod_requests,
 )
+from krea_ops.training.checkpoints import METADATA, STEP_DIR, inspect_checkpoint
 
-METADATA = ".metadata"
-STEP_DIR = re.compile(r"^step-(\d+)$")
 WORKLOAD_LABEL = "krea.ai/workload"
 CHECKPOINT_DIR_ANNOTATION = "krea.ai/checkpoint-dir"
 RESUME_FROM_ANNOTATION = "krea.ai/resume-from"
@@ -75,31 +76,11 @@ def shard_name(rank: int) -> str:
 
 
 def checkpoint_complete(step_dir: Path | str) -> bool:
-    """DCP's commit check: ``.metadata`` exists; when it lists its files (ours do), every
-    file exists with at least ``offset + length`` bytes."""
-    step_dir = Path(step_dir)
-    marker = step_dir / METADATA
-    try:
-        if not marker.is_file() or marker.stat().st_size == 0:
-            return False
-        raw = marker.read_bytes()
-    except OSError:
-        return False
-    try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, ValueError):
-        return True  # a real DCP .metadata is a pickle: its presence commits the checkpoint
-    storage = doc.get("storage_data") if isinstance(doc, dict) else None
-    if not isinstance(storage, dict):
-        return True
-    for fname, loc in storage.items():
-        try:
-            need = int(loc.get("offset", 0)) + int(loc.get("length", 0))
-            if (step_dir / fname).stat().st_size < need:
-                return False
-        except (OSError, AttributeError, TypeError, ValueError):
-            return False
-    return True
+    """DCP's commit check, the product's own (``krea_ops.training.checkpoints``), so the
+    simulator and ``krea-ops train checkpoints`` never disagree on "complete":
+    ``.metadata`` exists and is readable, and every file it lists exists with at least
+    ``offset + length`` bytes."""
+    return inspect_checkpoint(step_dir).complete
 
 
 def list_checkpoints(path: Path | str) -> list[tuple[int, Path, bool]]:

@@ -1,0 +1,269 @@
+"""``krea-ops train``: DiT pre-training runs: their checkpoints on disk and how often to
+take them (``launch`` and ``resume`` join this group later)."""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from commands.common import OutputOption
+from commands.output import OutputFormat, emit, render
+from krea_ops.training.advice import Advice, IntervalCost, advise
+from krea_ops.training.checkpoints import Checkpoint, discover
+
+app = typer.Typer(
+    no_args_is_help=True,
+    help="DiT pre-training runs: checkpoints on disk and checkpoint-interval advice.",
+)
+
+CHECKPOINT_COLUMNS = ("path", "step", "modified_at", "size_bytes", "complete", "reason")
+CHECKPOINT_WIDE = (
+    "path",
+    "format",
+    "step",
+    "modified_at",
+    "size_bytes",
+    "complete",
+    "tracker",
+    "reason",
+    "note",
+)
+TABLE_WIDTH = 80
+
+
+# -- formatting ------------------------------------------------------------------------
+
+
+def human_size(size: int | None) -> str:
+    if size is None:
+        return "-"
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"
+
+
+def relative_age(mtime: float | None, now: float) -> str:
+    if mtime is None:
+        return "-"
+    seconds = max(now - mtime, 0.0)
+    for limit, div, unit in ((120, 1, "s"), (3600, 60, "m"), (172800, 3600, "h")):
+        if seconds < limit:
+            return f"{int(seconds // div)}{unit} ago"
+    return f"{int(seconds // 86400)}d ago"
+
+
+def _iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def checkpoint_row(cp: Checkpoint) -> dict[str, Any]:
+    return {
+        "path": str(cp.path),
+        "format": cp.format,
+        "step": cp.step,
+        "modified_at": _iso(cp.mtime),
+        "modified_unix_s": None if cp.mtime is None else round(cp.mtime, 3),
+        "size_bytes": cp.size_bytes,
+        "complete": cp.complete,
+        "reason": cp.reason,
+        "tracker": cp.tracker,
+        "note": cp.note,
+    }
+
+
+def _display_name(cp: Checkpoint, root: str) -> str:
+    rel = os.path.relpath(cp.path, root)
+    return cp.path.name if rel == "." else rel
+
+
+def _checkpoint_table(found: list[Checkpoint], root: str, now: float) -> str:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("CHECKPOINT", overflow="fold", max_width=28)
+    table.add_column("STEP", justify="right", no_wrap=True)
+    table.add_column("AGE", no_wrap=True)
+    table.add_column("SIZE", justify="right", no_wrap=True)
+    table.add_column("COMPLETE", no_wrap=True)
+    table.add_column("WHY NOT / NOTES", overflow="fold")
+    for cp in found:
+        notes = [cp.reason] if cp.reason else []
+        if cp.tracker:
+            notes.append("the Megatron tracker points here")
+        if cp.note:
+            notes.append(cp.note)
+        table.add_row(
+            _display_name(cp, root),
+            "-" if cp.step is None else str(cp.step),
+            relative_age(cp.mtime, now),
+            human_size(cp.size_bytes),
+            "yes" if cp.complete else "no",
+            "; ".join(notes) or "",
+        )
+    console = Console(
+        file=io.StringIO(), width=TABLE_WIDTH, force_terminal=False, color_system=None
+    )
+    console.print(table)
+    return str(console.file.getvalue())  # type: ignore[attr-defined]
+
+
+# -- train checkpoints -----------------------------------------------------------------
+
+
+@app.command("checkpoints")
+def checkpoints(
+    path: str = typer.Argument(
+        ...,
+        help="a checkpoint directory, a run's checkpoint folder, a torchtitan dump folder "
+        "or a Megatron --save directory",
+    ),
+    output: OutputFormat = OutputOption,
+) -> None:
+    """Checkpoints under PATH, newest first: step, time, size, complete or why not.
+
+    Recognises PyTorch DCP / torchtitan step-N directories (complete when .metadata is
+    there and every shard it lists is as long as it says), Megatron iter_NNNNNNN
+    directories and their latest_checkpointed_iteration.txt tracker (torch_dist and
+    legacy), and a PATH that is itself one checkpoint.
+    """
+    found = discover(path)
+    if output is OutputFormat.table:
+        now = time.time()
+        if not found:
+            emit(
+                f"No checkpoints under {path} (looked for step-N/ and iter_NNNNNNN/ "
+                "directories, .metadata and shard files)\n"
+            )
+            return
+        emit(f"Checkpoints under {path}, newest first:\n")
+        emit(_checkpoint_table(found, os.path.expanduser(path), now))
+        return
+    rows = [checkpoint_row(cp) for cp in found]
+    emit(render(rows, output, columns=CHECKPOINT_COLUMNS, wide_columns=CHECKPOINT_WIDE))
+
+
+# -- train advise ----------------------------------------------------------------------
+
+
+def _minutes(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds / 60.0, 3)
+
+
+def _ratio(value: float | None) -> float | None:
+    return None if value is None else round(value, 5)
+
+
+def advice_row(advice: Advice) -> dict[str, Any]:
+    rec, cur = advice.recommended, advice.current
+    return {
+        "checkpoint_seconds": advice.checkpoint_s,
+        "mtbf_hours": round(advice.mtbf_s / 3600.0, 4),
+        "mtbf_source": advice.mtbf_source,
+        "nodes": advice.nodes,
+        "failures_per_1000_node_days": advice.failures_per_1000_node_days,
+        "failures_per_day": round(advice.failures_per_day, 4),
+        "restart_minutes": _minutes(advice.restart_s),
+        "young_interval_minutes": _minutes(advice.young_interval_s),
+        "daly_interval_minutes": _minutes(advice.daly_interval_s),
+        "recommended_interval_minutes": _minutes(rec.interval_s),
+        "expected_lost_minutes_per_failure": _minutes(rec.lost_s_per_failure),
+        "waste_ratio": _ratio(rec.waste_ratio),
+        "waste_ratio_daly": _ratio(rec.waste_ratio_daly),
+        "current_interval_minutes": _minutes(cur.interval_s) if cur else None,
+        "current_expected_lost_minutes_per_failure": (
+            _minutes(cur.lost_s_per_failure) if cur else None
+        ),
+        "current_waste_ratio": _ratio(cur.waste_ratio) if cur else None,
+        "current_waste_ratio_daly": _ratio(cur.waste_ratio_daly) if cur else None,
+    }
+
+
+def _pct(value: float) -> str:
+    return f"{value * 100:.1f}%"
+
+
+def _cost_line(cost: IntervalCost) -> str:
+    return (
+        f"waste {_pct(cost.waste_ratio)} (Daly {_pct(cost.waste_ratio_daly)}), "
+        f"{cost.lost_s_per_failure / 60:.1f} min lost per failure"
+    )
+
+
+def advice_summary(advice: Advice) -> str:
+    m_h = advice.mtbf_s / 3600.0
+    if advice.mtbf_source == "nodes":
+        rate = advice.failures_per_1000_node_days
+        source = f"{advice.nodes} nodes at {rate:g} failures/1000 node-days"
+    else:
+        source = "given"
+    lines = [
+        f"Checkpoint every {advice.daly_interval_s / 60:.1f} min of compute "
+        f"(Daly; Young: {advice.young_interval_s / 60:.1f} min).",
+        f"  checkpoint {advice.checkpoint_s:g} s, MTBF {m_h:.2f} h ({source}),",
+        f"  {advice.failures_per_day:.2f} failures/day, restart {advice.restart_s / 60:g} min",
+        f"  at {advice.recommended.interval_s / 60:.1f} min: {_cost_line(advice.recommended)}",
+    ]
+    if advice.current is not None:
+        current = advice.current
+        lines.append(f"  at {current.interval_s / 60:g} min (now): {_cost_line(current)}")
+    if advice.checkpoint_s >= 2 * advice.mtbf_s:
+        lines.append("  warning: one checkpoint takes longer than two MTBFs; make saves cheaper")
+    return "\n".join(lines) + "\n"
+
+
+@app.command("advise")
+def advise_cmd(
+    checkpoint_seconds: float = typer.Option(
+        ..., "--checkpoint-seconds", help="seconds the training stalls to write one checkpoint"
+    ),
+    mtbf_hours: float = typer.Option(
+        None, "--mtbf-hours", help="mean time between failures of the whole gang, hours"
+    ),
+    nodes: int = typer.Option(
+        None, "--nodes", help="nodes in the gang (MTBF from the per-node failure rate)"
+    ),
+    failures_per_1000_node_days: float = typer.Option(
+        None,
+        "--failures-per-1000-node-days",
+        help="per-node failure rate, with --nodes (default: 6.5, Meta RSC-1)",
+    ),
+    restart_minutes: float = typer.Option(
+        0.0,
+        "--restart-minutes",
+        help="detection + rescheduling + loading time per failure (default: 0)",
+    ),
+    current_interval_minutes: float = typer.Option(
+        None, "--current-interval-minutes", help="also cost the interval in use now"
+    ),
+    output: OutputFormat = OutputOption,
+) -> None:
+    """Optimal checkpoint interval (Young and Daly), expected lost work and waste.
+
+    Give --mtbf-hours, or --nodes (MTBF = 24,000 h / (nodes x failures per 1,000
+    node-days)). Lost work per failure is half an interval plus the checkpoint, plus the
+    restart time; waste is the share of wall time spent saving or redoing work.
+    """
+    advice = advise(
+        checkpoint_seconds,
+        mtbf_hours=mtbf_hours,
+        nodes=nodes,
+        failures_per_1000_node_days=failures_per_1000_node_days,
+        restart_s=restart_minutes * 60.0,
+        current_interval_s=(
+            None if current_interval_minutes is None else current_interval_minutes * 60.0
+        ),
+    )
+    if output is OutputFormat.table:
+        emit(advice_summary(advice))
+        return
+    emit(render([advice_row(advice)], output))
