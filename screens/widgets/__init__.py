@@ -1,0 +1,1 @@
+"""Reusable dashboard widgets (Textual); each module holds one widget and its data types."""

@@ -1,0 +1,1 @@
+"""Tests for the Textual screens and widgets."""
