@@ -100,6 +100,9 @@ class GpuSample:
     nvlink_errors_total: float | None = None
     nvlink_error_increase: Mapping[str, float] | None = None
     sampled_at: float | None = None
+    # NVLinks the GPU reports, and how many of them are up (krea_nvlink_state)
+    nvlinks_total: int | None = None
+    nvlinks_up: int | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,539 @@
+"""Rows of every family -> one ``FleetTelemetry`` (the only code that knows the model).
+
+Both sources hand their rows here, so Prometheus and a direct scrape give the same
+snapshot for the same data. Per object (GPU, link, port) the spelling listed first in its
+family wins, so our exporter's value beats a peer's. Sparse families (errors, down links)
+leave zeros out; they are filled back in only where a dense family proves the counter
+exists, and never when the sparse read itself failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from krea_ops.model import FleetTelemetry, GpuSample, IbPortSample, NodeTelemetry, NvLinkSample
+from krea_ops.telemetry.dialects import (
+    DCGM,
+    IB_PHYS_STATES,
+    IB_STATES,
+    ID_LABELS,
+    KREA,
+    NAME,
+    NODE_EXPORTER,
+    NVLINK_COUNTERS,
+    SRC,
+    Family,
+    Row,
+    decode_clock_mask,
+    node_of,
+    state_name,
+)
+
+_INTS: dict[str, int | None] = {}  # label text -> int: GPU, link and XID numbers repeat
+
+
+def _int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return _INTS[text]
+    except KeyError:
+        pass
+    try:
+        value: int | None = int(text) if text else None
+    except ValueError:
+        value = None
+    if len(_INTS) < 10_000:
+        _INTS[text] = value
+    return value
+
+
+@dataclass
+class _Pick:
+    """The winning value of one reading on one object: lowest spelling index wins; rows of
+    one sum-family that share a spelling's dialect are added up (links into a GPU)."""
+
+    rank: int
+    value: float
+
+
+@dataclass
+class _Obj:
+    picks: dict[str, _Pick] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    dicts: dict[str, dict[Any, dict[str, float]]] = field(default_factory=dict)
+
+
+@dataclass
+class _NodeAcc:
+    gpus: dict[int, _Obj] = field(default_factory=dict)
+    links: dict[tuple[int, int], _Obj] = field(default_factory=dict)
+    ports: dict[tuple[str, str], _Obj] = field(default_factory=dict)
+    fresh: float | None = None
+    dialects: set[str] = field(default_factory=set)
+
+
+_DIALECT_RANK = {KREA: 0, DCGM: 1, NODE_EXPORTER: 1}
+
+
+@dataclass(frozen=True)
+class TargetDown:
+    """A scrape target Prometheus (or we) could not scrape, already mapped to a node."""
+
+    node: str
+    error: str
+    last_sample_at: float | None = None
+
+
+class Assembler:
+    """Collects the rows of every family, then builds the snapshot (see module doc)."""
+
+    def __init__(
+        self,
+        *,
+        window_s: float,
+        collected_at: float,
+        stale_s: float,
+        nodes: Collection[str] | None = None,
+    ) -> None:
+        self.window_s = window_s
+        self.collected_at = collected_at
+        self.stale_s = stale_s
+        self.nodes = set(nodes) if nodes is not None else None
+        self._acc: dict[str, _NodeAcc] = {}
+        self._node_cache: dict[tuple[str, ...], str | None] = {}
+        self.dialects: set[str] = set()
+        self.instances: dict[str, str] = {}  # instance -> node, learnt from fresh rows
+        self.jobs: set[str] = set()  # jobs that served any family
+        # families whose read failed: their absence must not be taken for zeros
+        self.failed: set[str] = set()
+
+    def _node(self, labels: Mapping[str, str]) -> str | None:
+        node = labels.get("node")
+        if node:  # our exporter and most relabelling set it: the fast path
+            return node
+        key = tuple(labels.get(n, "") for n in ID_LABELS)
+        try:
+            return self._node_cache[key]
+        except KeyError:
+            found = node_of(labels)
+            self._node_cache[key] = found
+            return found
+
+    def _acc_for(self, node: str) -> _NodeAcc:
+        acc = self._acc.get(node)
+        if acc is None:
+            acc = self._acc[node] = _NodeAcc()
+        return acc
+
+    def note_fresh(self, node: str, t: float) -> None:
+        """The time of a node's newest sample, known without a fresh family (a scrape)."""
+        if self.nodes is not None and node not in self.nodes:
+            return
+        acc = self._acc_for(node)
+        if acc.fresh is None or t > acc.fresh:
+            acc.fresh = t
+
+    def add(self, family: Family, rows: Iterable[Row]) -> None:
+        """Fold one family's rows in. Rows of nodes not asked for are skipped."""
+        if family.kind == "present":
+            for labels, value in rows:
+                node = self._node(labels)
+                if node and (self.nodes is None or node in self.nodes):
+                    self._fold_present(family, self._acc_for(node), labels, value)
+            return
+        # per spelling name: (spelling, rank across dialects, dialect)
+        info = {
+            s.name: (s, _DIALECT_RANK[s.dialect] * 1000 + i, s.dialect)
+            for i, s in enumerate(family.spellings)
+        }
+        key = family.key
+        wanted = self.nodes
+        fresh = family.kind == "fresh"
+        # (summing, keyed by a sub-label even when it is absent)
+        flags = (
+            family.agg in ("sum", "count"),
+            key in ("xid_rate", "xid_count", "gpu_down", "clock_events"),
+        )
+        seen: set[str] = set()
+        node_of_row = self._node
+        for labels, value in rows:
+            if value != value:  # NaN
+                continue
+            node = node_of_row(labels)
+            if node is None or (wanted is not None and node not in wanted):
+                continue
+            found = info.get(labels.get(SRC, ""))
+            if found is None:
+                continue
+            spelling, rank, dialect = found
+            acc = self._acc_for(node)
+            if dialect not in acc.dialects:
+                acc.dialects.add(dialect)
+            seen.add(dialect)
+            if fresh:
+                if acc.fresh is None or value > acc.fresh:
+                    acc.fresh = value
+                instance = labels.get("instance")
+                if instance:
+                    self.instances[instance] = node
+                job = labels.get("job")
+                if job:
+                    self.jobs.add(job)
+                continue
+            implied = (
+                spelling.labels_of(labels.get(NAME, "")) if spelling.pattern else spelling.const
+            )
+            if implied:
+                labels = {**labels, **dict(implied)}
+            self._fold(family, acc, labels, key, rank, dialect, value * spelling.scale, flags)
+        self.dialects |= seen
+
+    def _obj(self, family: Family, acc: _NodeAcc, labels: Mapping[str, str]) -> tuple[Any, Any]:
+        """(object, sub-key) for a row: a GPU, a link or a port, and what is left of ``by``."""
+        by = family.by
+        if by[0] == "gpu":
+            gpu = _int(labels.get("gpu"))
+            if gpu is None:
+                return None, None
+            if len(by) > 1 and by[1] == "link":
+                link = _int(labels.get("link"))
+                if link is None:
+                    return None, None
+                obj = acc.links.get((gpu, link))
+                if obj is None:
+                    obj = acc.links[(gpu, link)] = _Obj()
+                return obj, labels.get("counter")
+            obj = acc.gpus.get(gpu)
+            if obj is None:
+                obj = acc.gpus[gpu] = _Obj()
+            return obj, (labels.get(by[1]) if len(by) > 1 else None)
+        port_key = (labels.get("device") or "", labels.get("port") or "")
+        if not port_key[0] or not port_key[1]:
+            return None, None
+        obj = acc.ports.get(port_key)
+        if obj is None:
+            obj = acc.ports[port_key] = _Obj()
+        return obj, (labels.get(by[2]) if len(by) > 2 else labels.get("counter"))
+
+    def _fold(
+        self,
+        family: Family,
+        acc: _NodeAcc,
+        labels: Mapping[str, str],
+        key: str,
+        rank: int,
+        dialect: str,
+        value: float,
+        flags: tuple[bool, bool],
+    ) -> None:
+        obj, sub = self._obj(family, acc, labels)
+        if obj is None:
+            return
+        if key == "gpu_info":
+            for name in family.by[1:]:
+                if labels.get(name) and name not in obj.labels:
+                    obj.labels[name] = labels[name]
+            return
+        summing, keyed = flags
+        if sub is not None or keyed:
+            # a reading keyed by a sub-label (counter, xid, reason): one dict per dialect
+            per = obj.dicts.setdefault(key, {})
+            d = per.setdefault(dialect, {})
+            sub_key = sub if sub is not None else ""
+            d[sub_key] = d.get(sub_key, 0.0) + value if summing else value
+            return
+        pick = obj.picks.get(key)
+        dialect_rank = rank // 1000
+        if pick is None or dialect_rank < pick.rank // 1000:
+            obj.picks[key] = _Pick(rank, value)
+        elif summing and dialect_rank == pick.rank // 1000:
+            pick.value += value
+        elif rank < pick.rank:
+            obj.picks[key] = _Pick(rank, value)
+
+    def _fold_present(
+        self, family: Family, acc: _NodeAcc, labels: Mapping[str, str], mask: float
+    ) -> None:
+        obj, _ = self._obj(family, acc, labels)
+        if obj is None:
+            return
+        bits = int(mask)
+        for i, spelling in enumerate(family.spellings):
+            if bits & (1 << i):
+                self.dialects.add(spelling.dialect)
+                acc.dialects.add(spelling.dialect)
+                per = obj.dicts.setdefault(family.key, {})
+                per.setdefault(spelling.dialect, {})[dict(spelling.const).get("counter", "")] = 1.0
+
+    # -- building -----------------------------------------------------------------------
+
+    def build(
+        self,
+        source: str,
+        *,
+        errors: Sequence[str] = (),
+        down: Iterable[TargetDown] = (),
+        window_s: float | None = None,
+    ) -> FleetTelemetry:
+        window = self.window_s if window_s is None else window_s
+        down_by_node: dict[str, list[TargetDown]] = {}
+        for t in down:
+            if self.nodes is not None and t.node not in self.nodes:
+                continue
+            down_by_node.setdefault(t.node, []).append(t)
+            self._acc_for(t.node)
+        nodes: dict[str, NodeTelemetry] = {}
+        for name in sorted(self._acc):
+            acc = self._acc[name]
+            nodes[name] = self._build_node(name, acc, down_by_node.get(name, []), window)
+        return FleetTelemetry(
+            source=source,
+            collected_at=self.collected_at,
+            window_s=window,
+            nodes=MappingProxyType(nodes),
+            errors=tuple(errors),
+            dialects=frozenset(self.dialects),
+        )
+
+    def _build_node(
+        self, name: str, acc: _NodeAcc, down: list[TargetDown], window: float
+    ) -> NodeTelemetry:
+        last = acc.fresh
+        for t in down:
+            if t.last_sample_at is not None and (last is None or t.last_sample_at > last):
+                last = t.last_sample_at
+        age = None if last is None else max(0.0, self.collected_at - last)
+        stale = age is not None and age > self.stale_s
+        errors = [t.error for t in down]
+        if stale:
+            errors.append(f"last sample {age:.0f} s ago")
+        has_data = bool(acc.gpus or acc.ports or acc.links)
+        if down or stale:
+            exporter_up: bool | None = False
+        elif last is not None or has_data:
+            exporter_up = True
+        else:
+            exporter_up = None
+        if last is None and not down and has_data:
+            # data without a freshness series (a dialect we read but do not time): unknown
+            errors.append("no sample timestamp: freshness unknown")
+            stale = True
+        # readings of a node whose exporter is down or stale are from before it went
+        # away (range functions still see them): drop them all, keep the GPU identities
+        readings = not stale and not down
+        gpus = tuple(
+            self._gpu(name, idx, acc.gpus[idx], acc, last, window, readings)
+            for idx in sorted(acc.gpus)
+        )
+        nvlinks: tuple[NvLinkSample, ...] = ()
+        ports: tuple[IbPortSample, ...] = ()
+        if readings:
+            nvlinks = tuple(self._link(name, key, acc.links[key], acc) for key in sorted(acc.links))
+            ports = tuple(
+                self._port(name, key, acc.ports[key], window) for key in sorted(acc.ports)
+            )
+        else:
+            ports = tuple(IbPortSample(node=name, device=d, port=p) for d, p in sorted(acc.ports))
+        return NodeTelemetry(
+            node=name,
+            exporter_up=exporter_up,
+            last_sample_at=last,
+            age_s=age,
+            stale=stale,
+            error="; ".join(errors) or None,
+            gpus=gpus,
+            nvlinks=nvlinks,
+            ib_ports=ports,
+        )
+
+    @staticmethod
+    def _best(per: Mapping[str, dict[Any, float]] | None) -> dict[Any, float] | None:
+        """The dict of the best-ranked dialect (ours first)."""
+        if not per:
+            return None
+        for dialect in (KREA, DCGM, NODE_EXPORTER):
+            if dialect in per:
+                return per[dialect]
+        return None
+
+    def _gpu(
+        self,
+        node: str,
+        index: int,
+        obj: _Obj,
+        acc: _NodeAcc,
+        last: float | None,
+        window: float,
+        readings: bool,
+    ) -> GpuSample:
+        labels = obj.labels
+        identity: dict[str, Any] = {
+            "node": node,
+            "index": index,
+            "uuid": labels.get("uuid") or labels.get("UUID"),
+            "model": labels.get("model") or labels.get("modelName"),
+            "pci_bus_id": labels.get("pci_bus_id"),
+            "sampled_at": last,
+        }
+        if not readings:
+            return GpuSample(**identity)
+        p = {k: v.value for k, v in obj.picks.items()}
+
+        def flag(key: str) -> bool | None:
+            return None if key not in p else p[key] >= 0.5
+
+        down = self._best(obj.dicts.get("gpu_down"))
+        clock: frozenset[str] | None = None
+        active = self._best(obj.dicts.get("clock_events"))
+        if ("clock_events_known" in obj.dicts and "clock_events" not in self.failed) or active:
+            clock = frozenset(r for r, v in (active or {}).items() if v > 0)
+        elif "clock_mask" in p:
+            clock = decode_clock_mask(p["clock_mask"])
+        xid_last = p.get("xid_last")
+        if xid_last is not None and xid_last <= 0:
+            xid_last = None  # DCGM reads 0 until the first XID
+        xid: dict[int, float] | None = None
+        rates = self._best(obj.dicts.get("xid_rate"))
+        counts = self._best(obj.dicts.get("xid_count"))
+        if rates is not None or (
+            p.get("xid_monitored", 0.0) >= 0.5 and "xid_rate" not in self.failed
+        ):
+            xid = {int(k): v * window for k, v in (rates or {}).items() if _int(k) is not None}
+        elif counts is not None:
+            xid = {int(k): v for k, v in counts.items() if _int(k) is not None}
+        ecc_rate = p.get("ecc_uncorrected_rate")
+        count = p.get("nvlink_count")
+        nvlink_total, nvlink_increase, down_links = self._gpu_links(acc, index, count, window)
+        return GpuSample(
+            **identity,
+            up=flag("gpu_up"),
+            down_reason=next(iter(sorted(down)), None) if down else None,
+            temperature_c=p.get("temperature"),
+            temperature_min_window_c=p.get("temperature_min"),
+            memory_temperature_c=p.get("memory_temperature"),
+            slowdown_margin_c=p.get("slowdown_margin"),
+            power_w=p.get("power"),
+            power_limit_w=p.get("power_limit"),
+            sm_clock_hz=p.get("sm_clock"),
+            util_ratio=p.get("util"),
+            tensor_active_ratio=p.get("tensor_active"),
+            sm_active_ratio=p.get("sm_active"),
+            memory_used_bytes=p.get("memory_used"),
+            memory_total_bytes=p.get("memory_total"),
+            clock_events=clock,
+            xid_last=int(xid_last) if xid_last is not None else None,
+            xid_increase=MappingProxyType(xid) if xid is not None else None,
+            ecc_uncorrected_increase=None if ecc_rate is None else ecc_rate * window,
+            row_remap_pending=flag("row_remap_pending"),
+            row_remap_failed=flag("row_remap_failed"),
+            nvlink_errors_total=nvlink_total,
+            nvlink_error_increase=(
+                None if nvlink_increase is None else MappingProxyType(nvlink_increase)
+            ),
+            nvlinks_total=None if count is None else int(count),
+            nvlinks_up=(None if count is None or down_links is None else int(count) - down_links),
+        )
+
+    def _gpu_links(
+        self, acc: _NodeAcc, gpu: int, count: float | None, window: float
+    ) -> tuple[float | None, dict[str, float] | None, int | None]:
+        """(errors summed over links and counters, increase per counter, links down) of a
+        GPU, from its per-link rows; zeros where it reports links and the read worked."""
+        reports = count is not None
+        total = 0.0 if reports and "link_total" not in self.failed else None
+        increase = (
+            dict.fromkeys(NVLINK_COUNTERS, 0.0)
+            if reports and "link_rate" not in self.failed
+            else None
+        )
+        down = 0 if "link_down" not in self.failed else None
+        for (g, _link), obj in acc.links.items():
+            if g != gpu:
+                continue
+            totals = self._best(obj.dicts.get("link_total"))
+            if totals:
+                total = (total or 0.0) + sum(totals.values())
+            rates = self._best(obj.dicts.get("link_rate"))
+            if rates:
+                increase = increase if increase is not None else {}
+                for counter, rate in rates.items():
+                    increase[counter] = increase.get(counter, 0.0) + rate * window
+            pick = obj.picks.get("link_down")
+            if down is not None and pick is not None and pick.value < 0.5:
+                down += 1
+        if increase is not None:
+            increase = dict(sorted(increase.items()))
+        return total, increase, down if reports else None
+
+    def _link(self, node: str, key: tuple[int, int], obj: _Obj, acc: _NodeAcc) -> NvLinkSample:
+        gpu, link = key
+        totals = dict(self._best(obj.dicts.get("link_total")) or {})
+        rates = dict(self._best(obj.dicts.get("link_rate")) or {})
+        gpu_obj = acc.gpus.get(gpu)
+        # Sparse reads leave out zeros: on a GPU that reports its links (our exporter
+        # reports all four counters of each), a counter this link does not show is 0.
+        if gpu_obj is not None and "nvlink_count" in gpu_obj.picks:
+            for counter in NVLINK_COUNTERS:
+                if "link_total" not in self.failed:
+                    totals.setdefault(counter, 0.0)
+                if "link_rate" not in self.failed:
+                    rates.setdefault(counter, 0.0)
+        up: bool | None = None
+        if "link_down" in obj.picks:
+            up = obj.picks["link_down"].value >= 0.5
+        elif gpu_obj is not None and "nvlink_count" in gpu_obj.picks:
+            # the GPU reports link states and this link was not among the down ones
+            up = None if "link_down" in self.failed else True
+        return NvLinkSample(
+            node=node,
+            gpu=gpu,
+            link=link,
+            up=up,
+            errors_total=MappingProxyType(dict(sorted(totals.items()))),
+            error_rate_per_s=MappingProxyType(dict(sorted(rates.items()))),
+        )
+
+    def _port(self, node: str, key: tuple[str, str], obj: _Obj, window: float) -> IbPortSample:
+        device, port = key
+        p = {k: v.value for k, v in obj.picks.items()}
+        present = obj.dicts.get("ib_error_present") or {}
+        dialect = next((d for d in (KREA, NODE_EXPORTER) if d in present), None)
+        totals: dict[str, float] = {}
+        rates: dict[str, float] = {}
+        if dialect is not None:
+            counters = present[dialect]
+            if "ib_error_total" not in self.failed:
+                totals = dict.fromkeys(counters, 0.0)
+            totals.update(
+                (c, v)
+                for c, v in (obj.dicts.get("ib_error_total", {}).get(dialect) or {}).items()
+                if c in counters
+            )
+            # a zero rate needs two samples in the window; the data rates prove there were
+            if ("ib_rx" in p or "ib_xmit_wait" in p) and "ib_error_rate" not in self.failed:
+                rates = dict.fromkeys(counters, 0.0)
+            rates.update(
+                (c, v)
+                for c, v in (obj.dicts.get("ib_error_rate", {}).get(dialect) or {}).items()
+                if c in counters
+            )
+        saturated = self._best(obj.dicts.get("ib_saturated")) or {}
+        return IbPortSample(
+            node=node,
+            device=device,
+            port=port,
+            state=state_name(p.get("ib_state"), IB_STATES),
+            phys_state=state_name(p.get("ib_phys_state"), IB_PHYS_STATES),
+            rate_bytes_per_s=p.get("ib_rate"),
+            rx_bytes_per_s=p.get("ib_rx"),
+            tx_bytes_per_s=p.get("ib_tx"),
+            xmit_wait_per_s=p.get("ib_xmit_wait"),
+            errors_total=MappingProxyType(dict(sorted(totals.items()))),
+            error_rate_per_s=MappingProxyType(dict(sorted(rates.items()))),
+            error_increase=MappingProxyType({c: v * window for c, v in sorted(rates.items())}),
+            saturated=frozenset(c for c, v in saturated.items() if v > 0),
+        )

@@ -1,0 +1,482 @@
+"""What each model field is read from, in every metric dialect, and how rows become snapshots.
+
+Three dialects name the same hardware readings differently:
+
+* ``krea``: our exporter (``krea_gpu_*``, ``krea_nvlink_*``, ``krea_ib_*``, base units);
+* ``dcgm``: NVIDIA dcgm-exporter, with the DCGM field names before *and* after the DCGM 4.6
+  renames (``DCGM_FI_DEV_GPU_TEMP`` and ``DCGM_FI_DEV_GPU_TEMP_CELSIUS``), in DCGM's units
+  (percent, MiB, MHz);
+* ``node_exporter``: Prometheus node_exporter's ``node_infiniband_*``.
+
+A ``Family`` is one reading (one model field, or one group of them) with all its spellings.
+Both sources evaluate the same families: ``prometheus.py`` turns each into one PromQL
+instant query for the whole fleet, ``scrape.py`` evaluates it over scraped samples. Either
+way a family yields *rows*: a label mapping (node identity labels, the family's ``by``
+labels and ``krea_ops_src`` = the spelling's metric name) and a float. ``assemble()``
+turns the rows of all families into a ``FleetTelemetry``; it is the only place that knows
+the model, so both sources give the same snapshot for the same data.
+
+Where two dialects report the same GPU or port, the spelling listed first wins (ours).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+KREA, DCGM, NODE_EXPORTER = "krea", "dcgm", "node_exporter"
+
+# Labels that name the node, in the order they are trusted. ``instance`` (host:port) is
+# the last resort: its host part is used when none of the others is set.
+NODE_LABELS = ("node", "kubernetes_node", "Hostname", "hostname", "nodename")
+ID_LABELS = (*NODE_LABELS, "instance")
+SRC = "krea_ops_src"  # the label that carries the spelling's metric name on every row
+
+# Asking for at most this many nodes reads every link of those nodes (``nodes show``);
+# more than that reads the fleet's sparse view (down links, links with errors).
+DETAIL_NODES = 64
+
+MIB = 1024.0 * 1024.0
+
+# IB PortInfo enums as the kernel prints them in ``state`` / ``phys_state``.
+IB_STATES = {1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
+IB_PHYS_STATES = {
+    1: "Sleep",
+    2: "Polling",
+    3: "Disabled",
+    4: "PortConfigurationTraining",
+    5: "LinkUp",
+    6: "LinkErrorRecovery",
+    7: "PhyTest",
+}
+
+# nvmlClocksEventReason* bits, which DCGM's DCGM_CLOCKS_EVENT_REASON_* repeat; the names are
+# the ``reason`` label values of krea_gpu_clock_event_active. Kept here rather than imported
+# from the NVML collector so that reading telemetry never loads pynvml.
+CLOCK_EVENT_BITS: tuple[tuple[str, int], ...] = (
+    ("gpu_idle", 0x1),
+    ("applications_clocks_setting", 0x2),
+    ("sw_power_cap", 0x4),
+    ("hw_slowdown", 0x8),
+    ("sync_boost", 0x10),
+    ("sw_thermal", 0x20),
+    ("hw_thermal", 0x40),
+    ("hw_power_brake", 0x80),
+    ("display_clock_setting", 0x100),
+)
+
+NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
+
+# sysfs counter name (the model's key) -> (krea name, node_exporter name)
+IB_ERROR_COUNTERS: dict[str, tuple[str, str]] = {
+    "symbol_error": ("krea_ib_symbol_error_total", "node_infiniband_symbol_error_total"),
+    "link_downed": ("krea_ib_link_downed_total", "node_infiniband_link_downed_total"),
+    "link_error_recovery": (
+        "krea_ib_link_error_recovery_total",
+        "node_infiniband_link_error_recovery_total",
+    ),
+    "port_rcv_errors": (
+        "krea_ib_port_errors_received_total",
+        "node_infiniband_port_errors_received_total",
+    ),
+    "port_rcv_remote_physical_errors": (
+        "krea_ib_port_receive_remote_physical_errors_total",
+        "node_infiniband_port_receive_remote_physical_errors_total",
+    ),
+    "port_xmit_discards": (
+        "krea_ib_port_discards_transmitted_total",
+        "node_infiniband_port_discards_transmitted_total",
+    ),
+    "local_link_integrity_errors": (
+        "krea_ib_local_link_integrity_errors_total",
+        "node_infiniband_local_link_integrity_errors_total",
+    ),
+    "excessive_buffer_overrun_errors": (
+        "krea_ib_excessive_buffer_overrun_errors_total",
+        "node_infiniband_excessive_buffer_overrun_errors_total",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """One metric name for a family's reading.
+
+    ``scale`` converts the value to the model's unit. ``const`` are labels the name itself
+    implies (the counter of an IB error metric); ``match`` are label matchers the series
+    must have. A ``pattern`` spelling matches several names (DCGM's per-link NVLink fields)
+    and its rows carry the matched name in the label ``krea_ops_name``.
+    """
+
+    name: str
+    dialect: str
+    scale: float = 1.0
+    const: tuple[tuple[str, str], ...] = ()
+    match: tuple[tuple[str, str], ...] = ()
+    pattern: bool = False  # name is a regex; const labels come from the matched name
+
+    def labels_of(self, name: str) -> tuple[tuple[str, str], ...]:
+        """Labels the metric name implies (see ``dcgm_link_labels``)."""
+        return dcgm_link_labels(name) if self.pattern else self.const
+
+
+@dataclass(frozen=True)
+class Family:
+    """One reading over the fleet.
+
+    kind: ``gauge`` (value now), ``rate`` (per second over the window), ``min_window`` /
+    ``max_window`` (lowest / highest over the window), ``present`` (a bitmask per object
+    of which spellings have a series at all: bit i = spelling i), ``fresh`` (newest sample
+    timestamp per node). ``agg`` combines the series of one spelling that fall on the same
+    object (``max``, ``min``, ``sum``, ``count``, ``group``). ``keep`` drops rows server-side:
+    ``">0"`` keeps positive values only, ``"<1"`` values below 1; such *sparse* families stay
+    small at fleet scale because almost every value is 0 (error counters) or 1 (link up).
+    ``sparse_unless_detail``: when the caller asks for a few nodes, the krea spellings are
+    read densely (every link) for those nodes only. ``born_counts``: a counter series that
+    first appears inside the window counts its whole value as new (exporters create a
+    per-XID counter at its first event; ``rate()`` alone would miss that first one).
+    """
+
+    key: str
+    spellings: tuple[Spelling, ...]
+    by: tuple[str, ...] = ("gpu",)
+    kind: str = "gauge"
+    agg: str = "max"
+    keep: str | None = None
+    sparse_unless_detail: bool = False
+    born_counts: bool = False
+
+
+def _s(name: str, dialect: str, scale: float = 1.0, **const: str) -> Spelling:
+    return Spelling(name, dialect, scale, tuple(sorted(const.items())))
+
+
+def _gpu(key: str, *spellings: Spelling, kind: str = "gauge", **kw: Any) -> Family:
+    return Family(key, spellings, ("gpu",), kind, **kw)
+
+
+# DCGM's per-link NVLink error fields carry the counter and the link in the metric name
+# (``DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_L3``, since DCGM 4.6
+# ``DCGM_FI_DEV_NVLINK_REPLAY_ERROR_L3_TOTAL``), so they are read by a name pattern.
+DCGM_NVLINK_PATTERN = (
+    "DCGM_FI_DEV_NVLINK_(CRC_FLIT|CRC_DATA|REPLAY|RECOVERY)_ERROR"
+    "(?:_COUNT_L([0-9]+)|_L([0-9]+)_TOTAL)"
+)
+_DCGM_NVLINK_RE = re.compile(DCGM_NVLINK_PATTERN)
+NAME = "krea_ops_name"  # the label that carries the metric name of a pattern spelling
+
+
+def dcgm_link_labels(name: str) -> tuple[tuple[str, str], ...]:
+    """``..._CRC_FLIT_ERROR_COUNT_L3`` -> ``(("counter", "crc_flit"), ("link", "3"))``."""
+    m = _DCGM_NVLINK_RE.fullmatch(name)
+    if m is None:
+        return ()
+    return (("counter", m[1].lower()), ("link", m[2] or m[3]))
+
+
+_DCGM_NVLINK = (Spelling(DCGM_NVLINK_PATTERN, DCGM, pattern=True),)
+_KREA_NVLINK = _s("krea_nvlink_errors_total", KREA)
+
+_TEMP = (
+    _s("krea_gpu_temperature_celsius", KREA),
+    _s("DCGM_FI_DEV_GPU_TEMP", DCGM),
+    _s("DCGM_FI_DEV_GPU_TEMP_CELSIUS", DCGM),
+)
+
+
+def _ib_error_spellings() -> tuple[Spelling, ...]:
+    out = [_s(k, KREA, counter=c) for c, (k, _) in IB_ERROR_COUNTERS.items()]
+    out += [_s(n, NODE_EXPORTER, counter=c) for c, (_, n) in IB_ERROR_COUNTERS.items()]
+    return tuple(out)
+
+
+_IB_ERRORS = _ib_error_spellings()
+_PORT = ("device", "port")
+
+FRESH = Family(
+    "fresh",
+    (
+        # one series per node (krea), per GPU (dcgm) or per port (node_exporter): every
+        # series of a target carries the time of its last successful scrape
+        _s("krea_exporter_build_info", KREA),
+        _s("DCGM_FI_DEV_GPU_TEMP", DCGM),
+        _s("DCGM_FI_DEV_GPU_TEMP_CELSIUS", DCGM),
+        _s("DCGM_FI_DEV_POWER_USAGE", DCGM),
+        _s("DCGM_FI_DEV_BOARD_POWER_WATTS", DCGM),
+        _s("node_infiniband_state_id", NODE_EXPORTER),
+    ),
+    by=("job",),
+    kind="fresh",
+)
+
+FAMILIES: tuple[Family, ...] = (
+    FRESH,
+    # --- GPU identity and state ---
+    Family(
+        "gpu_info",
+        (
+            _s("krea_gpu_up", KREA),
+            _s("DCGM_FI_DEV_GPU_TEMP", DCGM),
+            _s("DCGM_FI_DEV_GPU_TEMP_CELSIUS", DCGM),
+            _s("DCGM_FI_DEV_POWER_USAGE", DCGM),
+            _s("DCGM_FI_DEV_BOARD_POWER_WATTS", DCGM),
+        ),
+        by=("gpu", "uuid", "UUID", "model", "modelName", "pci_bus_id"),
+        agg="group",
+    ),
+    _gpu("gpu_up", _s("krea_gpu_up", KREA)),
+    Family("gpu_down", (_s("krea_gpu_down_info", KREA),), by=("gpu", "reason")),
+    # --- temperature ---
+    _gpu("temperature", *_TEMP),
+    _gpu("temperature_min", *_TEMP, kind="min_window", agg="min"),
+    _gpu(
+        "memory_temperature",
+        _s("krea_gpu_memory_temperature_celsius", KREA),
+        _s("DCGM_FI_DEV_MEMORY_TEMP", DCGM),
+        _s("DCGM_FI_DEV_MEMORY_TEMP_CELSIUS", DCGM),
+    ),
+    _gpu(
+        "slowdown_margin",
+        _s("krea_gpu_slowdown_margin_celsius", KREA),
+        _s("DCGM_FI_DEV_GPU_TEMP_LIMIT", DCGM),  # field 153 before DCGM 4.6
+        _s("DCGM_FI_DEV_GPU_TEMP_MARGIN_CELSIUS", DCGM),
+    ),
+    # --- power, clocks, activity, memory ---
+    _gpu(
+        "power",
+        _s("krea_gpu_power_watts", KREA),
+        _s("DCGM_FI_DEV_POWER_USAGE", DCGM),
+        _s("DCGM_FI_DEV_BOARD_POWER_WATTS", DCGM),
+    ),
+    _gpu(
+        "power_limit",
+        _s("krea_gpu_power_limit_watts", KREA),
+        _s("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", DCGM),
+        _s("DCGM_FI_DEV_BOARD_POWER_LIMIT_ENFORCED_WATTS", DCGM),
+    ),
+    _gpu("sm_clock", _s("krea_gpu_sm_clock_hertz", KREA), _s("DCGM_FI_DEV_SM_CLOCK", DCGM, 1e6)),
+    _gpu(
+        "util",
+        _s("krea_gpu_utilization_ratio", KREA),
+        _s("DCGM_FI_DEV_GPU_UTIL", DCGM, 0.01),
+        # despite the 4.6 name, field 203 is still an INT64 percent in DCGM's field table
+        _s("DCGM_FI_DEV_GPU_UTIL_RATIO", DCGM, 0.01),
+    ),
+    _gpu(
+        "tensor_active",
+        _s("krea_gpu_tensor_active_ratio", KREA),
+        _s("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", DCGM),
+        _s("DCGM_FI_PROF_TENSOR_UTIL_RATIO", DCGM),
+    ),
+    _gpu(
+        "sm_active",
+        _s("krea_gpu_sm_active_ratio", KREA),
+        _s("DCGM_FI_PROF_SM_ACTIVE", DCGM),
+        _s("DCGM_FI_PROF_SM_UTIL_RATIO", DCGM),
+    ),
+    _gpu(
+        "memory_used",
+        _s("krea_gpu_memory_used_bytes", KREA),
+        _s("DCGM_FI_DEV_FB_USED", DCGM, MIB),
+    ),
+    _gpu(
+        "memory_total",
+        _s("krea_gpu_memory_total_bytes", KREA),
+        _s("DCGM_FI_DEV_FB_TOTAL", DCGM, MIB),
+    ),
+    # --- clock events: krea has one 0/1 series per reason, DCGM one bitmask ---
+    Family(
+        "clock_events",
+        (_s("krea_gpu_clock_event_active", KREA),),
+        by=("gpu", "reason"),
+        keep=">0",
+    ),
+    _gpu("clock_events_known", _s("krea_gpu_clock_event_active", KREA), kind="present"),
+    _gpu(
+        "clock_mask",
+        _s("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", DCGM),
+        _s("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", DCGM),
+    ),
+    # --- XID, ECC, row remapping ---
+    _gpu(
+        "xid_last",
+        _s("krea_gpu_xid_last", KREA),
+        _s("DCGM_FI_DEV_XID_ERRORS", DCGM),
+        _s("DCGM_FI_DEV_XID_ERROR", DCGM),
+    ),
+    _gpu("xid_monitored", _s("krea_gpu_xid_monitored", KREA)),
+    Family(
+        "xid_rate",
+        (_s("krea_gpu_xid_errors_total", KREA),),
+        by=("gpu", "xid"),
+        kind="rate",
+        agg="sum",
+        keep=">0",
+        born_counts=True,
+    ),
+    # dcgm-exporter's own count of XIDs in its last window (commented out in its CSVs)
+    Family(
+        "xid_count",
+        (_s("DCGM_EXP_XID_ERRORS_COUNT", DCGM),),
+        by=("gpu", "xid"),
+        kind="max_window",
+        keep=">0",
+    ),
+    _gpu(
+        "ecc_uncorrected_rate",
+        Spelling(
+            "krea_gpu_ecc_errors_total",
+            KREA,
+            match=(("counter_type", "volatile"), ("error_type", "uncorrected")),
+        ),
+        _s("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", DCGM),
+        kind="rate",
+        agg="sum",
+    ),
+    _gpu(
+        "row_remap_pending",
+        _s("krea_gpu_row_remap_pending", KREA),
+        _s("DCGM_FI_DEV_ROW_REMAP_PENDING", DCGM),
+    ),
+    _gpu(
+        "row_remap_failed",
+        _s("krea_gpu_row_remap_failed", KREA),
+        _s("DCGM_FI_DEV_ROW_REMAP_FAILURE", DCGM),
+        _s("DCGM_FI_DEV_ROW_REMAP_FAILED", DCGM),
+    ),
+    # --- NVLink. Per GPU only the link count is read densely; the per-GPU error sums are
+    # added up from the sparse per-link rows (zeros add nothing). At 4,096 nodes every
+    # query over the per-link counters touches 2.4 M series, so there are only two. ---
+    _gpu("nvlink_count", _s("krea_nvlink_state", KREA), agg="count"),
+    # --- NVLink, per link (sparse: only links that are down or have errors) ---
+    Family(
+        "link_down",
+        (_s("krea_nvlink_state", KREA),),
+        ("gpu", "link"),
+        keep="<1",
+        sparse_unless_detail=True,
+    ),
+    Family(
+        "link_total",
+        (_KREA_NVLINK, *_DCGM_NVLINK),
+        ("gpu", "link", "counter"),
+        keep=">0",
+        sparse_unless_detail=True,
+    ),
+    Family(
+        "link_rate",
+        (_KREA_NVLINK, *_DCGM_NVLINK),
+        ("gpu", "link", "counter"),
+        "rate",
+        agg="sum",
+        keep=">0",
+        sparse_unless_detail=True,
+    ),
+    # --- InfiniBand ports ---
+    Family(
+        "ib_state",
+        (_s("krea_ib_state_id", KREA), _s("node_infiniband_state_id", NODE_EXPORTER)),
+        _PORT,
+    ),
+    Family(
+        "ib_phys_state",
+        (
+            _s("krea_ib_physical_state_id", KREA),
+            _s("node_infiniband_physical_state_id", NODE_EXPORTER),
+        ),
+        _PORT,
+    ),
+    Family(
+        "ib_rate",
+        (
+            _s("krea_ib_rate_bytes_per_second", KREA),
+            _s("node_infiniband_rate_bytes_per_second", NODE_EXPORTER),
+        ),
+        _PORT,
+    ),
+    Family(
+        "ib_rx",
+        (
+            _s("krea_ib_port_data_received_bytes_total", KREA),
+            # node_exporter's "legacy" family is the 64-bit counters_ext file our exporter
+            # prefers too; port_data_* is the 32-bit counters/ file
+            _s("node_infiniband_legacy_data_received_bytes_total", NODE_EXPORTER),
+            _s("node_infiniband_port_data_received_bytes_total", NODE_EXPORTER),
+        ),
+        _PORT,
+        "rate",
+        agg="sum",
+    ),
+    Family(
+        "ib_tx",
+        (
+            _s("krea_ib_port_data_transmitted_bytes_total", KREA),
+            _s("node_infiniband_legacy_data_transmitted_bytes_total", NODE_EXPORTER),
+            _s("node_infiniband_port_data_transmitted_bytes_total", NODE_EXPORTER),
+        ),
+        _PORT,
+        "rate",
+        agg="sum",
+    ),
+    Family(
+        "ib_xmit_wait",
+        (
+            _s("krea_ib_port_transmit_wait_total", KREA),
+            _s("node_infiniband_port_transmit_wait_total", NODE_EXPORTER),
+        ),
+        _PORT,
+        "rate",
+        agg="sum",
+    ),
+    Family("ib_error_total", _IB_ERRORS, _PORT, keep=">0"),
+    Family("ib_error_rate", _IB_ERRORS, _PORT, "rate", agg="sum", keep=">0"),
+    Family("ib_error_present", _IB_ERRORS, _PORT, "present"),
+    Family(
+        "ib_saturated",
+        (_s("krea_ib_port_counters_saturated", KREA),),
+        (*_PORT, "counter"),
+        keep=">0",
+    ),
+)
+
+FAMILY_BY_KEY: Mapping[str, Family] = MappingProxyType({f.key: f for f in FAMILIES})
+
+# A row: the labels Prometheus (or the scrape evaluator) returned, and the value.
+Row = tuple[Mapping[str, str], float]
+
+
+def node_of(labels: Mapping[str, str]) -> str | None:
+    """The node a series belongs to: the first node label set, else instance's host."""
+    for name in NODE_LABELS:
+        value = labels.get(name)
+        if value:
+            return value
+    return instance_host(labels.get("instance") or "")
+
+
+def instance_host(instance: str) -> str | None:
+    """``10.0.0.7:9400`` -> ``10.0.0.7``; ``[::1]:9400`` -> ``::1``; ``""`` -> None."""
+    if not instance:
+        return None
+    if instance.startswith("["):
+        end = instance.find("]")
+        return instance[1:end] if end > 0 else instance
+    host, sep, port = instance.rpartition(":")
+    if sep and port.isdigit() and ":" not in host:
+        return host
+    return instance
+
+
+def state_name(value: float | None, names: Mapping[int, str]) -> str | None:
+    if value is None:
+        return None
+    code = int(value)
+    return names.get(code, f"UNKNOWN({code})")
+
+
+def decode_clock_mask(mask: float) -> frozenset[str]:
+    bits = int(mask)
+    return frozenset(name for name, bit in CLOCK_EVENT_BITS if bits & bit)

@@ -1,0 +1,315 @@
+"""PrometheusSource against a real Prometheus scraping every dialect we read.
+
+One Prometheus (1 s scrape interval, 10 s window) scrapes:
+
+* ``node-a``: our exporter in this process, 8 simulated H200s with faults set on some of
+  them, InfiniBand from procfs's sysfs fixture;
+* ``ib-krea``: our exporter with no GPUs on node_exporter's sysfs fixture, and
+  ``ib-node``: node_exporter's own output for that same tree (target label ``node``);
+* ``dcgm-old`` / ``dcgm-new``: dcgm-exporter text with the field names before and after
+  the DCGM 4.6 renames (``Hostname`` vs ``hostname`` labels), same readings;
+* ``mixed``: one node served in both our names and DCGM's, different values;
+* a dcgm-exporter started with ``--no-hostname`` (no node label: the instance's host).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import pytest
+
+from krea_ops.exporters.infiniband import InfinibandCollector
+from krea_ops.exporters.server import Exporter, HttpEndpoint
+from krea_ops.model import FleetTelemetry, GpuSample, NodeTelemetry
+from krea_ops.telemetry import PrometheusSource
+from krea_ops.telemetry.dialects import FAMILY_BY_KEY, Family
+from tests.conftest import NODE_EXPORTER_TREE, PROCFS_TREE
+from tests.telemetry.conftest import (
+    SCRAPE_INTERVAL_S,
+    KreaNode,
+    Prometheus,
+    Target,
+    TextServer,
+    settings,
+    start_krea_node,
+)
+from tests.telemetry.dcgm_text import DcgmGpu, dcgm_text
+
+MIB = 1024 * 1024
+NODE_EXPORTER_TEXT = (NODE_EXPORTER_TREE.parent / "node_exporter-expected.prom").read_text()
+
+
+@dataclass
+class World:
+    prom: Prometheus
+    krea: KreaNode
+    dcgm_gpus: list[DcgmGpu]
+    t0: float
+
+
+def _dcgm_gpus() -> list[DcgmGpu]:
+    gpus = [DcgmGpu(index=i) for i in range(8)]
+    gpus[1].xid = 79
+    gpus[2].clock_mask = 0x28  # hw_slowdown | sw_thermal
+    gpus[3].temp = 83
+    return gpus
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[World]:
+    krea = start_krea_node("node-a", PROCFS_TREE)
+    gpus = krea.nvml.gpus
+    gpus[3].temperature_c = 85  # hot from the start: sustained over the window
+    gpus[1].clock_event_reasons = 0x20 | 0x40
+    gpus[4].lost = True
+    gpus[7].nvlinks[0].active = False
+    gpus[2].nvlinks[5].replay = 7
+
+    ib_node = "ib-krea"
+    ib_exporter = Exporter(
+        node=ib_node, collectors=[InfinibandCollector(str(NODE_EXPORTER_TREE), ib_node)]
+    )
+    ib_endpoint = HttpEndpoint(ib_exporter, "127.0.0.1:0")
+
+    dcgm = _dcgm_gpus()
+    t0 = time.time()
+    servers = [
+        TextServer(lambda: dcgm_text(dcgm, new_names=False, host="dcgm-old", t0=t0)),
+        TextServer(lambda: dcgm_text(dcgm, new_names=True, host="dcgm-new", t0=t0)),
+        TextServer(lambda: dcgm_text(dcgm[:1], new_names=False, host=None, t0=t0)),
+        TextServer(lambda: NODE_EXPORTER_TEXT),
+        TextServer(
+            lambda: (
+                "# TYPE krea_gpu_temperature_celsius gauge\n"
+                'krea_gpu_temperature_celsius{node="mixed",gpu="0"} 60\n'
+                "# TYPE krea_exporter_build_info gauge\n"
+                'krea_exporter_build_info{node="mixed",version="0"} 1\n'
+                "# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n"
+                'DCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="mixed"} 70\n'
+                "# TYPE DCGM_FI_DEV_POWER_USAGE gauge\n"
+                'DCGM_FI_DEV_POWER_USAGE{gpu="0",Hostname="mixed"} 250\n'
+            )
+        ),
+    ]
+    targets = [
+        Target(krea.address, "krea"),
+        Target(f"{ib_endpoint.host}:{ib_endpoint.port}", "krea"),
+        Target(servers[0].address, "dcgm"),
+        Target(servers[1].address, "dcgm"),
+        Target(servers[2].address, "dcgm"),
+        Target(servers[3].address, "node-exporter", {"node": "ib-node"}),
+        Target(servers[4].address, "mixed"),
+    ]
+    prom = Prometheus(targets)
+    try:
+        for job in ("krea", "dcgm", "node-exporter", "mixed"):
+            prom.wait_scrapes(job, 1)
+        # rate() divides by the whole window: let the history fill it first
+        time.sleep(settings().telemetry_window_s + 1)
+        # then events inside the window: counters move, an XID arrives (its counter
+        # series is born with it)
+        gpus[2].nvlinks[5].replay = 20
+        gpus[6].add_ecc_errors(uncorrected=2)
+        assert krea.nvml.inject_xid(5, 79) == 1
+        time.sleep(3 * SCRAPE_INTERVAL_S)
+        yield World(prom, krea, dcgm, t0)
+    finally:
+        prom.stop()
+        krea.stop()
+        ib_endpoint.stop()
+        ib_exporter.close()
+        for s in servers:
+            s.stop()
+
+
+@pytest.fixture(scope="module")
+def fleet(world: World) -> FleetTelemetry:
+    with PrometheusSource(world.prom.url, settings()) as source:
+        return source.collect()
+
+
+def test_our_exporter_gives_the_simulated_gpus_values(world: World, fleet: FleetTelemetry) -> None:
+    assert fleet.errors == ()
+    assert fleet.source == f"prometheus {world.prom.url}"
+    node = fleet.nodes["node-a"]
+    assert node.exporter_up is True and not node.stale and node.error is None
+    assert node.age_s is not None and node.age_s < 5
+    assert [g.index for g in node.gpus] == list(range(8))
+    fake = world.krea.nvml.gpus
+    for g in node.gpus:
+        f = fake[g.index]
+        assert g.uuid == f.uuid and g.model == "NVIDIA H200" and g.pci_bus_id == f.pci_bus_id
+        if g.index == 4:
+            continue
+        assert g.up is True
+        assert g.temperature_c == f.temperature_c
+        assert g.memory_temperature_c == f.memory_temperature_c
+        assert g.slowdown_margin_c == f.slowdown_temp_c - f.temperature_c
+        assert g.power_w == pytest.approx(f.power_w)
+        assert g.power_limit_w == 700.0
+        assert g.sm_clock_hz == f.sm_clock_mhz * 1e6
+        assert g.util_ratio == 1.0
+        assert g.tensor_active_ratio == pytest.approx(f.tensor_active, abs=0.01)
+        assert g.memory_used_bytes == f.memory_used_bytes
+        assert g.memory_total_bytes == f.memory_total_bytes
+        assert g.row_remap_pending is False and g.row_remap_failed is False
+        assert g.nvlinks_total == 18
+    hot = node.gpus[3]
+    assert hot.temperature_c == 85 and hot.temperature_min_window_c == 85
+    assert node.gpus[1].clock_events == {"sw_thermal", "hw_thermal"}
+    assert node.gpus[0].clock_events == frozenset()
+    lost = node.gpus[4]
+    assert lost.up is False and lost.down_reason == "gpu_is_lost"
+    assert lost.temperature_c is None and lost.power_w is None  # absent, never 0
+    assert node.gpus[5].xid_last == 79
+    assert node.gpus[5].xid_increase is not None and node.gpus[5].xid_increase[79] > 0
+    assert node.gpus[0].xid_increase == {}  # watched, none seen
+    assert node.gpus[6].ecc_uncorrected_increase and node.gpus[6].ecc_uncorrected_increase > 0
+    assert node.gpus[0].ecc_uncorrected_increase == 0.0
+    assert node.gpus[7].nvlinks_up == 17
+
+
+def test_nvlink_errors_rates_and_down_links(fleet: FleetTelemetry) -> None:
+    node = fleet.nodes["node-a"]
+    # the fleet view carries only links worth a look: one with errors, one down
+    links = {ln.name: ln for ln in node.nvlinks}
+    assert set(links) == {"gpu2/link5", "gpu7/link0"}
+    bad = links["gpu2/link5"]
+    assert bad.up is True
+    assert bad.errors_total == {"replay": 20.0, "recovery": 0.0, "crc_flit": 0.0, "crc_data": 0.0}
+    assert bad.error_rate_per_s["replay"] > 0 and bad.error_rate_per_s["recovery"] == 0
+    assert links["gpu7/link0"].up is False
+    gpu2 = node.gpus[2]
+    assert gpu2.nvlink_errors_total == 20.0
+    assert gpu2.nvlink_error_increase is not None and gpu2.nvlink_error_increase["replay"] > 0
+    assert node.gpus[0].nvlink_error_increase == {
+        "replay": 0.0,
+        "recovery": 0.0,
+        "crc_flit": 0.0,
+        "crc_data": 0.0,
+    }
+
+
+def test_asking_for_one_node_reads_all_its_links(world: World) -> None:
+    with PrometheusSource(world.prom.url, settings()) as source:
+        fleet = source.collect({"node-a"})
+    assert set(fleet.nodes) == {"node-a"}
+    links = fleet.nodes["node-a"].nvlinks
+    assert len(links) == 7 * 18  # GPU 4 is lost: NVML answers nothing for it
+    assert sum(1 for ln in links if ln.up is False) == 1
+    counters = {"replay", "recovery", "crc_flit", "crc_data"}
+    assert all(set(ln.errors_total) == counters for ln in links)
+
+
+def test_ib_ports_of_our_exporter(fleet: FleetTelemetry) -> None:
+    ports = {p.name: p for p in fleet.nodes["node-a"].ib_ports}
+    assert set(ports) == {"hfi1_0/1", "mlx4_0/1", "mlx4_0/2", "mlx5_0/1"}
+    mlx5 = ports["mlx5_0/1"]
+    assert mlx5.state == "ACTIVE" and mlx5.phys_state == "PortConfigurationTraining"
+    assert mlx5.rate_bytes_per_s == 2.5e9 * 1.25
+    # static fixture: the rates exist (two scrapes in the window) and are 0
+    assert mlx5.rx_bytes_per_s == 0.0 and mlx5.xmit_wait_per_s == 0.0
+    assert set(mlx5.errors_total) == {
+        "symbol_error",
+        "link_downed",
+        "link_error_recovery",
+        "port_rcv_errors",
+        "port_rcv_remote_physical_errors",
+        "port_xmit_discards",
+        "local_link_integrity_errors",
+        "excessive_buffer_overrun_errors",
+    }
+    assert mlx5.error_increase["symbol_error"] == 0.0
+
+
+def _ports(node: NodeTelemetry) -> dict[str, tuple]:
+    return {
+        p.name: (
+            p.state,
+            p.phys_state,
+            p.rate_bytes_per_s,
+            p.rx_bytes_per_s,
+            p.tx_bytes_per_s,
+            p.xmit_wait_per_s,
+            dict(p.errors_total),
+            dict(p.error_rate_per_s),
+        )
+        for p in node.ib_ports
+    }
+
+
+def test_node_exporter_infiniband_reads_like_ours(fleet: FleetTelemetry) -> None:
+    assert {"krea", "dcgm", "node_exporter"} <= fleet.dialects
+    ours, theirs = fleet.nodes["ib-krea"], fleet.nodes["ib-node"]
+    assert ours.gpus == () and theirs.gpus == ()
+    assert _ports(theirs) == _ports(ours)
+    mlx4 = {p.name: p for p in theirs.ib_ports}["mlx4_0/1"]
+    assert mlx4.state == "ACTIVE" and mlx4.phys_state == "LinkUp"
+    assert mlx4.rate_bytes_per_s == 5e9
+    assert mlx4.errors_total["port_xmit_discards"] == 5.0
+    assert mlx4.errors_total["port_rcv_errors"] == 0.0
+    assert "symbol_error" not in mlx4.errors_total  # the fixture has no such file: unknown
+    # i40iw has no PMA: no counters at all, which is unknown, not zero
+    i40iw = {p.name: p for p in theirs.ib_ports}["i40iw0/1"]
+    assert i40iw.errors_total == {} and i40iw.rx_bytes_per_s is None
+    # saturation is ours only: node_exporter has no such series
+    ours_mlx4 = {p.name: p for p in ours.ib_ports}["mlx4_0/1"]
+    assert ours_mlx4.saturated == {"port_xmit_wait"} and mlx4.saturated == frozenset()
+
+
+def test_dcgm_old_and_new_names_give_the_same_readings(world: World, fleet: FleetTelemetry) -> None:
+    old, new = fleet.nodes["dcgm-old"], fleet.nodes["dcgm-new"]
+    assert old.exporter_up is True and new.exporter_up is True
+
+    # everything but the NVLink counter, which the two servers read at different moments
+    def same(g: GpuSample) -> GpuSample:
+        return replace(
+            g, node="x", sampled_at=None, nvlink_errors_total=None, nvlink_error_increase=None
+        )
+
+    assert [same(g) for g in old.gpus] == [same(g) for g in new.gpus]
+    assert len(old.gpus) == 8
+    for g, d in zip(old.gpus, world.dcgm_gpus, strict=True):
+        assert g.uuid == d.uuid and g.model == "NVIDIA H200"
+        assert g.temperature_c == d.temp
+        assert g.power_w == d.power_w and g.power_limit_w == 700.0
+        assert g.util_ratio == pytest.approx(d.util_percent / 100)  # percent -> ratio
+        assert g.memory_used_bytes == d.fb_used_mib * MIB  # MiB -> bytes
+        assert g.memory_total_bytes == 143771 * MIB
+        assert g.sm_clock_hz == 1980e6  # MHz -> Hz
+        assert g.tensor_active_ratio == d.tensor and g.sm_active_ratio == d.sm_active
+        assert g.slowdown_margin_c == 89 - d.temp
+        assert g.up is None  # DCGM has no up series: unknown
+    assert old.gpus[1].xid_last == 79 and old.gpus[0].xid_last is None
+    assert old.gpus[1].xid_increase == {79: 1.0}
+    assert old.gpus[2].clock_events == {"hw_slowdown", "sw_thermal"}
+    assert old.gpus[0].clock_events == frozenset()
+    assert old.gpus[3].temperature_min_window_c == 83
+    # per-link fields: link 3 of GPU 0 counts replays, 2 per second
+    links = {ln.name: ln for ln in old.nvlinks}
+    assert set(links) == {"gpu0/link3"}
+    assert links["gpu0/link3"].error_rate_per_s["replay"] == pytest.approx(2.0, rel=0.3)
+    assert old.gpus[0].nvlink_error_increase is not None
+    assert old.gpus[0].nvlink_error_increase["replay"] > 0
+
+
+def test_ours_wins_over_dcgm_and_instance_names_unlabelled_nodes(fleet: FleetTelemetry) -> None:
+    mixed = fleet.nodes["mixed"].gpus[0]
+    assert mixed.temperature_c == 60  # ours, not DCGM's 70
+    assert mixed.power_w == 250  # only DCGM has it
+    assert "127.0.0.1" in fleet.nodes  # --no-hostname dcgm-exporter: instance host
+    assert len(fleet.nodes["127.0.0.1"].gpus) == 1
+
+
+def test_a_failing_query_costs_only_its_family(world: World) -> None:
+    broken = Family("broken", FAMILY_BY_KEY["temperature"].spellings, kind="rate")
+    object.__setattr__(broken, "spellings", ())  # an empty query: Prometheus answers 400
+    families = (*[f for f in FAMILY_BY_KEY.values() if f.key != "power"], broken)
+    with PrometheusSource(world.prom.url, settings(), families=families) as source:
+        fleet = source.collect()
+    assert len(fleet.errors) == 1 and fleet.errors[0].startswith("query broken failed: HTTP 400")
+    assert not fleet.ok
+    g = fleet.nodes["node-a"].gpus[0]
+    assert g.temperature_c is not None and g.power_w is None
