@@ -93,3 +93,9 @@ def iso(unix_s: float | None) -> str | None:
     if unix_s is None:
         return None
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix_s))
+
+
+def gib(v: float) -> str:
+    """Memory in GiB, short: 0.5G, 12G, 141G."""
+    g = float(v) / 1024**3
+    return f"{g:.1f}G" if g < 10 else f"{g:.0f}G"

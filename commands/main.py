@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import typer
 
-from commands import exporter, sim, version
+from commands import burst, exporter, fabric, gpus, nodes, queue, sim, train, version
 from krea_ops.errors import EXIT_BAD_INPUT, EXIT_FAILED, KreaError
 
 # Typer may vendor click; reach its exception classes through the public BadParameter.
@@ -53,6 +53,12 @@ def main_callback(
 
 
 version.register(app)
+gpus.register(app)
+fabric.register(app)
+app.add_typer(nodes.app, name="nodes", rich_help_panel="Fleet")
+app.add_typer(queue.app, name="queue", rich_help_panel="Queue")
+app.add_typer(burst.app, name="burst", rich_help_panel="Inference")
+app.add_typer(train.app, name="train", rich_help_panel="Training")
 app.add_typer(exporter.app, name="exporter", rich_help_panel="Services")
 app.add_typer(sim.app, name="sim", rich_help_panel="Simulator")
 

@@ -10,13 +10,32 @@ one-line error for the caller to print (and exit 1 on).
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from krea_ops.errors import Unavailable
-from krea_ops.health import HealthPolicy, fleet_views
-from krea_ops.model import FleetTelemetry, NodeInfo, NodeView
+from krea_ops.health import (
+    IB_ERROR_COUNTERS,
+    NVLINK_FAULT_COUNTERS,
+    HealthPolicy,
+    fleet_views,
+    gpu_verdict,
+    ib_port_reasons,
+    nvlink_reasons,
+    xmit_wait_ratio,
+)
+from krea_ops.model import (
+    FleetTelemetry,
+    GpuSample,
+    IbPortSample,
+    NodeInfo,
+    NodeTelemetry,
+    NodeView,
+    NvLinkSample,
+    Severity,
+    Verdict,
+)
 
 
 @dataclass(frozen=True)
@@ -72,3 +91,142 @@ def load_fleet(
         collected_at=fleet.collected_at if fleet is not None else time.time(),
         policy=policy,
     )
+
+
+# --- per-GPU and per-port views (``gpus``, ``fabric``, the dashboard's tables) ---------
+
+# node-level reasons that make every GPU on the node unknown or bad
+NODE_WIDE_CODES = frozenset(
+    {"no_telemetry", "exporter_down", "telemetry_stale", "node_not_ready", "node_ready_unknown"}
+)
+
+
+@dataclass(frozen=True)
+class GpuEntry:
+    """One GPU as the console lists it. ``sample`` is None when the node has no usable
+    telemetry (then the verdict carries the node's reason, e.g. exporter down)."""
+
+    view: NodeView
+    index: int
+    sample: GpuSample | None
+    verdict: Verdict
+
+    @property
+    def node(self) -> str:
+        return self.view.info.name
+
+    @property
+    def nvlink_errors(self) -> float | None:
+        """NVLink recovery + CRC errors in the window, summed over the GPU's links."""
+        inc = self.sample.nvlink_error_increase if self.sample is not None else None
+        if inc is None:
+            return None
+        return sum(inc.get(c, 0.0) for c in NVLINK_FAULT_COUNTERS)
+
+
+def usable(tel: NodeTelemetry | None) -> bool:
+    return tel is not None and not tel.stale and tel.exporter_up is not False
+
+
+def gpu_entries(snapshot: FleetSnapshot) -> list[GpuEntry]:
+    """Every GPU of every GPU node, in node order; GPUs of nodes without usable telemetry
+    are listed from the node's capacity with an UNKNOWN (or the node's) verdict."""
+    out: list[GpuEntry] = []
+    for view in snapshot.views:
+        tel = view.telemetry
+        node_wide = [r for r in view.verdict.reasons if r.code in NODE_WIDE_CODES]
+        samples = tel.gpus if usable(tel) and tel is not None else ()
+        if samples:
+            for g in samples:
+                verdict = Verdict.of([*node_wide, *gpu_verdict(g, snapshot.policy).reasons])
+                out.append(GpuEntry(view, g.index, g, verdict))
+        elif not view.info.virtual and (view.info.gpu_capacity or 0) > 0:
+            verdict = Verdict.of(node_wide) if node_wide else Verdict(Severity.UNKNOWN, ())
+            out.extend(GpuEntry(view, i, None, verdict) for i in range(view.info.gpu_capacity or 0))
+    return out
+
+
+IB_COUNTED = (*IB_ERROR_COUNTERS, "link_downed")
+
+
+def _sum(values: Mapping[str, float], keys: tuple[str, ...]) -> float | None:
+    present = [values[k] for k in keys if k in values]
+    return sum(present) if present else None
+
+
+@dataclass(frozen=True)
+class FabricEntry:
+    """One InfiniBand port or NVLink link, with its error totals over the window."""
+
+    node: str
+    kind: str  # "ib" | "nvlink"
+    port: str  # "mlx5_0/1" | "gpu3/link7"
+    state: str | None
+    verdict: Verdict
+    errors_total: float | None
+    errors_in_window: float | None
+    error_rate_per_s: float | None
+    xmit_wait_per_s: float | None = None
+    xmit_wait_ratio: float | None = None
+    ib: IbPortSample | None = None
+    nvlink: NvLinkSample | None = None
+
+
+def fabric_entries(snapshot: FleetSnapshot, kind: str = "all") -> list[FabricEntry]:
+    """Ports and links of nodes with usable telemetry, worst first (verdict, error rate,
+    xmit wait)."""
+    policy = snapshot.policy
+    out: list[FabricEntry] = []
+    for view in snapshot.views:
+        tel = view.telemetry
+        if tel is None or not usable(tel):
+            continue
+        name = view.info.name
+        if kind in ("all", "ib"):
+            for p in tel.ib_ports:
+                out.append(
+                    FabricEntry(
+                        node=name,
+                        kind="ib",
+                        port=p.name,
+                        state=p.state,
+                        verdict=Verdict.of(ib_port_reasons(p, policy)),
+                        errors_total=_sum(p.errors_total, IB_COUNTED),
+                        errors_in_window=_sum(p.error_increase, IB_COUNTED),
+                        error_rate_per_s=_sum(p.error_rate_per_s, IB_COUNTED),
+                        xmit_wait_per_s=p.xmit_wait_per_s,
+                        xmit_wait_ratio=xmit_wait_ratio(p),
+                        ib=p,
+                    )
+                )
+        if kind in ("all", "nvlink"):
+            up_by_gpu: dict[int, bool] = {}
+            for link in tel.nvlinks:
+                up_by_gpu[link.gpu] = up_by_gpu.get(link.gpu, False) or bool(link.up)
+            for link in tel.nvlinks:
+                rate = _sum(link.error_rate_per_s, NVLINK_FAULT_COUNTERS)
+                out.append(
+                    FabricEntry(
+                        node=name,
+                        kind="nvlink",
+                        port=link.name,
+                        state=None if link.up is None else ("UP" if link.up else "DOWN"),
+                        verdict=Verdict.of(
+                            nvlink_reasons(link, up_by_gpu.get(link.gpu, False), policy)
+                        ),
+                        errors_total=_sum(link.errors_total, NVLINK_FAULT_COUNTERS),
+                        errors_in_window=None if rate is None else rate * policy.window_s,
+                        error_rate_per_s=rate,
+                        nvlink=link,
+                    )
+                )
+    out.sort(
+        key=lambda e: (
+            -e.verdict.severity,
+            -(e.error_rate_per_s or 0.0),
+            -(e.xmit_wait_per_s or 0.0),
+            e.node,
+            e.port,
+        )
+    )
+    return out

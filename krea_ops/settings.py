@@ -71,6 +71,24 @@ class Settings:
         default=1.0,
         metadata=_doc("without Prometheus: gap between the two direct scrapes rates need, s"),
     )
+    # --- training (krea_ops/training) ---
+    training_checkpoint_mount: str | None = field(
+        default=None,
+        metadata=_doc("where the pods' checkpoint volume is mounted here: REMOTE=LOCAL"),
+    )
+    training_checkpoint_seconds: float = field(
+        default=30.0, metadata=_doc("checkpoint write time for the interval advice, seconds")
+    )
+    training_failures_per_1000_node_days: float = field(
+        default=6.5, metadata=_doc("failure rate for the interval advice (Llama 3: 6.5)")
+    )
+    # --- dashboard (screens/) ---
+    dashboard_refresh_s: float = field(
+        default=5.0, metadata=_doc("dashboard refresh interval, seconds")
+    )
+    dashboard_read_only: bool = field(
+        default=False, metadata=_doc("hide every action in the dashboard")
+    )
     # --- health policy (krea_ops/health.py) ---
     health_hot_c: float = field(
         default=78.0, metadata=_doc("GPU temperature that throttles a run, deg C (BAD)")

@@ -6,6 +6,7 @@ families and is reported as ``krea_exporter_collector_success{collector} 0``.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import socket
@@ -248,12 +249,36 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class _Server(ThreadingHTTPServer):
+    """Tracks its connections so that stopping closes the keep-alive ones too: a scraper
+    holding a persistent connection must see the endpoint go away, not keep getting
+    answers from a handler thread of a server that was stopped."""
+
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
         super().__init__(address, handler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        conn, addr = super().get_request()
+        with self._open_lock:
+            self._open.add(conn)
+        return conn, addr
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._open_lock:
+            self._open.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        with self._open_lock:
+            conns, self._open = list(self._open), set()
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
 
 
 class HttpEndpoint:
@@ -286,4 +311,5 @@ class HttpEndpoint:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+        self._server.close_connections()
         self._thread.join(timeout=5)

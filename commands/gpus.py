@@ -1,0 +1,231 @@
+"""``krea-ops gpus``: one row per GPU with temperature, busy time next to tensor activity,
+errors and a verdict."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+import typer
+
+from commands import fmt
+from commands.common import (
+    OutputOption,
+    cluster_from,
+    health_policy,
+    open_telemetry,
+    settings_from,
+)
+from commands.output import OutputFormat, emit, render
+from krea_ops.errors import Unavailable
+from krea_ops.fleet import FleetSnapshot, GpuEntry, gpu_entries, load_fleet
+from krea_ops.model import Severity
+
+
+class GpuSort(StrEnum):
+    verdict = "verdict"
+    temperature = "temperature"
+    tensor = "tensor"
+    util = "util"
+    node = "node"
+
+
+COLUMNS = [
+    "node",
+    "index",
+    "temperature_c",
+    "slowdown_margin_c",
+    "power_w",
+    "util_ratio",
+    "tensor_active_ratio",
+    "memory_used_bytes",
+    "xid_last",
+    "nvlink_errors",
+    "verdict",
+]
+WIDE = [
+    "node",
+    "index",
+    "model",
+    "temperature_c",
+    "temperature_min_window_c",
+    "slowdown_margin_c",
+    "power_w",
+    "power_limit_w",
+    "util_ratio",
+    "tensor_active_ratio",
+    "sm_active_ratio",
+    "memory_used_bytes",
+    "xid_last",
+    "nvlink_errors",
+    "clock_events",
+    "age_s",
+    "verdict",
+    "reasons",
+]
+HEADERS = {
+    "index": "GPU",
+    "temperature_c": "TEMP",
+    "temperature_min_window_c": "TEMP-MIN",
+    "slowdown_margin_c": "MARGIN",
+    "power_w": "POWER",
+    "power_limit_w": "LIMIT",
+    "util_ratio": "BUSY",
+    "tensor_active_ratio": "TENSOR",
+    "sm_active_ratio": "SM",
+    "memory_used_bytes": "MEM",
+    "xid_last": "XID",
+    "nvlink_errors": "NVL-ERR",
+    "clock_events": "CLOCK-EVENTS",
+    "age_s": "AGE",
+}
+FORMATS = {
+    "temperature_c": fmt.celsius,
+    "temperature_min_window_c": fmt.celsius,
+    "slowdown_margin_c": fmt.celsius,
+    "power_w": fmt.watts,
+    "power_limit_w": fmt.watts,
+    "util_ratio": fmt.percent,
+    "tensor_active_ratio": fmt.percent,
+    "sm_active_ratio": fmt.percent,
+    "memory_used_bytes": fmt.gib,
+    "nvlink_errors": fmt.count,
+    "age_s": fmt.age,
+    "reasons": fmt.first_reason,
+}
+
+
+def gpu_row(entry: GpuEntry, now: float) -> dict[str, Any]:
+    g = entry.sample
+    tel = entry.view.telemetry
+    sampled = g.sampled_at if g is not None else None
+    age = round(now - sampled, 1) if sampled is not None else None
+    if age is None and tel is not None and tel.age_s is not None:
+        age = round(tel.age_s, 1)
+    return {
+        "node": entry.node,
+        "index": entry.index,
+        "uuid": g.uuid if g else None,
+        "model": g.model if g else entry.view.info.labels.get("nvidia.com/gpu.product"),
+        "pci_bus_id": g.pci_bus_id if g else None,
+        "up": g.up if g else None,
+        "temperature_c": g.temperature_c if g else None,
+        "temperature_min_window_c": g.temperature_min_window_c if g else None,
+        "memory_temperature_c": g.memory_temperature_c if g else None,
+        "slowdown_margin_c": g.slowdown_margin_c if g else None,
+        "power_w": g.power_w if g else None,
+        "power_limit_w": g.power_limit_w if g else None,
+        "util_ratio": g.util_ratio if g else None,
+        "tensor_active_ratio": g.tensor_active_ratio if g else None,
+        "sm_active_ratio": g.sm_active_ratio if g else None,
+        "memory_used_bytes": g.memory_used_bytes if g else None,
+        "memory_total_bytes": g.memory_total_bytes if g else None,
+        "clock_events": sorted(g.clock_events) if g and g.clock_events is not None else None,
+        "xid_last": g.xid_last if g else None,
+        "xid_counts": (
+            {str(k): v for k, v in sorted(g.xid_increase.items())}
+            if g and g.xid_increase is not None
+            else None
+        ),
+        "nvlink_errors": entry.nvlink_errors,
+        "sampled_at": fmt.iso(sampled),
+        "age_s": age,
+        "verdict": str(entry.verdict.severity),
+        "reasons": [r.message for r in entry.verdict.reasons],
+    }
+
+
+def gpu_rows(snapshot: FleetSnapshot) -> list[dict[str, Any]]:
+    return [gpu_row(e, snapshot.collected_at) for e in gpu_entries(snapshot)]
+
+
+def _sort(rows: list[dict[str, Any]], by: GpuSort) -> list[dict[str, Any]]:
+    def num(row: dict[str, Any], key: str, missing: float) -> float:
+        v = row.get(key)
+        return missing if v is None else float(v)
+
+    order = {s.name: s.value for s in Severity}
+    if by is GpuSort.node:
+        return sorted(rows, key=lambda r: (r["node"], r["index"]))
+    if by is GpuSort.temperature:
+        return sorted(rows, key=lambda r: (-num(r, "temperature_c", -1e9), r["node"], r["index"]))
+    if by is GpuSort.util:
+        return sorted(rows, key=lambda r: (-num(r, "util_ratio", -1e9), r["node"], r["index"]))
+    if by is GpuSort.tensor:  # idlest first: the ones wasting their tensor cores
+        return sorted(
+            rows, key=lambda r: (num(r, "tensor_active_ratio", 1e9), r["node"], r["index"])
+        )
+    return sorted(rows, key=lambda r: (-order[r["verdict"]], r["node"], r["index"]))
+
+
+def attention_lines(rows: list[dict[str, Any]], label: Any, limit: int = 20) -> str:
+    """Below a table: the reason for each row that is not OK (the table has no room)."""
+    flagged = [r for r in rows if r["verdict"] != "OK" and r.get("reasons")]
+    lines = [f"{label(r)}: {r['verdict']}: {'; '.join(r['reasons'])}" for r in flagged[:limit]]
+    if len(flagged) > limit:
+        lines.append(f"... and {len(flagged) - limit} more (-o wide or -o json shows all)")
+    return ("\n" + "\n".join(lines) + "\n") if lines else ""
+
+
+def source_line(snapshot: FleetSnapshot) -> str:
+    src = snapshot.source or "no telemetry"
+    return f"telemetry: {src}, window {snapshot.policy.window_text}\n"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("gpus", rich_help_panel="Fleet")
+    def gpus(
+        ctx: typer.Context,
+        node: str = typer.Option(None, "--node", help="only this node"),
+        selector: str = typer.Option(
+            None, "--selector", "-l", help="only nodes matching this label selector"
+        ),
+        sort: GpuSort = typer.Option(
+            GpuSort.verdict,
+            "--sort",
+            help="verdict (worst first), temperature (hottest first), tensor (idlest "
+            "first), util (busiest first) or node (default: verdict)",
+            case_sensitive=False,
+        ),
+        output: OutputFormat = OutputOption,
+    ) -> None:
+        """One row per GPU: temperature, slowdown margin, power, GPU utilization (busy
+        time) next to tensor-core activity, memory, XIDs, NVLink errors and a verdict."""
+        settings = settings_from(ctx)
+        cluster = cluster_from(settings)
+        source, error = open_telemetry(settings, cluster)
+        try:
+            snapshot = load_fleet(
+                cluster,
+                source,
+                health_policy(settings),
+                node=node,
+                selector=selector,
+                source_error=error,
+            )
+        finally:
+            if source is not None:
+                source.close()
+        if snapshot.telemetry_error:
+            raise Unavailable(snapshot.telemetry_error)
+        rows = _sort(gpu_rows(snapshot), sort)
+        policy = snapshot.policy
+        text = render(
+            rows,
+            output,
+            columns=COLUMNS,
+            wide_columns=WIDE,
+            headers=HEADERS,
+            formats=FORMATS,
+            styles={
+                "verdict": fmt.verdict_style(),
+                "temperature_c": fmt.temperature_style(policy.hot_c, policy.warm_c),
+            },
+        )
+        if output is OutputFormat.table:
+            text = source_line(snapshot) + text
+            text += attention_lines(rows, lambda r: f"{r['node']}/gpu{r['index']}")
+        emit(text)
+        if snapshot.telemetry and snapshot.telemetry.errors:
+            for line in snapshot.telemetry.errors:
+                typer.echo(f"warning: {line}", err=True)

@@ -1,0 +1,278 @@
+"""``krea-ops nodes list|show``: nodes with GPUs, schedulability, taints and a verdict.
+
+If telemetry cannot be read (Prometheus down), ``nodes list`` still prints the nodes
+from the API, with GPU nodes UNKNOWN, then the one-line error, and exits 1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from commands import fmt
+from commands.common import (
+    OutputOption,
+    cluster_from,
+    health_policy,
+    open_telemetry,
+    settings_from,
+)
+from commands.fabric import FabricKind, fabric_rows
+from commands.gpus import FORMATS as GPU_FORMATS
+from commands.gpus import HEADERS as GPU_HEADERS
+from commands.gpus import attention_lines, gpu_rows, source_line
+from commands.output import OutputFormat, emit, render
+from krea_ops.errors import Unavailable
+from krea_ops.fleet import FleetSnapshot, load_fleet
+from krea_ops.model import NodeView
+
+app = typer.Typer(no_args_is_help=True, help="Nodes: GPUs, schedulability, taints, health.")
+
+# annotation prefixes worth showing an operator (ours and the simulator's)
+OUR_ANNOTATIONS = ("krea.ai/", "burst.krea.ai/", "sim.krea.ai/")
+
+COLUMNS = ["name", "gpu_capacity", "ready", "schedulable", "taints", "verdict"]
+WIDE = [
+    "name",
+    "pool",
+    "rack",
+    "gpu_capacity",
+    "gpu_allocatable",
+    "ready",
+    "schedulable",
+    "cordoned",
+    "taints",
+    "telemetry_age_s",
+    "verdict",
+    "reasons",
+]
+HEADERS = {"gpu_capacity": "GPUS", "gpu_allocatable": "ALLOC", "telemetry_age_s": "DATA-AGE"}
+
+
+def _yes_no(v: Any) -> str:
+    return "yes" if v else "no"
+
+
+def _taints(v: list[str]) -> str:
+    text = ",".join(t.split("=")[0].split(":")[0] for t in v) or "-"
+    return text if len(text) <= 30 else text[:29] + "…"
+
+
+FORMATS = {
+    "ready": _yes_no,
+    "schedulable": _yes_no,
+    "cordoned": _yes_no,
+    "taints": _taints,
+    "telemetry_age_s": fmt.age,
+    "reasons": fmt.first_reason,
+}
+
+
+def node_row(view: NodeView) -> dict[str, Any]:
+    info = view.info
+    tel = view.telemetry
+    return {
+        "name": info.name,
+        "pool": info.labels.get("krea.ai/pool"),
+        "rack": info.labels.get("krea.ai/rack"),
+        "virtual": info.virtual,
+        "gpu_capacity": info.gpu_capacity,
+        "gpu_allocatable": info.gpu_allocatable,
+        "ready": info.ready,
+        "schedulable": info.schedulable,
+        "cordoned": info.unschedulable,
+        "taints": [str(t) for t in info.taints],
+        "telemetry_age_s": None if tel is None or tel.age_s is None else round(tel.age_s, 1),
+        "exporter_up": None if tel is None else tel.exporter_up,
+        "verdict": str(view.verdict.severity),
+        "reasons": [r.message for r in view.verdict.reasons],
+    }
+
+
+def _snapshot(
+    ctx: typer.Context, *, node: str | None = None, selector: str | None = None
+) -> tuple[FleetSnapshot, Any]:
+    settings = settings_from(ctx)
+    cluster = cluster_from(settings)
+    infos = [cluster.node(node)] if node else cluster.nodes(selector)
+    source, error = open_telemetry(settings, cluster)
+    try:
+        snap = load_fleet(
+            cluster,
+            source,
+            health_policy(settings),
+            nodes=infos,
+            node=node,
+            selector=selector,
+            source_error=error,
+        )
+    finally:
+        if source is not None:
+            source.close()
+    return snap, cluster
+
+
+@app.command("list")
+def list_nodes(
+    ctx: typer.Context,
+    selector: str = typer.Option(
+        None, "--selector", "-l", help="only nodes matching this label selector"
+    ),
+    output: OutputFormat = OutputOption,
+) -> None:
+    """Nodes with GPU count, schedulable, taints, verdict and reasons; nodes that need
+    attention first."""
+    snap, _ = _snapshot(ctx, selector=selector)
+    rows = [node_row(v) for v in snap.views]
+    text = render(
+        rows,
+        output,
+        columns=COLUMNS,
+        wide_columns=WIDE,
+        headers=HEADERS,
+        formats=FORMATS,
+        styles={"verdict": fmt.verdict_style()},
+    )
+    if output is OutputFormat.table:
+        text = source_line(snap) + text + attention_lines(rows, lambda r: r["name"])
+    emit(text)
+    if snap.telemetry_error:
+        raise Unavailable(snap.telemetry_error)
+
+
+@app.command("show")
+def show_node(
+    ctx: typer.Context,
+    node: str = typer.Argument(..., help="node name"),
+    output: OutputFormat = OutputOption,
+) -> None:
+    """One node in detail: verdict and reasons, each GPU, InfiniBand ports and NVLink links
+    with errors, pods on the node, taints and our annotations."""
+    snap, cluster = _snapshot(ctx, node=node)
+    view = snap.views[0]
+    pods = cluster.pods_on_node(node)
+    row = node_row(view)
+    row["labels"] = dict(view.info.labels)
+    row["annotations"] = {
+        k: v for k, v in view.info.annotations.items() if k.startswith(OUR_ANNOTATIONS)
+    }
+    row["gpus"] = gpu_rows(snap)
+    fabric = fabric_rows(snap, FabricKind.all)
+    row["ib_ports"] = [r for r in fabric if r["kind"] == "ib"]
+    row["nvlink_links_down"] = sum(
+        1 for r in fabric if r["kind"] == "nvlink" and r["state"] == "DOWN"
+    )
+    row["nvlink_links_with_errors"] = [
+        r for r in fabric if r["kind"] == "nvlink" and r["verdict"] != "OK"
+    ]
+    row["pods"] = [
+        {
+            "namespace": p.namespace,
+            "name": p.name,
+            "phase": p.phase,
+            "gpus": p.gpus,
+            "workload": p.labels.get("krea.ai/workload"),
+            "owner": p.owner,
+            "started_at": fmt.iso(p.started_at),
+        }
+        for p in sorted(pods, key=lambda p: (p.namespace, p.name))
+    ]
+    if output is not OutputFormat.table and output is not OutputFormat.wide:
+        emit(render([row], output))
+    else:
+        emit(_describe(row, snap, output))
+    if snap.telemetry_error:
+        raise Unavailable(snap.telemetry_error)
+
+
+def _describe(row: dict[str, Any], snap: FleetSnapshot, output: OutputFormat) -> str:
+    policy = snap.policy
+    out = [
+        f"Node:        {row['name']}",
+        f"Verdict:     {row['verdict']}",
+    ]
+    for reason in row["reasons"]:
+        out.append(f"  - {reason}")
+    out += [
+        f"GPUs:        {row['gpu_capacity'] if row['gpu_capacity'] is not None else '-'} "
+        f"(allocatable {row['gpu_allocatable'] if row['gpu_allocatable'] is not None else '-'})",
+        f"Ready:       {'-' if row['ready'] is None else _yes_no(row['ready'])}",
+        f"Schedulable: {_yes_no(row['schedulable'])}" + ("  (cordoned)" if row["cordoned"] else ""),
+        f"Taints:      {', '.join(row['taints']) or '-'}",
+        f"Pool/rack:   {row['pool'] or '-'} / {row['rack'] or '-'}",
+        "Annotations: " + (", ".join(f"{k}={v}" for k, v in row["annotations"].items()) or "-"),
+        source_line(snap).rstrip(),
+        "",
+    ]
+    if row["gpus"]:
+        out.append("GPUs:")
+        out.append(
+            render(
+                row["gpus"],
+                output,
+                columns=[
+                    "index",
+                    "temperature_c",
+                    "slowdown_margin_c",
+                    "power_w",
+                    "util_ratio",
+                    "tensor_active_ratio",
+                    "memory_used_bytes",
+                    "xid_last",
+                    "nvlink_errors",
+                    "verdict",
+                ],
+                headers=GPU_HEADERS,
+                formats=GPU_FORMATS,
+                styles={
+                    "verdict": fmt.verdict_style(),
+                    "temperature_c": fmt.temperature_style(policy.hot_c, policy.warm_c),
+                },
+            )
+        )
+    if row["ib_ports"]:
+        out.append("InfiniBand:")
+        out.append(
+            render(
+                row["ib_ports"],
+                output,
+                columns=[
+                    "port",
+                    "state",
+                    "rx_bytes_per_s",
+                    "tx_bytes_per_s",
+                    "errors_in_window",
+                    "xmit_wait_ratio",
+                    "verdict",
+                ],
+                headers={
+                    "rx_bytes_per_s": "RX",
+                    "tx_bytes_per_s": "TX",
+                    "errors_in_window": "ERRORS",
+                    "xmit_wait_ratio": "WAIT%",
+                },
+                formats={
+                    "rx_bytes_per_s": fmt.bytes_rate,
+                    "tx_bytes_per_s": fmt.bytes_rate,
+                    "errors_in_window": fmt.count,
+                    "xmit_wait_ratio": fmt.percent,
+                },
+                styles={"verdict": fmt.verdict_style()},
+            )
+        )
+    bad_links = row["nvlink_links_with_errors"]
+    out.append(f"NVLink: {row['nvlink_links_down']} links down, {len(bad_links)} links with errors")
+    for link in bad_links[:20]:
+        out.append(f"  {link['port']}: {'; '.join(link['reasons'])}")
+    out.append("")
+    out.append(f"Pods ({len(row['pods'])}):")
+    if row["pods"]:
+        out.append(
+            render(
+                row["pods"],
+                output,
+                columns=["namespace", "name", "phase", "gpus", "workload"],
+            )
+        )
+    return "\n".join(out) + "\n"

@@ -1,0 +1,197 @@
+"""``gpus``, ``nodes list|show`` and ``fabric`` against the simulated cluster, through the
+real CLI: telemetry found through ConfigMap krea-ops-config (a real Prometheus scraping
+the simulated exporters), faults injected through the API, verdicts as a user sees them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from commands.main import invoke
+from krea_ops.sim.world.actor import WorldConfig
+from krea_ops.sim.world.faults import inject_fault
+from krea_ops.sim.world.world import SimWorld
+from tests.conftest import require_binary
+
+WINDOW_S = "12"
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, Any, str]:
+    capsys.readouterr()
+    code = invoke(list(args))
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out.strip().startswith("[") else out), err
+
+
+def until(check: Callable[[], Any], timeout: float = 90.0, every: float = 1.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"condition not met in {timeout} s; last: {last!r}")
+
+
+@pytest.fixture(autouse=True)
+def short_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KREA_OPS_CONFIG", "/nonexistent/krea-ops.yaml")
+    monkeypatch.setenv("KREA_OPS_TELEMETRY_WINDOW_S", WINDOW_S)
+    monkeypatch.setenv("KREA_OPS_TELEMETRY_STALE_S", "20")
+    monkeypatch.delenv("KREA_OPS_PROMETHEUS_URL", raising=False)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimWorld]:
+    require_binary("prometheus")
+    config = WorldConfig(
+        nodes=4,
+        speed=60,
+        seed=5,
+        failure_multiplier=0.0,
+        prometheus=shutil.which("prometheus") is not None,
+        extra={"slow_burners": False, "scrape_interval_s": 1, "gpm_interval_s": 1},
+    )
+    with SimWorld(config, tmp_path_factory.mktemp("fleet")) as w:
+        until(lambda: w.world.services["devices"].prometheus_url, timeout=60)
+        yield w
+
+
+def kc(w: SimWorld) -> list[str]:
+    return ["--kubeconfig", str(w.kubeconfig)]
+
+
+def test_gpus_lists_every_gpu_with_busy_time_next_to_tensor_activity(
+    world: SimWorld, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def all_reporting() -> list[dict[str, Any]] | None:
+        code, rows, _ = run_json(capsys, *kc(world), "gpus", "-o", "json")
+        ok = code == 0 and len(rows) == 32 and all(r["temperature_c"] is not None for r in rows)
+        return rows if ok else None
+
+    rows = until(all_reporting)
+    first = rows[0]
+    for key in (
+        "node",
+        "index",
+        "uuid",
+        "model",
+        "temperature_c",
+        "slowdown_margin_c",
+        "power_w",
+        "util_ratio",
+        "tensor_active_ratio",
+        "memory_used_bytes",
+        "xid_last",
+        "nvlink_errors",
+        "verdict",
+        "reasons",
+    ):
+        assert key in first
+    assert {r["node"] for r in rows} == {f"gpu-node-00{i}" for i in range(4)}
+    assert all(r["model"] == "NVIDIA H200" for r in rows)
+    assert all(0.0 <= r["util_ratio"] <= 1.0 for r in rows if r["util_ratio"] is not None)
+
+    capsys.readouterr()
+    assert invoke([*kc(world), "gpus"]) == 0
+    table = capsys.readouterr().out
+    header = next(line for line in table.splitlines() if line.startswith("NODE"))
+    assert "BUSY" in header and "TENSOR" in header
+    assert max(len(line) for line in table.splitlines()[:40] if line.startswith("gpu-")) <= 80
+    assert "\x1b[" not in table  # no colour when not a terminal
+
+
+def test_an_injected_hot_gpu_is_bad_with_its_reason(
+    world: SimWorld, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inject_fault(world.client, "hot-gpu", "gpu-node-002", gpu=5, value=88.0)
+
+    def hot() -> dict[str, Any] | None:
+        _, rows, _ = run_json(capsys, *kc(world), "gpus", "--node", "gpu-node-002", "-o", "json")
+        row = next(r for r in rows if r["index"] == 5)
+        return row if row["verdict"] == "BAD" and row["temperature_min_window_c"] >= 78 else None
+
+    row = until(hot)
+    assert any("GPU 5" in r and "78 °C" in r for r in row["reasons"])
+
+    code, nodes, _ = run_json(capsys, *kc(world), "nodes", "list", "-o", "json")
+    assert code == 0
+    assert nodes[0]["name"] == "gpu-node-002" and nodes[0]["verdict"] == "BAD"  # worst first
+    assert any("GPU 5" in r for r in nodes[0]["reasons"])
+
+    capsys.readouterr()
+    assert invoke([*kc(world), "gpus", "--sort", "temperature"]) == 0
+    table = capsys.readouterr().out
+    first_row = next(line for line in table.splitlines() if line.startswith("gpu-"))
+    assert first_row.split()[:2] == ["gpu-node-002", "5"] and "BAD" in first_row
+    assert "gpu-node-002/gpu5: BAD: GPU 5 at" in table
+
+
+def test_a_node_whose_exporter_stops_is_unknown(
+    world: SimWorld, capsys: pytest.CaptureFixture[str]
+) -> None:
+    devices = world.world.services["devices"]
+    nd = devices.node("gpu-node-003")
+    nd.host_failed(True)  # the exporter stops answering (the node itself stays Ready)
+    try:
+
+        def unknown() -> dict[str, Any] | None:
+            _, rows, _ = run_json(capsys, *kc(world), "nodes", "list", "-o", "json")
+            row = next(r for r in rows if r["name"] == "gpu-node-003")
+            return row if row["verdict"] == "UNKNOWN" else None
+
+        row = until(unknown, timeout=60)
+        assert any("exporter" in r or "sample" in r for r in row["reasons"])
+        _, gpus, _ = run_json(capsys, *kc(world), "gpus", "--node", "gpu-node-003", "-o", "json")
+        assert len(gpus) == 8 and all(g["verdict"] == "UNKNOWN" for g in gpus)
+        assert all(g["temperature_c"] is None for g in gpus)  # unknown, not a stale number
+    finally:
+        nd.host_failed(False)
+
+
+def test_nodes_show_and_fabric(world: SimWorld, capsys: pytest.CaptureFixture[str]) -> None:
+    code, shown, _ = run_json(capsys, *kc(world), "nodes", "show", "gpu-node-001", "-o", "json")
+    assert code == 0 and len(shown) == 1
+    node = shown[0]
+    assert node["name"] == "gpu-node-001" and node["gpu_capacity"] == 8
+    assert len(node["gpus"]) == 8 and len(node["ib_ports"]) == 8
+    assert any(p["namespace"] == "kube-system" for p in node["pods"])  # the DaemonSet pods
+
+    code, ports, _ = run_json(capsys, *kc(world), "fabric", "--kind", "ib", "-o", "json")
+    assert code == 0 and len(ports) == 32
+    assert all(p["kind"] == "ib" and p["state"] == "ACTIVE" for p in ports)
+    assert all(p["rx_bytes_per_s"] is not None for p in ports)
+
+    inject_fault(world.client, "ib-flap", "gpu-node-000", value=2)
+
+    def flapped() -> dict[str, Any] | None:
+        _, rows, _ = run_json(capsys, *kc(world), "fabric", "--kind", "ib", "-o", "json")
+        return rows[0] if rows and rows[0]["verdict"] == "BAD" else None
+
+    worst = until(flapped)
+    assert worst["node"] == "gpu-node-000" and worst["port"].startswith("mlx5_2")
+    capsys.readouterr()
+    assert invoke([*kc(world), "nodes", "show", "gpu-node-000"]) == 0
+    text = capsys.readouterr().out
+    assert "Verdict:     BAD" in text and "mlx5_2" in text and "Pods (" in text
+
+
+def test_errors_are_one_line(world: SimWorld, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_json(capsys, *kc(world), "nodes", "show", "no-such-node")
+    assert code == 2 and err.count("\n") == 1 and "no-such-node" in err
+
+    code, out, err = run_json(
+        capsys, *kc(world), "--prometheus", "http://127.0.0.1:9", "nodes", "list", "-o", "json"
+    )
+    # the nodes still print (from the API), GPU nodes UNKNOWN, then one error line, exit 1
+    assert code == 1 and err.startswith("error: ") and err.count("\n") == 1
+    assert "127.0.0.1:9" in err
+    assert out and all(r["verdict"] == "UNKNOWN" for r in out if not r["virtual"])
+    code, _, err = run_json(capsys, *kc(world), "--prometheus", "http://127.0.0.1:9", "gpus")
+    assert code == 1 and "127.0.0.1:9" in err
