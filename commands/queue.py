@@ -26,8 +26,26 @@ NamespaceOption = typer.Option(
 
 def _node_severity(settings: Settings, cluster: Any) -> Mapping[str, Any] | None:
     """Node name -> Severity from the health module; None judges nodes by Ready, cordon
-    and taints only."""
-    return None
+    and taints only (when there is no telemetry: said on stderr, the command still works)."""
+    from commands.common import health_policy, open_telemetry
+    from krea_ops.fleet import load_fleet
+    from krea_ops.health import severities
+
+    source, error = open_telemetry(settings, cluster)
+    if source is None:
+        typer.echo(f"warning: no node health ({error}); drift counts Ready nodes", err=True)
+        return None
+    try:
+        snap = load_fleet(cluster, source, health_policy(settings))
+    finally:
+        source.close()
+    if snap.telemetry_error:
+        typer.echo(
+            f"warning: no node health ({snap.telemetry_error}); drift counts Ready nodes",
+            err=True,
+        )
+        return None
+    return severities(snap.views)
 
 
 # -- queue list ------------------------------------------------------------------------
@@ -226,7 +244,7 @@ def list_queues(ctx: typer.Context, output: OutputFormat = OutputOption) -> None
 
     settings = settings_from(ctx)
     cluster = cluster_from(settings)
-    snap = read_queues(cluster, _node_severity(settings, cluster))
+    snap = read_queues(cluster, lambda: _node_severity(settings, cluster))
     if output in (OutputFormat.json, OutputFormat.yaml):
         emit(render(_queue_json(snap), output))
         return
@@ -434,7 +452,7 @@ def why(
 
     settings = settings_from(ctx)
     cluster = cluster_from(settings)
-    report = explain_why(cluster, workload, namespace, _node_severity(settings, cluster))
+    report = explain_why(cluster, workload, namespace, lambda: _node_severity(settings, cluster))
     if output in (OutputFormat.json, OutputFormat.yaml):
         emit(render([_why_row(report)], output))
         return

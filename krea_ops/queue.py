@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -447,11 +447,16 @@ def _snapshot(raw: _Raw, node_severity: Mapping[str, Severity] | None) -> QueueS
 
 
 def read_queues(
-    cluster: Cluster, node_severity: Mapping[str, Severity] | None = None
+    cluster: Cluster,
+    node_severity: Mapping[str, Severity]
+    | Callable[[], Mapping[str, Severity] | None]
+    | None = None,
 ) -> QueueSnapshot:
     """ClusterQueues, LocalQueues and flavor capacity: three Kueue lists and one node
-    list (no pods: this stays cheap on a 4,096-node cluster)."""
-    return _snapshot(_read_raw(cluster), node_severity)
+    list (no pods: this stays cheap on a 4,096-node cluster). ``node_severity`` may be a
+    function, called after Kueue's objects were read."""
+    raw = _read_raw(cluster)
+    return _snapshot(raw, node_severity() if callable(node_severity) else node_severity)
 
 
 # -- workloads -------------------------------------------------------------------------
@@ -1069,16 +1074,20 @@ def why(
     cluster: Cluster,
     name: str,
     namespace: str | None = None,
-    node_severity: Mapping[str, Severity] | None = None,
+    node_severity: Mapping[str, Severity]
+    | Callable[[], Mapping[str, Severity] | None]
+    | None = None,
 ) -> WhyReport:
     """Why ``name`` (a Workload, or the JobSet/Job it belongs to) waits, from one read of
-    Kueue's objects, the nodes and the active pods."""
+    Kueue's objects, the nodes and the active pods. ``node_severity`` may be a function,
+    called only once the workload is found (node health costs a telemetry read)."""
     raw = _read_raw(cluster)
-    snap = _snapshot(raw, node_severity)
     workloads = _all_workloads(cluster, raw.local_queues)
     wl = find_workload(workloads, name, namespace)
+    severity = node_severity() if callable(node_severity) else node_severity
+    snap = _snapshot(raw, severity)
     pods = cluster.active_pods()
-    return explain(wl, snap, raw.flavors, raw.nodes, pods, node_severity)
+    return explain(wl, snap, raw.flavors, raw.nodes, pods, severity)
 
 
 def _belongs(pod: PodInfo, wl: WorkloadInfo) -> bool:
