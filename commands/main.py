@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import typer
 
-from commands import burst, exporter, fabric, gpus, nodes, queue, sim, train, version
+from commands import burst, dashboard, exporter, fabric, gpus, nodes, queue, sim, train, version
 from krea_ops.errors import EXIT_BAD_INPUT, EXIT_FAILED, KreaError
 
 # Typer may vendor click; reach its exception classes through the public BadParameter.
@@ -53,6 +53,7 @@ def main_callback(
 
 
 version.register(app)
+dashboard.register(app)
 gpus.register(app)
 fabric.register(app)
 app.add_typer(nodes.app, name="nodes", rich_help_panel="Fleet")

@@ -1,0 +1,438 @@
+"""The krea-ops dashboard: one Textual app over the core's ``Hub``.
+
+Data flow (house style): every read runs in a thread worker, one exclusive worker per
+data kind (``fleet``, ``queue``, ``burst``, ``training``, ``pods:<node>``), so reads of a
+kind never overlap; workers post ``DataLoaded``/``DataFailed`` and never touch widgets.
+A one-second tick starts a read for each kind the visible screen needs once its refresh
+interval has passed and no read of it is in flight, and starts nothing while a modal
+(help, confirm) is open. A failed read keeps the last good data on screen, greyed, with
+the error in the footer line; nothing crashes.
+
+Navigation (k9s): ``:`` command mode (``:queue``, ``:node gpu-node-003``), the command
+palette (ctrl+p), ``/`` filter, ``?`` help, Esc back, digits jump to screens. Read-only
+mode hides every action.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from textual import on
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.containers import Horizontal
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Input, Static
+from textual.worker import Worker, WorkerState
+
+from screens.base import DataScreen
+from screens.messages import DataFailed, DataLoaded
+
+SCREENS_ORDER = ("fleet", "fabric", "queue", "burst", "training")
+SCREEN_TITLES = {
+    "fleet": "Fleet",
+    "fabric": "Fabric",
+    "queue": "Queue",
+    "burst": "Burst",
+    "training": "Training",
+}
+
+
+class StatusBar(Static):
+    """Cluster, context, telemetry source, data age, and the fleet's verdict counts."""
+
+
+class ErrorLine(Static):
+    """The last read error (one line), empty when every source answers."""
+
+
+class CommandBar(Input):
+    """``:`` command mode."""
+
+
+class ScreensProvider(Provider):
+    """Command palette: jump to a screen or open a node."""
+
+    async def discover(self) -> Hits:
+        app = self.app
+        assert isinstance(app, KreaOpsApp)
+        for name in SCREENS_ORDER:
+            yield DiscoveryHit(
+                f"Go to {SCREEN_TITLES[name]}",
+                lambda n=name: app.go(n),  # type: ignore[misc]
+                help=f":{name}",
+            )
+
+    async def search(self, query: str) -> Hits:
+        app = self.app
+        assert isinstance(app, KreaOpsApp)
+        matcher = self.matcher(query)
+        for name in SCREENS_ORDER:
+            text = f"Go to {SCREEN_TITLES[name]}"
+            score = matcher.match(text)
+            if score > 0:
+                yield Hit(score, matcher.highlight(text), lambda n=name: app.go(n))  # type: ignore[misc]
+        fleet = app.data.get("fleet")
+        if fleet is None:
+            return
+        shown = 0
+        for view in fleet.views:
+            text = f"Open node {view.info.name}"
+            score = matcher.match(text)
+            if score > 0:
+                name = view.info.name
+                yield Hit(
+                    score,
+                    matcher.highlight(text),
+                    lambda n=name: app.open_node(n),  # type: ignore[misc]
+                    help=str(view.verdict.severity),
+                )
+                shown += 1
+                if shown >= 50:
+                    return
+
+
+class KreaOpsApp(App[None]):
+    CSS_PATH: ClassVar[list[str | Any]] = ["styles/app.tcss"]
+    TITLE = "krea-ops"
+    COMMANDS = App.COMMANDS | {ScreensProvider}
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("question_mark", "help", "Help"),
+        Binding("colon", "command_mode", "Command", key_display=":"),
+        Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("escape", "back", "Back", show=False),
+        Binding("r", "refresh_now", "Refresh"),
+        Binding("1", "go('fleet')", "Fleet", show=False),
+        Binding("2", "go('fabric')", "Fabric", show=False),
+        Binding("3", "go('queue')", "Queue", show=False),
+        Binding("4", "go('burst')", "Burst", show=False),
+        Binding("5", "go('training')", "Training", show=False),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(
+        self,
+        hub: Any,
+        *,
+        refresh_s: float = 5.0,
+        read_only: bool = False,
+        clock: Callable[[], float] = time.time,
+        title: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.hub = hub
+        self.refresh_s = max(0.5, float(refresh_s))
+        self.read_only = read_only
+        self.clock = clock
+        if title:
+            self.sub_title = title
+        self.data: dict[str, Any] = {}
+        self.errors: dict[str, str] = {}
+        self.updated_at: dict[str, float] = {}
+        self.took_s: dict[str, float] = {}
+        self._started: dict[str, float] = {}
+        self._in_flight: set[str] = set()
+        self._paused = False
+
+    # -- layout ---------------------------------------------------------------------
+
+    def get_default_screen(self) -> DataScreen:
+        from screens.fleet import FleetScreen
+
+        return FleetScreen()
+
+    def compose(self) -> ComposeResult:
+        yield from ()
+
+    def on_mount(self) -> None:
+        self.set_interval(1.0, self._tick)
+        self.call_after_refresh(self._tick)
+
+    def screen_chrome(self) -> ComposeResult:
+        """The header, footer and command bar every screen composes around its body."""
+        with Horizontal(id="status"):
+            yield StatusBar(id="status-bar")
+        yield ErrorLine(id="error-line")
+        yield CommandBar(
+            placeholder=":fleet :fabric :queue :burst :training :node NAME", id="command"
+        )
+        yield Footer()
+
+    # -- screens ---------------------------------------------------------------------
+
+    def make_screen(self, name: str) -> DataScreen:
+        if name == "fleet":
+            from screens.fleet import FleetScreen
+
+            return FleetScreen()
+        if name == "fabric":
+            from screens.fabric import FabricScreen
+
+            return FabricScreen()
+        if name == "queue":
+            from screens.queue import QueueScreen
+
+            return QueueScreen()
+        if name == "burst":
+            from screens.burst import BurstScreen
+
+            return BurstScreen()
+        if name == "training":
+            from screens.training import TrainingScreen
+
+            return TrainingScreen()
+        raise KeyError(name)
+
+    def go(self, name: str) -> None:
+        """Show a top-level screen: back to the fleet, then the screen on top of it."""
+        if name not in SCREENS_ORDER:
+            self.notify(f"no screen {name!r}", severity="warning")
+            return
+        while len(self.screen_stack) > 1:
+            self.pop_screen()
+        if name != "fleet":
+            self.push_screen(self.make_screen(name))
+        self.call_after_refresh(self._tick)
+
+    def open_node(self, node: str) -> None:
+        from screens.node import NodeScreen
+
+        self.push_screen(NodeScreen(node))
+        self.call_after_refresh(self._tick)
+
+    def action_go(self, name: str) -> None:
+        self.go(name)
+
+    def action_back(self) -> None:
+        bar = self._command_bar()
+        if bar is not None and bar.display:
+            bar.display = False
+            return
+        if isinstance(self.screen, ModalScreen):
+            self.screen.dismiss(None)
+            return
+        if len(self.screen_stack) > 1:
+            self.pop_screen()
+
+    def action_help(self) -> None:
+        from screens.dialogs import HelpScreen
+
+        if not isinstance(self.screen, ModalScreen):
+            self.push_screen(HelpScreen(self.help_sections()))
+
+    def help_sections(self) -> list[tuple[str, list[tuple[str, str]]]]:
+        """(title, [(key, what)]) for the help screen: the app's keys, the screen's keys,
+        and the runbook actions that are coming (hidden in read-only mode)."""
+        app_keys = [
+            ("?", "this help"),
+            (":", "command mode: fleet, fabric, queue, burst, training, node NAME, quit"),
+            ("ctrl+p", "command palette: screens and nodes"),
+            ("/", "filter the current list"),
+            ("Esc", "back, close the filter or dialog"),
+            ("1-5", "Fleet, Fabric, Queue, Burst, Training"),
+            ("r", "refresh now"),
+            ("q", "quit"),
+        ]
+        sections = [("Everywhere", app_keys)]
+        screen = self.screen
+        if isinstance(screen, DataScreen):
+            keys = []
+            for b in screen.BINDINGS:
+                if isinstance(b, Binding):
+                    keys.append((b.key_display or b.key, b.description))
+                elif isinstance(b, tuple):
+                    keys.append((b[0], b[2] if len(b) > 2 else b[1]))
+            title = getattr(screen, "SCREEN_TITLE", type(screen).__name__)
+            if keys:
+                sections.append((title, keys))
+            if screen.ACTIONS_COMING and not self.read_only:
+                sections.append(
+                    (
+                        "Actions (coming with the runbook commands)",
+                        [(k, f"{what} (coming)") for k, what in screen.ACTIONS_COMING],
+                    )
+                )
+        return sections
+
+    # -- command mode and filter -----------------------------------------------------
+
+    def _command_bar(self) -> CommandBar | None:
+        try:
+            return self.screen.query_one("#command", CommandBar)
+        except Exception:
+            return None
+
+    def action_command_mode(self) -> None:
+        bar = self._command_bar()
+        if bar is None:
+            return
+        bar.value = ""
+        bar.display = True
+        bar.focus()
+
+    @on(Input.Submitted, "#command")
+    def _command(self, event: Input.Submitted) -> None:
+        event.stop()
+        bar = event.input
+        bar.display = False
+        self.run_command(event.value)
+
+    def run_command(self, text: str) -> None:
+        words = text.strip().lstrip(":").split()
+        if not words:
+            return
+        verb, args = words[0].lower(), words[1:]
+        aliases = {"nodes": "fleet", "gpus": "fleet", "ib": "fabric", "q": "queue"}
+        verb = aliases.get(verb, verb)
+        if verb in SCREENS_ORDER:
+            self.go(verb)
+        elif verb in ("node", "no") and args:
+            self.open_node(args[0])
+        elif verb in ("quit", "q!", "exit"):
+            self.exit()
+        elif verb == "help":
+            self.action_help()
+        elif verb == "refresh":
+            self.action_refresh_now()
+        else:
+            self.notify(f"unknown command: {text.strip()}", severity="warning")
+
+    def action_filter(self) -> None:
+        screen = self.screen
+        if isinstance(screen, DataScreen) and not screen.start_filter():
+            self.notify("this screen has no filter", severity="information")
+
+    # -- data ------------------------------------------------------------------------
+
+    def _loader(self, kind: str) -> Callable[[], Any]:
+        hub = self.hub
+        if kind.startswith("pods:"):
+            node = kind.split(":", 1)[1]
+            return lambda: hub.node_pods(node)
+        return {
+            "fleet": hub.fleet,
+            "queue": hub.queue,
+            "burst": hub.burst,
+            "training": hub.training,
+        }[kind]
+
+    def wanted_kinds(self) -> list[str]:
+        kinds = ["fleet"]
+        for screen in self.screen_stack:
+            if isinstance(screen, DataScreen) and screen is self.screen:
+                kinds += [k for k in screen.kinds() if k not in kinds]
+        return kinds
+
+    @property
+    def paused(self) -> bool:
+        """Refresh pauses while a modal (help, a confirm dialog) is open."""
+        return isinstance(self.screen, ModalScreen)
+
+    def _tick(self) -> None:
+        self._update_status()
+        if self.paused:
+            return
+        now = self.clock()
+        for kind in self.wanted_kinds():
+            if kind in self._in_flight:
+                continue
+            last = self._started.get(kind)
+            if last is not None and now - last < self.refresh_s:
+                continue
+            self.load(kind)
+
+    def load(self, kind: str) -> None:
+        """Start a read of ``kind`` unless one is in flight (never two at once)."""
+        if kind in self._in_flight:
+            return
+        self._in_flight.add(kind)
+        self._started[kind] = self.clock()
+        loader = self._loader(kind)
+
+        def work() -> None:
+            start = time.perf_counter()
+            try:
+                data = loader()
+            except Exception as exc:  # one line in the footer, never a crash
+                message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                self.post_message(DataFailed(kind, message, self.clock()))
+                return
+            self.post_message(DataLoaded(kind, data, time.perf_counter() - start, self.clock()))
+
+        self.run_worker(
+            work,
+            name=f"load-{kind}",
+            group=f"load-{kind}",
+            thread=True,
+            exclusive=True,
+            exit_on_error=False,
+            description=f"reading {kind}",
+        )
+
+    def action_refresh_now(self) -> None:
+        for kind in self.wanted_kinds():
+            self._started.pop(kind, None)
+        self._tick()
+
+    def on_data_loaded(self, message: DataLoaded) -> None:
+        kind = message.kind
+        self._in_flight.discard(kind)
+        self.data[kind] = message.data
+        self.updated_at[kind] = message.at
+        self.took_s[kind] = message.took_s
+        self.errors.pop(kind, None)
+        for screen in self.screen_stack:
+            if isinstance(screen, DataScreen) and kind in screen.kinds():
+                screen.update_data(kind, message.data)
+        self._update_status()
+
+    def on_data_failed(self, message: DataFailed) -> None:
+        self._in_flight.discard(message.kind)
+        self.errors[message.kind] = message.error
+        for screen in self.screen_stack:
+            if isinstance(screen, DataScreen) and message.kind in screen.kinds():
+                screen.data_failed(message.kind, message.error)
+        self._update_status()
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """The one place worker errors land (a loader raising past its own handler)."""
+        worker = event.worker
+        if event.state == WorkerState.ERROR and worker.group.startswith("load-"):
+            kind = worker.group.removeprefix("load-")
+            self._in_flight.discard(kind)
+            self.errors[kind] = f"{type(worker.error).__name__}: {worker.error}"
+            self._update_status()
+        elif event.state == WorkerState.CANCELLED and worker.group.startswith("load-"):
+            self._in_flight.discard(worker.group.removeprefix("load-"))
+
+    def data_age(self, kind: str) -> float | None:
+        at = self.updated_at.get(kind)
+        return None if at is None else max(0.0, self.clock() - at)
+
+    def is_stale(self, kind: str) -> bool:
+        """Older than three refresh intervals, or the last read failed."""
+        age = self.data_age(kind)
+        return kind in self.errors or (age is not None and age > 3 * self.refresh_s)
+
+    def _update_status(self) -> None:
+        screen = self.screen
+        try:
+            bar = screen.query_one("#status-bar", StatusBar)
+            line = screen.query_one("#error-line", ErrorLine)
+        except Exception:
+            return
+        from screens.text import status_text
+
+        bar.update(status_text(self))
+        bar.set_class(self.is_stale("fleet"), "-stale")
+        errors = [f"{kind}: {error}" for kind, error in sorted(self.errors.items())]
+        line.update(" | ".join(errors))
+        line.display = bool(errors)
+
+    async def on_unmount(self) -> None:
+        close = getattr(self.hub, "close", None)
+        if close is not None:
+            close()

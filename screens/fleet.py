@@ -1,0 +1,223 @@
+"""Fleet screen: every GPU as a heatmap cell, nodes that need attention first."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.widgets import Input, Static
+
+from krea_ops.fleet import FleetSnapshot
+from krea_ops.health import NVLINK_FAULT_COUNTERS
+from krea_ops.model import GpuSample, NodeView, Severity
+from screens.base import DataScreen
+from screens.text import SEVERITY_STYLE, pct
+from screens.widgets.heatmap import METRICS, SORT_MODES, GpuHeatmap, HeatRow
+
+
+def _nvlink(g: GpuSample) -> float | None:
+    inc = g.nvlink_error_increase
+    return None if inc is None else sum(inc.get(c, 0.0) for c in NVLINK_FAULT_COUNTERS)
+
+
+VALUE_OF = {
+    "temperature": lambda g: g.temperature_c,
+    "tensor": lambda g: g.tensor_active_ratio,
+    "util": lambda g: g.util_ratio,
+    "margin": lambda g: g.slowdown_margin_c,
+    "nvlink": _nvlink,
+}
+
+
+def heat_row(view: NodeView, metric: str) -> HeatRow | None:
+    info = view.info
+    if info.virtual or not (info.gpu_capacity or (view.telemetry and view.telemetry.gpus)):
+        return None
+    width = max(info.gpu_capacity or 0, len(view.telemetry.gpus) if view.telemetry else 0)
+    values: list[float | None] = [None] * width
+    tel = view.telemetry
+    if tel is not None and not tel.stale and tel.exporter_up is not False:
+        pick = VALUE_OF[metric]
+        for g in tel.gpus:
+            if 0 <= g.index < width and g.up is not False:
+                values[g.index] = pick(g)
+    reasons = view.verdict.reasons
+    return HeatRow(
+        key=info.name,
+        label=info.name,
+        severity=view.verdict.severity,
+        values=tuple(values),
+        note=reasons[0].message if reasons else "",
+    )
+
+
+def fleet_totals(snap: FleetSnapshot) -> dict[str, Any]:
+    gpus = hot = known = 0
+    tensor_sum = util_sum = 0.0
+    both = 0
+    counts = dict.fromkeys(Severity, 0)
+    for view in snap.views:
+        counts[view.verdict.severity] += 1
+        tel = view.telemetry
+        if view.info.virtual:
+            continue
+        gpus += view.info.gpu_capacity or 0
+        if tel is None or tel.stale or tel.exporter_up is False:
+            continue
+        for g in tel.gpus:
+            if g.temperature_c is not None:
+                known += 1
+                if g.temperature_c >= snap.policy.hot_c:
+                    hot += 1
+            if g.tensor_active_ratio is not None and g.util_ratio is not None:
+                both += 1
+                tensor_sum += g.tensor_active_ratio
+                util_sum += g.util_ratio
+    return {
+        "gpus": gpus,
+        "nodes": len(snap.views),
+        "hot": hot,
+        "known": known,
+        "counts": counts,
+        "tensor": tensor_sum / both if both else None,
+        "util": util_sum / both if both else None,
+    }
+
+
+def totals_text(snap: FleetSnapshot) -> Text:
+    t = fleet_totals(snap)
+    out = Text()
+    out.append(f"{t['gpus']:,} GPUs on {t['nodes']:,} nodes", style="bold")
+    out.append(f"  hot ≥{snap.policy.hot_c:g}°C: ")
+    out.append(str(t["hot"]), style="bold red" if t["hot"] else "green")
+    if t["known"] < t["gpus"]:
+        out.append(f"  no reading: {t['gpus'] - t['known']:,}", style="magenta")
+    for sev in (Severity.BAD, Severity.UNKNOWN, Severity.SUSPECT, Severity.OK):
+        out.append(f"  {sev}: {t['counts'][sev]}", style=SEVERITY_STYLE[sev])
+    out.append("\ntensor activity ")
+    out.append(pct(t["tensor"]), style="bold")
+    out.append(" vs GPU utilization (busy time) ")
+    out.append(pct(t["util"]), style="bold")
+    if t["tensor"] is not None and t["util"] is not None and t["util"] - t["tensor"] > 0.3:
+        out.append("  ← busy is not work", style="yellow")
+    return out
+
+
+class FleetScreen(DataScreen):
+    SCREEN_NAME = "fleet"
+    SCREEN_TITLE = "Fleet"
+    KINDS: ClassVar[tuple[str, ...]] = ("fleet",)
+    HELP = "Every GPU as a cell, one row per node; nodes that need attention first."
+    ACTIONS_COMING = (("e", "evict the node under the cursor"), ("R", "restore it"))
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("t", "metric('temperature')", "Temperature"),
+        Binding("a", "metric('tensor')", "Tensor activity"),
+        Binding("u", "metric('util')", "Busy time"),
+        Binding("m", "metric('margin')", "Slowdown margin"),
+        Binding("n", "metric('nvlink')", "NVLink errors"),
+        Binding("s", "cycle_sort", "Sort"),
+        Binding("enter", "open_node", "Open node", show=False),
+        Binding("escape", "escape", "Clear filter / back", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.metric_name = "temperature"
+        self.snapshot: FleetSnapshot | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static("Fleet", classes="screen-title", id="title")
+        yield Static(
+            Text("waiting for the first read…", style="dim"), classes="summary", id="totals"
+        )
+        yield Static("", classes="summary", id="legend")
+        yield GpuHeatmap(metric=METRICS[self.metric_name], id="heatmap")
+        yield Input(placeholder="filter nodes (Enter keeps it, Esc clears)", id="filter")
+        yield from self.krea.screen_chrome()
+
+    def on_mount(self) -> None:
+        self.query_one(GpuHeatmap).focus()
+        self._legend()
+        data = self.krea.data.get("fleet")
+        if data is not None:
+            self.update_data("fleet", data)
+
+    def _legend(self) -> None:
+        heatmap = self.query_one(GpuHeatmap)
+        legend = heatmap.legend_text()
+        legend.append(f"   sort: {heatmap.sort_mode}  (t a u m n: metric, s: sort, /: filter)")
+        self.query_one("#legend", Static).update(legend)
+
+    def update_data(self, kind: str, data: Any) -> None:
+        if kind != "fleet":
+            return
+        self.snapshot = data
+        self._render_rows()
+        self.query_one("#totals", Static).update(totals_text(data))
+        self.query_one("#totals").set_class(False, "stale")
+        self.query_one(GpuHeatmap).set_class(False, "stale")
+
+    def data_failed(self, kind: str, error: str) -> None:
+        if kind == "fleet":
+            self.query_one("#totals").set_class(True, "stale")
+            self.query_one(GpuHeatmap).set_class(True, "stale")
+
+    def _render_rows(self) -> None:
+        if self.snapshot is None:
+            return
+        rows = [r for v in self.snapshot.views if (r := heat_row(v, self.metric_name))]
+        self.query_one(GpuHeatmap).set_rows(rows)
+
+    def action_metric(self, name: str) -> None:
+        self.metric_name = name
+        heatmap = self.query_one(GpuHeatmap)
+        heatmap.metric = METRICS[name]
+        self._render_rows()
+        self._legend()
+
+    def action_cycle_sort(self) -> None:
+        heatmap = self.query_one(GpuHeatmap)
+        i = SORT_MODES.index(heatmap.sort_mode)
+        heatmap.sort_mode = SORT_MODES[(i + 1) % len(SORT_MODES)]
+        self._legend()
+
+    def action_open_node(self) -> None:
+        key = self.query_one(GpuHeatmap).cursor_key
+        if key:
+            self.krea.open_node(key)
+
+    @on(GpuHeatmap.NodeSelected)
+    def _selected(self, event: GpuHeatmap.NodeSelected) -> None:
+        self.krea.open_node(event.key)
+
+    # -- filter ---------------------------------------------------------------------
+
+    def start_filter(self) -> bool:
+        box = self.query_one("#filter", Input)
+        box.display = True
+        box.focus()
+        return True
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.query_one(GpuHeatmap).filter_text = event.value
+
+    @on(Input.Submitted, "#filter")
+    def _filter_done(self, event: Input.Submitted) -> None:
+        event.input.display = bool(event.value)
+        self.query_one(GpuHeatmap).focus()
+
+    def action_escape(self) -> None:
+        """Esc clears an open filter first, then goes back as everywhere else."""
+        box = self.query_one("#filter", Input)
+        if box.display or box.value:
+            box.value = ""
+            box.display = False
+            heatmap = self.query_one(GpuHeatmap)
+            heatmap.filter_text = ""
+            heatmap.focus()
+            return
+        self.krea.action_back()
