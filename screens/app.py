@@ -335,7 +335,7 @@ class KreaOpsApp(App[None]):
         self._update_status()
         if self.paused:
             return
-        now = self.clock()
+        now = time.monotonic()
         for kind in self.wanted_kinds():
             if kind in self._in_flight:
                 continue
@@ -349,7 +349,7 @@ class KreaOpsApp(App[None]):
         if kind in self._in_flight:
             return
         self._in_flight.add(kind)
-        self._started[kind] = self.clock()
+        self._started[kind] = time.monotonic()
         loader = self._loader(kind)
 
         def work() -> None:

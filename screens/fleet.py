@@ -148,7 +148,7 @@ class FleetScreen(DataScreen):
     def _legend(self) -> None:
         heatmap = self.query_one(GpuHeatmap)
         legend = heatmap.legend_text()
-        legend.append(f"   sort: {heatmap.sort_mode}  (t a u m n: metric, s: sort, /: filter)")
+        legend.append(f"   sort: {heatmap.sort_mode}")
         self.query_one("#legend", Static).update(legend)
 
     def update_data(self, kind: str, data: Any) -> None:

@@ -1,0 +1,157 @@
+"""The dashboard shell and the fleet screen on a fixed fleet: navigation, filter, metric
+switch, help, read-only mode, command mode, a failing source, refresh paused by a modal,
+and an SVG snapshot at a fixed size, seed and clock."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from krea_ops.sim.fixtures import EPOCH, FixedHub, synthetic_fleet
+from screens.app import KreaOpsApp
+from screens.fleet import FleetScreen
+from screens.widgets.heatmap import GpuHeatmap
+from tests.screens.conftest import wait_until
+
+
+def fixed_app(**kw: Any) -> tuple[KreaOpsApp, FixedHub]:
+    hub = FixedHub(synthetic_fleet(16))
+    app = KreaOpsApp(hub, refresh_s=1.0, clock=lambda: EPOCH + 1.0, **kw)
+    return app, hub
+
+
+def heatmap(app: KreaOpsApp) -> GpuHeatmap:
+    return app.screen.query_one(GpuHeatmap)
+
+
+def test_fleet_shows_every_node_attention_first_with_totals() -> None:
+    async def body() -> None:
+        app, _ = fixed_app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_until(pilot, lambda: heatmap(app).row_count == 16)
+            keys = heatmap(app).ordered_keys
+            # planted problems first: BAD (hot GPU, lost GPU, IB flap), UNKNOWN (exporter down)
+            assert set(keys[:3]) == {"gpu-node-002", "gpu-node-004", "gpu-node-009"}
+            assert keys[3] == "gpu-node-003"
+            totals = str(app.screen.query_one("#totals").render())
+            assert "128 GPUs on 16 nodes" in totals and "hot ≥78°C: 1" in totals
+            assert "tensor activity" in totals and "busy time" in totals
+            status = str(app.screen.query_one("#status-bar").render())
+            assert "https://sim.example:6443" in status and "BAD: 3" in status
+
+    asyncio.run(body())
+
+
+def test_metric_switch_filter_and_drill_down() -> None:
+    async def body() -> None:
+        app, _ = fixed_app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_until(pilot, lambda: heatmap(app).row_count == 16)
+            await pilot.press("a")
+            assert heatmap(app).metric.name == "tensor"
+            row = heatmap(app).get_row("gpu-node-006")
+            assert row is not None and all(v == 0.04 for v in row.values)  # input-bound
+            await pilot.press("slash")
+            for ch in "node-01":
+                await pilot.press(ch)
+            await wait_until(pilot, lambda: heatmap(app).row_count == 6)  # 010..015
+            await pilot.press("enter")  # keep the filter, back to the heatmap
+            await pilot.press("escape")  # clears the filter
+            assert heatmap(app).row_count == 16
+            heatmap(app).move_cursor_to("gpu-node-002")
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: type(app.screen).__name__ == "NodeScreen")
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
+
+    asyncio.run(body())
+
+
+def test_help_lists_keys_and_coming_actions_but_read_only_hides_them() -> None:
+    async def body(read_only: bool) -> str:
+        app, _ = fixed_app(read_only=read_only)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("question_mark")
+            await wait_until(pilot, lambda: type(app.screen).__name__ == "HelpScreen")
+            sections = app.screen.sections  # exactly what the help screen lays out
+            text = " ".join(f"{t} {k} {w}" for t, keys in sections for k, w in keys)
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
+            return text
+
+    normal = asyncio.run(body(False))
+    assert "command mode" in normal and "Temperature" in normal
+    assert "evict the node under the cursor (coming)" in normal
+    assert "evict" not in asyncio.run(body(True))
+
+
+def test_command_mode_jumps_between_screens() -> None:
+    async def body() -> None:
+        app, _ = fixed_app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("colon")
+            for ch in "node gpu-node-004":
+                await pilot.press(ch if ch != " " else "space")
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: type(app.screen).__name__ == "NodeScreen")
+            await pilot.press("colon")
+            for ch in "fleet":
+                await pilot.press(ch)
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
+            await pilot.press("colon")
+            for ch in "nonsense":
+                await pilot.press(ch)
+            await pilot.press("enter")
+            assert isinstance(app.screen, FleetScreen)  # unknown command: a notice, no crash
+
+    asyncio.run(body())
+
+
+def test_a_failing_source_keeps_the_data_greyed_with_the_error_in_the_footer() -> None:
+    async def body() -> None:
+        app, hub = fixed_app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_until(pilot, lambda: heatmap(app).row_count == 16)
+            hub.fail.add("fleet")
+            app.action_refresh_now()
+            line = app.screen.query_one("#error-line")
+            await wait_until(pilot, lambda: line.display)
+            assert "fleet read failed" in str(line.render())
+            assert heatmap(app).row_count == 16  # the last good data stays
+            assert heatmap(app).has_class("stale")
+            hub.fail.clear()
+            app.action_refresh_now()
+            await wait_until(pilot, lambda: not line.display)
+            assert not heatmap(app).has_class("stale")
+
+    asyncio.run(body())
+
+
+def test_refresh_pauses_while_a_modal_is_open_and_reads_never_overlap() -> None:
+    async def body() -> None:
+        app, hub = fixed_app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_until(pilot, lambda: hub.calls.get("fleet", 0) >= 1)
+            await pilot.press("question_mark")
+            await wait_until(pilot, lambda: type(app.screen).__name__ == "HelpScreen")
+            before = hub.calls["fleet"]
+            await pilot.pause(2.5)  # more than two refresh intervals
+            assert hub.calls["fleet"] == before
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: hub.calls["fleet"] > before, timeout=5)
+            app.load("fleet")
+            app.load("fleet")  # a second request while one is in flight is dropped
+            assert len([w for w in app.workers if w.group == "load-fleet"]) <= 1
+
+    asyncio.run(body())
+
+
+def test_fleet_snapshot(snap_compare: Any) -> None:
+    app, _ = fixed_app()
+
+    async def loaded(pilot: Any) -> None:
+        await wait_until(pilot, lambda: heatmap(app).row_count == 16)
+        await pilot.pause(0.1)
+
+    assert snap_compare(app, terminal_size=(120, 36), run_before=loaded)
