@@ -1,0 +1,126 @@
+"""Dashboard speed at 64, 512 and 4,096 nodes x 8 GPUs (issue 6).
+
+For each size, a headless ``KreaOpsApp`` (Textual's ``run_test``, 160x50) runs on a
+``FixedHub`` whose ``fleet()`` builds a fresh synthetic fleet on the worker thread every
+time (``krea_ops.sim.fixtures.synthetic_fleet``: the same core path live telemetry takes,
+health verdicts included, so a refresh costs the worker real CPU and holds the GIL the way
+a Prometheus read and its assembly do). Measured:
+
+* first paint: app start until the heatmap holds every node and the screen has rendered;
+* refresh render: UI-thread time to apply one new snapshot (heat rows, set_rows, totals);
+* keypress latency: ``down`` delivered 40 times (as the terminal driver posts it) while
+  refreshes run back to back (refresh interval 0.5 s); time until the cursor moved.
+
+    .venv/bin/python benchmarks/bench_dashboard.py [--sizes 64,512,4096] [--presses 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from textual import events
+
+from krea_ops.sim.fixtures import EPOCH, FixedHub, synthetic_fleet
+from screens.app import KreaOpsApp
+from screens.fleet import FleetScreen
+from screens.widgets.heatmap import GpuHeatmap
+
+
+class BuildingHub(FixedHub):
+    """Builds a new fleet per read (alternating seeds), like a live source would."""
+
+    def __init__(self, nodes: int) -> None:
+        super().__init__(synthetic_fleet(nodes, seed=1))
+        self.nodes = nodes
+        self.reads = 0
+        self.read_s: list[float] = []
+
+    def fleet(self) -> Any:
+        start = time.perf_counter()
+        self.reads += 1
+        self.fleet_snapshot = synthetic_fleet(self.nodes, seed=1 + self.reads % 2)
+        self.read_s.append(time.perf_counter() - start)
+        return self.fleet_snapshot
+
+
+async def measure(nodes: int, presses: int) -> dict[str, Any]:
+    hub = BuildingHub(nodes)
+    app = KreaOpsApp(hub, refresh_s=0.5, clock=lambda: EPOCH + 1.0)
+    render_s: list[float] = []
+    original = FleetScreen.update_data
+
+    def timed(self: FleetScreen, kind: str, data: Any) -> None:
+        start = time.perf_counter()
+        original(self, kind, data)
+        render_s.append(time.perf_counter() - start)
+
+    FleetScreen.update_data = timed  # type: ignore[method-assign]
+    try:
+        start = time.perf_counter()
+        async with app.run_test(size=(160, 50)) as pilot:
+            while True:
+                heatmap = app.screen.query(GpuHeatmap)
+                if heatmap and heatmap.first().total_count == nodes:
+                    break
+                await asyncio.sleep(0.005)
+            await pilot.pause()
+            first_paint = time.perf_counter() - start
+            latencies = []
+            reads_before = hub.reads
+            widget = app.screen.query_one(GpuHeatmap)
+            for _ in range(presses):
+                before = widget.cursor_row
+                t0 = time.perf_counter()
+                # the key as the terminal driver delivers it; handled = the cursor moved
+                app.post_message(events.Key("down", None))
+                while widget.cursor_row == before:
+                    await asyncio.sleep(0.0005)
+                latencies.append(time.perf_counter() - t0)
+                await asyncio.sleep(0.05)
+            reads_during = hub.reads - reads_before
+    finally:
+        FleetScreen.update_data = original  # type: ignore[method-assign]
+    return {
+        "nodes": nodes,
+        "first_paint_s": first_paint,
+        "read_s": statistics.median(hub.read_s),
+        "render_ms_median": statistics.median(render_s) * 1000,
+        "render_ms_max": max(render_s) * 1000,
+        "renders": len(render_s),
+        "key_ms_median": statistics.median(latencies) * 1000,
+        "key_ms_worst": max(latencies) * 1000,
+        "reads_during_keys": reads_during,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="64,512,4096")
+    parser.add_argument("--presses", type=int, default=40)
+    args = parser.parse_args()
+    rows = [asyncio.run(measure(int(n), args.presses)) for n in args.sizes.split(",")]
+    print(f"`{' '.join(['.venv/bin/python', *sys.argv])}` (terminal 160x50, refresh 0.5 s)\n")
+    print(
+        "| nodes | first paint | fleet read (worker) | refresh render median / max "
+        "| keypress median / worst | reads during keys |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(
+            f"| {r['nodes']:,} | {r['first_paint_s']:.2f} s | {r['read_s'] * 1000:.0f} ms "
+            f"| {r['render_ms_median']:.1f} / {r['render_ms_max']:.1f} ms "
+            f"| {r['key_ms_median']:.1f} / {r['key_ms_worst']:.1f} ms "
+            f"| {r['reads_during_keys']} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

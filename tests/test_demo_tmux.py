@@ -1,0 +1,91 @@
+"""``krea-ops demo`` in a real terminal (tmux): it starts the simulator, paints the
+heatmap, visits every screen by key, quits cleanly, and never prints a traceback."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from tests.conftest import ROOT, require_binary
+
+SCREENS = [("2", "Fabric"), ("3", "Queue"), ("4", "Burst"), ("5", "Training"), ("1", "Fleet")]
+
+
+def tmux(*args: str) -> str:
+    return subprocess.run(
+        ["tmux", *args], capture_output=True, text=True, timeout=30, check=False
+    ).stdout
+
+
+def pane(session: str) -> str:
+    return tmux("capture-pane", "-p", "-t", session)
+
+
+def wait_for_text(session: str, needles: list[str], timeout: float, seen: list[str]) -> str:
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        text = pane(session)
+        seen.append(text)
+        if all(n in text for n in needles):
+            return text
+        time.sleep(0.5)
+    raise AssertionError(f"{needles} not on screen after {timeout} s:\n{text}")
+
+
+def test_demo_runs_in_a_terminal_visits_every_screen_and_quits(tmp_path: Path) -> None:
+    require_binary("tmux")
+    session = f"krea-demo-{uuid.uuid4().hex[:8]}"
+    stderr_log = tmp_path / "stderr.log"
+    command = (
+        f"cd {shlex.quote(str(ROOT))} && KREA_OPS_CONFIG=/nonexistent/krea-ops.yaml "
+        f"{shlex.quote(sys.executable)} -m commands demo --nodes 6 --speed 60 --refresh 1 "
+        f"--state {shlex.quote(str(tmp_path / 'state'))} 2> {shlex.quote(str(stderr_log))}"
+    )
+    env = {**os.environ, "TERM": "xterm-256color"}
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", session, "-x", "140", "-y", "45", command],
+        check=True,
+        env=env,
+        timeout=30,
+    )
+    tmux("set-option", "-t", session, "remain-on-exit", "on")
+    seen: list[str] = []
+    try:
+        # the heatmap: a node row with its GPU cells and the fleet totals
+        wait_for_text(session, ["gpu-node-000", "GPUs on", "tensor activity"], 120, seen)
+        for key, title in SCREENS:
+            tmux("send-keys", "-t", session, key)
+            wait_for_text(session, [title], 30, seen)
+        tmux("send-keys", "-t", session, "?")
+        wait_for_text(session, ["command mode"], 15, seen)
+        tmux("send-keys", "-t", session, "Escape")
+        tmux("send-keys", "-t", session, ":", "queue", "Enter")
+        wait_for_text(session, ["Queue"], 15, seen)
+        tmux("send-keys", "-t", session, "1")
+        wait_for_text(session, ["GPUs on"], 15, seen)
+        tmux("send-keys", "-t", session, "Enter")  # drill into the node under the cursor
+        wait_for_text(session, ["Pods"], 30, seen)
+        tmux("send-keys", "-t", session, "Escape")
+        wait_for_text(session, ["GPUs on"], 15, seen)
+        tmux("send-keys", "-t", session, "q")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if tmux("display-message", "-p", "-t", session, "#{pane_dead}").strip() == "1":
+                break
+            time.sleep(0.5)
+        status = tmux("display-message", "-p", "-t", session, "#{pane_dead_status}").strip()
+        final = pane(session)
+        seen.append(final)
+    finally:
+        tmux("kill-session", "-t", session)
+    errors = stderr_log.read_text() if stderr_log.exists() else ""
+    assert status == "0", f"demo exited with {status}:\n{final}\n{errors}"
+    assert not any("Traceback" in text for text in seen), "a traceback was on screen"
+    assert "Traceback" not in errors, errors
+    assert "stopping the simulator" in errors
