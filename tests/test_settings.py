@@ -51,3 +51,11 @@ def test_bad_listen_addresses(listen: str) -> None:
 def test_every_setting_is_documented() -> None:
     rows = describe_settings()
     assert rows and all(r["help"] and r["env"].startswith("KREA_OPS_") for r in rows)
+
+
+def test_every_setting_is_documented_in_the_runbook() -> None:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "operations.md").read_text()
+    missing = [r["name"] for r in describe_settings() if f"`{r['name']}`" not in text]
+    assert missing == []
