@@ -15,6 +15,7 @@ mode hides every action.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -24,6 +25,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.containers import Horizontal
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Static
 from textual.worker import Worker, WorkerState
@@ -384,9 +386,17 @@ class KreaOpsApp(App[None]):
         self.updated_at[kind] = message.at
         self.took_s[kind] = message.took_s
         self.errors.pop(kind, None)
+        if kind == "fleet":
+            # the nodes came, telemetry may not have: that is an error to show, too
+            error = getattr(message.data, "telemetry_error", None)
+            if error:
+                self.errors["telemetry"] = error
+            else:
+                self.errors.pop("telemetry", None)
         for screen in self.screen_stack:
             if isinstance(screen, DataScreen) and kind in screen.kinds():
-                screen.update_data(kind, message.data)
+                with contextlib.suppress(NoMatches):  # not composed yet: on_mount catches up
+                    screen.update_data(kind, message.data)
         self._update_status()
 
     def on_data_failed(self, message: DataFailed) -> None:
@@ -394,7 +404,8 @@ class KreaOpsApp(App[None]):
         self.errors[message.kind] = message.error
         for screen in self.screen_stack:
             if isinstance(screen, DataScreen) and message.kind in screen.kinds():
-                screen.data_failed(message.kind, message.error)
+                with contextlib.suppress(NoMatches):
+                    screen.data_failed(message.kind, message.error)
         self._update_status()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
@@ -418,8 +429,8 @@ class KreaOpsApp(App[None]):
         return kind in self.errors or (age is not None and age > 3 * self.refresh_s)
 
     def _update_status(self) -> None:
-        screen = self.screen
-        try:
+        try:  # no screen yet, or shutting down: nothing to update
+            screen = self.screen
             bar = screen.query_one("#status-bar", StatusBar)
             line = screen.query_one("#error-line", ErrorLine)
         except Exception:

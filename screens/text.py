@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
@@ -94,3 +95,98 @@ def status_text(app: KreaOpsApp) -> Text:
     if app.read_only:
         out.append("  [read-only]", style="bold")
     return out
+
+
+# -- queue, burst and training screens -------------------------------------------------
+
+
+def duration(seconds: float | None) -> str:
+    """A span with one decimal where it matters: 30s, 21.6m, 5.4h, 77.0d."""
+    if seconds is None:
+        return "-"
+    s = max(0.0, seconds)
+    if s < 120:
+        return f"{s:.0f}s"
+    if s < 7200:
+        return f"{s / 60:.1f}m"
+    if s < 172800:
+        return f"{s / 3600:.1f}h"
+    return f"{s / 86400:.1f}d"
+
+
+def usd(value: float | None) -> str:
+    return "-" if value is None else f"${value:,.2f}"
+
+
+def signed(value: float | None) -> Text:
+    """A drift: negative bold red (promised GPUs no healthy node has), zero dim."""
+    if value is None:
+        return Text("-", style="dim")
+    if value < 0:
+        return Text(f"{value:+g}", style="bold red")
+    return Text(f"{value:+g}" if value else "0", style="green" if value else "dim")
+
+
+def quota_bar(
+    nominal: float | None, reserved: float | None, used: float | None, width: int = 16
+) -> Text:
+    """Quota as one bar: used (solid), reserved but not yet used (shaded), free (dots),
+    and reservation above nominal, i.e. borrowed, in yellow past the end."""
+    if nominal is None or reserved is None:
+        return Text("?" * width, style="dim")
+    used_v = min(used or 0.0, reserved)
+    scale = max(nominal, reserved, 1e-9)
+    cells = max(1, width)
+
+    def span(value: float) -> int:
+        return round(min(max(value, 0.0), scale) / scale * cells)
+
+    own = span(min(reserved, nominal))
+    solid = min(span(min(used_v, nominal)), own)
+    borrowed = span(reserved) - own
+    free = max(cells - own - borrowed, 0)
+    text = Text("█" * solid, style="green")
+    text.append("▓" * (own - solid), style="cyan")
+    text.append("░" * free, style="dim")
+    text.append("█" * borrowed, style="yellow")
+    return text
+
+
+def sync_table(table: Any, rows: Mapping[str, Sequence[Any]], order: Any = None) -> bool:
+    """Make a DataTable show ``rows`` (row key -> cells, in column order) by key: changed
+    cells are updated, gone keys removed, new keys added; the cursor stays on its row key.
+    ``order`` (row key -> sort key) re-sorts the rows; their first cells must be distinct
+    (the sort sees cells, not keys). Call inside ``app.batch_update()``. True when keys
+    changed."""
+    cursor_key = table_cursor_key(table)
+    existing = {str(k.value) for k in table.rows}
+    changed = False
+    for key in existing - rows.keys():
+        table.remove_row(key)
+        changed = True
+    columns = list(table.columns)
+    for key, cells in rows.items():
+        if key in existing:
+            old = table.get_row(key)
+            for column, new, before in zip(columns, cells, old, strict=False):
+                if new != before:
+                    table.update_cell(key, column, new, update_width=True)
+        else:
+            table.add_row(*cells, key=key)
+            changed = True
+    if order is not None and columns and rows:
+        key_of = {str(cells[0]): key for key, cells in rows.items() if cells}
+        table.sort(columns[0], key=lambda cell: order(key_of.get(str(cell), str(cell))))
+    if cursor_key is not None and cursor_key in rows:
+        index = table.get_row_index(cursor_key)
+        if index != table.cursor_row:
+            table.move_cursor(row=index, animate=False)
+    return changed
+
+
+def table_cursor_key(table: Any) -> str | None:
+    """The row key under a DataTable's cursor, None when it is empty."""
+    if not table.row_count or not table.is_valid_row_index(table.cursor_row):
+        return None
+    row_key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
+    return None if row_key.value is None else str(row_key.value)

@@ -1,0 +1,309 @@
+"""Burst screen: where inference has burst to and what it costs.
+
+The virtual nodes with their taints (ours, i.e. the pause switch, apart from the
+provider's and Kubernetes' own; a paused node is announced in a banner with its reason),
+one row per provider behind each node (pods, GPUs, GPU-hours and cost so far, and where
+those numbers come from), and every pod placed offsite. The summary line says how many
+inference pods are pending with no node: waiting to burst, or for room.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.css.query import NoMatches
+from textual.widgets import DataTable, Input, Static
+
+from krea_ops.burst.status import BurstPod, BurstStatus, BurstTaint, VirtualNode
+from screens.base import DataScreen
+from screens.text import age, sync_table, usd
+
+NODE_COLUMNS = (
+    ("NODE", "node"),
+    ("STATE", "state"),
+    ("PROVIDER", "provider"),
+    ("GPUS", "gpus"),
+    ("PODS", "pods"),
+    ("OUR TAINTS", "ours"),
+    ("PROVIDER / KUBERNETES TAINTS", "theirs"),
+    ("USAGE WRITTEN", "usage"),
+)
+PROVIDER_COLUMNS = (
+    ("PROVIDER", "provider"),
+    ("NODE", "node"),
+    ("PODS", "pods"),
+    ("GPUS", "gpus"),
+    ("GPU-H", "gpu_hours"),
+    ("COST", "cost"),
+    ("$/GPU-H", "price"),
+    ("CAPACITY", "capacity"),
+    ("SOURCE", "source"),
+)
+POD_COLUMNS = (
+    ("POD", "pod"),
+    ("PHASE", "phase"),
+    ("PROVIDER", "provider"),
+    ("GPUS", "gpus"),
+    ("$/GPU-H", "price"),
+    ("GPU-H", "gpu_hours"),
+    ("COST", "cost"),
+    ("AGE", "age"),
+    ("NODE", "node"),
+)
+READY = {True: ("Ready", "green"), False: ("NotReady", "bold red"), None: ("Unknown", "magenta")}
+PHASE_STYLE = {"Running": "green", "Pending": "yellow", "Failed": "bold red", "Succeeded": "dim"}
+
+
+def _hours(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f}"
+
+
+def _price(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def taint_text(taints: tuple[BurstTaint, ...]) -> str:
+    if not taints:
+        return "-"
+    return ", ".join(
+        f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for t in taints
+    )
+
+
+def node_state(node: VirtualNode) -> Text:
+    text, style = READY[node.ready]
+    out = Text()
+    if node.paused:
+        out.append("PAUSED", style="bold reverse red")
+        out.append(" ")
+    out.append(text, style=style)
+    if node.cordoned:
+        out.append(",SchedulingDisabled", style="yellow")
+    return out
+
+
+def node_cells(node: VirtualNode, now: float) -> tuple[Any, ...]:
+    gpus = "-" if node.gpu_allocatable is None else f"{node.gpu_allocatable:,}"
+    if node.gpu_capacity is not None and node.gpu_capacity != node.gpu_allocatable:
+        gpus += f"/{node.gpu_capacity:,}"
+    ours = Text(taint_text(node.our_taints), style="bold red" if node.paused else "dim")
+    usage = None if node.usage_updated_at is None else now - node.usage_updated_at
+    return (
+        node.name,
+        node_state(node),
+        node.provider or "-",
+        gpus,
+        str(sum(1 for p in node.pods if p.active)),
+        ours,
+        taint_text(node.provider_taints),
+        "-" if usage is None else f"{age(usage)} ago",
+    )
+
+
+def pod_cells(pod: BurstPod, node: str) -> tuple[Any, ...]:
+    return (
+        f"{pod.namespace}/{pod.name}",
+        Text(pod.phase or "-", style=PHASE_STYLE.get(pod.phase or "", "")),
+        pod.provider or "-",
+        str(pod.gpus),
+        _price(pod.usd_per_gpu_hour),
+        _hours(pod.gpu_hours),
+        usd(pod.cost_usd),
+        age(pod.age_s),
+        node,
+    )
+
+
+def paused_text(status: BurstStatus) -> Text:
+    out = Text()
+    for node in status.nodes:
+        if not node.paused:
+            continue
+        if out:
+            out.append("\n")
+        out.append(f"PAUSED: bursting to {node.name} is paused: ")
+        out.append(node.pause_reason or "no reason given", style="bold")
+        out.append(" (no new placements; running pods stay)")
+    return out
+
+
+def summary_text(status: BurstStatus) -> Text:
+    out = Text()
+    if not status.nodes:
+        out.append(
+            "no virtual nodes found (labels type=virtual-kubelet, "
+            "virtual-node.interlink/type, kubernetes.io/os=virtual-kubelet, liqo.io/type)",
+            style="dim",
+        )
+        return out
+    pods = [p for n in status.nodes for p in n.pods if p.active]
+    gpus = sum(p.gpus for p in pods)
+    costs = [t.cost_usd for n in status.nodes for t in n.providers]
+    out.append(f"{len(status.nodes)} virtual node{'s' if len(status.nodes) != 1 else ''}", "bold")
+    out.append(f"  offsite: {len(pods)} pods on {gpus} GPUs")
+    out.append("  cost so far: ")
+    known = [c for c in costs if c is not None]
+    out.append(usd(sum(known)) if known and len(known) == len(costs) else "-", style="bold")
+    pending = status.pending_inference_pods
+    out.append("  inference pending with no node: ")
+    out.append(
+        "-" if pending is None else str(pending),
+        style="bold yellow" if pending else "",
+    )
+    if pending and status.paused:
+        out.append(" (bursting is paused)", style="red")
+    elif pending:
+        out.append(" (waiting to burst or for room)", style="dim")
+    return out
+
+
+class BurstScreen(DataScreen):
+    SCREEN_NAME = "burst"
+    SCREEN_TITLE = "Burst"
+    KINDS: ClassVar[tuple[str, ...]] = ("fleet", "burst")
+    HELP = (
+        "Inference burst: virtual nodes and their taints (PAUSED when our pause taint is "
+        "on), GPU-hours and cost per provider, the pods placed offsite, and the inference "
+        "pods waiting with no node."
+    )
+    ACTIONS_COMING = (
+        ("b", "migrate burst pods back"),
+        ("o", "migrate pods out"),
+        ("p", "pause bursting"),
+        ("P", "unpause"),
+    )
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "escape", "Clear filter / back", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.status: BurstStatus | None = None
+        self.filter_text = ""
+
+    def compose(self) -> ComposeResult:
+        yield Static("Burst", classes="screen-title", id="title")
+        yield Static("", id="paused")
+        yield Static(
+            Text("waiting for the first read…", style="dim"),
+            classes="summary burst-data",
+            id="burst-summary",
+        )
+        yield Static("Virtual nodes", classes="pane-title")
+        yield self._table("vnode-table", NODE_COLUMNS)
+        yield Static("Providers", classes="pane-title")
+        yield self._table("provider-table", PROVIDER_COLUMNS)
+        yield Static("Pods placed offsite", classes="pane-title", id="pods-title")
+        yield self._table("pod-table", POD_COLUMNS)
+        yield Input(placeholder="filter pods (Enter keeps it, Esc clears)", id="filter")
+        yield from self.krea.screen_chrome()
+
+    @staticmethod
+    def _table(table_id: str, columns: tuple[tuple[str, str], ...]) -> DataTable[Any]:
+        table: DataTable[Any] = DataTable(
+            id=table_id, cursor_type="row", zebra_stripes=True, classes="burst-data"
+        )
+        for label, key in columns:
+            table.add_column(label, key=key)
+        return table
+
+    def on_mount(self) -> None:
+        self.query_one("#pod-table", DataTable).focus()
+        data = self.krea.data.get("burst")
+        if data is not None:
+            self.update_data("burst", data)
+
+    def update_data(self, kind: str, data: Any) -> None:
+        if kind != "burst":
+            return
+        try:
+            self.query_one("#pod-table", DataTable)
+        except NoMatches:
+            return
+        self.status = data
+        self._show()
+
+    def _show(self) -> None:
+        status = self.status
+        if status is None:
+            return
+        now = status.collected_at
+        nodes = {n.name: node_cells(n, now) for n in status.nodes}
+        providers = {
+            f"{n.name}/{t.provider}": (
+                t.provider,
+                n.name,
+                str(t.pods),
+                str(t.gpus_in_use),
+                _hours(t.gpu_hours),
+                usd(t.cost_usd),
+                _price(t.usd_per_gpu_hour),
+                "-" if t.capacity_gpus is None else f"{t.capacity_gpus:,}",
+                t.source,
+            )
+            for n in status.nodes
+            for t in n.providers
+        }
+        needle = self.filter_text.lower()
+        all_pods = {f"{p.namespace}/{p.name}": pod_cells(p, n.name) for n in status.nodes
+                    for p in n.pods}  # fmt: skip
+        pods = {
+            k: cells
+            for k, cells in all_pods.items()
+            if not needle or any(needle in str(c).lower() for c in cells)
+        }
+        with self.app.batch_update():
+            sync_table(self.query_one("#vnode-table", DataTable), nodes)
+            sync_table(self.query_one("#provider-table", DataTable), providers)
+            sync_table(self.query_one("#pod-table", DataTable), pods, order=lambda k: k)
+            banner = self.query_one("#paused", Static)
+            banner.update(paused_text(status))
+            banner.display = status.paused
+            self.query_one("#burst-summary", Static).update(summary_text(status))
+            shown = f"{len(pods)} of {len(all_pods)}" if needle else str(len(pods))
+            self.query_one("#pods-title", Static).update(
+                f"Pods placed offsite: {shown}"
+                + (f"   filter: {self.filter_text}" if needle else "")
+            )
+            for widget in self.query(".burst-data"):
+                widget.set_class(False, "stale")
+
+    def data_failed(self, kind: str, error: str) -> None:
+        if kind != "burst":
+            return
+        for widget in self.query(".burst-data"):
+            widget.set_class(True, "stale")
+
+    # -- filter ---------------------------------------------------------------------
+
+    def start_filter(self) -> bool:
+        box = self.query_one("#filter", Input)
+        box.display = True
+        box.focus()
+        return True
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value.strip()
+        self._show()
+
+    @on(Input.Submitted, "#filter")
+    def _filter_done(self, event: Input.Submitted) -> None:
+        event.stop()
+        event.input.display = bool(event.value)
+        self.query_one("#pod-table", DataTable).focus()
+
+    def action_escape(self) -> None:
+        box = self.query_one("#filter", Input)
+        if box.display or box.value:
+            box.value = ""
+            box.display = False
+            self.filter_text = ""
+            self._show()
+            self.query_one("#pod-table", DataTable).focus()
+            return
+        self.krea.action_back()

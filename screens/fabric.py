@@ -1,0 +1,410 @@
+"""Fabric screen: every InfiniBand port and NVLink link in the fleet, worst first.
+
+Ranking the whole fabric (``krea_ops.fleet.fabric_entries``) is ~600k links at 4,096
+nodes and takes seconds, so it runs in a thread worker and posts ``FabricRanked`` back;
+the table shows only the worst ``MAX_ROWS`` of what matches the filter.
+
+Also home of ``sync_table``, the keyed DataTable update the node screen shares.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from rich.cells import cell_len
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.message import Message
+from textual.widgets import DataTable, Input, Static
+
+from krea_ops.fleet import FabricEntry, FleetSnapshot, fabric_entries, usable
+from krea_ops.health import HealthPolicy
+from krea_ops.model import Severity, Verdict
+from screens.base import DataScreen
+from screens.text import SEVERITY_STYLE, severity_text
+
+MAX_ROWS = 500
+REASON_WIDTH = 70
+
+# --- formatting shared with the node screen -------------------------------------------------
+
+
+def rate_text(v: float | None, unit: str = "/s") -> str:
+    if v is None:
+        return "-"
+    if v == 0:
+        return "0"
+    if abs(v) < 0.01:
+        return f"{v:.1e}{unit}"
+    if abs(v) < 100:
+        return f"{v:,.2f}{unit}"
+    if abs(v) < 1e6:
+        return f"{v:,.0f}{unit}"
+    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M")):
+        if abs(v) >= scale:
+            return f"{v / scale:.1f}{suffix}{unit}"
+    return f"{v:,.0f}{unit}"
+
+
+def count_text(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f}"
+
+
+def short(text: str, width: int = REASON_WIDTH) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def first_reason(verdict: Verdict) -> Text:
+    if not verdict.reasons:
+        return Text("")
+    r = verdict.reasons[0]
+    more = f" (+{len(verdict.reasons) - 1})" if len(verdict.reasons) > 1 else ""
+    return Text(short(r.message) + more, style=SEVERITY_STYLE[r.severity])
+
+
+def state_text(state: str | None) -> Text:
+    if state is None:
+        return Text("-", style="dim")
+    style = {"ACTIVE": "green", "UP": "green", "DOWN": "bold red"}.get(state.upper(), "yellow")
+    return Text(state, style=style)
+
+
+def wait_ratio_text(ratio: float | None, policy: HealthPolicy) -> Text:
+    if ratio is None:
+        return Text("-", style="dim")
+    style = "yellow" if ratio >= policy.xmit_wait_ratio_suspect else ""
+    return Text(f"{ratio * 100:.1f}%", style=style)
+
+
+def errors_text(v: float | None) -> Text:
+    return Text(count_text(v), style="bold red" if v else "")
+
+
+# --- keyed table updates --------------------------------------------------------------------
+
+
+def sync_table(
+    table: DataTable[Any],
+    rows: Sequence[tuple[str, tuple[Any, ...]]],
+    key_columns: Sequence[str],
+) -> None:
+    """Make ``table`` show ``rows`` (key, cells) in that order without clearing it: rows
+    that went away are removed, new ones added, changed cells updated, and the rows
+    re-sorted only when the order changed. The cursor stays on the row it was on.
+
+    ``key_columns``: the columns whose plain-string cells, joined with "/", give the key
+    (DataTable's sort key sees cells, not row keys)."""
+    cursor_key: str | None = None
+    if table.row_count and table.is_valid_row_index(table.cursor_row):
+        cursor_key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+    wanted = dict(rows)
+    with table.app.batch_update():
+        for row_key in [k for k in table.rows if k.value not in wanted]:
+            table.remove_row(row_key)
+        columns = table.columns
+        for key, cells in rows:
+            if key in table.rows:
+                old = table.get_row(key)
+                for column, before, after in zip(columns, old, cells, strict=True):
+                    if before != after:
+                        # update_width re-measures the whole column for every cell it is
+                        # asked for (seconds for 500 changed rows): only when it must grow
+                        grow = cell_width(after) > columns[column].content_width
+                        table.update_cell(key, column, after, update_width=grow)
+            else:
+                table.add_row(*cells, key=key)
+        order = [key for key, _ in rows]
+        if [r.key.value for r in table.ordered_rows] != order:
+            rank = {key: i for i, key in enumerate(order)}
+
+            def by_rank(values: Any) -> int:
+                parts = values if isinstance(values, tuple) else (values,)
+                return rank["/".join(str(p) for p in parts)]
+
+            table.sort(*key_columns, key=by_rank)
+        if cursor_key is not None and cursor_key in table.rows:
+            index = table.get_row_index(cursor_key)
+            if index != table.cursor_row:
+                table.move_cursor(row=index, scroll=False)
+
+
+def cell_width(cell: Any) -> int:
+    return cell.cell_len if isinstance(cell, Text) else cell_len(str(cell))
+
+
+def add_columns(table: DataTable[Any], columns: Sequence[tuple[str, str]]) -> None:
+    if not table.columns:
+        for key, label in columns:
+            table.add_column(label, key=key)
+
+
+# --- the screen -----------------------------------------------------------------------------
+
+COLUMNS = (
+    ("node", "node"),
+    ("kind", "kind"),
+    ("port", "port"),
+    ("state", "state"),
+    ("errors", "errors in window"),
+    ("rate", "error rate"),
+    ("wait", "xmit wait/s"),
+    ("wait_pct", "wait %"),
+    ("verdict", "verdict"),
+    ("reason", "first reason"),
+)
+
+
+def fabric_key(e: FabricEntry) -> str:
+    return f"{e.node}/{e.kind}/{e.port}"
+
+
+def fabric_cells(e: FabricEntry, policy: HealthPolicy) -> tuple[Any, ...]:
+    # node, kind and port stay plain str: sync_table rebuilds the key from them
+    return (
+        e.node,
+        e.kind,
+        e.port,
+        state_text(e.state),
+        errors_text(e.errors_in_window),
+        rate_text(e.error_rate_per_s),
+        rate_text(e.xmit_wait_per_s),
+        wait_ratio_text(e.xmit_wait_ratio, policy),
+        severity_text(e.verdict.severity),
+        first_reason(e.verdict),
+    )
+
+
+def matches(e: FabricEntry, terms: Sequence[str]) -> bool:
+    text = f"{e.node} {e.kind} {e.port}".lower()
+    return all(t in text for t in terms)
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The fabric ranked once per fleet read, and the part of it the table shows."""
+
+    snapshot: FleetSnapshot
+    entries: tuple[FabricEntry, ...]  # all of them, worst first
+    shown: tuple[FabricEntry, ...]  # the worst MAX_ROWS that match the filter
+    matched: int
+    filter_text: str
+    counts: dict[str, int]  # "ib", "nvlink", and each severity name
+    dark_nodes: int  # GPU nodes without usable telemetry: not listed
+
+
+def rank_fabric(
+    snapshot: FleetSnapshot,
+    filter_text: str,
+    entries: tuple[FabricEntry, ...] | None = None,
+    limit: int = MAX_ROWS,
+) -> Ranking:
+    """Runs in a worker: ``entries`` (from an earlier ranking of the same snapshot) skips
+    the ranking when only the filter changed."""
+    if entries is None:
+        entries = tuple(fabric_entries(snapshot, "all"))
+    terms = filter_text.lower().split()
+    picked = [e for e in entries if matches(e, terms)] if terms else list(entries)
+    counts = {"ib": 0, "nvlink": 0, **{str(s): 0 for s in Severity}}
+    for e in entries:
+        counts[e.kind] += 1
+        counts[str(e.verdict.severity)] += 1
+    dark = sum(
+        1
+        for v in snapshot.views
+        if not v.info.virtual and (v.info.gpu_capacity or 0) > 0 and not usable(v.telemetry)
+    )
+    return Ranking(
+        snapshot=snapshot,
+        entries=entries,
+        shown=tuple(picked[:limit]),
+        matched=len(picked),
+        filter_text=filter_text,
+        counts=counts,
+        dark_nodes=dark,
+    )
+
+
+class FabricRanked(Message):
+    def __init__(self, serial: int, ranking: Ranking | None, error: str | None = None) -> None:
+        super().__init__()
+        self.serial = serial
+        self.ranking = ranking
+        self.error = error
+
+
+def summary_text(r: Ranking) -> Text:
+    out = Text()
+    c = r.counts
+    out.append(f"{c['ib']:,} InfiniBand ports, {c['nvlink']:,} NVLink links", style="bold")
+    for sev in (Severity.BAD, Severity.UNKNOWN, Severity.SUSPECT):
+        if c[str(sev)]:
+            out.append(f"  {sev}: {c[str(sev)]:,}", style=SEVERITY_STYLE[sev])
+    out.append(f"  window {r.snapshot.policy.window_text}")
+    if r.dark_nodes:
+        out.append(f"  {r.dark_nodes:,} GPU nodes without telemetry (not listed)", style="magenta")
+    out.append("\n")
+    if r.filter_text:
+        out.append(f"filter '{r.filter_text}': {r.matched:,} match  ")
+    if len(r.shown) < r.matched:
+        out.append(f"showing {len(r.shown):,} of {r.matched:,}, worst first", style="yellow")
+    else:
+        out.append(f"showing {len(r.shown):,}, worst first (errors, then xmit wait)")
+    if r.snapshot.telemetry_error:
+        out.append(f"\ntelemetry: {r.snapshot.telemetry_error}", style="bold red")
+    return out
+
+
+class FabricScreen(DataScreen):
+    SCREEN_NAME = "fabric"
+    SCREEN_TITLE = "Fabric"
+    KINDS: ClassVar[tuple[str, ...]] = ("fleet",)
+    HELP = (
+        "Every InfiniBand port and NVLink link in the fleet, worst first: errors in the "
+        "telemetry window, error rate, xmit wait (credit stalls) and the verdict."
+    )
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "open_node", "Open node", show=False),
+        Binding("escape", "escape", "Clear filter / back", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.snapshot: FleetSnapshot | None = None
+        self.ranking: Ranking | None = None
+        self.filter_text = ""
+        self._serial = itertools.count(1)
+        self._latest = 0
+        self._ready = False
+
+    def compose(self) -> ComposeResult:
+        yield Static("Fabric", classes="screen-title", id="title")
+        yield Static(
+            Text("waiting for the first read…", style="dim"), classes="summary", id="summary"
+        )
+        yield DataTable(id="fabric", cursor_type="row", zebra_stripes=True)
+        yield Input(placeholder="filter by node or port (Enter keeps it, Esc clears)", id="filter")
+        yield from self.krea.screen_chrome()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#fabric", DataTable)
+        add_columns(table, COLUMNS)
+        table.focus()
+        self._ready = True
+        data = self.krea.data.get("fleet")
+        if data is not None:
+            self.update_data("fleet", data)
+
+    # -- data ----------------------------------------------------------------------------
+
+    def update_data(self, kind: str, data: Any) -> None:
+        if kind != "fleet" or not self._ready:
+            return
+        if data is self.snapshot and self.ranking is not None:
+            return  # a resume with nothing new
+        self.snapshot = data
+        if self.is_current:  # hidden under the node screen: rank on resume, not now
+            self._rank(None)
+
+    def data_failed(self, kind: str, error: str) -> None:
+        if kind == "fleet" and self._ready:
+            self.query_one("#fabric").set_class(True, "stale")
+            self.query_one("#summary").set_class(True, "stale")
+
+    def _rank(self, entries: tuple[FabricEntry, ...] | None) -> None:
+        snapshot, text = self.snapshot, self.filter_text
+        if snapshot is None:
+            return
+        serial = self._latest = next(self._serial)
+
+        def work() -> None:
+            try:
+                ranking = rank_fabric(snapshot, text, entries)
+            except Exception as exc:  # shown in the summary line, never a crash
+                self.post_message(FabricRanked(serial, None, f"{type(exc).__name__}: {exc}"))
+                return
+            self.post_message(FabricRanked(serial, ranking))
+
+        self.run_worker(
+            work,
+            group="fabric-rank",
+            thread=True,
+            exclusive=True,
+            exit_on_error=False,
+            description="ranking the fabric",
+        )
+
+    @on(FabricRanked)
+    def _ranked(self, message: FabricRanked) -> None:
+        if message.serial != self._latest:
+            return  # an older ranking finished after a newer one started
+        summary = self.query_one("#summary", Static)
+        table = self.query_one("#fabric", DataTable)
+        if message.ranking is None:
+            summary.update(Text(f"could not rank the fabric: {message.error}", style="red"))
+            return
+        r = self.ranking = message.ranking
+        policy = r.snapshot.policy
+        sync_table(
+            table,
+            [(fabric_key(e), fabric_cells(e, policy)) for e in r.shown],
+            ("node", "kind", "port"),
+        )
+        summary.update(summary_text(r))
+        stale = self.krea.is_stale("fleet") and "fleet" in self.krea.errors
+        table.set_class(stale, "stale")
+        summary.set_class(stale, "stale")
+
+    # -- navigation ----------------------------------------------------------------------
+
+    def node_at_cursor(self) -> str | None:
+        table = self.query_one("#fabric", DataTable)
+        if not table.row_count or not table.is_valid_row_index(table.cursor_row):
+            return None
+        return str(table.get_row_at(table.cursor_row)[0])
+
+    def action_open_node(self) -> None:
+        node = self.node_at_cursor()
+        if node:
+            self.krea.open_node(node)
+
+    @on(DataTable.RowSelected, "#fabric")
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        node = self.query_one("#fabric", DataTable).get_row(event.row_key)[0]
+        self.krea.open_node(str(node))
+
+    # -- filter --------------------------------------------------------------------------
+
+    def start_filter(self) -> bool:
+        box = self.query_one("#filter", Input)
+        box.display = True
+        box.focus()
+        return True
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value.strip()
+        r = self.ranking
+        # the same snapshot: filter the ranked entries again rather than rank them again
+        self._rank(r.entries if r is not None and r.snapshot is self.snapshot else None)
+
+    @on(Input.Submitted, "#filter")
+    def _filter_done(self, event: Input.Submitted) -> None:
+        event.stop()
+        event.input.display = bool(event.value)
+        self.query_one("#fabric", DataTable).focus()
+
+    def action_escape(self) -> None:
+        """Esc clears an open filter first, then goes back as everywhere else."""
+        box = self.query_one("#filter", Input)
+        if box.display or box.value:
+            box.value = ""
+            box.display = False
+            self.query_one("#fabric", DataTable).focus()
+            return
+        self.krea.action_back()

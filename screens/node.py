@@ -1,0 +1,474 @@
+"""Node screen: one node in detail, opened from the fleet heatmap or ``:node NAME``.
+
+Header (verdict and every reason, Ready, cordon, taints, our annotations), a row per GPU,
+sparklines of each GPU's temperature and tensor activity over the hub's recent history,
+the InfiniBand ports, the NVLink links with problems, and the pods on the node.
+Everything is derived from the fleet snapshot narrowed to this node, so the per-GPU and
+per-port work stays per-node however big the fleet is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import DataTable, Sparkline, Static
+
+from krea_ops.fleet import FabricEntry, FleetSnapshot, GpuEntry, fabric_entries, gpu_entries
+from krea_ops.health import HealthPolicy
+from krea_ops.hub import GpuHistory
+from krea_ops.model import GpuSample, NodeView, PodInfo, Severity
+from screens.base import DataScreen
+from screens.fabric import (
+    add_columns,
+    count_text,
+    errors_text,
+    first_reason,
+    rate_text,
+    short,
+    state_text,
+    sync_table,
+    wait_ratio_text,
+)
+from screens.text import SEVERITY_STYLE, age, pct, severity_text, size
+
+OUR_ANNOTATIONS = ("krea.ai/", "burst.krea.ai/", "sim.krea.ai/")
+MAX_SPARKLINES = 16  # GPUs with a history row; more than a node has in practice
+MAX_NVLINK_LINES = 20
+
+GPU_COLUMNS = (
+    ("gpu", "GPU"),
+    ("temp", "temp"),
+    ("margin", "slowdown margin"),
+    ("power", "power"),
+    ("busy", "busy (GPU util)"),
+    ("tensor", "tensor active"),
+    ("memory", "memory"),
+    ("xid", "XID"),
+    ("nvlink", "NVLink errors"),
+    ("verdict", "verdict"),
+    ("reason", "first reason"),
+)
+IB_COLUMNS = (
+    ("port", "port"),
+    ("state", "state"),
+    ("speed", "speed"),
+    ("rx", "rx"),
+    ("tx", "tx"),
+    ("errors", "errors in window"),
+    ("rate", "error rate"),
+    ("wait", "xmit wait/s"),
+    ("wait_pct", "wait %"),
+    ("verdict", "verdict"),
+    ("reason", "first reason"),
+)
+POD_COLUMNS = (
+    ("namespace", "namespace"),
+    ("name", "name"),
+    ("phase", "phase"),
+    ("gpus", "GPUs"),
+    ("workload", "workload"),
+    ("owner", "owner"),
+    ("age", "age"),
+)
+
+
+# --- cells ----------------------------------------------------------------------------------
+
+
+def temperature_text(t: float | None, policy: HealthPolicy) -> Text:
+    if t is None:
+        return Text("-", style="dim")
+    style = "bold red" if t >= policy.hot_c else "yellow" if t >= policy.warm_c else "green"
+    return Text(f"{t:.0f}°C", style=style)
+
+
+def margin_text(m: float | None, policy: HealthPolicy) -> Text:
+    if m is None:
+        return Text("-", style="dim")
+    style = "bold red" if m <= 0 else "yellow" if m < policy.slowdown_margin_c else ""
+    return Text(f"{m:.0f}°C", style=style)
+
+
+def power_text(g: GpuSample) -> str:
+    if g.power_w is None:
+        return "-"
+    limit = f"/{g.power_limit_w:.0f}" if g.power_limit_w is not None else ""
+    return f"{g.power_w:.0f}{limit}W"
+
+
+def tensor_text(g: GpuSample) -> Text:
+    text = Text(pct(g.tensor_active_ratio))
+    busy, tensor = g.util_ratio, g.tensor_active_ratio
+    # busy time far above tensor activity: the GPU looks busy but does little math
+    if busy is not None and tensor is not None and busy - tensor > 0.3:
+        text.stylize("yellow")
+    return text
+
+
+def memory_text(g: GpuSample) -> str:
+    if g.memory_used_bytes is None:
+        return "-"
+    if g.memory_total_bytes is None:
+        return size(g.memory_used_bytes)
+    return f"{g.memory_used_bytes / 2**30:.1f}/{size(g.memory_total_bytes)}"
+
+
+def xid_text(g: GpuSample) -> Text:
+    events = sum(g.xid_increase.values()) if g.xid_increase else 0
+    if g.xid_last is None and not events:
+        return Text("-", style="dim")
+    text = Text("-" if g.xid_last is None else str(g.xid_last))
+    if events:
+        text.append(f" ({events:.0f} new)")
+        text.stylize("bold red")
+    return text
+
+
+def gpu_cells(e: GpuEntry, policy: HealthPolicy) -> tuple[Any, ...]:
+    g = e.sample
+    known: tuple[Any, ...]
+    if g is None:
+        known = (Text("-", style="dim"),) * 8
+    else:
+        known = (
+            temperature_text(g.temperature_c, policy),
+            margin_text(g.slowdown_margin_c, policy),
+            power_text(g),
+            pct(g.util_ratio),
+            tensor_text(g),
+            memory_text(g),
+            xid_text(g),
+            errors_text(e.nvlink_errors),
+        )
+    return (str(e.index), *known, severity_text(e.verdict.severity), first_reason(e.verdict))
+
+
+def ib_cells(e: FabricEntry, policy: HealthPolicy) -> tuple[Any, ...]:
+    p = e.ib
+    return (
+        e.port,
+        state_text(e.state if p is None or not p.phys_state else f"{e.state} {p.phys_state}"),
+        rate_text(p.rate_bytes_per_s if p else None, "B/s"),
+        rate_text(p.rx_bytes_per_s if p else None, "B/s"),
+        rate_text(p.tx_bytes_per_s if p else None, "B/s"),
+        errors_text(e.errors_in_window),
+        rate_text(e.error_rate_per_s),
+        rate_text(e.xmit_wait_per_s),
+        wait_ratio_text(e.xmit_wait_ratio, policy),
+        severity_text(e.verdict.severity),
+        first_reason(e.verdict),
+    )
+
+
+def pod_cells(p: PodInfo, now: float) -> tuple[Any, ...]:
+    phase = p.phase or "-"
+    style = {"Running": "green", "Succeeded": "dim", "Failed": "red", "Pending": "yellow"}
+    return (
+        p.namespace,
+        p.name,
+        Text(phase, style=style.get(phase, "")),
+        str(p.gpus) if p.gpus else "-",
+        p.labels.get("krea.ai/workload") or "-",
+        p.owner or "-",
+        age(None if p.started_at is None else now - p.started_at),
+    )
+
+
+# --- header ---------------------------------------------------------------------------------
+
+
+def yes_no(v: bool | None) -> Text:
+    if v is None:
+        return Text("unknown", style="magenta")
+    return Text("yes" if v else "no", style="green" if v else "bold red")
+
+
+def header_text(view: NodeView, snapshot: FleetSnapshot) -> Text:
+    info, tel, verdict = view.info, view.telemetry, view.verdict
+    out = Text()
+    out.append(info.name, style="bold")
+    out.append("  ")
+    out.append_text(severity_text(verdict.severity))
+    gpus = "-" if info.gpu_capacity is None else str(info.gpu_capacity)
+    alloc = "-" if info.gpu_allocatable is None else str(info.gpu_allocatable)
+    out.append(f"  GPUs {gpus} (allocatable {alloc})")
+    for label in ("krea.ai/pool", "krea.ai/rack"):
+        if info.labels.get(label):
+            out.append(f"  {label.split('/')[1]}: {info.labels[label]}")
+    if info.virtual:
+        out.append("  virtual kubelet", style="cyan")
+    for r in verdict.reasons:
+        out.append("\n  • ")
+        out.append(r.message, style=SEVERITY_STYLE[r.severity])
+    out.append("\nReady: ")
+    out.append_text(yes_no(info.ready))
+    if info.ready_reason and info.ready is not True:
+        out.append(f" ({info.ready_reason})")
+    out.append("  cordoned: ")
+    out.append(
+        "yes" if info.unschedulable else "no", style="bold yellow" if info.unschedulable else ""
+    )
+    out.append("  schedulable: ")
+    out.append_text(yes_no(info.schedulable))
+    out.append("\nTaints: ")
+    out.append(", ".join(str(t) for t in info.taints) or "-")
+    ours = {k: v for k, v in sorted(info.annotations.items()) if k.startswith(OUR_ANNOTATIONS)}
+    out.append("\nAnnotations: ")
+    out.append(", ".join(f"{k}={short(v, 60)}" for k, v in ours.items()) or "-")
+    out.append("\nTelemetry: ")
+    if snapshot.telemetry_error:
+        said = any(snapshot.telemetry_error in r.message for r in verdict.reasons)
+        out.append("unavailable (see above)" if said else snapshot.telemetry_error, "bold red")
+    elif tel is None:
+        out.append("none for this node", style="magenta")
+    elif tel.exporter_up is False:
+        out.append(f"exporter down: {tel.error or 'no answer'}", style="bold red")
+    elif tel.stale:
+        out.append(f"stale: {tel.error or 'old samples'}", style="magenta")
+    else:
+        out.append(f"{age(tel.age_s)} old", style="green")
+        out.append(f" from {snapshot.source or '-'}, window {snapshot.policy.window_text}")
+    return out
+
+
+def nvlink_text(entries: Sequence[FabricEntry], gpus: Sequence[GpuEntry]) -> Text:
+    out = Text("NVLink: ", style="bold")
+    if not entries:
+        total = sum(e.sample.nvlinks_total or 0 for e in gpus if e.sample)
+        up = sum(e.sample.nvlinks_up or 0 for e in gpus if e.sample)
+        if total:
+            out.append(f"{up} of {total} links up", style="" if up == total else "bold red")
+            out.append(" (no per-link counters)", style="dim")
+        else:
+            out.append("no link data", style="dim")
+        return out
+    down = sum(1 for e in entries if e.state == "DOWN")
+    bad = [e for e in entries if e.verdict.severity is not Severity.OK]
+    out.append(f"{len(entries)} links, ")
+    out.append(f"{down} down", style="bold red" if down else "")
+    out.append(", ")
+    out.append(f"{len(bad)} with problems", style="bold red" if bad else "green")
+    for e in bad[:MAX_NVLINK_LINES]:
+        out.append(f"\n  {e.port} {e.state or '-'} ")
+        out.append_text(severity_text(e.verdict.severity))
+        out.append(f" errors {count_text(e.errors_in_window)} ({rate_text(e.error_rate_per_s)})")
+        if e.verdict.reasons:
+            out.append(": " + "; ".join(r.message for r in e.verdict.reasons))
+    if len(bad) > MAX_NVLINK_LINES:
+        out.append(f"\n  … and {len(bad) - MAX_NVLINK_LINES} more (the Fabric screen has all)")
+    return out
+
+
+# --- history --------------------------------------------------------------------------------
+
+
+def known_points(series: Sequence[float]) -> list[float]:
+    """The known values, oldest first: an unknown refresh is left out of the line rather
+    than drawn as zero."""
+    return [v for v in series if not math.isnan(v)]
+
+
+def history_label(name: str, series: Sequence[float], fmt: Any) -> Text:
+    points = known_points(series)
+    out = Text(f"{name} ")
+    now = series[-1] if series else math.nan
+    if len(points) < 2:
+        out.append("no reading" if math.isnan(now) else "collecting…", style="dim")
+        return out
+    out.append("-" if math.isnan(now) else fmt(now), style="bold")
+    out.append(f" {fmt(min(points))}–{fmt(max(points))}", style="dim")
+    return out
+
+
+def celsius(v: float) -> str:
+    return f"{v:.0f}°C"
+
+
+def percent(v: float) -> str:
+    return f"{v * 100:.0f}%"
+
+
+class NodeScreen(DataScreen):
+    SCREEN_NAME = "node"
+    SCREEN_TITLE = "Node"
+    KINDS: ClassVar[tuple[str, ...]] = ("fleet",)
+    HELP = (
+        "One node: its verdict and every reason, each GPU (busy time next to tensor "
+        "activity), recent temperature and tensor history, InfiniBand ports, NVLink links "
+        "with problems, and the pods on it."
+    )
+    ACTIONS_COMING = (("e", "evict this node"), ("R", "restore this node"))
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("g", "focus_table('gpus')", "GPUs"),
+        Binding("i", "focus_table('ib')", "InfiniBand"),
+        Binding("p", "focus_table('pods')", "Pods"),
+    ]
+
+    def __init__(self, node: str) -> None:
+        super().__init__()
+        self.node = node
+        self.view: NodeView | None = None
+        self.snapshot: FleetSnapshot | None = None
+        self.vanished = False
+        self._history_rows: list[int] = []
+        self._ready = False
+
+    def kinds(self) -> tuple[str, ...]:
+        return ("fleet", f"pods:{self.node}")
+
+    def compose(self) -> ComposeResult:
+        yield Static(f"Node {self.node}", classes="screen-title", id="title")
+        with VerticalScroll(id="node-body"):
+            yield Static(
+                Text("waiting for the first read…", style="dim"),
+                classes="summary",
+                id="node-header",
+            )
+            yield Static("GPUs", classes="pane-title", id="gpus-title")
+            yield DataTable(id="gpus", cursor_type="row", zebra_stripes=True)
+            yield Static("Recent history", classes="pane-title", id="history-title")
+            with Vertical(id="history"):
+                yield Static(Text("collecting…", style="dim"), id="history-note")
+            yield Static("InfiniBand", classes="pane-title", id="ib-title")
+            yield DataTable(id="ib", cursor_type="row", zebra_stripes=True)
+            yield Static("", classes="summary", id="nvlink")
+            yield Static("Pods", classes="pane-title", id="pods-title")
+            yield DataTable(id="pods", cursor_type="row", zebra_stripes=True)
+        yield from self.krea.screen_chrome()
+
+    def on_mount(self) -> None:
+        add_columns(self.query_one("#gpus", DataTable), GPU_COLUMNS)
+        add_columns(self.query_one("#ib", DataTable), IB_COLUMNS)
+        add_columns(self.query_one("#pods", DataTable), POD_COLUMNS)
+        self.query_one("#gpus", DataTable).focus()
+        self._ready = True
+        for kind in self.kinds():
+            data = self.krea.data.get(kind)
+            if data is not None:
+                self.update_data(kind, data)
+
+    def action_focus_table(self, table_id: str) -> None:
+        table = self.query_one(f"#{table_id}", DataTable)
+        table.focus()
+        table.scroll_visible()
+
+    # -- data ------------------------------------------------------------------------------
+
+    def update_data(self, kind: str, data: Any) -> None:
+        if not self._ready:
+            return  # on_mount fills from the app's data
+        if kind == "fleet":
+            self._show_fleet(data)
+        elif kind == f"pods:{self.node}":
+            self._show_pods(data)
+
+    def data_failed(self, kind: str, error: str) -> None:
+        if not self._ready:
+            return
+        if kind == "fleet":
+            for wid in ("#node-header", "#gpus", "#history", "#ib", "#nvlink"):
+                self.query_one(wid).set_class(True, "stale")
+        elif kind == f"pods:{self.node}":
+            self.query_one("#pods").set_class(True, "stale")
+
+    def _show_fleet(self, snapshot: FleetSnapshot) -> None:
+        header = self.query_one("#node-header", Static)
+        view = snapshot.view(self.node)
+        if view is None:
+            self.vanished = True
+            was = "was in the fleet; it is gone now" if self.view else "is not in the fleet"
+            text = Text(f"{self.node} {was} (deleted, renamed, or never joined).", style="bold red")
+            if self.view is not None:
+                text.append("\nThe tables below are the last data seen.", style="dim")
+            header.update(text)
+            for wid in ("#gpus", "#history", "#ib", "#nvlink"):
+                self.query_one(wid).set_class(True, "stale")
+            return
+        self.vanished = False
+        self.view, self.snapshot = view, snapshot
+        # narrow the snapshot to this node: the per-GPU and per-port work stays per-node
+        mine = dataclasses.replace(snapshot, views=(view,))
+        policy = snapshot.policy
+        gpus = gpu_entries(mine)
+        fabric = fabric_entries(mine, "all")
+        ib = sorted((e for e in fabric if e.kind == "ib"), key=lambda e: e.port)
+        links = [e for e in fabric if e.kind == "nvlink"]
+        header.update(header_text(view, snapshot))
+        sync_table(
+            self.query_one("#gpus", DataTable),
+            [(str(e.index), gpu_cells(e, policy)) for e in sorted(gpus, key=lambda e: e.index)],
+            ("gpu",),
+        )
+        self.query_one("#gpus-title", Static).update(f"GPUs ({len(gpus)})")
+        sync_table(
+            self.query_one("#ib", DataTable), [(e.port, ib_cells(e, policy)) for e in ib], ("port",)
+        )
+        ib_title = f"InfiniBand ports ({len(ib)})" if ib else "InfiniBand: no port data"
+        self.query_one("#ib-title", Static).update(ib_title)
+        self.query_one("#nvlink", Static).update(nvlink_text(links, gpus))
+        if not view.info.virtual:
+            self._show_history(self.krea.hub.history(self.node), [e.index for e in gpus])
+        for wid in ("#node-header", "#gpus", "#history", "#ib", "#nvlink"):
+            self.query_one(wid).set_class(False, "stale")
+
+    def _show_pods(self, pods: list[PodInfo]) -> None:
+        now = self.krea.clock()
+        rows = sorted(pods, key=lambda p: (p.namespace, p.name))
+        sync_table(
+            self.query_one("#pods", DataTable),
+            [(f"{p.namespace}/{p.name}", pod_cells(p, now)) for p in rows],
+            ("namespace", "name"),
+        )
+        gpus = sum(p.gpus for p in pods)
+        self.query_one("#pods-title", Static).update(f"Pods ({len(pods)}, {gpus} GPUs requested)")
+        self.query_one("#pods").set_class(False, "stale")
+
+    def _show_history(self, history: GpuHistory | None, indices: Sequence[int]) -> None:
+        title = self.query_one("#history-title", Static)
+        note = self.query_one("#history-note", Static)
+        points = len(history.times) if history is not None else 0
+        if history is None or points < 2:
+            title.update("Recent history")
+            note.update(Text(f"collecting… ({points} of 2 refreshes so far)", style="dim"))
+            note.display = True
+            return
+        span = history.times[-1] - history.times[0]
+        title.update(
+            f"Recent history: temperature and tensor activity, last {age(span)} "
+            f"({points} refreshes)"
+        )
+        note.display = False
+        wanted = [i for i in indices if i in history.temperature_c][:MAX_SPARKLINES]
+        box = self.query_one("#history", Vertical)
+        for i in wanted:
+            temps = history.temperature_c.get(i, ())
+            tensor = history.tensor_active_ratio.get(i, ())
+            temp_label = history_label(f"GPU {i:<2} temp", temps, celsius)
+            tensor_label = history_label("tensor", tensor, percent)
+            if i not in self._history_rows:
+                self._history_rows.append(i)
+                box.mount(
+                    Horizontal(
+                        Static(temp_label, classes="history-temp", id=f"hist-{i}-temp-label"),
+                        Sparkline(known_points(temps), id=f"hist-{i}-temp"),
+                        Static(tensor_label, classes="history-tensor", id=f"hist-{i}-tensor-label"),
+                        Sparkline(known_points(tensor), id=f"hist-{i}-tensor"),
+                        classes="history-row",
+                        id=f"hist-{i}",
+                    )
+                )
+                continue
+            row = box.query(f"#hist-{i}")
+            if not row:
+                continue  # still being mounted; the next refresh fills it
+            row.first().query_one(f"#hist-{i}-temp-label", Static).update(temp_label)
+            row.first().query_one(f"#hist-{i}-temp", Sparkline).data = known_points(temps)
+            row.first().query_one(f"#hist-{i}-tensor-label", Static).update(tensor_label)
+            row.first().query_one(f"#hist-{i}-tensor", Sparkline).data = known_points(tensor)

@@ -1,0 +1,309 @@
+"""Training screen: the DiT runs, the checkpoints of the selected one, and how often it
+should checkpoint.
+
+Top: one row per training JobSet (state, nodes x GPUs, restarts of the maximum, queue,
+the newest complete checkpoint and its age). Below, for the run under the cursor: its
+checkpoints on disk, newest first, each complete or with the reason it is not (or why
+none can be read: the directory is not mounted here), and the advice: Young's and Daly's
+intervals, the work lost per failure, the waste, and the MTBF they assume.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.css.query import NoMatches
+from textual.widgets import DataTable, Input, Static
+
+from krea_ops.training.advice import Advice
+from krea_ops.training.checkpoints import Checkpoint
+from krea_ops.training.runs import TrainingRun
+from screens.base import DataScreen
+from screens.text import age, duration, size, sync_table, table_cursor_key
+
+STATE_STYLE = {
+    "Running": "green",
+    "Restarting": "yellow",
+    "Suspended": "dim",
+    "Completed": "cyan",
+    "Failed": "bold red",
+}
+RUN_COLUMNS = (
+    ("RUN", "run"),
+    ("STATE", "state"),
+    ("NODESxGPU", "shape"),
+    ("RESTARTS", "restarts"),
+    ("QUEUE", "queue"),
+    ("CHECKPOINT", "step"),
+    ("CKPT AGE", "ckpt_age"),
+)
+CHECKPOINT_COLUMNS = (
+    ("CHECKPOINT", "name"),
+    ("STEP", "step"),
+    ("WRITTEN", "written"),
+    ("SIZE", "size"),
+    ("STATUS", "status"),
+)
+
+
+def run_key(run: TrainingRun) -> str:
+    return f"{run.namespace}/{run.name}"
+
+
+def _n(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+def run_cells(run: TrainingRun, now: float) -> tuple[Any, ...]:
+    latest = run.latest_complete
+    if run.checkpoints is None:
+        step: Any = Text("unknown", style="magenta")
+        ckpt_age = "-"
+    elif latest is None:
+        step = Text("none yet", style="dim")
+        ckpt_age = "-"
+    else:
+        step = "-" if latest.step is None else f"{latest.step:,}"
+        ckpt_age = "-" if latest.mtime is None else age(now - latest.mtime)
+    restarts = Text(f"{_n(run.restarts)}/{_n(run.max_restarts)}")
+    if run.restarts and run.max_restarts and run.restarts >= run.max_restarts:
+        restarts.stylize("bold red")
+    return (
+        run_key(run),
+        Text(run.state, style=STATE_STYLE.get(run.state, "")),
+        f"{_n(run.nodes)}x{_n(run.gpus_per_node)}",
+        restarts,
+        run.queue or "-",
+        step,
+        ckpt_age,
+    )
+
+
+def checkpoint_name(cp: Checkpoint, run: TrainingRun) -> str:
+    """The checkpoint's directory relative to the run's, e.g. ``step-1200``."""
+    if run.local_dir is not None:
+        try:
+            rel = cp.path.relative_to(run.local_dir)
+        except ValueError:
+            return str(cp.path)
+        return str(rel) if str(rel) != "." else cp.path.name
+    return cp.path.name
+
+
+def checkpoint_cells(cp: Checkpoint, run: TrainingRun, now: float) -> tuple[Any, ...]:
+    if cp.complete:
+        status = Text("complete", style="green")
+        if cp.tracker:
+            status.append(" (tracker)", style="dim")
+        if cp.note:
+            status.append(f"; {cp.note}", style="dim")
+    else:
+        status = Text(f"incomplete: {cp.reason or 'no reason given'}", style="red")
+    written = "-"
+    if cp.mtime is not None:
+        clock = time.strftime("%H:%M:%S", time.localtime(cp.mtime))
+        written = f"{clock} ({age(now - cp.mtime)} ago)"
+    return (
+        checkpoint_name(cp, run),
+        "-" if cp.step is None else f"{cp.step:,}",
+        written,
+        size(cp.size_bytes),
+        status,
+    )
+
+
+def advice_text(advice: Advice | None, run: TrainingRun) -> Text:
+    out = Text()
+    out.append("Checkpoint interval advice", style="bold")
+    if advice is None:
+        out.append(f"  unknown: the size of {run_key(run)} is not known", style="dim")
+        return out
+    if advice.mtbf_source == "nodes":
+        source = (
+            f"{advice.nodes} nodes x {advice.failures_per_1000_node_days:g} failures per "
+            "1,000 node-days"
+        )
+    else:
+        source = "given"
+    rec = advice.recommended
+    out.append("\nevery ")
+    out.append(duration(advice.daly_interval_s), style="bold")
+    out.append(f" of compute (Daly; Young {duration(advice.young_interval_s)})")
+    out.append("   lost per failure ")
+    out.append(duration(rec.lost_s_per_failure), style="bold")
+    out.append("   waste ")
+    out.append(f"{rec.waste_ratio * 100:.2f}%", style="bold")
+    out.append(f" (Daly {rec.waste_ratio_daly * 100:.2f}%)")
+    out.append(f"\nMTBF {duration(advice.mtbf_s)} ({source})")
+    out.append(f", {advice.failures_per_day:.3g} failures/day")
+    out.append(f", one save {duration(advice.checkpoint_s)}")
+    if advice.restart_s:
+        out.append(f", restart {duration(advice.restart_s)}")
+    if advice.current is not None:
+        cur = advice.current
+        out.append(
+            f"\nnow every {duration(cur.interval_s)}: lost per failure "
+            f"{duration(cur.lost_s_per_failure)}, waste {cur.waste_ratio * 100:.2f}%"
+        )
+    return out
+
+
+class TrainingScreen(DataScreen):
+    SCREEN_NAME = "training"
+    SCREEN_TITLE = "Training"
+    KINDS: ClassVar[tuple[str, ...]] = ("fleet", "training")
+    HELP = (
+        "Training runs: state, size, restarts, the newest complete checkpoint; for the "
+        "selected run its checkpoints (complete or why not) and the checkpoint-interval "
+        "advice (Young/Daly, lost work per failure, waste, MTBF)."
+    )
+    ACTIONS_COMING = (
+        ("L", "launch a DiT training"),
+        ("S", "resume from the newest complete checkpoint"),
+    )
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "escape", "Clear filter / back", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: dict[str, TrainingRun] = {}
+        self.selected: str | None = None
+        self.filter_text = ""
+
+    def compose(self) -> ComposeResult:
+        yield Static("Training", classes="screen-title", id="title")
+        runs: DataTable[Any] = DataTable(
+            id="run-table", cursor_type="row", zebra_stripes=True, classes="training-data"
+        )
+        for label, key in RUN_COLUMNS:
+            runs.add_column(label, key=key)
+        yield runs
+        yield Static(Text("waiting for the first read…", style="dim"), classes="pane-title",
+                     id="ckpt-title")  # fmt: skip
+        yield Static("", classes="summary training-data", id="ckpt-error")
+        checkpoints: DataTable[Any] = DataTable(
+            id="ckpt-table", cursor_type="row", zebra_stripes=True, classes="training-data"
+        )
+        for label, key in CHECKPOINT_COLUMNS:
+            checkpoints.add_column(label, key=key)
+        yield checkpoints
+        yield Static("", id="advice", classes="training-data")
+        yield Input(placeholder="filter runs (Enter keeps it, Esc clears)", id="filter")
+        yield from self.krea.screen_chrome()
+
+    def on_mount(self) -> None:
+        self.query_one("#run-table", DataTable).focus()
+        data = self.krea.data.get("training")
+        if data is not None:
+            self.update_data("training", data)
+
+    # -- data -----------------------------------------------------------------------
+
+    def update_data(self, kind: str, data: Any) -> None:
+        if kind != "training":
+            return
+        try:
+            self.query_one("#run-table", DataTable)
+        except NoMatches:
+            return
+        self.runs = {run_key(r): r for r in data}
+        self._show()
+        for widget in self.query(".training-data"):
+            widget.set_class(False, "stale")
+
+    def data_failed(self, kind: str, error: str) -> None:
+        if kind != "training":
+            return
+        for widget in self.query(".training-data"):
+            widget.set_class(True, "stale")
+
+    def _show(self) -> None:
+        table = self.query_one("#run-table", DataTable)
+        now = self.krea.clock()
+        needle = self.filter_text.lower()
+        rows = {}
+        for key, run in self.runs.items():
+            cells = run_cells(run, now)
+            if needle and not any(needle in str(c).lower() for c in cells):
+                continue
+            rows[key] = cells
+        order = {key: i for i, key in enumerate(self.runs)}  # the core's: newest first
+        with self.app.batch_update():
+            sync_table(table, rows, order=lambda key: order.get(key, len(order)))
+            self.selected = table_cursor_key(table)
+            self._show_details()
+
+    @on(DataTable.RowHighlighted, "#run-table")
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        # the row under the cursor now: a refresh may have re-sorted since the event
+        key = table_cursor_key(self.query_one("#run-table", DataTable))
+        if key != self.selected:
+            self.selected = key
+            with self.app.batch_update():
+                self._show_details()
+
+    def _show_details(self) -> None:
+        run = self.runs.get(self.selected) if self.selected else None
+        title = self.query_one("#ckpt-title", Static)
+        error = self.query_one("#ckpt-error", Static)
+        table = self.query_one("#ckpt-table", DataTable)
+        advice = self.query_one("#advice", Static)
+        if run is None:
+            title.update(Text("no training runs" if not self.runs else "no run selected"))
+            error.display = False
+            sync_table(table, {})
+            advice.update("")
+            return
+        count = "" if run.checkpoints is None else f" ({len(run.checkpoints)})"
+        title.update(f"Checkpoints of {run_key(run)}{count}: {run.checkpoint_dir or '?'}")
+        now = self.krea.clock()
+        if run.checkpoints is None:
+            error.update(Text(f"checkpoints unknown: {run.checkpoints_error}", style="magenta"))
+            error.display = True
+            rows: dict[str, tuple[Any, ...]] = {}
+        else:
+            if run.checkpoints:
+                error.display = False
+            else:
+                error.update(Text("no checkpoint written yet", style="dim"))
+                error.display = True
+            rows = {str(cp.path): checkpoint_cells(cp, run, now) for cp in run.checkpoints}
+        order = {key: i for i, key in enumerate(rows)}  # the core's: newest first
+        sync_table(table, rows, order=lambda key: order.get(key, len(order)))
+        advice.update(advice_text(run.advice, run))
+
+    # -- filter ---------------------------------------------------------------------
+
+    def start_filter(self) -> bool:
+        box = self.query_one("#filter", Input)
+        box.display = True
+        box.focus()
+        return True
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value.strip()
+        self._show()
+
+    @on(Input.Submitted, "#filter")
+    def _filter_done(self, event: Input.Submitted) -> None:
+        event.stop()
+        event.input.display = bool(event.value)
+        self.query_one("#run-table", DataTable).focus()
+
+    def action_escape(self) -> None:
+        box = self.query_one("#filter", Input)
+        if box.display or box.value:
+            box.value = ""
+            box.display = False
+            self.filter_text = ""
+            self._show()
+            self.query_one("#run-table", DataTable).focus()
+            return
+        self.krea.action_back()
