@@ -427,6 +427,10 @@ class NodeDevices:
         if self.host_down or not n_gpus:
             return
         pending = self.pending
+        # Traffic counters advance on wall time, so that rates (per wall second, as
+        # Prometheus computes them) read as real link speeds at any --speed; error events
+        # (symbol errors, flaps) stay on simulated time, like the failures.
+        wall = dt / max(self.service.world.config.speed, 1e-9)
         for h, port in enumerate(self.ib.ports):
             if not port.up:
                 continue
@@ -438,10 +442,10 @@ class NodeDevices:
                 rate = 0.25e9 * load.busy
             else:
                 rate = 2e3
-            data = rate * (1.0 + 0.05 * noise()) * dt
+            data = rate * (1.0 + 0.05 * noise()) * wall
             acc = pending[h]
             acc[0] += data
-            acc[1] += congestion * (rate / NDR_BYTES_PER_S) * 4e6 * dt
+            acc[1] += congestion * (rate / NDR_BYTES_PER_S) * 4e6 * wall
 
     def flush_fabric(self, now: float, noise: Callable[[], float]) -> None:
         """Turn the accumulated traffic into counters and write the changed files."""
