@@ -52,7 +52,8 @@ class ErrorLine(Static):
 
 
 class CommandBar(Input):
-    """``:`` command mode."""
+    """``:`` command mode. Focus is set at once and never selects the text: keys typed
+    right after ``:`` (already queued) must land in the bar, in order."""
 
 
 class ScreensProvider(Provider):
@@ -159,7 +160,9 @@ class KreaOpsApp(App[None]):
             yield StatusBar(id="status-bar")
         yield ErrorLine(id="error-line")
         yield CommandBar(
-            placeholder=":fleet :fabric :queue :burst :training :node NAME", id="command"
+            placeholder=":fleet :fabric :queue :burst :training :node NAME",
+            id="command",
+            select_on_focus=False,
         )
         yield Footer()
 
@@ -273,7 +276,7 @@ class KreaOpsApp(App[None]):
             return
         bar.value = ""
         bar.display = True
-        bar.focus()
+        self.screen.set_focus(bar)  # now, not after the keys already queued
 
     @on(Input.Submitted, "#command")
     def _command(self, event: Input.Submitted) -> None:

@@ -199,7 +199,11 @@ class BurstScreen(DataScreen):
         yield self._table("provider-table", PROVIDER_COLUMNS)
         yield Static("Pods placed offsite", classes="pane-title", id="pods-title")
         yield self._table("pod-table", POD_COLUMNS)
-        yield Input(placeholder="filter pods (Enter keeps it, Esc clears)", id="filter")
+        yield Input(
+            placeholder="filter pods (Enter keeps it, Esc clears)",
+            id="filter",
+            select_on_focus=False,
+        )
         yield from self.krea.screen_chrome()
 
     @staticmethod
@@ -283,7 +287,7 @@ class BurstScreen(DataScreen):
     def start_filter(self) -> bool:
         box = self.query_one("#filter", Input)
         box.display = True
-        box.focus()
+        self.set_focus(box)  # now: keys already queued must land in the box
         return True
 
     @on(Input.Changed, "#filter")

@@ -287,7 +287,11 @@ class FabricScreen(DataScreen):
             Text("waiting for the first read…", style="dim"), classes="summary", id="summary"
         )
         yield DataTable(id="fabric", cursor_type="row", zebra_stripes=True)
-        yield Input(placeholder="filter by node or port (Enter keeps it, Esc clears)", id="filter")
+        yield Input(
+            placeholder="filter by node or port (Enter keeps it, Esc clears)",
+            id="filter",
+            select_on_focus=False,
+        )
         yield from self.krea.screen_chrome()
 
     def on_mount(self) -> None:
@@ -383,7 +387,7 @@ class FabricScreen(DataScreen):
     def start_filter(self) -> bool:
         box = self.query_one("#filter", Input)
         box.display = True
-        box.focus()
+        self.set_focus(box)  # now: keys already queued must land in the box
         return True
 
     @on(Input.Changed, "#filter")

@@ -135,7 +135,11 @@ class FleetScreen(DataScreen):
         )
         yield Static("", classes="summary", id="legend")
         yield GpuHeatmap(metric=METRICS[self.metric_name], id="heatmap")
-        yield Input(placeholder="filter nodes (Enter keeps it, Esc clears)", id="filter")
+        yield Input(
+            placeholder="filter nodes (Enter keeps it, Esc clears)",
+            id="filter",
+            select_on_focus=False,
+        )
         yield from self.krea.screen_chrome()
 
     def on_mount(self) -> None:
@@ -198,7 +202,7 @@ class FleetScreen(DataScreen):
     def start_filter(self) -> bool:
         box = self.query_one("#filter", Input)
         box.display = True
-        box.focus()
+        self.set_focus(box)  # now: keys already queued must land in the box
         return True
 
     @on(Input.Changed, "#filter")

@@ -252,7 +252,11 @@ class QueueScreen(DataScreen):
         yield Static(
             Text("select a workload to see why it waits", style="dim"), classes="why", id="why"
         )
-        yield Input(placeholder="filter workloads (Enter keeps it, Esc clears)", id="filter")
+        yield Input(
+            placeholder="filter workloads (Enter keeps it, Esc clears)",
+            id="filter",
+            select_on_focus=False,
+        )
         yield from self.krea.screen_chrome()
 
     def on_mount(self) -> None:
@@ -405,7 +409,7 @@ class QueueScreen(DataScreen):
     def start_filter(self) -> bool:
         box = self.query_one("#filter", Input)
         box.display = True
-        box.focus()
+        self.set_focus(box)  # now: keys already queued must land in the box
         return True
 
     @on(Input.Changed, "#filter")

@@ -194,7 +194,11 @@ class TrainingScreen(DataScreen):
             checkpoints.add_column(label, key=key)
         yield checkpoints
         yield Static("", id="advice", classes="training-data")
-        yield Input(placeholder="filter runs (Enter keeps it, Esc clears)", id="filter")
+        yield Input(
+            placeholder="filter runs (Enter keeps it, Esc clears)",
+            id="filter",
+            select_on_focus=False,
+        )
         yield from self.krea.screen_chrome()
 
     def on_mount(self) -> None:

@@ -77,7 +77,9 @@ def test_demo_runs_in_a_terminal_visits_every_screen_and_quits(tmp_path: Path) -
         tmux("send-keys", "-t", session, "Escape")
         # a key right after Esc would read as Alt+key: wait until the help is gone
         wait_for_gone(session, "command mode", 15, seen)
-        tmux("send-keys", "-t", session, ":", "queue", "Enter")
+        tmux("send-keys", "-t", session, ":")
+        wait_for_text(session, [":fleet :fabric :queue"], 15, seen)  # the command bar
+        tmux("send-keys", "-t", session, "queue", "Enter")
         wait_for_text(session, ["Queue"], 15, seen)
         tmux("send-keys", "-t", session, "1")
         wait_for_text(session, ["GPUs on"], 15, seen)

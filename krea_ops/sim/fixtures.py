@@ -198,8 +198,12 @@ class FixedHub:
     fail: set[str] = field(default_factory=set)
     calls: dict[str, int] = field(default_factory=dict)
 
-    def _call(self, kind: str) -> None:
+    def _call(self, kind: str, data: Any = True) -> None:
         self.calls[kind] = self.calls.get(kind, 0) + 1
+        if data is None:
+            from krea_ops.errors import Unavailable
+
+            raise Unavailable(f"no {kind} data in this fixture")
         if kind in self.fail:
             from krea_ops.errors import Unavailable
 
@@ -217,7 +221,7 @@ class FixedHub:
         return self.pods.get(node) or synthetic_pods(node, self.fleet_snapshot.collected_at)
 
     def queue(self) -> Any:
-        self._call("queue")
+        self._call("queue", self.queue_data)
         return self.queue_data
 
     def why(self, name: str, namespace: str | None) -> Any:
@@ -225,7 +229,7 @@ class FixedHub:
         return None
 
     def burst(self) -> Any:
-        self._call("burst")
+        self._call("burst", self.burst_data)
         return self.burst_data
 
     def training(self) -> Any:
