@@ -202,6 +202,7 @@ def register(app: typer.Typer) -> None:
                 node=node,
                 selector=selector,
                 source_error=error,
+                families=("gpu",),
             )
         finally:
             if source is not None:

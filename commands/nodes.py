@@ -106,6 +106,7 @@ def _snapshot(
             node=node,
             selector=selector,
             source_error=error,
+            families=None if node else ("gpu", "nvlink", "ib"),
         )
     finally:
         if source is not None:

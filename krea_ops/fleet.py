@@ -68,9 +68,11 @@ def load_fleet(
     node: str | None = None,
     selector: str | None = None,
     source_error: str | None = None,
+    families: Collection[str] | None = None,
 ) -> FleetSnapshot:
     """``source`` is a telemetry source (``krea_ops.telemetry``) or None when none could be
-    opened (``source_error`` says why). ``nodes`` skips the node list (the caller has it)."""
+    opened (``source_error`` says why). ``nodes`` skips the node list (the caller has it).
+    ``families``: only these groups of telemetry (see ``TelemetrySource.collect``)."""
     infos = nodes if nodes is not None else select_nodes(cluster, node=node, selector=selector)
     fleet: FleetTelemetry | None = None
     error = source_error
@@ -79,7 +81,7 @@ def load_fleet(
         wanted = {n.name for n in infos}
     if source is not None:
         try:
-            fleet = source.collect(wanted)
+            fleet = source.collect(wanted, families=families)
         except Unavailable as exc:
             error = str(exc)
     views = fleet_views(infos, fleet, policy, telemetry_error=error)

@@ -312,6 +312,18 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "Unix time of the last XID seen since the exporter started.",
         (),
     ),
+    "krea_gpu_nvlink_links": (GAUGE, "NVLinks found on this GPU.", ()),
+    "krea_gpu_nvlink_links_up": (
+        GAUGE,
+        "NVLinks of this GPU whose state is enabled (active).",
+        (),
+    ),
+    "krea_gpu_nvlink_errors_total": (
+        COUNTER,
+        "NVLink data-link errors summed over the GPU's links (the per-link "
+        "krea_nvlink_errors_total); absent in a scrape where a link's read failed.",
+        ("counter",),
+    ),
     "krea_nvlink_state": (GAUGE, "1 if the NVLink is active, else 0.", ("link",)),
     "krea_nvlink_errors_total": (
         COUNTER,
@@ -795,20 +807,39 @@ class GpuCollector:
             put("krea_gpu_row_remap_pending", 1.0 if pending else 0.0)
             put("krea_gpu_row_remap_failed", 1.0 if failed else 0.0)
 
-        for link in self._links(g, h):
+        links = self._links(g, h)
+        # Per-GPU sums, so a fleet-wide read never touches the 72 per-link series of each
+        # GPU. A sum is left out of a scrape where a link's read failed: a partial sum
+        # would dip and read as a counter reset (a burst of errors) to rate(). Counters
+        # NotSupported on a link are left out of the sum every scrape alike.
+        up: float | None = 0.0
+        sums: dict[str, float | None] = {label: 0.0 for label, _ in NVLINK_COUNTERS}
+        read: set[str] = set()  # counters at least one link answered
+        for link in links:
             state = self._call(g, ("nvlink_state", link), "nvmlDeviceGetNvLinkState", h, link)
             if state is not None:
-                put("krea_nvlink_state", 1.0 if state == FEATURE_ENABLED else 0.0, str(link))
+                active = state == FEATURE_ENABLED
+                put("krea_nvlink_state", 1.0 if active else 0.0, str(link))
+                if up is not None and active:
+                    up += 1.0
+            else:
+                up = None
             for label, counter in NVLINK_COUNTERS:
-                value = self._call(
-                    g,
-                    ("nvlink_error", link, counter),
-                    "nvmlDeviceGetNvLinkErrorCounter",
-                    h,
-                    link,
-                    counter,
-                )
+                key = ("nvlink_error", link, counter)
+                value = self._call(g, key, "nvmlDeviceGetNvLinkErrorCounter", h, link, counter)
                 put("krea_nvlink_errors_total", value, str(link), label)
+                total = sums[label]
+                if value is not None and total is not None:
+                    sums[label] = total + float(value)
+                    read.add(label)
+                elif value is None and key not in g.unsupported:
+                    sums[label] = None
+        if g.links is not None:  # discovery finished (0 for a GPU without NVLink)
+            put("krea_gpu_nvlink_links", len(links))
+            put("krea_gpu_nvlink_links_up", up)
+            for label, total in sums.items():
+                if label in read:
+                    put("krea_gpu_nvlink_errors_total", total, label)
 
         out.extend(self._gpm_readings(g))
         return out

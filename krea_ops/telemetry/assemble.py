@@ -51,13 +51,10 @@ def _int(text: str | None) -> int | None:
     return value
 
 
-@dataclass
-class _Pick:
-    """The winning value of one reading on one object: lowest spelling index wins; rows of
-    one sum-family that share a spelling's dialect are added up (links into a GPU)."""
-
-    rank: int
-    value: float
+# The winning value of one reading on one object, as (rank, value): lowest spelling rank
+# wins; rows of one sum-family that share a spelling's dialect are added up.
+_Pick = tuple[int, float]
+_MISSING: Any = object()
 
 
 @dataclass
@@ -105,11 +102,18 @@ class Assembler:
         self.nodes = set(nodes) if nodes is not None else None
         self._acc: dict[str, _NodeAcc] = {}
         self._node_cache: dict[tuple[str, ...], str | None] = {}
+        # (node, gpu label) / (node, device, port) -> (node acc, object) or None: the
+        # objects of the fast path in add(), so a row costs a few dict lookups
+        self._objs: dict[tuple[str | None, ...], tuple[_NodeAcc, _Obj] | None] = {}
         self.dialects: set[str] = set()
         self.instances: dict[str, str] = {}  # instance -> node, learnt from fresh rows
         self.jobs: set[str] = set()  # jobs that served any family
         # families whose read failed: their absence must not be taken for zeros
         self.failed: set[str] = set()
+        # families read (rows handed to add(), maybe none): those not read are unknown
+        self.read: set[str] = set()
+        # presence family -> nodes with an object that has some but not all spellings
+        self.partial_present: dict[str, set[str]] = {}
 
     def _node(self, labels: Mapping[str, str]) -> str | None:
         node = labels.get("node")
@@ -138,8 +142,10 @@ class Assembler:
             acc.fresh = t
 
     def add(self, family: Family, rows: Iterable[Row]) -> None:
-        """Fold one family's rows in. Rows of nodes not asked for are skipped."""
-        if family.kind == "present":
+        """Fold one family's rows in. Rows of nodes not asked for are skipped. A row
+        without ``krea_ops_src`` is of the family's only spelling."""
+        self.read.add(family.store)
+        if family.kind in ("present", "present_rate"):
             for labels, value in rows:
                 node = self._node(labels)
                 if node and (self.nodes is None or node in self.nodes):
@@ -150,14 +156,24 @@ class Assembler:
             s.name: (s, _DIALECT_RANK[s.dialect] * 1000 + i, s.dialect)
             for i, s in enumerate(family.spellings)
         }
-        key = family.key
-        wanted = self.nodes
+        only = next(iter(info.values())) if len(info) == 1 else None
+        key = family.store
         fresh = family.kind == "fresh"
         # (summing, keyed by a sub-label even when it is absent)
         flags = (
             family.agg in ("sum", "count"),
             key in ("xid_rate", "xid_count", "gpu_down", "clock_events"),
         )
+        if (
+            not fresh
+            and key != "gpu_info"
+            and not flags[1]
+            and family.by in (("gpu",), ("device", "port"))
+            and not any(s.pattern or s.const for s in family.spellings)
+        ):
+            self._add_simple(family, rows, info, only, flags[0])
+            return
+        wanted = self.nodes
         seen: set[str] = set()
         node_of_row = self._node
         for labels, value in rows:
@@ -166,7 +182,8 @@ class Assembler:
             node = node_of_row(labels)
             if node is None or (wanted is not None and node not in wanted):
                 continue
-            found = info.get(labels.get(SRC, ""))
+            src = labels.get(SRC)
+            found = only if src is None else info.get(src)
             if found is None:
                 continue
             spelling, rank, dialect = found
@@ -190,6 +207,61 @@ class Assembler:
             if implied:
                 labels = {**labels, **dict(implied)}
             self._fold(family, acc, labels, key, rank, dialect, value * spelling.scale, flags)
+        self.dialects |= seen
+
+    def _add_simple(
+        self,
+        family: Family,
+        rows: Iterable[Row],
+        info: Mapping[str, tuple[Any, int, str]],
+        only: tuple[Any, int, str] | None,
+        summing: bool,
+    ) -> None:
+        """``add()`` for one value per GPU or per port (most rows of a fleet): the same
+        folding as ``_fold()``, with the objects looked up by their label values."""
+        key = family.store
+        wanted = self.nodes
+        gpu_side = family.by[0] == "gpu"
+        objs = self._objs
+        node_of_row = self._node
+        seen: set[str] = set()
+        for labels, value in rows:
+            if value != value:  # NaN
+                continue
+            node = labels.get("node") or node_of_row(labels)
+            if node is None or (wanted is not None and node not in wanted):
+                continue
+            src = labels.get(SRC)
+            found = only if src is None else info.get(src)
+            if found is None:
+                continue
+            spelling, rank, dialect = found
+            okey = (
+                (node, labels.get("gpu"))
+                if gpu_side
+                else (node, labels.get("device"), labels.get("port"))
+            )
+            hit = objs.get(okey, _MISSING)
+            if hit is _MISSING:
+                acc = self._acc_for(node)
+                obj, _ = self._obj(family, acc, labels)
+                hit = objs[okey] = None if obj is None else (acc, obj)
+            if hit is None:
+                continue
+            acc, obj = hit
+            if dialect not in seen:
+                seen.add(dialect)
+            acc.dialects.add(dialect)
+            if spelling.scale != 1.0:
+                value *= spelling.scale
+            picks = obj.picks
+            pick = picks.get(key)
+            if pick is None or rank // 1000 < pick[0] // 1000:
+                picks[key] = (rank, value)
+            elif summing and rank // 1000 == pick[0] // 1000:
+                picks[key] = (pick[0], pick[1] + value)
+            elif rank < pick[0]:
+                picks[key] = (rank, value)
         self.dialects |= seen
 
     def _obj(self, family: Family, acc: _NodeAcc, labels: Mapping[str, str]) -> tuple[Any, Any]:
@@ -248,12 +320,12 @@ class Assembler:
             return
         pick = obj.picks.get(key)
         dialect_rank = rank // 1000
-        if pick is None or dialect_rank < pick.rank // 1000:
-            obj.picks[key] = _Pick(rank, value)
-        elif summing and dialect_rank == pick.rank // 1000:
-            pick.value += value
-        elif rank < pick.rank:
-            obj.picks[key] = _Pick(rank, value)
+        if pick is None or dialect_rank < pick[0] // 1000:
+            obj.picks[key] = (rank, value)
+        elif summing and dialect_rank == pick[0] // 1000:
+            obj.picks[key] = (pick[0], pick[1] + value)
+        elif rank < pick[0]:
+            obj.picks[key] = (rank, value)
 
     def _fold_present(
         self, family: Family, acc: _NodeAcc, labels: Mapping[str, str], mask: float
@@ -262,12 +334,54 @@ class Assembler:
         if obj is None:
             return
         bits = int(mask)
+        counted = labels.get(SRC)
+        if counted in _DIALECT_RANK:
+            # the count form: how many of the dialect's spellings exist. All of them: all
+            # bits; fewer: which ones is asked again (partial_present), none assumed.
+            spellings = [i for i, s in enumerate(family.spellings) if s.dialect == counted]
+            if bits < len(spellings):
+                node = self._node(labels)
+                if node:
+                    self.partial_present.setdefault(family.key, set()).add(node)
+                return
+            bits = sum(1 << i for i in spellings)
         for i, spelling in enumerate(family.spellings):
             if bits & (1 << i):
                 self.dialects.add(spelling.dialect)
                 acc.dialects.add(spelling.dialect)
                 per = obj.dicts.setdefault(family.key, {})
                 per.setdefault(spelling.dialect, {})[dict(spelling.const).get("counter", "")] = 1.0
+
+    def nodes_needing_links(self, *, detail: bool) -> set[str]:
+        """Nodes whose per-link NVLink rows are still to be read: those whose exporter
+        serves no per-GPU sums (an older one: the links are the only source), and with
+        ``detail`` those whose sums rose in the window or with a link not up."""
+        out: set[str] = set()
+        for name, acc in self._acc.items():
+            if not acc.gpus or (self.nodes is not None and name not in self.nodes):
+                continue
+            sums = False
+            answering = False
+            for obj in acc.gpus.values():
+                picks = obj.picks
+                if "nvlink_sum_present" in obj.dicts:
+                    sums = True
+                up = picks.get("gpu_up")
+                if up is not None and up[1] >= 0.5 and up[0] < 1000:  # ours, answering
+                    answering = True
+                if not detail:
+                    continue
+                rates = obj.dicts.get("nvlink_sum_rate")
+                if rates and any(v > 0 for d in rates.values() for v in d.values()):
+                    out.add(name)
+                    break
+                links, links_up = picks.get("nvlink_links"), picks.get("nvlink_links_up")
+                if links is not None and links_up is not None and links_up[1] < links[1]:
+                    out.add(name)
+                    break
+            if answering and not sums:
+                out.add(name)
+        return out
 
     # -- building -----------------------------------------------------------------------
 
@@ -381,7 +495,7 @@ class Assembler:
         }
         if not readings:
             return GpuSample(**identity)
-        p = {k: v.value for k, v in obj.picks.items()}
+        p = {k: v[1] for k, v in obj.picks.items()}
 
         def flag(key: str) -> bool | None:
             return None if key not in p else p[key] >= 0.5
@@ -389,7 +503,7 @@ class Assembler:
         down = self._best(obj.dicts.get("gpu_down"))
         clock: frozenset[str] | None = None
         active = self._best(obj.dicts.get("clock_events"))
-        if ("clock_events_known" in obj.dicts and "clock_events" not in self.failed) or active:
+        if ("clock_events_known" in obj.dicts and self._got("clock_events")) or active:
             clock = frozenset(r for r, v in (active or {}).items() if v > 0)
         elif "clock_mask" in p:
             clock = decode_clock_mask(p["clock_mask"])
@@ -399,15 +513,14 @@ class Assembler:
         xid: dict[int, float] | None = None
         rates = self._best(obj.dicts.get("xid_rate"))
         counts = self._best(obj.dicts.get("xid_count"))
-        if rates is not None or (
-            p.get("xid_monitored", 0.0) >= 0.5 and "xid_rate" not in self.failed
-        ):
+        if rates is not None or (p.get("xid_monitored", 0.0) >= 0.5 and self._got("xid_rate")):
             xid = {int(k): v * window for k, v in (rates or {}).items() if _int(k) is not None}
         elif counts is not None:
             xid = {int(k): v for k, v in counts.items() if _int(k) is not None}
         ecc_rate = p.get("ecc_uncorrected_rate")
-        count = p.get("nvlink_count")
-        nvlink_total, nvlink_increase, down_links = self._gpu_links(acc, index, count, window)
+        nvlink_total, nvlink_increase, links, links_up = self._gpu_nvlink(
+            acc, index, obj, p, window
+        )
         return GpuSample(
             **identity,
             up=flag("gpu_up"),
@@ -434,23 +547,62 @@ class Assembler:
             nvlink_error_increase=(
                 None if nvlink_increase is None else MappingProxyType(nvlink_increase)
             ),
-            nvlinks_total=None if count is None else int(count),
-            nvlinks_up=(None if count is None or down_links is None else int(count) - down_links),
+            nvlinks_total=links,
+            nvlinks_up=links_up,
+        )
+
+    def _gpu_nvlink(
+        self, acc: _NodeAcc, gpu: int, obj: _Obj, p: Mapping[str, float], window: float
+    ) -> tuple[float | None, dict[str, float] | None, int | None, int | None]:
+        """(errors summed over links and counters, increase per counter, links, links up)
+        of a GPU: from our exporter's per-GPU sums where it serves them, else from the
+        per-link rows."""
+        counters = self._best(obj.dicts.get("nvlink_sum_present"))
+        if counters:
+            total: float | None = None
+            if self._got("nvlink_sum_total"):
+                totals = self._best(obj.dicts.get("nvlink_sum_total")) or {}
+                total = sum(totals.get(c, 0.0) for c in counters)
+            increase: dict[str, float] | None = None
+            if self._got("nvlink_sum_rate"):
+                rates = self._best(obj.dicts.get("nvlink_sum_rate")) or {}
+                increase = {c: rates.get(c, 0.0) * window for c in sorted(counters)}
+        else:
+            total, increase = self._gpu_links(acc, gpu, p.get("nvlink_count"), window)
+        links, up = p.get("nvlink_links"), p.get("nvlink_links_up")
+        if links is None and "nvlink_count" in p:
+            links = p["nvlink_count"]
+            down = self._links_down(acc, gpu) if self._got("link_down") else None
+            up = None if down is None else links - down
+        return (
+            total,
+            increase,
+            None if links is None else int(links),
+            None if links is None or up is None else int(up),
+        )
+
+    def _got(self, key: str) -> bool:
+        """The family was read and its read worked: an absent sparse row means 0."""
+        return key in self.read and key not in self.failed
+
+    @staticmethod
+    def _links_down(acc: _NodeAcc, gpu: int) -> int:
+        return sum(
+            1
+            for (g, _), obj in acc.links.items()
+            if g == gpu and "link_down" in obj.picks and obj.picks["link_down"][1] < 0.5
         )
 
     def _gpu_links(
         self, acc: _NodeAcc, gpu: int, count: float | None, window: float
-    ) -> tuple[float | None, dict[str, float] | None, int | None]:
-        """(errors summed over links and counters, increase per counter, links down) of a
-        GPU, from its per-link rows; zeros where it reports links and the read worked."""
+    ) -> tuple[float | None, dict[str, float] | None]:
+        """(errors summed over links and counters, increase per counter) of a GPU, from
+        its per-link rows; zeros where it reports links and the read worked."""
         reports = count is not None
-        total = 0.0 if reports and "link_total" not in self.failed else None
+        total = 0.0 if reports and self._got("link_total") else None
         increase = (
-            dict.fromkeys(NVLINK_COUNTERS, 0.0)
-            if reports and "link_rate" not in self.failed
-            else None
+            dict.fromkeys(NVLINK_COUNTERS, 0.0) if reports and self._got("link_rate") else None
         )
-        down = 0 if "link_down" not in self.failed else None
         for (g, _link), obj in acc.links.items():
             if g != gpu:
                 continue
@@ -462,12 +614,9 @@ class Assembler:
                 increase = increase if increase is not None else {}
                 for counter, rate in rates.items():
                     increase[counter] = increase.get(counter, 0.0) + rate * window
-            pick = obj.picks.get("link_down")
-            if down is not None and pick is not None and pick.value < 0.5:
-                down += 1
         if increase is not None:
             increase = dict(sorted(increase.items()))
-        return total, increase, down if reports else None
+        return total, increase
 
     def _link(self, node: str, key: tuple[int, int], obj: _Obj, acc: _NodeAcc) -> NvLinkSample:
         gpu, link = key
@@ -476,18 +625,21 @@ class Assembler:
         gpu_obj = acc.gpus.get(gpu)
         # Sparse reads leave out zeros: on a GPU that reports its links (our exporter
         # reports all four counters of each), a counter this link does not show is 0.
-        if gpu_obj is not None and "nvlink_count" in gpu_obj.picks:
+        reports = gpu_obj is not None and (
+            "nvlink_count" in gpu_obj.picks or "nvlink_links" in gpu_obj.picks
+        )
+        if reports:
             for counter in NVLINK_COUNTERS:
-                if "link_total" not in self.failed:
+                if self._got("link_total"):
                     totals.setdefault(counter, 0.0)
-                if "link_rate" not in self.failed:
+                if self._got("link_rate"):
                     rates.setdefault(counter, 0.0)
         up: bool | None = None
         if "link_down" in obj.picks:
-            up = obj.picks["link_down"].value >= 0.5
-        elif gpu_obj is not None and "nvlink_count" in gpu_obj.picks:
+            up = obj.picks["link_down"][1] >= 0.5
+        elif reports and self._got("link_down"):
             # the GPU reports link states and this link was not among the down ones
-            up = None if "link_down" in self.failed else True
+            up = True
         return NvLinkSample(
             node=node,
             gpu=gpu,
@@ -499,14 +651,14 @@ class Assembler:
 
     def _port(self, node: str, key: tuple[str, str], obj: _Obj, window: float) -> IbPortSample:
         device, port = key
-        p = {k: v.value for k, v in obj.picks.items()}
+        p = {k: v[1] for k, v in obj.picks.items()}
         present = obj.dicts.get("ib_error_present") or {}
         dialect = next((d for d in (KREA, NODE_EXPORTER) if d in present), None)
         totals: dict[str, float] = {}
         rates: dict[str, float] = {}
         if dialect is not None:
             counters = present[dialect]
-            if "ib_error_total" not in self.failed:
+            if self._got("ib_error_total"):
                 totals = dict.fromkeys(counters, 0.0)
             totals.update(
                 (c, v)
@@ -514,7 +666,7 @@ class Assembler:
                 if c in counters
             )
             # a zero rate needs two samples in the window; the data rates prove there were
-            if ("ib_rx" in p or "ib_xmit_wait" in p) and "ib_error_rate" not in self.failed:
+            if ("ib_rx" in p or "ib_xmit_wait" in p) and self._got("ib_error_rate"):
                 rates = dict.fromkeys(counters, 0.0)
             rates.update(
                 (c, v)

@@ -22,7 +22,7 @@ Where two dialects report the same GPU or port, the spelling listed first wins (
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -38,6 +38,17 @@ SRC = "krea_ops_src"  # the label that carries the spelling's metric name on eve
 # Asking for at most this many nodes reads every link of those nodes (``nodes show``);
 # more than that reads the fleet's sparse view (down links, links with errors).
 DETAIL_NODES = 64
+# At most this many nodes go into one ``node=~"a|b|..."`` per-link query; when more nodes
+# need their links read, the per-link query runs over the whole fleet (sparse) instead.
+LINK_QUERY_NODES = 256
+
+# What a caller can ask ``collect(families=...)`` for (None: everything). The freshness
+# of every node is always read.
+GPU = "gpu"  # GpuSample readings, incl. the per-GPU NVLink error increase
+NVLINK = "nvlink"  # links found / up per GPU, NVLink error totals, per-link detail
+IB = "ib"  # what the IB verdicts read: state, speed, xmit wait, error increases
+IB_DETAIL = "ib_detail"  # IB data rates and error totals (``fabric``, ``nodes show``)
+GROUPS = (GPU, NVLINK, IB, IB_DETAIL)
 
 MIB = 1024.0 * 1024.0
 
@@ -138,6 +149,9 @@ class Family:
     read densely (every link) for those nodes only. ``born_counts``: a counter series that
     first appears inside the window counts its whole value as new (exporters create a
     per-XID counter at its first event; ``rate()`` alone would miss that first one).
+    ``present_rate`` is ``present`` for series with at least two samples in the window
+    (a rate exists), so that an absent sparse rate may be read as 0. ``group`` is what a
+    caller asks for (``GROUPS``).
     """
 
     key: str
@@ -148,6 +162,15 @@ class Family:
     keep: str | None = None
     sparse_unless_detail: bool = False
     born_counts: bool = False
+    group: str = GPU
+    # per-link: read only for the nodes that need it (see prometheus.py), not fleet-wide
+    per_link: bool = False
+    # the rows are stored under this family key (a per-link family split by dialect)
+    into: str | None = None
+
+    @property
+    def store(self) -> str:
+        return self.into or self.key
 
 
 def _s(name: str, dialect: str, scale: float = 1.0, **const: str) -> Spelling:
@@ -210,6 +233,7 @@ FRESH = Family(
     ),
     by=("job",),
     kind="fresh",
+    group="fresh",
 )
 
 FAMILIES: tuple[Family, ...] = (
@@ -294,7 +318,12 @@ FAMILIES: tuple[Family, ...] = (
         by=("gpu", "reason"),
         keep=">0",
     ),
-    _gpu("clock_events_known", _s("krea_gpu_clock_event_active", KREA), kind="present"),
+    # every reason's series exists wherever the mask was read: one of them tells
+    _gpu(
+        "clock_events_known",
+        Spelling("krea_gpu_clock_event_active", KREA, match=(("reason", "gpu_idle"),)),
+        kind="present",
+    ),
     _gpu(
         "clock_mask",
         _s("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", DCGM),
@@ -347,39 +376,96 @@ FAMILIES: tuple[Family, ...] = (
         _s("DCGM_FI_DEV_ROW_REMAP_FAILURE", DCGM),
         _s("DCGM_FI_DEV_ROW_REMAP_FAILED", DCGM),
     ),
-    # --- NVLink. Per GPU only the link count is read densely; the per-GPU error sums are
-    # added up from the sparse per-link rows (zeros add nothing). At 4,096 nodes every
-    # query over the per-link counters touches 2.4 M series, so there are only two. ---
-    _gpu("nvlink_count", _s("krea_nvlink_state", KREA), agg="count"),
-    # --- NVLink, per link (sparse: only links that are down or have errors) ---
+    # --- NVLink per GPU: our exporter's sums over the GPU's links. At 4,096 nodes the
+    # per-link counters are 2.4 M series; these are 131 k (sparse, with one presence
+    # bitmask per GPU saying which counters exist and have a rate). ---
+    _gpu("nvlink_links", _s("krea_gpu_nvlink_links", KREA), group=NVLINK),
+    _gpu("nvlink_links_up", _s("krea_gpu_nvlink_links_up", KREA), group=NVLINK),
+    Family(
+        "nvlink_sum_total",
+        (_s("krea_gpu_nvlink_errors_total", KREA),),
+        ("gpu", "counter"),
+        keep=">0",
+        group=NVLINK,
+    ),
+    Family(
+        "nvlink_sum_rate",
+        (_s("krea_gpu_nvlink_errors_total", KREA),),
+        ("gpu", "counter"),
+        "rate",
+        agg="sum",
+        keep=">0",
+    ),
+    Family(
+        "nvlink_sum_present",
+        tuple(
+            Spelling(
+                "krea_gpu_nvlink_errors_total",
+                KREA,
+                const=(("counter", c),),
+                match=(("counter", c),),
+            )
+            for c in NVLINK_COUNTERS
+        ),
+        kind="present_rate",
+    ),
+    # --- NVLink per link. DCGM has no usable per-GPU sum (its ..._COUNT_TOTAL fields read
+    # 0 on Hopper), so its per-link fields are read fleet-wide, sparse. Ours are read only
+    # for the nodes that need them (``per_link``): errors in the window or links down
+    # per the sums, an exporter without the sums, or a few nodes asked for (all links). ---
+    Family(
+        "dcgm_link_total",
+        _DCGM_NVLINK,
+        ("gpu", "link", "counter"),
+        keep=">0",
+        group=NVLINK,
+        into="link_total",
+    ),
+    Family(
+        "dcgm_link_rate",
+        _DCGM_NVLINK,
+        ("gpu", "link", "counter"),
+        "rate",
+        agg="sum",
+        keep=">0",
+        into="link_rate",
+    ),
+    # (count and rate are GPU readings too: the only source where an exporter has no sums)
+    _gpu("nvlink_count", _s("krea_nvlink_state", KREA), agg="count", per_link=True),
     Family(
         "link_down",
         (_s("krea_nvlink_state", KREA),),
         ("gpu", "link"),
         keep="<1",
         sparse_unless_detail=True,
+        group=NVLINK,
+        per_link=True,
     ),
     Family(
         "link_total",
-        (_KREA_NVLINK, *_DCGM_NVLINK),
+        (_KREA_NVLINK,),
         ("gpu", "link", "counter"),
         keep=">0",
         sparse_unless_detail=True,
+        group=NVLINK,
+        per_link=True,
     ),
     Family(
         "link_rate",
-        (_KREA_NVLINK, *_DCGM_NVLINK),
+        (_KREA_NVLINK,),
         ("gpu", "link", "counter"),
         "rate",
         agg="sum",
         keep=">0",
         sparse_unless_detail=True,
+        per_link=True,
     ),
     # --- InfiniBand ports ---
     Family(
         "ib_state",
         (_s("krea_ib_state_id", KREA), _s("node_infiniband_state_id", NODE_EXPORTER)),
         _PORT,
+        group=IB,
     ),
     Family(
         "ib_phys_state",
@@ -388,6 +474,7 @@ FAMILIES: tuple[Family, ...] = (
             _s("node_infiniband_physical_state_id", NODE_EXPORTER),
         ),
         _PORT,
+        group=IB,
     ),
     Family(
         "ib_rate",
@@ -396,6 +483,7 @@ FAMILIES: tuple[Family, ...] = (
             _s("node_infiniband_rate_bytes_per_second", NODE_EXPORTER),
         ),
         _PORT,
+        group=IB,
     ),
     Family(
         "ib_rx",
@@ -409,6 +497,7 @@ FAMILIES: tuple[Family, ...] = (
         _PORT,
         "rate",
         agg="sum",
+        group=IB_DETAIL,
     ),
     Family(
         "ib_tx",
@@ -420,6 +509,7 @@ FAMILIES: tuple[Family, ...] = (
         _PORT,
         "rate",
         agg="sum",
+        group=IB_DETAIL,
     ),
     Family(
         "ib_xmit_wait",
@@ -430,19 +520,33 @@ FAMILIES: tuple[Family, ...] = (
         _PORT,
         "rate",
         agg="sum",
+        group=IB,
     ),
-    Family("ib_error_total", _IB_ERRORS, _PORT, keep=">0"),
-    Family("ib_error_rate", _IB_ERRORS, _PORT, "rate", agg="sum", keep=">0"),
-    Family("ib_error_present", _IB_ERRORS, _PORT, "present"),
+    Family("ib_error_total", _IB_ERRORS, _PORT, keep=">0", group=IB_DETAIL),
+    Family("ib_error_rate", _IB_ERRORS, _PORT, "rate", agg="sum", keep=">0", group=IB),
+    Family("ib_error_present", _IB_ERRORS, _PORT, "present", group=IB),
     Family(
         "ib_saturated",
         (_s("krea_ib_port_counters_saturated", KREA),),
         (*_PORT, "counter"),
         keep=">0",
+        group=IB,
     ),
 )
 
 FAMILY_BY_KEY: Mapping[str, Family] = MappingProxyType({f.key: f for f in FAMILIES})
+
+
+def select(families: Sequence[Family], groups: Collection[str] | None) -> tuple[Family, ...]:
+    """The families a caller asked for (``groups`` of ``GROUPS``; None: all), plus
+    freshness, which every snapshot needs."""
+    if groups is None:
+        return tuple(families)
+    unknown = set(groups) - set(GROUPS)
+    if unknown:
+        raise ValueError(f"unknown telemetry families {sorted(unknown)}: choose from {GROUPS}")
+    return tuple(f for f in families if f.group in groups or f.group == "fresh")
+
 
 # A row: the labels Prometheus (or the scrape evaluator) returned, and the value.
 Row = tuple[Mapping[str, str], float]

@@ -2,13 +2,19 @@
 
 Each ``Family`` of ``dialects.py`` becomes one PromQL expression: the ``or`` of one
 sub-expression per spelling, each aggregated down to the node identity labels plus the
-family's object labels (so no job, pod or driver labels travel) and tagged with
+family's object labels (so no job, pod or driver labels travel; our exporter's series by
+``node`` alone) and, where a family has more than one spelling, tagged with
 ``krea_ops_src`` = the spelling's metric name. All queries of one collect() are evaluated
 at the same instant and run concurrently in a small thread pool; the targets API
-(``/api/v1/targets``) adds why a node's exporter is failing.
+(``/api/v1/targets``) adds why a node's exporter is failing. Only the families of the
+groups the caller asks for are read (``collect(families=...)``).
 
-Error counters and link states are read sparsely (``> 0``, ``< 1``): at 4,096 nodes with
-8 GPUs x 18 links x 4 counters a dense read would be 2.4 M series, nearly all 0.
+Error counters and link states are read sparsely (``> 0``, ``< 1``). NVLink is read per
+GPU from our exporter's sums (131 k series at 4,096 nodes, not the 2.4 M per-link ones);
+the per-link families are a second round, restricted to the nodes that need them
+(``Assembler.nodes_needing_links``): errors in the window or a link down per the sums, or
+an exporter without the sums. Asking for at most ``DETAIL_NODES`` nodes reads every link
+of those nodes in the first round.
 """
 
 from __future__ import annotations
@@ -32,15 +38,19 @@ from krea_ops.telemetry.assemble import Assembler, TargetDown
 from krea_ops.telemetry.dialects import (
     DETAIL_NODES,
     FAMILIES,
+    FAMILY_BY_KEY,
     ID_LABELS,
     KREA,
+    LINK_QUERY_NODES,
     NAME,
     NODE_LABELS,
+    NVLINK,
     SRC,
     Family,
     Row,
     Spelling,
     instance_host,
+    select,
 )
 from krea_ops.telemetry.source import TelemetrySource, short_reason
 
@@ -86,18 +96,28 @@ class QueryBuilder:
         implied = {k for k, _ in s.const}
         if s.pattern:
             implied |= {"link", "counter"}
-        labels = [*ID_LABELS, *(b for b in family.by if b not in implied)]
+        # our exporter labels every series with its node: instance would only add bytes
+        ids = ("node",) if s.dialect == KREA and family.kind != "fresh" else ID_LABELS
+        labels = [*ids, *(b for b in family.by if b not in implied)]
         if s.pattern and ({"link", "counter"} & set(family.by)):
             labels.append(NAME)
         return ", ".join(labels)
 
-    def part(self, family: Family, s: Spelling, dense_nodes: str | None) -> str:
+    def part(
+        self,
+        family: Family,
+        s: Spelling,
+        dense_nodes: str | None,
+        link_nodes: str | None = None,
+    ) -> str:
         extra: dict[str, str] = {}
         keep = family.keep
         if dense_nodes is not None and s.dialect == KREA:
             extra["node"] = dense_nodes
             if family.sparse_unless_detail:
                 keep = None
+        elif link_nodes is not None and s.dialect == KREA:
+            extra["node"] = link_nodes
         sel = self.selector(s, extra)
         by = self.by(family, s)
         if family.kind == "fresh":
@@ -123,24 +143,89 @@ class QueryBuilder:
             elif keep == "<1":
                 inner = f"{inner} < 1"
             expr = f"{family.agg} by ({by}) ({inner})"
+        if len(family.spellings) == 1:
+            return expr  # the assembler knows the only spelling without a tag
         return f'label_replace({expr}, "{SRC}", {quote(s.name)}, "", "")'
 
-    def query(self, family: Family, nodes: Collection[str] | None = None) -> str:
+    def exact_present(self, family: Family, nodes: Collection[str] | None) -> str:
+        """The bitmask form of a presence family, for ``nodes`` (None: all)."""
+        return self.query(family, None, link_nodes=nodes) if nodes else self._mask(family)
+
+    def _mask(self, family: Family) -> str:
+        by = ", ".join((*ID_LABELS, *family.by))
+        parts = []
+        for i, s in enumerate(family.spellings):
+            sel = self.selector(s, {})
+            if family.kind == "present_rate":
+                sel = f"count_over_time({sel}[{self.window}]) > 1"
+            parts.append(
+                f'label_replace(group by ({by}) ({sel}) * {1 << i}, "{SRC}", "{i}", "", "")'
+            )
+        return f"sum by ({by}) ({' or '.join(parts)})"
+
+    @staticmethod
+    def node_regex(nodes: Collection[str]) -> str:
+        return "|".join(re.escape(n) for n in sorted(nodes)) or "^$"
+
+    def query(
+        self,
+        family: Family,
+        nodes: Collection[str] | None = None,
+        *,
+        link_nodes: Collection[str] | None = None,
+    ) -> str:
+        """``link_nodes`` restricts our spellings to those nodes (the per-link round)."""
         dense_nodes = None
         if nodes is not None and len(nodes) <= DETAIL_NODES:
-            dense_nodes = "|".join(re.escape(n) for n in sorted(nodes)) or "^$"
-        if family.kind == "present":
+            dense_nodes = self.node_regex(nodes)
+        links = None if link_nodes is None else self.node_regex(link_nodes)
+        if family.kind in ("present", "present_rate"):
             by = ", ".join((*ID_LABELS, *family.by))
+            counted = None if dense_nodes or links else self.present_count(family, by)
+            if counted is not None:
+                return counted
             parts = []
             for i, s in enumerate(family.spellings):
-                extra = {"node": dense_nodes} if dense_nodes and s.dialect == KREA else {}
+                node_re = dense_nodes or links
+                extra = {"node": node_re} if node_re and (s.dialect == KREA or links) else {}
                 sel = self.selector(s, extra)
+                if family.kind == "present_rate":  # a rate needs two samples in the window
+                    sel = f"count_over_time({sel}[{self.window}]) > 1"
+                # the tag keeps the spellings apart under "or" (it is summed away)
                 parts.append(
-                    f'label_replace(group by ({by}) ({sel}) * {1 << i}, "{SRC}", '
-                    f'{quote(s.name)}, "", "")'
+                    f'label_replace(group by ({by}) ({sel}) * {1 << i}, "{SRC}", "{i}", "", "")'
                 )
             return f"sum by ({by}) ({' or '.join(parts)})"
-        return " or ".join(self.part(family, s, dense_nodes) for s in family.spellings)
+        return " or ".join(self.part(family, s, dense_nodes, links) for s in family.spellings)
+
+    def present_count(self, family: Family, by: str) -> str | None:
+        """The cheap fleet-wide form of a presence bitmask: per object, how many of each
+        dialect's spellings exist (``krea_ops_src`` = the dialect). One selector per
+        dialect and a count, where the bitmask form costs a group, a label_replace and
+        an ``or`` per spelling; objects with fewer than all (rare: a counter file
+        missing) get their exact bitmask in a second, node-restricted query. None where
+        the spellings cannot share one selector."""
+        parts = []
+        for dialect in dict.fromkeys(s.dialect for s in family.spellings):
+            group = [s for s in family.spellings if s.dialect == dialect]
+            names = {s.name for s in group}
+            keys = {k for s in group for k, _ in s.match}
+            if any(s.pattern for s in group):
+                return None
+            if len(names) == 1 and len(keys) == 1 and all(len(s.match) == 1 for s in group):
+                key = keys.pop()
+                values = "|".join(re.escape(s.match[0][1]) for s in group)
+                sel = f"{group[0].name}{{{key}=~{quote(values)}}}"
+            elif not keys:
+                if family.kind == "present_rate":
+                    return None  # count_over_time would drop the names apart
+                sel = f"{{__name__=~{quote('|'.join(re.escape(n) for n in sorted(names)))}}}"
+            else:
+                return None
+            if family.kind == "present_rate":
+                sel = f"count_over_time({sel}[{self.window}]) > 1"
+            parts.append(f'label_replace(count by ({by}) ({sel}), "{SRC}", "{dialect}", "", "")')
+        return " or ".join(parts)
 
 
 class PrometheusSource(TelemetrySource):
@@ -170,26 +255,46 @@ class PrometheusSource(TelemetrySource):
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._session.close()
 
-    def query_text(self, family: Family, nodes: Collection[str] | None = None) -> str:
-        return self._builder.query(family, nodes)
+    def query_text(
+        self,
+        family: Family,
+        nodes: Collection[str] | None = None,
+        *,
+        link_nodes: Collection[str] | None = None,
+    ) -> str:
+        return self._builder.query(family, nodes, link_nodes=link_nodes)
 
     # -- one query ----------------------------------------------------------------------
 
     def _run(self, key: str, promql: str, at: float) -> list[Row]:
         start = time.perf_counter()
         try:
-            result = self._prom.custom_query(
-                promql, params={"time": f"{at:.3f}"}, timeout=self.timeout_s
-            )
+            # POST only for long queries (a per-link round names up to LINK_QUERY_NODES
+            # nodes: too long for some proxies' URL limits); GET otherwise, which any
+            # Prometheus-compatible API answers. The session carries prometheus-api-client's
+            # adapter (retries).
+            form = {"query": promql, "time": f"{at:.3f}"}
+            url = f"{self.url}/api/v1/query"
+            if len(promql) > 4000:
+                response = self._session.post(url, data=form, timeout=self.timeout_s)
+            else:
+                response = self._session.get(url, params=form, timeout=self.timeout_s)
+            if response.status_code != 200:
+                raise PrometheusApiClientException(
+                    f"HTTP Status Code {response.status_code} ({response.content!r})"
+                )
+            # json.loads on the bytes: requests' .json() first decodes them to a str copy
+            result = json.loads(response.content)["data"]["result"]
         finally:
             self.last_timings[key] = time.perf_counter() - start
         rows: list[Row] = []
+        append = rows.append
         for item in result:
             try:
                 value = float(item["value"][1])
             except (KeyError, IndexError, TypeError, ValueError):
                 continue
-            rows.append((item.get("metric") or {}, value))
+            append((item.get("metric") or {}, value))
         return rows
 
     def _targets(self) -> list[dict[str, Any]]:
@@ -205,11 +310,15 @@ class PrometheusSource(TelemetrySource):
 
     # -- collect ------------------------------------------------------------------------
 
-    def collect(self, nodes: Collection[str] | None = None) -> FleetTelemetry:
+    def collect(
+        self, nodes: Collection[str] | None = None, *, families: Collection[str] | None = None
+    ) -> FleetTelemetry:
         with self._lock:  # one collect at a time shares the pool fairly
-            return self._collect(nodes)
+            return self._collect(nodes, families)
 
-    def _collect(self, nodes: Collection[str] | None) -> FleetTelemetry:
+    def _collect(
+        self, nodes: Collection[str] | None, groups: Collection[str] | None
+    ) -> FleetTelemetry:
         at = time.time()
         asm = Assembler(
             window_s=self.settings.telemetry_window_s,
@@ -217,34 +326,71 @@ class PrometheusSource(TelemetrySource):
             stale_s=self.settings.telemetry_stale_s,
             nodes=nodes,
         )
-        futures: dict[str, Future[list[Row]]] = {}
-        # the per-link families are the long poles (18 links x 4 counters per GPU): first
-        for family in sorted(self.families, key=lambda f: not f.sparse_unless_detail):
-            promql = self._builder.query(family, nodes)
-            futures[family.key] = self._pool.submit(self._run, family.key, promql, at)
+        chosen = select(self.families, groups)
+        few = nodes is not None and len(nodes) <= DETAIL_NODES
+        first = [f for f in chosen if few or not f.per_link]
+        later = [f for f in chosen if not few and f.per_link]
+        # the long poles first: range reads over many series
+        first.sort(key=lambda f: f.kind not in ("rate", "present_rate", "min_window"))
+        futures = {
+            f.key: self._pool.submit(self._run, f.key, self._builder.query(f, nodes), at)
+            for f in first
+        }
         targets: Future[list[dict[str, Any]]] = self._pool.submit(self._targets)
 
         errors: list[str] = []
         failures: list[BaseException] = []
-        for family in self.families:
-            try:
-                rows = futures[family.key].result()
-            except Exception as exc:
-                failures.append(exc)
-                asm.failed.add(family.key)
-                errors.append(f"query {family.key} failed: {self._reason(exc)}")
-                continue
-            asm.add(family, rows)
-        if failures and len(failures) == len(self.families):
+        self._gather(first, futures, asm, errors, failures)
+        if failures and len(failures) == len(first):
             raise Unavailable(
                 f"Prometheus at {self.url} is not answering ({self._reason(failures[0])}): {FIX}"
             )
+        # second round, restricted to the nodes that need it (a bounded node=~ list; past
+        # that the fleet-wide read is cheaper): per-link NVLink rows, exact presence masks
+        rounds: list[tuple[Family, Collection[str] | None]] = []
+        if later:
+            need = asm.nodes_needing_links(detail=groups is None or NVLINK in groups)
+            if need:
+                restrict = need if len(need) <= LINK_QUERY_NODES else None
+                rounds += [(f, restrict) for f in later]
+        for key, partial in sorted(asm.partial_present.items()):
+            rounds.append(
+                (FAMILY_BY_KEY[key], partial if len(partial) <= LINK_QUERY_NODES else None)
+            )
+        if rounds:
+            futures = {}
+            for f, restrict in rounds:
+                promql = (
+                    self._builder.exact_present(f, restrict)
+                    if f.kind in ("present", "present_rate")
+                    else self._builder.query(f, nodes, link_nodes=restrict)
+                )
+                futures[f.key] = self._pool.submit(self._run, f.key, promql, at)
+            self._gather([f for f, _ in rounds], futures, asm, errors, failures)
         down: list[TargetDown] = []
         try:
             down = self._down_targets(targets.result(), asm)
         except Exception as exc:
             errors.append(f"targets API failed ({self._reason(exc)}): failing scrapes not shown")
         return asm.build(self.describe(), errors=errors, down=down)
+
+    def _gather(
+        self,
+        families: Sequence[Family],
+        futures: Mapping[str, Future[list[Row]]],
+        asm: Assembler,
+        errors: list[str],
+        failures: list[BaseException],
+    ) -> None:
+        for family in families:
+            try:
+                rows = futures[family.key].result()
+            except Exception as exc:
+                failures.append(exc)
+                asm.failed.add(family.store)
+                errors.append(f"query {family.key} failed: {self._reason(exc)}")
+                continue
+            asm.add(family, rows)
 
     def _down_targets(self, targets: list[dict[str, Any]], asm: Assembler) -> list[TargetDown]:
         """Targets Prometheus fails to scrape, mapped to nodes. Only targets of jobs that

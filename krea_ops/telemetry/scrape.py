@@ -37,6 +37,7 @@ from krea_ops.telemetry.dialects import (
     Family,
     Row,
     Spelling,
+    select,
 )
 from krea_ops.telemetry.source import TelemetrySource, short_reason
 
@@ -167,11 +168,13 @@ class ScrapeSource(TelemetrySource):
 
     # -- collect ------------------------------------------------------------------------
 
-    def collect(self, nodes: Collection[str] | None = None) -> FleetTelemetry:
+    def collect(
+        self, nodes: Collection[str] | None = None, *, families: Collection[str] | None = None
+    ) -> FleetTelemetry:
         with self._lock:
-            return self._collect(nodes)
+            return self._collect(nodes, select(self.families, families))
 
-    def _collect(self, nodes: Collection[str] | None) -> FleetTelemetry:
+    def _collect(self, nodes: Collection[str] | None, families: Sequence[Family]) -> FleetTelemetry:
         wanted = None if nodes is None else set(nodes)
         targets = {n: u for n, u in self.urls.items() if wanted is None or n in wanted}
         now = time.time()
@@ -205,7 +208,7 @@ class ScrapeSource(TelemetrySource):
             if base is not None:
                 span = max(span, result.t - base.t)
             asm.note_fresh(node, result.t)
-            for family in self.families:
+            for family in families:
                 asm.add(family, self._rows(node, family, result, base, history, detail))
         return asm.build(self.describe(), down=down, window_s=span)
 
@@ -234,10 +237,14 @@ class ScrapeSource(TelemetrySource):
         detail: bool,
     ) -> list[Row]:
         rows: list[Row] = []
-        if family.kind == "present":
+        if family.kind in ("present", "present_rate"):
             masks: dict[tuple[str, ...], int] = {}
             for i, s in enumerate(family.spellings):
-                for _, (labels, _v) in self._series(cur, s):
+                for name, (labels, _v) in self._series(cur, s):
+                    if family.kind == "present_rate" and (
+                        base is None or _find(base, _series_key(name, labels)) is None
+                    ):
+                        continue  # no rate yet: an absent rate must not read as 0
                     key = tuple(labels.get(b, "") for b in family.by)
                     masks[key] = masks.get(key, 0) | (1 << i)
             for key, mask in masks.items():

@@ -32,9 +32,13 @@ class TelemetrySource(abc.ABC):
     """A fleet snapshot on demand. One object is meant to be kept and asked repeatedly."""
 
     @abc.abstractmethod
-    def collect(self, nodes: Collection[str] | None = None) -> FleetTelemetry:
+    def collect(
+        self, nodes: Collection[str] | None = None, *, families: Collection[str] | None = None
+    ) -> FleetTelemetry:
         """The fleet (``nodes=None``) or only the named nodes. Nodes with no data at all
-        are absent from the result; the caller reports them as unknown."""
+        are absent from the result; the caller reports them as unknown. ``families``:
+        only these groups of readings (``dialects.GROUPS``: ``gpu``, ``nvlink``, ``ib``,
+        ``ib_detail``; None: all); fields of groups not read are None / empty."""
 
     @abc.abstractmethod
     def describe(self) -> str:

@@ -407,6 +407,34 @@ def test_nvlink_errors_come_from_per_link_counters(node, make_collector) -> None
     assert sum(s.values("krea_nvlink_state", gpu="0")) == 17
 
 
+def test_per_gpu_nvlink_sums_add_up_the_links(node, make_collector) -> None:  # type: ignore[no-untyped-def]
+    node.gpus[0].nvlinks[5].replay = 3
+    node.gpus[0].nvlinks[9].replay = 4
+    node.gpus[0].nvlinks[9].crc_flit = 2
+    node.gpus[0].nvlinks[11].active = False
+    node.gpus[5].unsupported.add(
+        ("nvmlDeviceGetNvLinkErrorCounter", 7, pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA)
+    )
+    s = Scrape(make_collector())
+    sums = {
+        ls["counter"]: v
+        for ls, v in zip(
+            s.labelsets("krea_gpu_nvlink_errors_total", gpu="0"),
+            s.values("krea_gpu_nvlink_errors_total", gpu="0"),
+            strict=True,
+        )
+    }
+    assert sums == {"replay": 7.0, "recovery": 0.0, "crc_flit": 2.0, "crc_data": 0.0}
+    assert s.one("krea_gpu_nvlink_links", gpu="0") == 18
+    assert s.one("krea_gpu_nvlink_links_up", gpu="0") == 17
+    assert s.one("krea_gpu_nvlink_links_up", gpu="1") == 18
+    # a counter one link does not support: the sum of the other 17, every scrape alike
+    assert s.one("krea_gpu_nvlink_errors_total", gpu="5", counter="crc_data") == 0.0
+    assert len(s.values("krea_gpu_nvlink_errors_total")) == 8 * 4
+    again = Scrape(make_collector())
+    assert again.one("krea_gpu_nvlink_errors_total", gpu="0", counter="replay") == 7
+
+
 def test_link_discovery_happens_once_not_every_scrape(node, make_collector) -> None:  # type: ignore[no-untyped-def]
     collector = make_collector()
     Scrape(collector)

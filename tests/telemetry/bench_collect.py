@@ -115,9 +115,12 @@ def bench_assembler(nodes: int) -> None:
     """Rows as Prometheus returns them for a fleet of healthy 8-GPU nodes, 9 ports each."""
     rows: dict[str, list[tuple[dict[str, str], float]]] = {}
     for family in FAMILIES:
-        if family.keep is not None:
-            rows[family.key] = []  # sparse: a healthy fleet returns (almost) nothing
+        if family.keep is not None or family.per_link:
+            # sparse, or per-link (second round, only for nodes that need it): a healthy
+            # fleet returns (almost) nothing
+            rows[family.key] = []
             continue
+        mask = float((1 << len(family.spellings)) - 1)
         s = family.spellings[0]
         out = []
         for n in range(nodes):
@@ -131,11 +134,12 @@ def bench_assembler(nodes: int) -> None:
                         labels = {**base, "gpu": str(g), **e, SRC: s.name}
                         if family.key == "gpu_info":
                             labels.update(uuid=f"GPU-{n}-{g}", model="NVIDIA H200")
-                        out.append((labels, 1.0 if family.kind == "present" else 50.0))
+                        present = family.kind in ("present", "present_rate")
+                        out.append((labels, mask if present else 50.0))
             else:
                 for p in range(9):
                     labels = {**base, "device": f"mlx5_{p}", "port": "1", SRC: s.name}
-                    out.append((labels, 255.0 if family.kind == "present" else 4.0))
+                    out.append((labels, mask if family.kind == "present" else 4.0))
         rows[family.key] = out
     total = sum(len(r) for r in rows.values())
     t0 = time.perf_counter()

@@ -9,7 +9,11 @@ One Prometheus (1 s scrape interval, 10 s window) scrapes:
 * ``dcgm-old`` / ``dcgm-new``: dcgm-exporter text with the field names before and after
   the DCGM 4.6 renames (``Hostname`` vs ``hostname`` labels), same readings;
 * ``mixed``: one node served in both our names and DCGM's, different values;
-* a dcgm-exporter started with ``--no-hostname`` (no node label: the instance's host).
+* a dcgm-exporter started with ``--no-hostname`` (no node label: the instance's host);
+* ``node-b``: our exporter, healthy, one GPU whose NVLink ``crc_data`` counter is not
+  supported on any link (so its per-GPU sum is absent: unknown, not 0);
+* ``old-node``: our exporter's text without the per-GPU NVLink sums (an older exporter),
+  one link counting replays.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+import pynvml
 import pytest
 
 from krea_ops.exporters.infiniband import InfinibandCollector
@@ -47,6 +52,13 @@ class World:
     krea: KreaNode
     dcgm_gpus: list[DcgmGpu]
     t0: float
+    node_b: KreaNode
+    old: KreaNode
+
+
+def without_sums(text: str) -> str:
+    """Our exporter's text as an exporter from before the per-GPU NVLink series."""
+    return "".join(line + "\n" for line in text.splitlines() if "krea_gpu_nvlink_" not in line)
 
 
 def _dcgm_gpus() -> list[DcgmGpu]:
@@ -66,6 +78,12 @@ def world() -> Iterator[World]:
     gpus[4].lost = True
     gpus[7].nvlinks[0].active = False
     gpus[2].nvlinks[5].replay = 7
+    node_b = start_krea_node("node-b", PROCFS_TREE, seed=1)
+    for link in range(18):
+        node_b.nvml.gpus[0].unsupported.add(
+            ("nvmlDeviceGetNvLinkErrorCounter", link, pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA)
+        )
+    old = start_krea_node("old-node", PROCFS_TREE, seed=2)
 
     ib_node = "ib-krea"
     ib_exporter = Exporter(
@@ -92,6 +110,7 @@ def world() -> Iterator[World]:
                 'DCGM_FI_DEV_POWER_USAGE{gpu="0",Hostname="mixed"} 250\n'
             )
         ),
+        TextServer(lambda: without_sums(old.exporter.scrape().decode())),
     ]
     targets = [
         Target(krea.address, "krea"),
@@ -101,6 +120,8 @@ def world() -> Iterator[World]:
         Target(servers[2].address, "dcgm"),
         Target(servers[3].address, "node-exporter", {"node": "ib-node"}),
         Target(servers[4].address, "mixed"),
+        Target(node_b.address, "krea"),
+        Target(servers[5].address, "krea"),
     ]
     prom = Prometheus(targets)
     try:
@@ -111,13 +132,16 @@ def world() -> Iterator[World]:
         # then events inside the window: counters move, an XID arrives (its counter
         # series is born with it)
         gpus[2].nvlinks[5].replay = 20
+        old.nvml.gpus[3].nvlinks[9].replay = 40
         gpus[6].add_ecc_errors(uncorrected=2)
         assert krea.nvml.inject_xid(5, 79) == 1
         time.sleep(3 * SCRAPE_INTERVAL_S)
-        yield World(prom, krea, dcgm, t0)
+        yield World(prom, krea, dcgm, t0, node_b, old)
     finally:
         prom.stop()
         krea.stop()
+        node_b.stop()
+        old.stop()
         ib_endpoint.stop()
         ib_exporter.close()
         for s in servers:
@@ -313,3 +337,57 @@ def test_a_failing_query_costs_only_its_family(world: World) -> None:
     assert not fleet.ok
     g = fleet.nodes["node-a"].gpus[0]
     assert g.temperature_c is not None and g.power_w is None
+
+
+ZEROS = {"replay": 0.0, "recovery": 0.0, "crc_flit": 0.0, "crc_data": 0.0}
+
+
+def test_fleet_wide_links_are_read_only_for_nodes_whose_sums_say_so(
+    fleet: FleetTelemetry,
+) -> None:
+    # node-a has a link with errors and one down: its links are read (the test above);
+    # node-b is healthy: the per-GPU sums tell all, no link of it is read
+    b = fleet.nodes["node-b"]
+    assert b.nvlinks == ()
+    assert all(g.nvlinks_total == 18 and g.nvlinks_up == 18 for g in b.gpus)
+    assert b.gpus[1].nvlink_error_increase == ZEROS and b.gpus[1].nvlink_errors_total == 0.0
+    # crc_data is supported on no link of GPU 0: unknown, not 0
+    assert b.gpus[0].nvlink_error_increase == {"replay": 0.0, "recovery": 0.0, "crc_flit": 0.0}
+
+
+def test_an_exporter_without_the_sums_is_read_per_link(fleet: FleetTelemetry) -> None:
+    old = fleet.nodes["old-node"]
+    assert all(g.nvlinks_total == 18 and g.nvlinks_up == 18 for g in old.gpus)
+    inc = old.gpus[3].nvlink_error_increase
+    assert inc is not None and inc["replay"] > 0 and inc["crc_flit"] == 0.0
+    assert old.gpus[3].nvlink_errors_total == 40.0
+    assert old.gpus[0].nvlink_error_increase == ZEROS
+    assert {ln.name for ln in old.nvlinks} == {"gpu3/link9"}
+
+
+def test_a_caller_gets_only_the_families_it_asks_for(world: World) -> None:
+    with PrometheusSource(world.prom.url, settings()) as source:
+        gpus = source.collect(families={"gpu"})
+        verdicts = source.collect(families={"gpu", "nvlink", "ib"})
+        with pytest.raises(ValueError):
+            source.collect(families={"gpus"})
+    a = gpus.nodes["node-a"]
+    assert a.ib_ports == () and a.nvlinks == ()  # not read
+    assert a.gpus[0].temperature_c is not None and a.gpus[0].nvlinks_total is None
+    assert a.gpus[2].nvlink_error_increase is not None
+    assert a.gpus[2].nvlink_error_increase["replay"] > 0  # from the sums alone
+    assert a.gpus[2].nvlink_errors_total is None  # a total is not a GPU verdict input
+    # an older exporter's NVLink increase still comes from its links
+    inc = gpus.nodes["old-node"].gpus[3].nvlink_error_increase
+    assert inc is not None and inc["replay"] > 0
+
+    a = verdicts.nodes["node-a"]
+    assert {ln.name for ln in a.nvlinks} == {"gpu2/link5", "gpu7/link0"}
+    mlx5 = {p.name: p for p in a.ib_ports}["mlx5_0/1"]
+    assert mlx5.state == "ACTIVE" and mlx5.rate_bytes_per_s == 2.5e9 * 1.25
+    assert mlx5.error_increase["symbol_error"] == 0.0  # the counter exists: 0
+    assert mlx5.rx_bytes_per_s is None and mlx5.errors_total == {}  # not read: unknown
+    # a counter the port does not have stays unknown under the sparse read
+    mlx4 = {p.name: p for p in verdicts.nodes["ib-node"].ib_ports}["mlx4_0/1"]
+    assert "symbol_error" not in mlx4.error_increase
+    assert mlx4.error_increase["port_rcv_errors"] == 0.0
