@@ -194,6 +194,7 @@ class FixedHub:
     burst_data: Any = None
     training_data: Any = None
     pods: dict[str, list[PodInfo]] = field(default_factory=dict)
+    why_fn: Any = None  # (name, namespace) -> WhyReport, e.g. krea_ops.queue.why on a server
     host: str = "https://sim.example:6443"
     fail: set[str] = field(default_factory=set)
     calls: dict[str, int] = field(default_factory=dict)
@@ -225,8 +226,8 @@ class FixedHub:
         return self.queue_data
 
     def why(self, name: str, namespace: str | None) -> Any:
-        self._call("why")
-        return None
+        self._call("why", self.why_fn)
+        return self.why_fn(name, namespace)
 
     def burst(self) -> Any:
         self._call("burst", self.burst_data)
