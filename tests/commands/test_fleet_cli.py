@@ -156,15 +156,20 @@ def test_a_node_whose_exporter_stops_is_unknown(
 
 
 def test_nodes_show_and_fabric(world: SimWorld, capsys: pytest.CaptureFixture[str]) -> None:
-    code, shown, _ = run_json(capsys, *kc(world), "nodes", "show", "gpu-node-001", "-o", "json")
-    assert code == 0 and len(shown) == 1
-    node = shown[0]
+    def shown_with_ports() -> Any:
+        code, shown, _ = run_json(capsys, *kc(world), "nodes", "show", "gpu-node-001", "-o", "json")
+        return shown if code == 0 and len(shown) == 1 and len(shown[0]["ib_ports"]) == 8 else None
+
+    node = until(shown_with_ports)[0]
     assert node["name"] == "gpu-node-001" and node["gpu_capacity"] == 8
     assert len(node["gpus"]) == 8 and len(node["ib_ports"]) == 8
     assert any(p["namespace"] == "kube-system" for p in node["pods"])  # the DaemonSet pods
 
-    code, ports, _ = run_json(capsys, *kc(world), "fabric", "--kind", "ib", "-o", "json")
-    assert code == 0 and len(ports) == 32
+    def all_ports() -> Any:
+        code, ports, _ = run_json(capsys, *kc(world), "fabric", "--kind", "ib", "-o", "json")
+        return ports if code == 0 and len(ports) == 32 else None
+
+    ports = until(all_ports)
     assert all(p["kind"] == "ib" and p["state"] == "ACTIVE" for p in ports)
     assert all(p["rx_bytes_per_s"] is not None for p in ports)
 
