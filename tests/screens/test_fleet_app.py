@@ -155,3 +155,36 @@ def test_fleet_snapshot(snap_compare: Any) -> None:
         await pilot.pause(0.1)
 
     assert snap_compare(app, terminal_size=(120, 36), run_before=loaded)
+
+
+def test_fleet_on_the_simulator_filter_and_a_failing_telemetry_source(dashboard_world: Any) -> None:
+    from tests.screens.conftest import make_app
+
+    async def live() -> None:
+        app = make_app(dashboard_world)
+        async with app.run_test(size=(120, 40)) as pilot:
+            # every GPU node of the simulated cluster, with readings once Prometheus has them
+            def readings() -> bool:
+                hm = app.screen.query(GpuHeatmap)
+                row = hm.first().get_row("gpu-node-001") if hm else None
+                return row is not None and all(v is not None for v in row.values)
+
+            await wait_until(pilot, readings, timeout=90)
+            assert heatmap(app).total_count == 4  # burst-vk is virtual: no heatmap row
+            await pilot.press("slash")
+            for ch in "002":
+                await pilot.press(ch)
+            await wait_until(pilot, lambda: heatmap(app).ordered_keys == ("gpu-node-002",))
+
+    async def failing() -> None:
+        app = make_app(dashboard_world, prometheus_url="http://127.0.0.1:9")
+        async with app.run_test(size=(120, 40)) as pilot:
+            line = app.screen.query_one("#error-line")
+            await wait_until(pilot, lambda: line.display and heatmap(app).total_count == 4)
+            assert "127.0.0.1:9" in str(line.render())
+            rows = [heatmap(app).get_row(k) for k in heatmap(app).ordered_keys]
+            assert all(r is not None and r.severity.name == "UNKNOWN" for r in rows)
+            assert all(v is None for r in rows if r for v in r.values)  # unknown, not 0
+
+    asyncio.run(live())
+    asyncio.run(failing())
