@@ -34,9 +34,8 @@ def cluster_from(settings: Settings) -> Any:
 
 def open_telemetry(settings: Settings, cluster: Any) -> tuple[Any | None, str | None]:
     """The telemetry source, or (None, the one-line reason there is none)."""
-    from krea_ops.telemetry import open_source
-
     from krea_ops.errors import Unavailable
+    from krea_ops.telemetry import open_source
 
     try:
         return open_source(settings, cluster), None
