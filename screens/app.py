@@ -106,7 +106,7 @@ class KreaOpsApp(App[None]):
         Binding("question_mark", "help", "Help"),
         Binding("colon", "command_mode", "Command", key_display=":"),
         Binding("slash", "filter", "Filter", key_display="/"),
-        Binding("escape", "back", "Back", show=False),
+        Binding("escape", "go_back", "Back", show=False),
         Binding("r", "refresh_now", "Refresh"),
         Binding("1", "go('fleet')", "Fleet", show=False),
         Binding("2", "go('fabric')", "Fabric", show=False),
@@ -211,7 +211,7 @@ class KreaOpsApp(App[None]):
     def action_go(self, name: str) -> None:
         self.go(name)
 
-    def action_back(self) -> None:
+    def action_go_back(self) -> None:
         bar = self._command_bar()
         if bar is not None and bar.display:
             bar.display = False
@@ -325,10 +325,11 @@ class KreaOpsApp(App[None]):
         }[kind]
 
     def wanted_kinds(self) -> list[str]:
+        """``fleet`` (the header needs it) and what the visible screen shows."""
         kinds = ["fleet"]
-        for screen in self.screen_stack:
-            if isinstance(screen, DataScreen) and screen is self.screen:
-                kinds += [k for k in screen.kinds() if k not in kinds]
+        screen = self.screen
+        if isinstance(screen, DataScreen):
+            kinds += [k for k in screen.kinds() if k not in kinds]
         return kinds
 
     @property

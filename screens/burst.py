@@ -310,4 +310,4 @@ class BurstScreen(DataScreen):
             self._show()
             self.query_one("#pod-table", DataTable).focus()
             return
-        self.krea.action_back()
+        self.krea.action_go_back()

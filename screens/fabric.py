@@ -411,4 +411,4 @@ class FabricScreen(DataScreen):
             box.display = False
             self.query_one("#fabric", DataTable).focus()
             return
-        self.krea.action_back()
+        self.krea.action_go_back()

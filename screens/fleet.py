@@ -224,4 +224,4 @@ class FleetScreen(DataScreen):
             heatmap.filter_text = ""
             heatmap.focus()
             return
-        self.krea.action_back()
+        self.krea.action_go_back()

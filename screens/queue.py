@@ -435,4 +435,4 @@ class QueueScreen(DataScreen):
                 self._render_workloads()
             self.query_one("#wl-table", DataTable).focus()
             return
-        self.krea.action_back()
+        self.krea.action_go_back()

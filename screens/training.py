@@ -310,4 +310,4 @@ class TrainingScreen(DataScreen):
             self._show()
             self.query_one("#run-table", DataTable).focus()
             return
-        self.krea.action_back()
+        self.krea.action_go_back()
