@@ -107,7 +107,11 @@ class HealthPolicy:
 
 
 def _n(value: float) -> str:
-    return f"{value:,.0f}" if abs(value) >= 10 else f"{value:.3g}"
+    """A count over the window. Prometheus' increase() extrapolates to the window's
+    edges, so 1.07 means "about one": print whole numbers, and "<1" below one."""
+    if 0 < abs(value) < 1:
+        return "<1"
+    return f"{value:,.0f}"
 
 
 # --- GPUs ------------------------------------------------------------------------------
