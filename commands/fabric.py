@@ -16,7 +16,7 @@ from commands.common import (
     settings_from,
 )
 from commands.gpus import attention_lines, source_line
-from commands.output import OutputFormat, emit, render
+from commands.output import Formatter, OutputFormat, emit, render
 from krea_ops.errors import Unavailable
 from krea_ops.fleet import FabricEntry, FleetSnapshot, fabric_entries, load_fleet
 
@@ -69,7 +69,7 @@ HEADERS = {
     "link_downed_in_window": "DOWNED",
     "phys_state": "PHYS",
 }
-FORMATS = {
+FORMATS: dict[str, Formatter] = {
     "errors_in_window": fmt.count,
     "errors_total": fmt.count,
     "link_downed_in_window": fmt.count,

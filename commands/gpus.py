@@ -16,7 +16,7 @@ from commands.common import (
     open_telemetry,
     settings_from,
 )
-from commands.output import OutputFormat, emit, render
+from commands.output import Formatter, OutputFormat, emit, render
 from krea_ops.errors import Unavailable
 from krea_ops.fleet import FleetSnapshot, GpuEntry, gpu_entries, load_fleet
 from krea_ops.model import Severity
@@ -79,7 +79,7 @@ HEADERS = {
     "clock_events": "CLOCK-EVENTS",
     "age_s": "AGE",
 }
-FORMATS = {
+FORMATS: dict[str, Formatter] = {
     "temperature_c": fmt.celsius,
     "temperature_min_window_c": fmt.celsius,
     "slowdown_margin_c": fmt.celsius,

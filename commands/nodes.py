@@ -22,7 +22,7 @@ from commands.fabric import FabricKind, fabric_rows
 from commands.gpus import FORMATS as GPU_FORMATS
 from commands.gpus import HEADERS as GPU_HEADERS
 from commands.gpus import attention_lines, gpu_rows, source_line
-from commands.output import OutputFormat, emit, render
+from commands.output import Formatter, OutputFormat, emit, render
 from krea_ops.errors import Unavailable
 from krea_ops.fleet import FleetSnapshot, load_fleet
 from krea_ops.model import NodeView
@@ -59,7 +59,7 @@ def _taints(v: list[str]) -> str:
     return text if len(text) <= 30 else text[:29] + "…"
 
 
-FORMATS = {
+FORMATS: dict[str, Formatter] = {
     "ready": _yes_no,
     "schedulable": _yes_no,
     "cordoned": _yes_no,

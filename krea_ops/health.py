@@ -209,9 +209,9 @@ def gpu_reasons(g: GpuSample, p: HealthPolicy) -> list[Reason]:
 def _xid_reasons(g: GpuSample) -> list[Reason]:
     i = g.index
     seen: dict[int, float | None] = {}
-    for code, count in (g.xid_increase or {}).items():
-        if count and count > 0:
-            seen[int(code)] = count
+    for code, increase in (g.xid_increase or {}).items():
+        if increase and increase > 0:
+            seen[int(code)] = increase
     if g.xid_last is not None and g.xid_last not in seen:
         seen[g.xid_last] = None  # the exporter's recent-XID gauge, without a count
     out = []

@@ -351,8 +351,8 @@ class PrometheusSource(TelemetrySource):
         if later:
             need = asm.nodes_needing_links(detail=groups is None or NVLINK in groups)
             if need:
-                restrict = need if len(need) <= LINK_QUERY_NODES else None
-                rounds += [(f, restrict) for f in later]
+                limited: Collection[str] | None = need if len(need) <= LINK_QUERY_NODES else None
+                rounds += [(f, limited) for f in later]
         for key, partial in sorted(asm.partial_present.items()):
             rounds.append(
                 (FAMILY_BY_KEY[key], partial if len(partial) <= LINK_QUERY_NODES else None)
