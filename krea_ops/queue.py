@@ -627,17 +627,11 @@ def _visible_positions(cluster: Cluster, cq: str) -> dict[tuple[str, str], int] 
     installed, APIService down, forbidden): the caller estimates instead, quietly."""
     path = f"/apis/{VISIBILITY_GROUP}/{VISIBILITY_VERSION}/clusterqueues/{cq}/pendingworkloads"
     try:
-        body = cluster.call(
-            f"get {path}",
-            cluster.api.call_api,
-            path,
-            "GET",
-            query_params=[("limit", "1000")],
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-            _return_http_data_only=True,
-            _request_timeout=VISIBILITY_TIMEOUT_S,
-        )
+        timeout, cluster.timeout_s = cluster.timeout_s, VISIBILITY_TIMEOUT_S
+        try:
+            body = cluster.get(f"get {path}", path, limit=1000)
+        finally:
+            cluster.timeout_s = timeout
     except KreaError:
         return None
     if not isinstance(body, dict) or not isinstance(body.get("items"), list):

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from krea_ops.errors import BadInput, Unavailable
 from krea_ops.model import NodeInfo, PodInfo, Taint
@@ -128,11 +129,9 @@ class Cluster:
     """Snapshots of the cluster through the official client (one ``ApiClient``)."""
 
     def __init__(self, api: Any, *, timeout_s: float = 30.0) -> None:
-        from kubernetes import client
-
+        # Plain GETs through ApiClient.call_api rather than CoreV1Api & co: importing the
+        # generated API classes costs about a second, more than most reads take.
         self.api = api
-        self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
         self.timeout_s = timeout_s
         self._versions: dict[tuple[str, str], str] = {}
 
@@ -144,6 +143,7 @@ class Cluster:
 
     def call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run one API call; return its decoded JSON body; failures become one line."""
+        import urllib3
         from kubernetes.client.rest import ApiException
 
         kwargs.setdefault("_request_timeout", self.timeout_s)
@@ -153,16 +153,42 @@ class Cluster:
             return json.loads(resp.data)
         except ApiException as exc:
             raise self._api_error(what, exc) from None
-        except (ValueError, TypeError) as exc:
+        except ValueError as exc:
             raise Unavailable(
                 f"{what}: the API server sent a body that is not JSON ({exc})"
             ) from None
-        except Exception as exc:  # urllib3 connection/timeout errors, ssl errors
+        except (urllib3.exceptions.HTTPError, OSError) as exc:  # connection, timeout, TLS
             reason = getattr(exc, "reason", None) or exc
             raise Unavailable(
                 f"cannot reach the API server at {self.host} ({what}): "
                 f"{str(reason).splitlines()[0][:160]}; check --kubeconfig/--context"
             ) from None
+
+    def get(self, what: str, path: str, **query: str | int | None) -> Any:
+        """GET ``path`` (``/api/v1/nodes``) with query parameters; the decoded JSON."""
+        params = [(k, str(v)) for k, v in query.items() if v is not None]
+
+        def fetch(*, _request_timeout: float, _preload_content: bool) -> Any:
+            from kubernetes.client.exceptions import ApiException
+
+            method, url, headers, body, post = self.api.param_serialize(
+                "GET",
+                path,
+                query_params=params,
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+            )
+            resp = self.api.call_api(
+                method, url, header_params=headers, body=body, post_params=post,
+                _request_timeout=_request_timeout,
+            )  # fmt: skip
+            data = resp.read()
+            if not 200 <= resp.status <= 299:
+                text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+                raise ApiException.from_response(http_resp=resp, body=text, data=None)
+            return resp
+
+        return self.call(what, fetch)
 
     def _api_error(self, what: str, exc: Any) -> Exception:
         message = ""
@@ -179,15 +205,10 @@ class Cluster:
             return BadInput(f"{what}: not found")
         return Unavailable(f"{what}: HTTP {exc.status} {message or exc.reason}")
 
-    def _pages(
-        self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any
-    ) -> Iterator[dict[str, Any]]:
+    def _pages(self, what: str, path: str, **query: str | None) -> Iterator[dict[str, Any]]:
         token: str | None = None
         while True:
-            extra = {"limit": PAGE_SIZE}
-            if token:
-                extra["_continue"] = token  # type: ignore[assignment]
-            body = self.call(what, fn, *args, **kwargs, **extra)
+            body = self.get(what, path, limit=PAGE_SIZE, **query, **{"continue": token})
             yield from body.get("items") or ()
             token = (body.get("metadata") or {}).get("continue")
             if not token:
@@ -196,12 +217,12 @@ class Cluster:
     # -- nodes and pods -------------------------------------------------------------
 
     def nodes(self, label_selector: str | None = None) -> list[NodeInfo]:
-        kwargs = {"label_selector": label_selector} if label_selector else {}
-        return [node_info(o) for o in self._pages("list nodes", self.core.list_node, **kwargs)]
+        pages = self._pages("list nodes", "/api/v1/nodes", labelSelector=label_selector)
+        return [node_info(o) for o in pages]
 
     def node(self, name: str) -> NodeInfo:
         try:
-            return node_info(self.call(f"get node {name}", self.core.read_node, name))
+            return node_info(self.get(f"get node {name}", f"/api/v1/nodes/{quote(name)}"))
         except BadInput:
             raise BadInput(f"node {name} not found (krea-ops nodes list shows the nodes)") from None
 
@@ -212,18 +233,12 @@ class Cluster:
         label_selector: str | None = None,
         field_selector: str | None = None,
     ) -> list[PodInfo]:
-        kwargs: dict[str, Any] = {}
-        if label_selector:
-            kwargs["label_selector"] = label_selector
-        if field_selector:
-            kwargs["field_selector"] = field_selector
-        where = f" in {namespace}" if namespace else ""
+        query = {"labelSelector": label_selector, "fieldSelector": field_selector}
         if namespace:
-            items = self._pages(
-                f"list pods{where}", self.core.list_namespaced_pod, namespace, **kwargs
-            )
+            path = f"/api/v1/namespaces/{quote(namespace)}/pods"
+            items = self._pages(f"list pods in {namespace}", path, **query)
         else:
-            items = self._pages("list pods", self.core.list_pod_for_all_namespaces, **kwargs)
+            items = self._pages("list pods", "/api/v1/pods", **query)
         return [pod_info(o) for o in items]
 
     def pods_on_node(self, node: str) -> list[PodInfo]:
@@ -245,11 +260,9 @@ class Cluster:
         """The krea-ops ConfigMap, or an empty OpsConfig when it is absent or forbidden
         (the caller then falls back to flags; it never fails the command)."""
         try:
-            body = self.call(
+            body = self.get(
                 f"get configmap {OPS_NAMESPACE}/{OPS_CONFIGMAP}",
-                self.core.read_namespaced_config_map,
-                OPS_CONFIGMAP,
-                OPS_NAMESPACE,
+                f"/api/v1/namespaces/{OPS_NAMESPACE}/configmaps/{OPS_CONFIGMAP}",
             )
         except BadInput:
             return OpsConfig()
@@ -287,13 +300,8 @@ class Cluster:
         key = (group, plural)
         if key in self._versions:
             return self._versions[key]
-        from kubernetes import client
-
         try:
-            resources = self.call(
-                f"discover {group}",
-                client.ApisApi(self.api).get_api_versions,
-            )
+            resources = self.get(f"discover {group}", "/apis")
         except BadInput:
             resources = {}
         served = {
@@ -306,12 +314,7 @@ class Cluster:
             if version not in served:
                 continue
             try:
-                listed = self.call(
-                    f"discover {group}/{version}",
-                    client.CustomObjectsApi(self.api).get_api_resources,
-                    group,
-                    version,
-                )
+                listed = self.get(f"discover {group}/{version}", f"/apis/{group}/{version}")
             except BadInput:
                 continue
             if any(r.get("name") == plural for r in listed.get("resources") or ()):
@@ -329,31 +332,13 @@ class Cluster:
         label_selector: str | None = None,
     ) -> list[dict[str, Any]]:
         version = self.custom_version(group, plural, versions)
-        kwargs: dict[str, Any] = {}
-        if label_selector:
-            kwargs["label_selector"] = label_selector
+        base = f"/apis/{group}/{version}"
         if namespace:
-            return list(
-                self._pages(
-                    f"list {plural}.{group} in {namespace}",
-                    self.custom.list_namespaced_custom_object,
-                    group,
-                    version,
-                    namespace,
-                    plural,
-                    **kwargs,
-                )
-            )
-        return list(
-            self._pages(
-                f"list {plural}.{group}",
-                self.custom.list_cluster_custom_object,
-                group,
-                version,
-                plural,
-                **kwargs,
-            )
-        )
+            path = f"{base}/namespaces/{quote(namespace)}/{plural}"
+            what = f"list {plural}.{group} in {namespace}"
+        else:
+            path, what = f"{base}/{plural}", f"list {plural}.{group}"
+        return list(self._pages(what, path, labelSelector=label_selector))
 
 
 class MissingCrd(Unavailable):
