@@ -9,13 +9,26 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from textual import on
+from textual.binding import Binding, BindingType
+from textual.css.query import NoMatches
 from textual.screen import Screen
+from textual.widgets import Input
 
 if TYPE_CHECKING:
     from screens.app import KreaOpsApp
 
 
 class DataScreen(Screen[None]):
+    """A screen with a filter composes an ``Input`` with id ``filter`` (hidden by
+    app.tcss), names the widget focus returns to in ``FILTER_FOCUS`` and narrows its rows
+    in ``apply_filter``; opening, Enter, Esc and focus are handled here, once."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "escape", "Clear filter / back", show=False),
+    ]
+    FILTER_FOCUS: ClassVar[str | None] = None
+    """Selector of the widget that gets focus back when the filter is closed."""
     KINDS: ClassVar[tuple[str, ...]] = ("fleet",)
     """Data kinds this screen shows (``fleet``, ``queue``, ``burst``, ``training``,
     ``pods:<node>``)."""
@@ -41,9 +54,49 @@ class DataScreen(Screen[None]):
         """A read of ``kind`` failed; the app shows the error in the footer. Screens
         may grey their stale parts."""
 
+    def apply_filter(self, text: str) -> None:
+        """Narrow the rows to those matching ``text`` ("" shows all). Screens with a
+        filter override."""
+
+    def _filter_box(self) -> Input | None:
+        try:
+            return self.query_one("#filter", Input)
+        except NoMatches:
+            return None
+
+    def _refocus(self) -> None:
+        if self.FILTER_FOCUS:
+            self.query_one(self.FILTER_FOCUS).focus()
+
     def start_filter(self) -> bool:
         """``/`` was pressed: open this screen's filter; False if it has none."""
-        return False
+        box = self._filter_box()
+        if box is None:
+            return False
+        box.display = True
+        self.set_focus(box)  # now: keys already queued must land in the box
+        return True
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.apply_filter(event.value.strip())
+
+    @on(Input.Submitted, "#filter")
+    def _filter_done(self, event: Input.Submitted) -> None:
+        event.stop()
+        event.input.display = bool(event.value)  # a kept filter stays visible
+        self._refocus()
+
+    def action_escape(self) -> None:
+        """Esc clears an open filter first, then goes back as everywhere else."""
+        box = self._filter_box()
+        if box is not None and (box.display or box.value):
+            box.value = ""
+            box.display = False
+            self.apply_filter("")
+            self._refocus()
+            return
+        self.krea.action_go_back()
 
     def on_screen_resume(self) -> None:
         # show what arrived while another screen was on top

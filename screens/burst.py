@@ -12,9 +12,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from rich.text import Text
-from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.css.query import NoMatches
 from textual.widgets import DataTable, Input, Static
 
@@ -165,6 +164,7 @@ class BurstScreen(DataScreen):
     SCREEN_NAME = "burst"
     SCREEN_TITLE = "Burst"
     KINDS: ClassVar[tuple[str, ...]] = ("fleet", "burst")
+    FILTER_FOCUS = "#pod-table"
     HELP = (
         "Inference burst: virtual nodes and their taints (PAUSED when our pause taint is "
         "on), GPU-hours and cost per provider, the pods placed offsite, and the inference "
@@ -176,9 +176,7 @@ class BurstScreen(DataScreen):
         ("p", "pause bursting"),
         ("P", "unpause"),
     )
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "escape", "Clear filter / back", show=False),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = []
 
     def __init__(self) -> None:
         super().__init__()
@@ -284,30 +282,6 @@ class BurstScreen(DataScreen):
 
     # -- filter ---------------------------------------------------------------------
 
-    def start_filter(self) -> bool:
-        box = self.query_one("#filter", Input)
-        box.display = True
-        self.set_focus(box)  # now: keys already queued must land in the box
-        return True
-
-    @on(Input.Changed, "#filter")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self.filter_text = event.value.strip()
+    def apply_filter(self, text: str) -> None:
+        self.filter_text = text
         self._show()
-
-    @on(Input.Submitted, "#filter")
-    def _filter_done(self, event: Input.Submitted) -> None:
-        event.stop()
-        event.input.display = bool(event.value)
-        self.query_one("#pod-table", DataTable).focus()
-
-    def action_escape(self) -> None:
-        box = self.query_one("#filter", Input)
-        if box.display or box.value:
-            box.value = ""
-            box.display = False
-            self.filter_text = ""
-            self._show()
-            self.query_one("#pod-table", DataTable).focus()
-            return
-        self.krea.action_go_back()

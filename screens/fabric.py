@@ -263,13 +263,13 @@ class FabricScreen(DataScreen):
     SCREEN_NAME = "fabric"
     SCREEN_TITLE = "Fabric"
     KINDS: ClassVar[tuple[str, ...]] = ("fleet",)
+    FILTER_FOCUS = "#fabric"
     HELP = (
         "Every InfiniBand port and NVLink link in the fleet, worst first: errors in the "
         "telemetry window, error rate, xmit wait (credit stalls) and the verdict."
     )
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open_node", "Open node", show=False),
-        Binding("escape", "escape", "Clear filter / back", show=False),
     ]
 
     def __init__(self) -> None:
@@ -384,31 +384,8 @@ class FabricScreen(DataScreen):
 
     # -- filter --------------------------------------------------------------------------
 
-    def start_filter(self) -> bool:
-        box = self.query_one("#filter", Input)
-        box.display = True
-        self.set_focus(box)  # now: keys already queued must land in the box
-        return True
-
-    @on(Input.Changed, "#filter")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self.filter_text = event.value.strip()
+    def apply_filter(self, text: str) -> None:
+        self.filter_text = text
         r = self.ranking
         # the same snapshot: filter the ranked entries again rather than rank them again
         self._rank(r.entries if r is not None and r.snapshot is self.snapshot else None)
-
-    @on(Input.Submitted, "#filter")
-    def _filter_done(self, event: Input.Submitted) -> None:
-        event.stop()
-        event.input.display = bool(event.value)
-        self.query_one("#fabric", DataTable).focus()
-
-    def action_escape(self) -> None:
-        """Esc clears an open filter first, then goes back as everywhere else."""
-        box = self.query_one("#filter", Input)
-        if box.display or box.value:
-            box.value = ""
-            box.display = False
-            self.query_one("#fabric", DataTable).focus()
-            return
-        self.krea.action_go_back()

@@ -110,6 +110,7 @@ class FleetScreen(DataScreen):
     SCREEN_NAME = "fleet"
     SCREEN_TITLE = "Fleet"
     KINDS: ClassVar[tuple[str, ...]] = ("fleet",)
+    FILTER_FOCUS = "#heatmap"
     HELP = "Every GPU as a cell, one row per node; nodes that need attention first."
     ACTIONS_COMING = (("e", "evict the node under the cursor"), ("R", "restore it"))
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -120,7 +121,6 @@ class FleetScreen(DataScreen):
         Binding("n", "metric('nvlink')", "NVLink errors"),
         Binding("s", "cycle_sort", "Sort"),
         Binding("enter", "open_node", "Open node", show=False),
-        Binding("escape", "escape", "Clear filter / back", show=False),
     ]
 
     def __init__(self) -> None:
@@ -199,29 +199,5 @@ class FleetScreen(DataScreen):
 
     # -- filter ---------------------------------------------------------------------
 
-    def start_filter(self) -> bool:
-        box = self.query_one("#filter", Input)
-        box.display = True
-        self.set_focus(box)  # now: keys already queued must land in the box
-        return True
-
-    @on(Input.Changed, "#filter")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self.query_one(GpuHeatmap).filter_text = event.value
-
-    @on(Input.Submitted, "#filter")
-    def _filter_done(self, event: Input.Submitted) -> None:
-        event.input.display = bool(event.value)
-        self.query_one(GpuHeatmap).focus()
-
-    def action_escape(self) -> None:
-        """Esc clears an open filter first, then goes back as everywhere else."""
-        box = self.query_one("#filter", Input)
-        if box.display or box.value:
-            box.value = ""
-            box.display = False
-            heatmap = self.query_one(GpuHeatmap)
-            heatmap.filter_text = ""
-            heatmap.focus()
-            return
-        self.krea.action_go_back()
+    def apply_filter(self, text: str) -> None:
+        self.query_one(GpuHeatmap).filter_text = text

@@ -211,6 +211,7 @@ class QueueScreen(DataScreen):
     SCREEN_NAME = "queue"
     SCREEN_TITLE = "Queue"
     KINDS: ClassVar[tuple[str, ...]] = ("fleet", "queue")
+    FILTER_FOCUS = "#wl-table"
     HELP = (
         "Kueue: GPU quota per ClusterQueue and flavor (used, reserved, borrowed) against "
         "healthy capacity, the workloads in queue order, and why the selected one waits."
@@ -218,7 +219,6 @@ class QueueScreen(DataScreen):
     ACTIONS_COMING = (("L", "launch a training"), ("S", "resume the selected training"))
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "why", "Why (re-read)"),
-        Binding("escape", "escape", "Clear filter / back", show=False),
     ]
 
     def __init__(self) -> None:
@@ -406,33 +406,7 @@ class QueueScreen(DataScreen):
 
     # -- filter ---------------------------------------------------------------------
 
-    def start_filter(self) -> bool:
-        box = self.query_one("#filter", Input)
-        box.display = True
-        self.set_focus(box)  # now: keys already queued must land in the box
-        return True
-
-    @on(Input.Changed, "#filter")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self.filter_text = event.value.strip()
+    def apply_filter(self, text: str) -> None:
+        self.filter_text = text
         with self.app.batch_update():
             self._render_workloads()
-
-    @on(Input.Submitted, "#filter")
-    def _filter_done(self, event: Input.Submitted) -> None:
-        event.stop()
-        event.input.display = bool(event.value)
-        self.query_one("#wl-table", DataTable).focus()
-
-    def action_escape(self) -> None:
-        """Esc clears an open filter first, then goes back as everywhere else."""
-        box = self.query_one("#filter", Input)
-        if box.display or box.value:
-            box.value = ""
-            box.display = False
-            self.filter_text = ""
-            with self.app.batch_update():
-                self._render_workloads()
-            self.query_one("#wl-table", DataTable).focus()
-            return
-        self.krea.action_go_back()

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.css.query import NoMatches
 from textual.widgets import DataTable, Input, Static
 
@@ -157,6 +157,7 @@ class TrainingScreen(DataScreen):
     SCREEN_NAME = "training"
     SCREEN_TITLE = "Training"
     KINDS: ClassVar[tuple[str, ...]] = ("fleet", "training")
+    FILTER_FOCUS = "#run-table"
     HELP = (
         "Training runs: state, size, restarts, the newest complete checkpoint; for the "
         "selected run its checkpoints (complete or why not) and the checkpoint-interval "
@@ -166,9 +167,7 @@ class TrainingScreen(DataScreen):
         ("L", "launch a DiT training"),
         ("S", "resume from the newest complete checkpoint"),
     )
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "escape", "Clear filter / back", show=False),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = []
 
     def __init__(self) -> None:
         super().__init__()
@@ -284,30 +283,6 @@ class TrainingScreen(DataScreen):
 
     # -- filter ---------------------------------------------------------------------
 
-    def start_filter(self) -> bool:
-        box = self.query_one("#filter", Input)
-        box.display = True
-        box.focus()
-        return True
-
-    @on(Input.Changed, "#filter")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self.filter_text = event.value.strip()
+    def apply_filter(self, text: str) -> None:
+        self.filter_text = text
         self._show()
-
-    @on(Input.Submitted, "#filter")
-    def _filter_done(self, event: Input.Submitted) -> None:
-        event.stop()
-        event.input.display = bool(event.value)
-        self.query_one("#run-table", DataTable).focus()
-
-    def action_escape(self) -> None:
-        box = self.query_one("#filter", Input)
-        if box.display or box.value:
-            box.value = ""
-            box.display = False
-            self.filter_text = ""
-            self._show()
-            self.query_one("#run-table", DataTable).focus()
-            return
-        self.krea.action_go_back()
