@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from krea_ops.errors import Unavailable
 from krea_ops.health import (
@@ -126,7 +126,8 @@ class GpuEntry:
         return sum(inc.get(c, 0.0) for c in NVLINK_FAULT_COUNTERS)
 
 
-def usable(tel: NodeTelemetry | None) -> bool:
+def usable(tel: NodeTelemetry | None) -> TypeGuard[NodeTelemetry]:
+    """There is telemetry for the node and it can be believed: not stale, exporter up."""
     return tel is not None and not tel.stale and tel.exporter_up is not False
 
 
@@ -137,7 +138,7 @@ def gpu_entries(snapshot: FleetSnapshot) -> list[GpuEntry]:
     for view in snapshot.views:
         tel = view.telemetry
         node_wide = [r for r in view.verdict.reasons if r.code in NODE_WIDE_CODES]
-        samples = tel.gpus if usable(tel) and tel is not None else ()
+        samples = tel.gpus if usable(tel) else ()
         if samples:
             for g in samples:
                 verdict = Verdict.of([*node_wide, *gpu_verdict(g, snapshot.policy).reasons])
@@ -181,7 +182,7 @@ def fabric_entries(snapshot: FleetSnapshot, kind: str = "all") -> list[FabricEnt
     out: list[FabricEntry] = []
     for view in snapshot.views:
         tel = view.telemetry
-        if tel is None or not usable(tel):
+        if not usable(tel):
             continue
         name = view.info.name
         if kind in ("all", "ib"):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from krea_ops.errors import KreaError, Unavailable
-from krea_ops.fleet import FleetSnapshot, load_fleet
+from krea_ops.fleet import FleetSnapshot, load_fleet, usable
 from krea_ops.health import HealthPolicy, severities
 from krea_ops.kube.cluster import Cluster, connect
 from krea_ops.model import PodInfo, Severity
@@ -168,7 +168,7 @@ class Hub:
                     ring = self._rings[view.info.name] = _Ring(width, self._points)
                 temps = [math.nan] * ring.width
                 tensor = [math.nan] * ring.width
-                if tel is not None and not tel.stale and tel.exporter_up is not False:
+                if usable(tel):
                     for g in tel.gpus:
                         if 0 <= g.index < ring.width:
                             if g.temperature_c is not None:

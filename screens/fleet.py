@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Input, Static
 
-from krea_ops.fleet import FleetSnapshot
+from krea_ops.fleet import FleetSnapshot, usable
 from krea_ops.health import NVLINK_FAULT_COUNTERS
 from krea_ops.model import GpuSample, NodeView, Severity
 from screens.base import DataScreen
@@ -39,7 +39,7 @@ def heat_row(view: NodeView, metric: str) -> HeatRow | None:
     width = max(info.gpu_capacity or 0, len(view.telemetry.gpus) if view.telemetry else 0)
     values: list[float | None] = [None] * width
     tel = view.telemetry
-    if tel is not None and not tel.stale and tel.exporter_up is not False:
+    if usable(tel):
         pick = VALUE_OF[metric]
         for g in tel.gpus:
             if 0 <= g.index < width and g.up is not False:
@@ -65,7 +65,7 @@ def fleet_totals(snap: FleetSnapshot) -> dict[str, Any]:
         if view.info.virtual:
             continue
         gpus += view.info.gpu_capacity or 0
-        if tel is None or tel.stale or tel.exporter_up is False:
+        if not usable(tel):
             continue
         for g in tel.gpus:
             if g.temperature_c is not None:

@@ -11,14 +11,13 @@ simulator's state directory). Without it a run's checkpoints are unknown, not em
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from krea_ops.errors import BadInput, KreaError
-from krea_ops.kube.cluster import Cluster, parse_time
+from krea_ops.kube.cluster import Cluster, parse_time, pod_gpus
 from krea_ops.training.advice import Advice, advise
 from krea_ops.training.checkpoints import Checkpoint, discover
 
@@ -96,15 +95,7 @@ def _shape(obj: dict[str, Any]) -> tuple[int | None, int | None]:
         job = (rj.get("template") or {}).get("spec") or {}
         pods = job.get("parallelism")
         replicas = rj.get("replicas") or 1
-        containers = (((job.get("template") or {}).get("spec") or {}).get("containers")) or ()
-        gpus = 0
-        for c in containers:
-            res = c.get("resources") or {}
-            value = (res.get("limits") or {}).get("nvidia.com/gpu") or (
-                res.get("requests") or {}
-            ).get("nvidia.com/gpu")
-            with contextlib.suppress(ValueError):
-                gpus += int(str(value)) if value is not None else 0
+        gpus = pod_gpus((job.get("template") or {}).get("spec") or {})
         nodes = None if pods is None else int(pods) * int(replicas)
         return nodes, (gpus or None)
     return None, None

@@ -56,10 +56,9 @@ from krea_ops.sim.world.jobs import (
     pod_requests,
 )
 from krea_ops.training.checkpoints import METADATA, STEP_DIR, inspect_checkpoint
+from krea_ops.training.runs import CHECKPOINT_DIR_ANNOTATION, RESUME_FROM_ANNOTATION
 
 WORKLOAD_LABEL = "krea.ai/workload"
-CHECKPOINT_DIR_ANNOTATION = "krea.ai/checkpoint-dir"
-RESUME_FROM_ANNOTATION = "krea.ai/resume-from"
 RESUMED_STEP_ANNOTATION = "sim.krea.ai/resumed-from-step"
 RESUMED_FROM_ANNOTATION = "sim.krea.ai/resumed-from"
 LAST_CHECKPOINT_ANNOTATION = "sim.krea.ai/last-checkpoint-step"
