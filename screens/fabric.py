@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from rich.cells import cell_len
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -26,7 +25,7 @@ from krea_ops.fleet import FabricEntry, FleetSnapshot, fabric_entries, usable
 from krea_ops.health import HealthPolicy
 from krea_ops.model import Severity, Verdict
 from screens.base import DataScreen
-from screens.text import SEVERITY_STYLE, severity_text
+from screens.text import SEVERITY_STYLE, severity_text, sync_table
 
 MAX_ROWS = 500
 REASON_WIDTH = 70
@@ -83,58 +82,6 @@ def wait_ratio_text(ratio: float | None, policy: HealthPolicy) -> Text:
 
 def errors_text(v: float | None) -> Text:
     return Text(count_text(v), style="bold red" if v else "")
-
-
-# --- keyed table updates --------------------------------------------------------------------
-
-
-def sync_table(
-    table: DataTable[Any],
-    rows: Sequence[tuple[str, tuple[Any, ...]]],
-    key_columns: Sequence[str],
-) -> None:
-    """Make ``table`` show ``rows`` (key, cells) in that order without clearing it: rows
-    that went away are removed, new ones added, changed cells updated, and the rows
-    re-sorted only when the order changed. The cursor stays on the row it was on.
-
-    ``key_columns``: the columns whose plain-string cells, joined with "/", give the key
-    (DataTable's sort key sees cells, not row keys)."""
-    cursor_key: str | None = None
-    if table.row_count and table.is_valid_row_index(table.cursor_row):
-        cursor_key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-    wanted = dict(rows)
-    with table.app.batch_update():
-        for row_key in [k for k in table.rows if k.value not in wanted]:
-            table.remove_row(row_key)
-        columns = table.columns
-        for key, cells in rows:
-            if key in table.rows:
-                old = table.get_row(key)
-                for column, before, after in zip(columns, old, cells, strict=True):
-                    if before != after:
-                        # update_width re-measures the whole column for every cell it is
-                        # asked for (seconds for 500 changed rows): only when it must grow
-                        grow = cell_width(after) > columns[column].content_width
-                        table.update_cell(key, column, after, update_width=grow)
-            else:
-                table.add_row(*cells, key=key)
-        order = [key for key, _ in rows]
-        if [r.key.value for r in table.ordered_rows] != order:
-            rank = {key: i for i, key in enumerate(order)}
-
-            def by_rank(values: Any) -> int:
-                parts = values if isinstance(values, tuple) else (values,)
-                return rank["/".join(str(p) for p in parts)]
-
-            table.sort(*key_columns, key=by_rank)
-        if cursor_key is not None and cursor_key in table.rows:
-            index = table.get_row_index(cursor_key)
-            if index != table.cursor_row:
-                table.move_cursor(row=index, scroll=False)
-
-
-def cell_width(cell: Any) -> int:
-    return cell.cell_len if isinstance(cell, Text) else cell_len(str(cell))
 
 
 def add_columns(table: DataTable[Any], columns: Sequence[tuple[str, str]]) -> None:
@@ -353,11 +300,7 @@ class FabricScreen(DataScreen):
             return
         r = self.ranking = message.ranking
         policy = r.snapshot.policy
-        sync_table(
-            table,
-            [(fabric_key(e), fabric_cells(e, policy)) for e in r.shown],
-            ("node", "kind", "port"),
-        )
+        sync_table(table, {fabric_key(e): fabric_cells(e, policy) for e in r.shown})
         summary.update(summary_text(r))
         stale = self.krea.is_stale("fleet") and "fleet" in self.krea.errors
         table.set_class(stale, "stale")

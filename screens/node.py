@@ -33,10 +33,9 @@ from screens.fabric import (
     rate_text,
     short,
     state_text,
-    sync_table,
     wait_ratio_text,
 )
-from screens.text import SEVERITY_STYLE, age, pct, severity_text, size
+from screens.text import SEVERITY_STYLE, age, pct, severity_text, size, sync_table
 
 OUR_ANNOTATIONS = ("krea.ai/", "burst.krea.ai/", "sim.krea.ai/")
 MAX_SPARKLINES = 16  # GPUs with a history row; more than a node has in practice
@@ -403,13 +402,10 @@ class NodeScreen(DataScreen):
         header.update(header_text(view, snapshot))
         sync_table(
             self.query_one("#gpus", DataTable),
-            [(str(e.index), gpu_cells(e, policy)) for e in sorted(gpus, key=lambda e: e.index)],
-            ("gpu",),
+            {str(e.index): gpu_cells(e, policy) for e in sorted(gpus, key=lambda e: e.index)},
         )
         self.query_one("#gpus-title", Static).update(f"GPUs ({len(gpus)})")
-        sync_table(
-            self.query_one("#ib", DataTable), [(e.port, ib_cells(e, policy)) for e in ib], ("port",)
-        )
+        sync_table(self.query_one("#ib", DataTable), {e.port: ib_cells(e, policy) for e in ib})
         ib_title = f"InfiniBand ports ({len(ib)})" if ib else "InfiniBand: no port data"
         self.query_one("#ib-title", Static).update(ib_title)
         self.query_one("#nvlink", Static).update(nvlink_text(links, gpus))
@@ -423,8 +419,7 @@ class NodeScreen(DataScreen):
         rows = sorted(pods, key=lambda p: (p.namespace, p.name))
         sync_table(
             self.query_one("#pods", DataTable),
-            [(f"{p.namespace}/{p.name}", pod_cells(p, now)) for p in rows],
-            ("namespace", "name"),
+            {f"{p.namespace}/{p.name}": pod_cells(p, now) for p in rows},
         )
         gpus = sum(p.gpus for p in pods)
         self.query_one("#pods-title", Static).update(f"Pods ({len(pods)}, {gpus} GPUs requested)")

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from rich.cells import cell_len
 from rich.text import Text
 
 from krea_ops.model import Severity
@@ -152,36 +153,46 @@ def quota_bar(
     return text
 
 
-def sync_table(table: Any, rows: Mapping[str, Sequence[Any]], order: Any = None) -> bool:
-    """Make a DataTable show ``rows`` (row key -> cells, in column order) by key: changed
-    cells are updated, gone keys removed, new keys added; the cursor stays on its row key.
-    ``order`` (row key -> sort key) re-sorts the rows; their first cells must be distinct
-    (the sort sees cells, not keys). Call inside ``app.batch_update()``. True when keys
-    changed."""
+def sync_table(
+    table: Any, rows: Mapping[str, Sequence[Any]], order: Callable[[str], Any] | None = None
+) -> None:
+    """Make a DataTable show ``rows`` (row key -> cells, in column order) without clearing
+    it: gone keys are removed, new keys added, changed cells updated, and the rows put in
+    the mapping's order (or sorted by ``order(key)``) only when that order changed. The
+    cursor stays on its row key."""
+    keys = list(rows) if order is None else sorted(rows, key=order)
     cursor_key = table_cursor_key(table)
-    existing = {str(k.value) for k in table.rows}
-    changed = False
-    for key in existing - rows.keys():
-        table.remove_row(key)
-        changed = True
-    columns = list(table.columns)
-    for key, cells in rows.items():
-        if key in existing:
-            old = table.get_row(key)
-            for column, new, before in zip(columns, cells, old, strict=False):
-                if new != before:
-                    table.update_cell(key, column, new, update_width=True)
-        else:
-            table.add_row(*cells, key=key)
-            changed = True
-    if order is not None and columns and rows:
-        key_of = {str(cells[0]): key for key, cells in rows.items() if cells}
-        table.sort(columns[0], key=lambda cell: order(key_of.get(str(cell), str(cell))))
-    if cursor_key is not None and cursor_key in rows:
-        index = table.get_row_index(cursor_key)
-        if index != table.cursor_row:
-            table.move_cursor(row=index, animate=False)
-    return changed
+    with table.app.batch_update():
+        for row_key in [k for k in table.rows if k.value not in rows]:
+            table.remove_row(row_key)
+        columns = table.columns
+        for key in keys:
+            cells = rows[key]
+            if key in table.rows:
+                for column, before, after in zip(columns, table.get_row(key), cells, strict=False):
+                    if before != after:
+                        # update_width re-measures the whole column for every cell it is
+                        # asked for (seconds for 500 changed rows): only when it must grow
+                        grow = cell_width(after) > columns[column].content_width
+                        table.update_cell(key, column, after, update_width=grow)
+            else:
+                table.add_row(*cells, key=key)
+        if [r.key.value for r in table.ordered_rows] != keys:
+            # DataTable sorts by cell values, not row keys: rank rows by their cells
+            rank = {_signature(rows[k]): i for i, k in enumerate(keys)}
+            table.sort(key=lambda values: rank.get(_signature(values), len(rank)))
+        if cursor_key is not None and cursor_key in rows:
+            index = table.get_row_index(cursor_key)
+            if index != table.cursor_row:
+                table.move_cursor(row=index, animate=False, scroll=False)
+
+
+def _signature(cells: Sequence[Any]) -> tuple[str, ...]:
+    return tuple(str(c) for c in cells)
+
+
+def cell_width(cell: Any) -> int:
+    return cell.cell_len if isinstance(cell, Text) else cell_len(str(cell))
 
 
 def table_cursor_key(table: Any) -> str | None:
