@@ -47,3 +47,36 @@ def health_policy(settings: Settings) -> Any:
     from krea_ops.health import HealthPolicy
 
     return HealthPolicy.from_settings(settings)
+
+
+def read_fleet(
+    ctx: typer.Context,
+    *,
+    node: str | None = None,
+    selector: str | None = None,
+    families: tuple[str, ...] | None = None,
+) -> tuple[Any, Any]:
+    """(FleetSnapshot, Cluster) for ``--node`` / ``--selector``: nodes from the API,
+    telemetry of the ``families`` the command shows (None: all), verdicts. A telemetry
+    failure is in the snapshot's ``telemetry_error``; the caller decides what it costs."""
+    from krea_ops.fleet import load_fleet
+
+    settings = settings_from(ctx)
+    cluster = cluster_from(settings)
+    infos = [cluster.node(node)] if node else cluster.nodes(selector)
+    source, error = open_telemetry(settings, cluster)
+    try:
+        snapshot = load_fleet(
+            cluster,
+            source,
+            health_policy(settings),
+            nodes=infos,
+            node=node,
+            selector=selector,
+            source_error=error,
+            families=families,
+        )
+    finally:
+        if source is not None:
+            source.close()
+    return snapshot, cluster

@@ -8,17 +8,11 @@ from typing import Any
 import typer
 
 from commands import fmt
-from commands.common import (
-    OutputOption,
-    cluster_from,
-    health_policy,
-    open_telemetry,
-    settings_from,
-)
+from commands.common import OutputOption, read_fleet
 from commands.gpus import attention_lines, source_line
 from commands.output import Formatter, OutputFormat, emit, render
 from krea_ops.errors import Unavailable
-from krea_ops.fleet import FabricEntry, FleetSnapshot, fabric_entries, load_fleet
+from krea_ops.fleet import FabricEntry, FleetSnapshot, fabric_entries
 
 
 class FabricKind(StrEnum):
@@ -127,21 +121,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """One row per InfiniBand port and NVLink link, worst first: error counts and
         rates over the telemetry window, and the xmit-wait (fabric wait) rate."""
-        settings = settings_from(ctx)
-        cluster = cluster_from(settings)
-        source, error = open_telemetry(settings, cluster)
-        try:
-            snapshot = load_fleet(
-                cluster,
-                source,
-                health_policy(settings),
-                node=node,
-                selector=selector,
-                source_error=error,
-            )
-        finally:
-            if source is not None:
-                source.close()
+        snapshot, _ = read_fleet(ctx, node=node, selector=selector, families=None)
         if snapshot.telemetry_error:
             raise Unavailable(snapshot.telemetry_error)
         rows = fabric_rows(snapshot, kind)

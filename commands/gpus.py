@@ -9,16 +9,10 @@ from typing import Any
 import typer
 
 from commands import fmt
-from commands.common import (
-    OutputOption,
-    cluster_from,
-    health_policy,
-    open_telemetry,
-    settings_from,
-)
+from commands.common import OutputOption, read_fleet
 from commands.output import Formatter, OutputFormat, emit, render
 from krea_ops.errors import Unavailable
-from krea_ops.fleet import FleetSnapshot, GpuEntry, gpu_entries, load_fleet
+from krea_ops.fleet import FleetSnapshot, GpuEntry, gpu_entries
 from krea_ops.model import Severity
 
 
@@ -191,22 +185,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """One row per GPU: temperature, slowdown margin, power, GPU utilization (busy
         time) next to tensor-core activity, memory, XIDs, NVLink errors and a verdict."""
-        settings = settings_from(ctx)
-        cluster = cluster_from(settings)
-        source, error = open_telemetry(settings, cluster)
-        try:
-            snapshot = load_fleet(
-                cluster,
-                source,
-                health_policy(settings),
-                node=node,
-                selector=selector,
-                source_error=error,
-                families=("gpu",),
-            )
-        finally:
-            if source is not None:
-                source.close()
+        snapshot, _ = read_fleet(ctx, node=node, selector=selector, families=("gpu",))
         if snapshot.telemetry_error:
             raise Unavailable(snapshot.telemetry_error)
         rows = _sort(gpu_rows(snapshot), sort)

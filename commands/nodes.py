@@ -11,20 +11,15 @@ from typing import Any
 import typer
 
 from commands import fmt
-from commands.common import (
-    OutputOption,
-    cluster_from,
-    health_policy,
-    open_telemetry,
-    settings_from,
-)
+from commands.common import OutputOption, read_fleet
 from commands.fabric import FabricKind, fabric_rows
+from commands.gpus import COLUMNS as GPU_COLUMNS
 from commands.gpus import FORMATS as GPU_FORMATS
 from commands.gpus import HEADERS as GPU_HEADERS
 from commands.gpus import attention_lines, gpu_rows, source_line
 from commands.output import Formatter, OutputFormat, emit, render
 from krea_ops.errors import Unavailable
-from krea_ops.fleet import FleetSnapshot, load_fleet
+from krea_ops.fleet import FleetSnapshot
 from krea_ops.model import NodeView
 
 app = typer.Typer(no_args_is_help=True, help="Nodes: GPUs, schedulability, taints, health.")
@@ -93,25 +88,9 @@ def node_row(view: NodeView) -> dict[str, Any]:
 def _snapshot(
     ctx: typer.Context, *, node: str | None = None, selector: str | None = None
 ) -> tuple[FleetSnapshot, Any]:
-    settings = settings_from(ctx)
-    cluster = cluster_from(settings)
-    infos = [cluster.node(node)] if node else cluster.nodes(selector)
-    source, error = open_telemetry(settings, cluster)
-    try:
-        snap = load_fleet(
-            cluster,
-            source,
-            health_policy(settings),
-            nodes=infos,
-            node=node,
-            selector=selector,
-            source_error=error,
-            families=None if node else ("gpu", "nvlink", "ib"),
-        )
-    finally:
-        if source is not None:
-            source.close()
-    return snap, cluster
+    # one node is cheap to read whole; the fleet-wide list reads what the verdicts need
+    families = None if node else ("gpu", "nvlink", "ib")
+    return read_fleet(ctx, node=node, selector=selector, families=families)
 
 
 @app.command("list")
@@ -212,18 +191,7 @@ def _describe(row: dict[str, Any], snap: FleetSnapshot, output: OutputFormat) ->
             render(
                 row["gpus"],
                 output,
-                columns=[
-                    "index",
-                    "temperature_c",
-                    "slowdown_margin_c",
-                    "power_w",
-                    "util_ratio",
-                    "tensor_active_ratio",
-                    "memory_used_bytes",
-                    "xid_last",
-                    "nvlink_errors",
-                    "verdict",
-                ],
+                columns=[c for c in GPU_COLUMNS if c != "node"],
                 headers=GPU_HEADERS,
                 formats=GPU_FORMATS,
                 styles={
