@@ -159,7 +159,7 @@ def test_hot_gpu_turns_its_row_bad_with_the_reason(dashboard_world: Any) -> None
                 pilot, lambda: (r := rows(app, "gpus")["3"])["verdict"] == "BAD" and r, 45
             )
             assert "GPU 3" in gpu3["reason"]
-            assert int(gpu3["temp"].removesuffix("°C")) >= 78
+            assert int(gpu3["temp"].removesuffix("°C")) >= 78, gpu3
             view = app.data["fleet"].view("gpu-node-001")
             assert str(view.verdict.severity) == "BAD"
             header = text_of(app, "node-header")
