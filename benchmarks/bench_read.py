@@ -22,15 +22,20 @@
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
+import queue
+import re
 import shlex
 import shutil
 import signal
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -174,6 +179,8 @@ def families(
                 on = reason == "gpu_idle" and (i + g) % 5 == 0
                 rows.append((f'{fleet.labels(i, g)},reason="{reason}"', ones if on else zeros))
     yield "krea_gpu_clock_event_active", "gauge", rows
+    # the same as one bitmask per GPU (gpu_idle is bit 0x1)
+    yield gpu_gauge("krea_gpu_clock_event_reasons", lambda i, g: 0 if (i + g) % 5 else 1)
     rows = []
     for i in range(n):
         for g in range(GPUS):
@@ -273,7 +280,7 @@ def write_openmetrics(path: Path, fleet: Fleet, times: list[float], t0: float) -
             chunk: list[str] = []
             for labels, values in rows:
                 head = f"{sample}{{{labels}}} "
-                chunk.extend(f"{head}{v:g} {ts}\n" for v, ts in zip(values, stamps, strict=True))
+                chunk.extend(f"{head}{v!r} {ts}\n" for v, ts in zip(values, stamps, strict=True))
                 if len(chunk) > 200_000:
                     out.write("".join(chunk))
                     chunk.clear()
@@ -282,6 +289,117 @@ def write_openmetrics(path: Path, fleet: Fleet, times: list[float], t0: float) -
             samples += len(rows) * len(times)
         out.write("# EOF\n")
     return series, samples
+
+
+# ---------------------------------------------------------------------------------------
+# Loading it into Prometheus' head over remote write
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _field(number: int, data: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    return _varint((number << 3) | 2) + _varint(len(data)) + data
+
+
+def _snappy_literal(data: bytes) -> bytes:
+    """Snappy block format holding ``data`` as literals only (valid, uncompressed: the
+    receiver decodes it like any other; loopback needs no compression)."""
+    out = bytearray(_varint(len(data)))
+    for i in range(0, len(data), 65536):
+        chunk = data[i : i + 65536]
+        n = len(chunk) - 1
+        if n < 60:
+            out.append(n << 2)
+        elif n < 256:
+            out += bytes((60 << 2, n))
+        else:
+            out += bytes((61 << 2,)) + struct.pack("<H", n)
+        out += chunk
+    return bytes(out)
+
+
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
+
+
+def remote_write(url: str, fleet: Fleet, times: list[float], t0: float) -> tuple[int, int]:
+    """Sends the whole fleet's samples to Prometheus' remote-write receiver (prompb
+    WriteRequest, hand-encoded), so they sit in the head block in memory as a scraping
+    Prometheus holds its last hours, rather than in backfilled blocks on disk. Returns
+    (series, samples)."""
+    host, port = url.removeprefix("http://").split(":")
+    stamps = [_varint(int(t * 1000)) for t in times]
+    sample_cache: dict[float, bytes] = {}
+
+    def samples(values: list[float]) -> bytes:
+        first = values[0]
+        if all(v == first for v in values):
+            cached = sample_cache.get(first)
+            if cached is not None:
+                return cached
+        body = b"".join(
+            _field(2, b"\x09" + struct.pack("<d", v) + b"\x10" + ts)
+            for v, ts in zip(values, stamps, strict=True)
+        )
+        if all(v == first for v in values) and len(sample_cache) < 10_000:
+            sample_cache[first] = body
+        return body
+
+    work: queue.Queue[bytes | None] = queue.Queue(maxsize=4)
+    failed: list[str] = []
+
+    def sender() -> None:
+        conn = http.client.HTTPConnection(host, int(port), timeout=300)
+        headers = {
+            "Content-Encoding": "snappy",
+            "Content-Type": "application/x-protobuf",
+            "X-Prometheus-Remote-Write-Version": "0.1.0",
+        }
+        while (payload := work.get()) is not None:
+            conn.request("POST", "/api/v1/write", _snappy_literal(payload), headers)
+            response = conn.getresponse()
+            body = response.read()
+            if response.status >= 300 and not failed:
+                failed.append(f"HTTP {response.status}: {body[:300]!r}")
+
+    thread = threading.Thread(target=sender, daemon=True)
+    thread.start()
+    series = count = 0
+    batch: list[bytes] = []
+    size = 0
+    for name, kind, rows in families(fleet, times, t0):
+        sample_name = f"{name}_total" if kind == "counter" else name
+        for labels, values in rows:
+            pairs = sorted([("__name__", sample_name), *_LABEL.findall(labels)])
+            encoded = b"".join(
+                _field(1, _field(1, k.encode()) + _field(2, v.encode())) for k, v in pairs
+            )
+            item = _field(1, encoded + samples(values))
+            batch.append(item)
+            size += len(item)
+            series += 1
+            count += len(values)
+            if size > 4 << 20:
+                work.put(b"".join(batch))
+                batch, size = [], 0
+                if failed:
+                    break
+    if batch:
+        work.put(b"".join(batch))
+    work.put(None)
+    thread.join()
+    if failed:
+        raise RuntimeError(f"remote write refused: {failed[0]}")
+    return series, count
 
 
 # ---------------------------------------------------------------------------------------
@@ -299,6 +417,7 @@ class Prometheus:
                 f"--storage.tsdb.path={data}",
                 f"--web.listen-address=127.0.0.1:{port}",
                 "--storage.tsdb.retention.time=30d",
+                "--web.enable-remote-write-receiver",
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -510,7 +629,8 @@ def main(argv: list[str] | None = None) -> int:
             "power_limit_watts, sm_clock_hertz, utilization_ratio, tensor_active_ratio, "
             "sm_active_ratio, memory_used_bytes, memory_total_bytes, xid_monitored, "
             "row_remap_pending, row_remap_failed, nvlink_links, nvlink_links_up}, "
-            "krea_gpu_clock_event_active{reason} x9, krea_gpu_ecc_errors_total x4, "
+            "krea_gpu_clock_event_active{reason} x9, krea_gpu_clock_event_reasons, "
+            "krea_gpu_ecc_errors_total x4, "
             "krea_gpu_nvlink_errors_total{counter} x4; per link krea_nvlink_state, "
             "krea_nvlink_errors_total{counter} x4; per HCA port krea_ib_{state_id, "
             "physical_state_id, rate_bytes_per_second, port_data_received_bytes_total, "

@@ -63,14 +63,12 @@ def read_fleet(
 
     settings = settings_from(ctx)
     cluster = cluster_from(settings)
-    infos = [cluster.node(node)] if node else cluster.nodes(selector)
     source, error = open_telemetry(settings, cluster)
     try:
         snapshot = load_fleet(
             cluster,
             source,
             health_policy(settings),
-            nodes=infos,
             node=node,
             selector=selector,
             source_error=error,

@@ -9,6 +9,7 @@ one-line error for the caller to print (and exit 1 on).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -20,7 +21,6 @@ from krea_ops.health import (
     NVLINK_FAULT_COUNTERS,
     HealthPolicy,
     fleet_views,
-    gpu_verdict,
     ib_port_reasons,
     nvlink_reasons,
     xmit_wait_ratio,
@@ -33,6 +33,7 @@ from krea_ops.model import (
     NodeTelemetry,
     NodeView,
     NvLinkSample,
+    Reason,
     Severity,
     Verdict,
 )
@@ -72,7 +73,13 @@ def load_fleet(
 ) -> FleetSnapshot:
     """``source`` is a telemetry source (``krea_ops.telemetry``) or None when none could be
     opened (``source_error`` says why). ``nodes`` skips the node list (the caller has it).
-    ``families``: only these groups of telemetry (see ``TelemetrySource.collect``)."""
+    ``families``: only these groups of telemetry (see ``TelemetrySource.collect``).
+
+    Without a selector the telemetry read does not need the node list, so it runs on a
+    thread while the nodes are listed (two servers working at once)."""
+    ahead: _Ahead | None = None
+    if source is not None and nodes is None and not selector:
+        ahead = _Ahead(source.collect, {node} if node else None, families)
     infos = nodes if nodes is not None else select_nodes(cluster, node=node, selector=selector)
     fleet: FleetTelemetry | None = None
     error = source_error
@@ -81,7 +88,10 @@ def load_fleet(
         wanted = {n.name for n in infos}
     if source is not None:
         try:
-            fleet = source.collect(wanted, families=families)
+            if ahead is not None:
+                fleet = ahead.result()
+            else:
+                fleet = source.collect(wanted, families=families)
         except Unavailable as exc:
             error = str(exc)
     views = fleet_views(infos, fleet, policy, telemetry_error=error)
@@ -93,6 +103,37 @@ def load_fleet(
         collected_at=fleet.collected_at if fleet is not None else time.time(),
         policy=policy,
     )
+
+
+class _Ahead:
+    """``collect(nodes, families=...)`` on a daemon thread, started now: a caller that
+    fails meanwhile (API server unreachable) exits without waiting for it."""
+
+    def __init__(
+        self,
+        collect: Any,
+        nodes: Collection[str] | None,
+        families: Collection[str] | None,
+    ) -> None:
+        self._value: FleetTelemetry | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(collect, nodes, families), name="telemetry", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, collect: Any, nodes: Any, families: Any) -> None:
+        try:
+            self._value = collect(nodes, families=families)
+        except BaseException as exc:  # handed to result()'s caller
+            self._error = exc
+
+    def result(self) -> FleetTelemetry:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
 
 
 # --- per-GPU and per-port views (``gpus``, ``fabric``, the dashboard's tables) ---------
@@ -120,10 +161,7 @@ class GpuEntry:
     @property
     def nvlink_errors(self) -> float | None:
         """NVLink recovery + CRC errors in the window, summed over the GPU's links."""
-        inc = self.sample.nvlink_error_increase if self.sample is not None else None
-        if inc is None:
-            return None
-        return sum(inc.get(c, 0.0) for c in NVLINK_FAULT_COUNTERS)
+        return self.sample.nvlink_fault_increase if self.sample is not None else None
 
 
 def usable(tel: NodeTelemetry | None) -> TypeGuard[NodeTelemetry]:
@@ -140,8 +178,14 @@ def gpu_entries(snapshot: FleetSnapshot) -> list[GpuEntry]:
         node_wide = [r for r in view.verdict.reasons if r.code in NODE_WIDE_CODES]
         samples = tel.gpus if usable(tel) else ()
         if samples:
+            # the node's verdict holds every GPU's reasons (gpu set, no port: the GPU
+            # rules' own), in the order gpu_verdict gives them: not evaluated twice
+            own: dict[int, list[Reason]] = {}
+            for r in view.verdict.reasons:
+                if r.gpu is not None and r.port is None:
+                    own.setdefault(r.gpu, []).append(r)
             for g in samples:
-                verdict = Verdict.of([*node_wide, *gpu_verdict(g, snapshot.policy).reasons])
+                verdict = Verdict.of([*node_wide, *own.get(g.index, ())])
                 out.append(GpuEntry(view, g.index, g, verdict))
         elif not view.info.virtual and (view.info.gpu_capacity or 0) > 0:
             verdict = Verdict.of(node_wide) if node_wide else Verdict(Severity.UNKNOWN, ())

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from krea_ops.model import (
+    NVLINK_FAULT_COUNTERS,
     FleetTelemetry,
     GpuSample,
     IbPortSample,
@@ -73,7 +74,6 @@ IB_ERROR_COUNTERS = (
     "local_link_integrity_errors",
     "excessive_buffer_overrun_errors",
 )
-NVLINK_FAULT_COUNTERS = ("recovery", "crc_flit", "crc_data")
 # IB PortXmitWait: bandwidth lost is estimated as ticks x 64 bits (NVIDIA/ib-traffic-monitor#3)
 XMIT_WAIT_BYTES_PER_TICK = 8.0
 
@@ -192,7 +192,7 @@ def gpu_reasons(g: GpuSample, p: HealthPolicy) -> list[Reason]:
                 gpu=i,
             )
         )
-    faults = sum((g.nvlink_error_increase or {}).get(c, 0.0) for c in NVLINK_FAULT_COUNTERS)
+    faults = g.nvlink_fault_increase or 0.0
     if faults > 0:
         sev = BAD if faults >= p.nvlink_errors_bad else SUSPECT
         out.append(

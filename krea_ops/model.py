@@ -66,6 +66,10 @@ OK_VERDICT = Verdict(Severity.OK, ())
 # --- telemetry -------------------------------------------------------------------------
 
 
+# NVLink error counters that mean a fault (replay alone is the link layer's routine retry)
+NVLINK_FAULT_COUNTERS = ("recovery", "crc_flit", "crc_data")
+
+
 @dataclass(frozen=True)
 class GpuSample:
     node: str
@@ -99,10 +103,19 @@ class GpuSample:
     # summed over the GPU's links, per counter (replay, recovery, crc_flit, crc_data)
     nvlink_errors_total: float | None = None
     nvlink_error_increase: Mapping[str, float] | None = None
+    # NVLINK_FAULT_COUNTERS summed over links and counters: errors in the window (read
+    # as one rate per GPU, or, when not given, summed from nvlink_error_increase)
+    nvlink_fault_increase: float | None = None
     sampled_at: float | None = None
     # NVLinks the GPU reports, and how many of them are up (krea_nvlink_state)
     nvlinks_total: int | None = None
     nvlinks_up: int | None = None
+
+    def __post_init__(self) -> None:
+        inc = self.nvlink_error_increase
+        if self.nvlink_fault_increase is None and inc is not None:
+            faults = sum(inc.get(c, 0.0) for c in NVLINK_FAULT_COUNTERS)
+            object.__setattr__(self, "nvlink_fault_increase", faults)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Input, Static
 
 from krea_ops.fleet import FleetSnapshot, usable
-from krea_ops.health import NVLINK_FAULT_COUNTERS
 from krea_ops.model import GpuSample, NodeView, Severity
 from screens.base import DataScreen
 from screens.text import SEVERITY_STYLE, pct
@@ -19,8 +18,7 @@ from screens.widgets.heatmap import METRICS, SORT_MODES, GpuHeatmap, HeatRow
 
 
 def _nvlink(g: GpuSample) -> float | None:
-    inc = g.nvlink_error_increase
-    return None if inc is None else sum(inc.get(c, 0.0) for c in NVLINK_FAULT_COUNTERS)
+    return g.nvlink_fault_increase
 
 
 VALUE_OF = {

@@ -238,6 +238,12 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "reason), else 0.",
         ("reason",),
     ),
+    "krea_gpu_clock_event_reasons": (
+        GAUGE,
+        "The same clock event reasons as one bitmask (nvmlClocksEventReason* bits, as "
+        "DCGM's DCGM_FI_DEV_CLOCKS_EVENT_REASONS): one series per GPU for fleet-wide reads.",
+        (),
+    ),
     "krea_gpu_ecc_errors_total": (
         COUNTER,
         "ECC errors in device memory (volatile: since driver load; aggregate: lifetime).",
@@ -794,6 +800,7 @@ class GpuCollector:
         if reasons is not None:
             for label, bit in CLOCK_EVENT_REASONS:
                 put("krea_gpu_clock_event_active", 1.0 if reasons & bit else 0.0, label)
+            put("krea_gpu_clock_event_reasons", float(reasons))
 
         for error_type, counter_type, et, ct in ECC_COUNTERS:
             count = self._call(g, ("ecc", et, ct), "nvmlDeviceGetTotalEccErrors", h, et, ct)

@@ -76,6 +76,23 @@ class _NodeAcc:
 _DIALECT_RANK = {KREA: 0, DCGM: 1, NODE_EXPORTER: 1}
 
 
+def _pick(
+    hit: tuple[_NodeAcc, _Obj], key: str, rank: int, dialect: str, value: float, summing: bool
+) -> None:
+    """Fold one value into an object's reading ``key``: the best-ranked spelling wins;
+    values of one dialect add up in a summing family."""
+    acc, obj = hit
+    acc.dialects.add(dialect)
+    picks = obj.picks
+    pick = picks.get(key)
+    if pick is None or rank // 1000 < pick[0] // 1000:
+        picks[key] = (rank, value)
+    elif summing and rank // 1000 == pick[0] // 1000:
+        picks[key] = (pick[0], pick[1] + value)
+    elif rank < pick[0]:
+        picks[key] = (rank, value)
+
+
 @dataclass(frozen=True)
 class TargetDown:
     """A scrape target Prometheus (or we) could not scrape, already mapped to a node."""
@@ -243,26 +260,58 @@ class Assembler:
             )
             hit = objs.get(okey, _MISSING)
             if hit is _MISSING:
-                acc = self._acc_for(node)
-                obj, _ = self._obj(family, acc, labels)
-                hit = objs[okey] = None if obj is None else (acc, obj)
+                hit = self._simple_obj(family, node, okey, labels)
             if hit is None:
                 continue
-            acc, obj = hit
-            if dialect not in seen:
-                seen.add(dialect)
-            acc.dialects.add(dialect)
-            if spelling.scale != 1.0:
-                value *= spelling.scale
-            picks = obj.picks
-            pick = picks.get(key)
-            if pick is None or rank // 1000 < pick[0] // 1000:
-                picks[key] = (rank, value)
-            elif summing and rank // 1000 == pick[0] // 1000:
-                picks[key] = (pick[0], pick[1] + value)
-            elif rank < pick[0]:
-                picks[key] = (rank, value)
+            seen.add(dialect)
+            _pick(hit, key, rank, dialect, value * spelling.scale, summing)
         self.dialects |= seen
+
+    def add_values(
+        self, family: Family, order: Sequence[str], rows: Sequence[Sequence[str]]
+    ) -> None:
+        """``add()`` for the rows of a one-spelling family on the simple path (one value
+        per GPU or per port, see ``_add_simple``), decoded straight from Prometheus'
+        answer: each row is the values of the labels ``order`` names, then the value's
+        text. At fleet scale most rows come this way; no label dict is built per row."""
+        self.read.add(family.store)
+        spelling = family.spellings[0]
+        dialect = spelling.dialect
+        rank = _DIALECT_RANK[dialect] * 1000
+        key = family.store
+        summing = family.agg in ("sum", "count")
+        wanted = self.nodes
+        objs = self._objs
+        at = [order.index(name) for name in ("node", *family.by)]
+        gpu_side = family.by[0] == "gpu"
+        scale = spelling.scale
+        for row in rows:
+            value = float(row[-1])
+            if value != value:  # NaN
+                continue
+            node = row[at[0]]
+            if wanted is not None and node not in wanted:
+                continue
+            okey = (node, row[at[1]]) if gpu_side else (node, row[at[1]], row[at[2]])
+            hit = objs.get(okey, _MISSING)
+            if hit is _MISSING:
+                hit = self._simple_obj(family, node, okey, dict(zip(order, row[:-1], strict=True)))
+            if hit is not None:
+                _pick(hit, key, rank, dialect, value * scale, summing)
+        if rows:
+            self.dialects.add(dialect)
+
+    def _simple_obj(
+        self,
+        family: Family,
+        node: str,
+        okey: tuple[str | None, ...],
+        labels: Mapping[str, str],
+    ) -> tuple[_NodeAcc, _Obj] | None:
+        acc = self._acc_for(node)
+        obj, _ = self._obj(family, acc, labels)
+        hit = self._objs[okey] = None if obj is None else (acc, obj)
+        return hit
 
     def _obj(self, family: Family, acc: _NodeAcc, labels: Mapping[str, str]) -> tuple[Any, Any]:
         """(object, sub-key) for a row: a GPU, a link or a port, and what is left of ``by``."""
@@ -309,6 +358,10 @@ class Assembler:
             for name in family.by[1:]:
                 if labels.get(name) and name not in obj.labels:
                     obj.labels[name] = labels[name]
+            if dialect == KREA:  # ours is krea_gpu_up: the value says whether NVML answers
+                pick = obj.picks.get("gpu_up")
+                if pick is None or rank < pick[0]:
+                    obj.picks["gpu_up"] = (rank, value)
             return
         summing, keyed = flags
         if sub is not None or keyed:
@@ -352,6 +405,21 @@ class Assembler:
                 per = obj.dicts.setdefault(family.key, {})
                 per.setdefault(spelling.dialect, {})[dict(spelling.const).get("counter", "")] = 1.0
 
+    def nodes_lacking(self, key: str) -> set[str]:
+        """Nodes where our exporter serves a GPU without a reading of family ``key``
+        (an exporter from before that reading), after a read of it."""
+
+        def ours_without(obj: _Obj) -> bool:  # (a GPU NVML lost answers nothing at all)
+            up = obj.picks.get("gpu_up")
+            return up is not None and up[0] < 1000 and up[1] >= 0.5 and key not in obj.picks
+
+        return {
+            name
+            for name, acc in self._acc.items()
+            if (self.nodes is None or name in self.nodes)
+            and any(ours_without(obj) for obj in acc.gpus.values())
+        }
+
     def nodes_needing_links(self, *, detail: bool) -> set[str]:
         """Nodes whose per-link NVLink rows are still to be read: those whose exporter
         serves no per-GPU sums (an older one: the links are the only source), and with
@@ -364,7 +432,11 @@ class Assembler:
             answering = False
             for obj in acc.gpus.values():
                 picks = obj.picks
-                if "nvlink_sum_present" in obj.dicts:
+                # any per-GPU NVLink series of ours says the exporter serves the sums
+                if "nvlink_sum_present" in obj.dicts or not {
+                    "nvlink_fault_rate",
+                    "nvlink_links",
+                }.isdisjoint(picks):
                     sums = True
                 up = picks.get("gpu_up")
                 if up is not None and up[1] >= 0.5 and up[0] < 1000:  # ours, answering
@@ -373,6 +445,10 @@ class Assembler:
                     continue
                 rates = obj.dicts.get("nvlink_sum_rate")
                 if rates and any(v > 0 for d in rates.values() for v in d.values()):
+                    out.add(name)
+                    break
+                fault = picks.get("nvlink_fault_rate")
+                if fault is not None and fault[1] > 0:
                     out.add(name)
                     break
                 links, links_up = picks.get("nvlink_links"), picks.get("nvlink_links_up")
@@ -503,10 +579,13 @@ class Assembler:
         down = self._best(obj.dicts.get("gpu_down"))
         clock: frozenset[str] | None = None
         active = self._best(obj.dicts.get("clock_events"))
-        if ("clock_events_known" in obj.dicts and self._got("clock_events")) or active:
+        mask = obj.picks.get("clock_mask")
+        if mask is not None and mask[0] < 1000:  # our bitmask
+            clock = decode_clock_mask(mask[1])
+        elif ("clock_events_known" in obj.dicts and self._got("clock_events")) or active:
             clock = frozenset(r for r, v in (active or {}).items() if v > 0)
-        elif "clock_mask" in p:
-            clock = decode_clock_mask(p["clock_mask"])
+        elif mask is not None:
+            clock = decode_clock_mask(mask[1])
         xid_last = p.get("xid_last")
         if xid_last is not None and xid_last <= 0:
             xid_last = None  # DCGM reads 0 until the first XID
@@ -521,6 +600,8 @@ class Assembler:
         nvlink_total, nvlink_increase, links, links_up = self._gpu_nvlink(
             acc, index, obj, p, window
         )
+        fault_rate = p.get("nvlink_fault_rate")  # (else the sample sums the counters)
+        faults = None if fault_rate is None else fault_rate * window
         return GpuSample(
             **identity,
             up=flag("gpu_up"),
@@ -547,6 +628,7 @@ class Assembler:
             nvlink_error_increase=(
                 None if nvlink_increase is None else MappingProxyType(nvlink_increase)
             ),
+            nvlink_fault_increase=faults,
             nvlinks_total=links,
             nvlinks_up=links_up,
         )

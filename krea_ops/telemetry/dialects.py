@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from krea_ops.model import NVLINK_FAULT_COUNTERS
+
 KREA, DCGM, NODE_EXPORTER = "krea", "dcgm", "node_exporter"
 
 # Labels that name the node, in the order they are trusted. ``instance`` (host:port) is
@@ -48,7 +50,9 @@ GPU = "gpu"  # GpuSample readings, incl. the per-GPU NVLink error increase
 NVLINK = "nvlink"  # links found / up per GPU, NVLink error totals, per-link detail
 IB = "ib"  # what the IB verdicts read: state, speed, xmit wait, error increases
 IB_DETAIL = "ib_detail"  # IB data rates and error totals (``fabric``, ``nodes show``)
-GROUPS = (GPU, NVLINK, IB, IB_DETAIL)
+NVLINK_DETAIL = "nvlink_detail"  # NVLink errors per counter (``fabric``, ``nodes show``)
+GPU_DETAIL = "gpu_detail"  # GPU readings no fleet-wide view shows (SM clock)
+GROUPS = (GPU, NVLINK, IB, IB_DETAIL, GPU_DETAIL, NVLINK_DETAIL)
 
 MIB = 1024.0 * 1024.0
 
@@ -118,8 +122,9 @@ class Spelling:
 
     ``scale`` converts the value to the model's unit. ``const`` are labels the name itself
     implies (the counter of an IB error metric); ``match`` are label matchers the series
-    must have. A ``pattern`` spelling matches several names (DCGM's per-link NVLink fields)
-    and its rows carry the matched name in the label ``krea_ops_name``.
+    must have, ``match_in`` labels whose value must be one of a few. A ``pattern``
+    spelling matches several names (DCGM's per-link NVLink fields) and its rows carry the
+    matched name in the label ``krea_ops_name``.
     """
 
     name: str
@@ -128,6 +133,7 @@ class Spelling:
     const: tuple[tuple[str, str], ...] = ()
     match: tuple[tuple[str, str], ...] = ()
     pattern: bool = False  # name is a regex; const labels come from the matched name
+    match_in: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def labels_of(self, name: str) -> tuple[tuple[str, str], ...]:
         """Labels the metric name implies (see ``dcgm_link_labels``)."""
@@ -151,7 +157,10 @@ class Family:
     per-XID counter at its first event; ``rate()`` alone would miss that first one).
     ``present_rate`` is ``present`` for series with at least two samples in the window
     (a rate exists), so that an absent sparse rate may be read as 0. ``group`` is what a
-    caller asks for (``GROUPS``).
+    caller asks for (``GROUPS``). ``fallback_of``: a wider form of the reading of that
+    family (nine series per GPU where newer exporters serve one); where that family's
+    first spelling exists anywhere in the fleet, this one is read only for the nodes
+    whose GPUs lack it (an exporter not yet upgraded).
     """
 
     key: str
@@ -167,6 +176,7 @@ class Family:
     per_link: bool = False
     # the rows are stored under this family key (a per-link family split by dialect)
     into: str | None = None
+    fallback_of: str | None = None
 
     @property
     def store(self) -> str:
@@ -239,6 +249,7 @@ FRESH = Family(
 FAMILIES: tuple[Family, ...] = (
     FRESH,
     # --- GPU identity and state ---
+    # identity, and (ours: the value of krea_gpu_up) whether the GPU answers NVML
     Family(
         "gpu_info",
         (
@@ -249,9 +260,7 @@ FAMILIES: tuple[Family, ...] = (
             _s("DCGM_FI_DEV_BOARD_POWER_WATTS", DCGM),
         ),
         by=("gpu", "uuid", "UUID", "model", "modelName", "pci_bus_id"),
-        agg="group",
     ),
-    _gpu("gpu_up", _s("krea_gpu_up", KREA)),
     Family("gpu_down", (_s("krea_gpu_down_info", KREA),), by=("gpu", "reason")),
     # --- temperature ---
     _gpu("temperature", *_TEMP),
@@ -281,7 +290,12 @@ FAMILIES: tuple[Family, ...] = (
         _s("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", DCGM),
         _s("DCGM_FI_DEV_BOARD_POWER_LIMIT_ENFORCED_WATTS", DCGM),
     ),
-    _gpu("sm_clock", _s("krea_gpu_sm_clock_hertz", KREA), _s("DCGM_FI_DEV_SM_CLOCK", DCGM, 1e6)),
+    _gpu(
+        "sm_clock",
+        _s("krea_gpu_sm_clock_hertz", KREA),
+        _s("DCGM_FI_DEV_SM_CLOCK", DCGM, 1e6),
+        group=GPU_DETAIL,
+    ),
     _gpu(
         "util",
         _s("krea_gpu_utilization_ratio", KREA),
@@ -311,23 +325,28 @@ FAMILIES: tuple[Family, ...] = (
         _s("krea_gpu_memory_total_bytes", KREA),
         _s("DCGM_FI_DEV_FB_TOTAL", DCGM, MIB),
     ),
-    # --- clock events: krea has one 0/1 series per reason, DCGM one bitmask ---
+    # --- clock events: one bitmask per GPU (ours since krea_gpu_clock_event_reasons, and
+    # DCGM's); exporters before that serve only one 0/1 series per reason, read for
+    # their nodes alone (nine series per GPU: 295 k at 4,096 nodes) ---
+    _gpu(
+        "clock_mask",
+        _s("krea_gpu_clock_event_reasons", KREA),
+        _s("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", DCGM),
+        _s("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", DCGM),
+    ),
     Family(
         "clock_events",
         (_s("krea_gpu_clock_event_active", KREA),),
         by=("gpu", "reason"),
         keep=">0",
+        fallback_of="clock_mask",
     ),
     # every reason's series exists wherever the mask was read: one of them tells
     _gpu(
         "clock_events_known",
         Spelling("krea_gpu_clock_event_active", KREA, match=(("reason", "gpu_idle"),)),
         kind="present",
-    ),
-    _gpu(
-        "clock_mask",
-        _s("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", DCGM),
-        _s("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", DCGM),
+        fallback_of="clock_mask",
     ),
     # --- XID, ECC, row remapping ---
     _gpu(
@@ -377,8 +396,20 @@ FAMILIES: tuple[Family, ...] = (
         _s("DCGM_FI_DEV_ROW_REMAP_FAILED", DCGM),
     ),
     # --- NVLink per GPU: our exporter's sums over the GPU's links. At 4,096 nodes the
-    # per-link counters are 2.4 M series; these are 131 k (sparse, with one presence
-    # bitmask per GPU saying which counters exist and have a rate). ---
+    # per-link counters are 2.4 M series; these are 131 k. What verdicts need is one rate
+    # per GPU, the faults (recovery + CRC: 98 k series); the rates per counter (sparse,
+    # with one presence bitmask per GPU saying which counters exist and have a rate) and
+    # the totals are detail. ---
+    _gpu(
+        "nvlink_fault_rate",
+        Spelling(
+            "krea_gpu_nvlink_errors_total",
+            KREA,
+            match_in=(("counter", NVLINK_FAULT_COUNTERS),),
+        ),
+        kind="rate",
+        agg="sum",
+    ),
     _gpu("nvlink_links", _s("krea_gpu_nvlink_links", KREA), group=NVLINK),
     _gpu("nvlink_links_up", _s("krea_gpu_nvlink_links_up", KREA), group=NVLINK),
     Family(
@@ -386,7 +417,7 @@ FAMILIES: tuple[Family, ...] = (
         (_s("krea_gpu_nvlink_errors_total", KREA),),
         ("gpu", "counter"),
         keep=">0",
-        group=NVLINK,
+        group=NVLINK_DETAIL,
     ),
     Family(
         "nvlink_sum_rate",
@@ -395,6 +426,7 @@ FAMILIES: tuple[Family, ...] = (
         "rate",
         agg="sum",
         keep=">0",
+        group=NVLINK_DETAIL,
     ),
     Family(
         "nvlink_sum_present",
@@ -408,6 +440,7 @@ FAMILIES: tuple[Family, ...] = (
             for c in NVLINK_COUNTERS
         ),
         kind="present_rate",
+        group=NVLINK_DETAIL,
     ),
     # --- NVLink per link. DCGM has no usable per-GPU sum (its ..._COUNT_TOTAL fields read
     # 0 on Hopper), so its per-link fields are read fleet-wide, sparse. Ours are read only

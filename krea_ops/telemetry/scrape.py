@@ -222,9 +222,12 @@ class ScrapeSource(TelemetrySource):
                     for item in series:
                         yield name, item
             return
-        match = s.match
+        match, match_in = s.match, s.match_in
         for item in snap.by_name.get(s.name, ()):
-            if all(item[0].get(k) == v for k, v in match):
+            labels = item[0]
+            if all(labels.get(k) == v for k, v in match) and all(
+                labels.get(k) in vs for k, vs in match_in
+            ):
                 yield s.name, item
 
     def _rows(

@@ -34,6 +34,7 @@ READINGS = (
     "krea_gpu_utilization_ratio",
     "krea_gpu_memory_used_bytes",
     "krea_gpu_clock_event_active",
+    "krea_gpu_clock_event_reasons",
     "krea_gpu_ecc_errors_total",
     "krea_gpu_remapped_rows_total",
     "krea_nvlink_state",
@@ -289,6 +290,12 @@ def test_clock_event_bitmask_is_decoded_one_series_per_reason(node, make_collect
         "1": {"sw_power_cap", "hw_power_brake"},
         "2": set(),
     }
+    # the same reasons as one bitmask per GPU, which fleet-wide reads use
+    assert s.one("krea_gpu_clock_event_reasons", gpu="0") == 0x60
+    assert s.one("krea_gpu_clock_event_reasons", gpu="1") == float(
+        pynvml.nvmlClocksEventReasonSwPowerCap | pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
+    )
+    assert s.one("krea_gpu_clock_event_reasons", gpu="2") == 0.0
 
 
 def test_unknown_nvml_error_costs_one_series_for_one_scrape(node, make_collector) -> None:  # type: ignore[no-untyped-def]

@@ -12,15 +12,17 @@ One Prometheus (1 s scrape interval, 10 s window) scrapes:
 * a dcgm-exporter started with ``--no-hostname`` (no node label: the instance's host);
 * ``node-b``: our exporter, healthy, one GPU whose NVLink ``crc_data`` counter is not
   supported on any link (so its per-GPU sum is absent: unknown, not 0);
-* ``old-node``: our exporter's text without the per-GPU NVLink sums (an older exporter),
-  one link counting replays.
+* ``old-node``: our exporter's text without the per-GPU NVLink sums and the clock event
+  bitmask (an older exporter), one link counting replays, one GPU in thermal slowdown.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from typing import Any
 
 import pynvml
 import pytest
@@ -57,8 +59,10 @@ class World:
 
 
 def without_sums(text: str) -> str:
-    """Our exporter's text as an exporter from before the per-GPU NVLink series."""
-    return "".join(line + "\n" for line in text.splitlines() if "krea_gpu_nvlink_" not in line)
+    """Our exporter's text as an exporter from before the per-GPU NVLink series and the
+    clock event bitmask."""
+    newer = ("krea_gpu_nvlink_", "krea_gpu_clock_event_reasons")
+    return "".join(line + "\n" for line in text.splitlines() if not any(n in line for n in newer))
 
 
 def _dcgm_gpus() -> list[DcgmGpu]:
@@ -84,6 +88,7 @@ def world() -> Iterator[World]:
             ("nvmlDeviceGetNvLinkErrorCounter", link, pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA)
         )
     old = start_krea_node("old-node", PROCFS_TREE, seed=2)
+    old.nvml.gpus[2].clock_event_reasons = 0x20  # sw_thermal
 
     ib_node = "ib-krea"
     ib_exporter = Exporter(
@@ -132,6 +137,7 @@ def world() -> Iterator[World]:
         # then events inside the window: counters move, an XID arrives (its counter
         # series is born with it)
         gpus[2].nvlinks[5].replay = 20
+        gpus[2].nvlinks[5].crc_flit = 3
         old.nvml.gpus[3].nvlinks[9].replay = 40
         gpus[6].add_ecc_errors(uncorrected=2)
         assert krea.nvml.inject_xid(5, 79) == 1
@@ -202,12 +208,16 @@ def test_nvlink_errors_rates_and_down_links(fleet: FleetTelemetry) -> None:
     assert set(links) == {"gpu2/link5", "gpu7/link0"}
     bad = links["gpu2/link5"]
     assert bad.up is True
-    assert bad.errors_total == {"replay": 20.0, "recovery": 0.0, "crc_flit": 0.0, "crc_data": 0.0}
+    assert bad.errors_total == {"replay": 20.0, "recovery": 0.0, "crc_flit": 3.0, "crc_data": 0.0}
     assert bad.error_rate_per_s["replay"] > 0 and bad.error_rate_per_s["recovery"] == 0
     assert links["gpu7/link0"].up is False
     gpu2 = node.gpus[2]
-    assert gpu2.nvlink_errors_total == 20.0
+    assert gpu2.nvlink_errors_total == 23.0
     assert gpu2.nvlink_error_increase is not None and gpu2.nvlink_error_increase["replay"] > 0
+    # the faults (CRC) come from their own per-GPU read; replays are not faults
+    assert gpu2.nvlink_fault_increase == pytest.approx(3.0, rel=0.5)
+    assert gpu2.nvlink_error_increase["crc_flit"] == pytest.approx(gpu2.nvlink_fault_increase)
+    assert node.gpus[0].nvlink_fault_increase == 0.0
     assert node.gpus[0].nvlink_error_increase == {
         "replay": 0.0,
         "recovery": 0.0,
@@ -328,8 +338,8 @@ def test_ours_wins_over_dcgm_and_instance_names_unlabelled_nodes(fleet: FleetTel
 
 
 def test_a_failing_query_costs_only_its_family(world: World) -> None:
-    broken = Family("broken", FAMILY_BY_KEY["temperature"].spellings, kind="rate")
-    object.__setattr__(broken, "spellings", ())  # an empty query: Prometheus answers 400
+    # a served metric grouped by a label name PromQL cannot parse: Prometheus answers 400
+    broken = Family("broken", FAMILY_BY_KEY["temperature"].spellings, ("not a label",), "rate")
     families = (*[f for f in FAMILY_BY_KEY.values() if f.key != "power"], broken)
     with PrometheusSource(world.prom.url, settings(), families=families) as source:
         fleet = source.collect()
@@ -365,6 +375,27 @@ def test_an_exporter_without_the_sums_is_read_per_link(fleet: FleetTelemetry) ->
     assert {ln.name for ln in old.nvlinks} == {"gpu3/link9"}
 
 
+def test_an_exporter_without_the_clock_bitmask_is_read_per_reason(world: World) -> None:
+    with PrometheusSource(world.prom.url, settings()) as source:
+        asked: list[tuple[str, str]] = []
+        run = source._run
+
+        def spy(key: str, promql: str, at: float, labels: tuple[str, ...] | None = None) -> Any:
+            asked.append((key, promql))
+            return run(key, promql, at, labels)
+
+        source._run = spy  # type: ignore[method-assign]
+        fleet = source.collect(families={"gpu"})
+    old, new = fleet.nodes["old-node"], fleet.nodes["node-a"]
+    assert old.gpus[2].clock_events == {"sw_thermal"} and old.gpus[0].clock_events == set()
+    assert new.gpus[1].clock_events == {"sw_thermal", "hw_thermal"}  # from the bitmask
+    assert new.gpus[0].clock_events == set()
+    # the nine series per GPU are read for the old exporter's node alone
+    per_reason = [q for key, q in asked if key in ("clock_events", "clock_events_known")]
+    assert len(per_reason) == 2
+    assert all(re.findall(r'node=~"([^"]*)"', q) == [r"old\\-node"] for q in per_reason)
+
+
 def test_a_caller_gets_only_the_families_it_asks_for(world: World) -> None:
     with PrometheusSource(world.prom.url, settings()) as source:
         gpus = source.collect(families={"gpu"})
@@ -374,9 +405,10 @@ def test_a_caller_gets_only_the_families_it_asks_for(world: World) -> None:
     a = gpus.nodes["node-a"]
     assert a.ib_ports == () and a.nvlinks == ()  # not read
     assert a.gpus[0].temperature_c is not None and a.gpus[0].nvlinks_total is None
-    assert a.gpus[2].nvlink_error_increase is not None
-    assert a.gpus[2].nvlink_error_increase["replay"] > 0  # from the sums alone
-    assert a.gpus[2].nvlink_errors_total is None  # a total is not a GPU verdict input
+    # the verdicts' NVLink input is one fault rate per GPU; counters and totals are detail
+    assert a.gpus[2].nvlink_fault_increase is not None and a.gpus[2].nvlink_fault_increase > 0
+    assert a.gpus[0].nvlink_fault_increase == 0.0
+    assert a.gpus[2].nvlink_error_increase is None and a.gpus[2].nvlink_errors_total is None
     # an older exporter's NVLink increase still comes from its links
     inc = gpus.nodes["old-node"].gpus[3].nvlink_error_increase
     assert inc is not None and inc["replay"] > 0

@@ -1,0 +1,46 @@
+"""The plain-value reading of Prometheus answers, and which families take it."""
+
+from __future__ import annotations
+
+import json
+
+from krea_ops.telemetry.dialects import FAMILY_BY_KEY
+from krea_ops.telemetry.prometheus import decode_values, value_labels
+
+
+def answer(*series: tuple[dict[str, str], str]) -> str:
+    """An instant-query answer as Prometheus writes it (compact, labels sorted)."""
+    result = [{"metric": dict(sorted(m.items())), "value": [1795995662.346, v]} for m, v in series]
+    body = {"status": "success", "data": {"resultType": "vector", "result": result}}
+    return json.dumps(body, separators=(",", ":"))
+
+
+def test_plain_rows_are_read_as_label_values_and_value_text() -> None:
+    text = answer(({"node": "n1", "gpu": "0"}, "38"), ({"node": "n-2", "gpu": "7"}, "NaN"))
+    assert decode_values(text, ("gpu", "node")) == [("0", "n1", "38"), ("7", "n-2", "NaN")]
+    assert decode_values(answer(), ("gpu", "node")) == []
+    ports = answer(({"node": "n1", "device": "mlx5_0", "port": "1"}, "4"))
+    assert decode_values(ports, ("device", "node", "port")) == [("mlx5_0", "n1", "1", "4")]
+
+
+def test_any_other_shape_is_left_to_the_json_parser() -> None:
+    escaped = answer(({"node": 'n"1', "gpu": "0"}, "38"), ({"node": "n2", "gpu": "1"}, "1"))
+    assert decode_values(escaped, ("gpu", "node")) is None
+    extra = answer(({"node": "n1", "gpu": "0", "job": "x"}, "38"))
+    assert decode_values(extra, ("gpu", "node")) is None
+    error = json.dumps({"status": "error", "errorType": "bad_data", "error": "parse error"})
+    assert decode_values(error, ("gpu", "node")) is None
+    spaced = json.dumps(json.loads(answer(({"node": "n1", "gpu": "0"}, "38"))))
+    assert decode_values(spaced, ("gpu", "node")) is None  # another server's formatting
+
+
+def test_only_one_value_per_gpu_or_port_of_our_exporter_takes_the_plain_path() -> None:
+    only_ours = FAMILY_BY_KEY["temperature"]
+    ours = type(only_ours)(only_ours.key, only_ours.spellings[:1])
+    assert value_labels(ours) == ("gpu", "node")
+    assert value_labels(only_ours) is None  # three spellings: rows carry which one
+    assert value_labels(FAMILY_BY_KEY["ib_state"]) is None
+    ib_ours = type(ours)("ib_state", FAMILY_BY_KEY["ib_state"].spellings[:1], ("device", "port"))
+    assert value_labels(ib_ours) == ("device", "node", "port")
+    for key in ("gpu_info", "clock_events", "xid_rate", "fresh", "clock_events_known"):
+        assert value_labels(FAMILY_BY_KEY[key]) is None, key
