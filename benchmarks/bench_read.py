@@ -27,6 +27,7 @@ import json
 import os
 import queue
 import re
+import resource
 import shlex
 import shutil
 import signal
@@ -40,6 +41,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -458,26 +460,44 @@ def free_port() -> int:
 # Timing
 
 
-def time_command(
-    argv: list[str], env: dict[str, str], repeat: int
-) -> tuple[list[float], int, int, str]:
-    """(walls, output bytes, rows, first stderr line) of ``repeat`` runs."""
-    walls: list[float] = []
-    nbytes = rows = 0
-    err = ""
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Timing:
+    walls: list[float]
+    own_cpu: list[float]  # the command's own user + system CPU
+    servers_cpu: list[float]  # Prometheus' + the API server's CPU during the command
+    nbytes: int
+    rows: int
+    err: str
+
+
+def time_command(argv: list[str], env: dict[str, str], repeat: int, servers: list[int]) -> Timing:
+    """``repeat`` runs: wall, own CPU, the servers' CPU meanwhile, output bytes, rows, and
+    the first stderr line."""
+    t = Timing([], [], [], 0, 0, "")
     for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        served = sum(process_cpu(pid) for pid in servers)
         t0 = time.perf_counter()
         proc = subprocess.run(argv, env=env, capture_output=True, cwd=ROOT)
-        walls.append(time.perf_counter() - t0)
-        nbytes = len(proc.stdout)
+        t.walls.append(time.perf_counter() - t0)
+        t.servers_cpu.append(sum(process_cpu(pid) for pid in servers) - served)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t.own_cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+        t.nbytes = len(proc.stdout)
         if proc.returncode != 0 or proc.stderr.strip():
-            err = f"exit {proc.returncode}: " + proc.stderr.decode(errors="replace").strip()[:300]
+            t.err = f"exit {proc.returncode}: " + proc.stderr.decode(errors="replace")[:300]
         try:
             data = json.loads(proc.stdout)
-            rows = len(data["items"]) if isinstance(data, dict) else len(data)
+            t.rows = len(data["items"]) if isinstance(data, dict) else len(data)
         except (ValueError, KeyError, TypeError):
-            rows = -1
-    return walls, nbytes, rows, err
+            t.rows = -1
+    return t
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -494,6 +514,13 @@ def main(argv: list[str] | None = None) -> int:
         choices=("sick", "all"),
         default="sick",
         help="which nodes get the per-link NVLink series (all: 720 more series per node)",
+    )
+    parser.add_argument(
+        "--load",
+        choices=("backfill", "head"),
+        default="backfill",
+        help="backfill: promtool blocks on disk; head: remote write into Prometheus' "
+        "in-memory head, as a scraping Prometheus holds its last hours",
     )
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--hold", type=float, default=0, help="keep serving this long, s")
@@ -529,36 +556,43 @@ def main(argv: list[str] | None = None) -> int:
             first = t0 - window - args.interval
             count = int((t0 + args.horizon - first) // args.interval) + 1
             times = [first + i * args.interval for i in range(count)]
-            om = tmp / "fleet.om"
-            g0 = time.perf_counter()
-            series, samples = write_openmetrics(om, fleet, times, t0)
-            gen_s = time.perf_counter() - g0
-            print(
-                f"- synthesized {series:,} series x {count} samples = {samples:,} samples"
-                f" ({om.stat().st_size / 2**30:.2f} GiB OpenMetrics) in {gen_s:.0f} s;"
-                f" timestamps every {args.interval:g} s from {window + args.interval:g} s before"
+            span = (
+                f"timestamps every {args.interval:g} s from {window + args.interval:g} s before"
                 f" the start to {args.horizon:g} s after it (in the future), so instant"
-                " queries at 'now' see samples under a minute old for the whole run",
-                flush=True,
+                " queries at 'now' see samples under a minute old for the whole run"
             )
             data = tmp / "data"
-            b0 = time.perf_counter()
-            subprocess.run(
-                [
-                    shutil.which("promtool") or "promtool",
-                    "tsdb",
-                    "create-blocks-from",
-                    "openmetrics",
-                    str(om),
-                    str(data),
-                ],
-                check=True,
-                stdout=subprocess.DEVNULL,
-            )
-            om.unlink()
-            print(f"- promtool backfill: {time.perf_counter() - b0:.0f} s", flush=True)
             p0 = time.perf_counter()
-            prom = Prometheus(data, tmp / "prometheus.yml", free_port())
+            if args.load == "head":
+                prom = Prometheus(data, tmp / "prometheus.yml", free_port())
+                series, samples = remote_write(prom.url, fleet, times, t0)
+                print(
+                    f"- remote-wrote {series:,} series x {count} samples = {samples:,} samples"
+                    f" into the head in {time.perf_counter() - p0:.0f} s; {span}",
+                    flush=True,
+                )
+            else:
+                om = tmp / "fleet.om"
+                series, samples = write_openmetrics(om, fleet, times, t0)
+                print(
+                    f"- synthesized {series:,} series x {count} samples = {samples:,} samples"
+                    f" ({om.stat().st_size / 2**30:.2f} GiB OpenMetrics) in"
+                    f" {time.perf_counter() - p0:.0f} s; {span}",
+                    flush=True,
+                )
+                b0 = time.perf_counter()
+                subprocess.run(
+                    [
+                        shutil.which("promtool") or "promtool",
+                        *("tsdb", "create-blocks-from", "openmetrics", str(om), str(data)),
+                    ],
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                )
+                om.unlink()
+                print(f"- promtool backfill: {time.perf_counter() - b0:.0f} s", flush=True)
+                p0 = time.perf_counter()
+                prom = Prometheus(data, tmp / "prometheus.yml", free_port())
             up = prom.query("count(krea_gpu_up)")
             print(
                 f"- prometheus {prom.url} ready in {time.perf_counter() - p0:.0f} s;"
@@ -579,11 +613,13 @@ def main(argv: list[str] | None = None) -> int:
                 ("krea-ops nodes list -o json", [*ko, "nodes", "list", "-o", "json"]),
                 ("krea-ops fabric -o json", [*ko, "fabric", "-o", "json"]),
             ]
-            results = []
+            results: list[tuple[str, Timing]] = []
+            servers = [prom.proc.pid, server.pid]
             for name, cmd in runs:
-                walls, nbytes, rows, err = time_command(cmd, env, args.repeat)
-                results.append((name, walls, nbytes, rows, err))
-                print(f"  {name}: median {statistics.median(walls):.2f} s {err}", flush=True)
+                timing = time_command(cmd, env, args.repeat, servers)
+                results.append((name, timing))
+                median = statistics.median(timing.walls)
+                print(f"  {name}: median {median:.2f} s {timing.err.strip()}", flush=True)
             if args.hold:
                 print(
                     f"holding {args.hold:g} s: KUBECONFIG={server.target.kubeconfig} "
@@ -598,24 +634,41 @@ def main(argv: list[str] | None = None) -> int:
             if prom is not None:
                 prom.stop()
             server.stop()
-        kubectl_median = statistics.median(results[0][1])
+        kubectl_median = statistics.median(results[0][1].walls)
         print()
         print(
             table(
-                ["command", "median s", "min s", "max s", "x kubectl", "output bytes", "rows"],
+                [
+                    "command",
+                    "median s",
+                    "min s",
+                    "max s",
+                    "x kubectl",
+                    "own CPU s",
+                    "servers' CPU s",
+                    "output bytes",
+                    "rows",
+                ],
                 [
                     [
                         f"`{name}`",
-                        f"{statistics.median(w):.2f}",
-                        f"{min(w):.2f}",
-                        f"{max(w):.2f}",
-                        f"{statistics.median(w) / kubectl_median:.2f}",
-                        f"{nbytes:,}",
-                        f"{rows:,}",
+                        f"{statistics.median(t.walls):.2f}",
+                        f"{min(t.walls):.2f}",
+                        f"{max(t.walls):.2f}",
+                        f"{statistics.median(t.walls) / kubectl_median:.2f}",
+                        f"{statistics.median(t.own_cpu):.2f}",
+                        f"{statistics.median(t.servers_cpu):.2f}",
+                        f"{t.nbytes:,}",
+                        f"{t.rows:,}",
                     ]
-                    for name, w, nbytes, rows, _ in results
+                    for name, t in results
                 ],
             )
+        )
+        print(
+            "\nown CPU: the command's user + system CPU (median); servers' CPU: what"
+            " Prometheus and the API server used meanwhile (median; kubectl uses only the"
+            " API server)."
         )
         print(
             f"\n{args.nodes} nodes x {GPUS} GPUs x {HCAS} HCAs, {args.repeat} runs each, "

@@ -738,7 +738,14 @@ class Assembler:
         dialect = next((d for d in (KREA, NODE_EXPORTER) if d in present), None)
         totals: dict[str, float] = {}
         rates: dict[str, float] = {}
-        if dialect is not None:
+        if dialect is None and "ib_error_present" not in self.read:
+            # which counters exist was not asked (a verdicts-only read): the sparse rows
+            # that came back stand; the counters they leave out are unknown, not 0
+            sparse = obj.dicts.get("ib_error_rate") or {}
+            dialect = next((d for d in (KREA, NODE_EXPORTER) if d in sparse), None)
+            rates = dict(sparse[dialect]) if dialect is not None else {}
+            totals = dict(self._best(obj.dicts.get("ib_error_total")) or {})
+        elif dialect is not None:
             counters = present[dialect]
             if self._got("ib_error_total"):
                 totals = dict.fromkeys(counters, 0.0)

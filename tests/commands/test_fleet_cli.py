@@ -181,6 +181,10 @@ def test_nodes_show_and_fabric(world: SimWorld, capsys: pytest.CaptureFixture[st
 
     worst = until(flapped)
     assert worst["node"] == "gpu-node-000" and worst["port"].startswith("mlx5_2")
+    # the fleet list reads only the verdicts' rows (no counter-presence): the flap shows
+    _, listed, _ = run_json(capsys, *kc(world), "nodes", "list", "-o", "json")
+    row = next(r for r in listed if r["name"] == "gpu-node-000")
+    assert row["verdict"] == "BAD" and any("mlx5_2" in r for r in row["reasons"]), row
     capsys.readouterr()
     assert invoke([*kc(world), "nodes", "show", "gpu-node-000"]) == 0
     text = capsys.readouterr().out
