@@ -89,7 +89,7 @@ def _snapshot(
     ctx: typer.Context, *, node: str | None = None, selector: str | None = None
 ) -> tuple[FleetSnapshot, Any]:
     # one node is cheap to read whole; the fleet-wide list reads what the verdicts need
-    families = None if node else ("gpu", "nvlink", "ib")
+    families = None if node else ("verdicts",)
     return read_fleet(ctx, node=node, selector=selector, families=families)
 
 

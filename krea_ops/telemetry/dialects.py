@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -53,6 +53,9 @@ IB_DETAIL = "ib_detail"  # IB data rates and error totals (``fabric``, ``nodes s
 NVLINK_DETAIL = "nvlink_detail"  # NVLink errors per counter (``fabric``, ``nodes show``)
 GPU_DETAIL = "gpu_detail"  # GPU readings no fleet-wide view shows (SM clock)
 GROUPS = (GPU, NVLINK, IB, IB_DETAIL, GPU_DETAIL, NVLINK_DETAIL)
+# What the health rules read, from the gpu, nvlink and ib groups (``nodes list``): the
+# families marked ``verdict``, error-like ones only where they are not 0
+VERDICTS = "verdicts"
 
 MIB = 1024.0 * 1024.0
 
@@ -160,7 +163,9 @@ class Family:
     caller asks for (``GROUPS``). ``fallback_of``: a wider form of the reading of that
     family (nine series per GPU where newer exporters serve one); where that family's
     first spelling exists anywhere in the fleet, this one is read only for the nodes
-    whose GPUs lack it (an exporter not yet upgraded).
+    whose GPUs lack it (an exporter not yet upgraded). ``verdict``: a health rule reads
+    it (``VERDICTS``); ``verdict_keep``: the ``keep`` of a verdicts-only read (a 0 there
+    fires no rule, so it is left out).
     """
 
     key: str
@@ -177,6 +182,8 @@ class Family:
     # the rows are stored under this family key (a per-link family split by dialect)
     into: str | None = None
     fallback_of: str | None = None
+    verdict: bool = True
+    verdict_keep: str | None = None
 
     @property
     def store(self) -> str:
@@ -569,18 +576,63 @@ FAMILIES: tuple[Family, ...] = (
     ),
 )
 
+# What the health rules do not read (``VERDICTS`` leaves these out), and the readings
+# whose 0 fires no rule (a verdicts-only read asks for them only where they are not 0).
+NOT_VERDICT = frozenset(
+    {
+        "memory_temperature",
+        "power",
+        "power_limit",
+        "util",
+        "tensor_active",
+        "sm_active",
+        "memory_used",
+        "memory_total",
+        "xid_monitored",
+        "sm_clock",
+        "nvlink_sum_total",
+        "nvlink_sum_rate",
+        "nvlink_sum_present",
+        "dcgm_link_total",
+        "link_total",
+        "ib_rx",
+        "ib_tx",
+        "ib_error_total",
+        "ib_error_present",
+    }
+)
+VERDICT_KEEP = {
+    "xid_last": ">0",
+    "ecc_uncorrected_rate": ">0",
+    "row_remap_pending": ">0",
+    "row_remap_failed": ">0",
+    "nvlink_fault_rate": ">0",
+}
+FAMILIES = tuple(
+    replace(f, verdict=f.key not in NOT_VERDICT, verdict_keep=VERDICT_KEEP.get(f.key))
+    for f in FAMILIES
+)
+
 FAMILY_BY_KEY: Mapping[str, Family] = MappingProxyType({f.key: f for f in FAMILIES})
 
 
 def select(families: Sequence[Family], groups: Collection[str] | None) -> tuple[Family, ...]:
-    """The families a caller asked for (``groups`` of ``GROUPS``; None: all), plus
-    freshness, which every snapshot needs."""
+    """The families a caller asked for (``groups`` of ``GROUPS`` and ``VERDICTS``; None:
+    all), plus freshness, which every snapshot needs."""
     if groups is None:
         return tuple(families)
-    unknown = set(groups) - set(GROUPS)
+    unknown = set(groups) - {*GROUPS, VERDICTS}
     if unknown:
-        raise ValueError(f"unknown telemetry families {sorted(unknown)}: choose from {GROUPS}")
-    return tuple(f for f in families if f.group in groups or f.group == "fresh")
+        raise ValueError(
+            f"unknown telemetry families {sorted(unknown)}: choose from {(*GROUPS, VERDICTS)}"
+        )
+    out: list[Family] = []
+    for f in families:
+        if f.group in groups or f.group == "fresh":
+            out.append(f)
+        elif VERDICTS in groups and f.verdict and f.group in (GPU, NVLINK, IB):
+            out.append(replace(f, keep=f.verdict_keep) if f.verdict_keep else f)
+    return tuple(out)
 
 
 # A row: the labels Prometheus (or the scrape evaluator) returned, and the value.

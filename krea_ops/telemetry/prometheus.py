@@ -48,6 +48,7 @@ from krea_ops.telemetry.dialects import (
     NODE_LABELS,
     NVLINK,
     SRC,
+    VERDICTS,
     Family,
     Row,
     Spelling,
@@ -467,7 +468,9 @@ class PrometheusSource(TelemetrySource):
         # that the fleet-wide read is cheaper): per-link NVLink rows, exact presence masks
         rounds: list[tuple[Family, Collection[str] | None]] = []
         if later:
-            need = asm.nodes_needing_links(detail=groups is None or NVLINK in groups)
+            need = asm.nodes_needing_links(
+                detail=groups is None or bool({NVLINK, VERDICTS} & set(groups))
+            )
             if need:
                 limited: Collection[str] | None = need if len(need) <= LINK_QUERY_NODES else None
                 rounds += [(f, limited) for f in later]

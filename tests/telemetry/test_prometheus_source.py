@@ -29,6 +29,7 @@ import pytest
 
 from krea_ops.exporters.infiniband import InfinibandCollector
 from krea_ops.exporters.server import Exporter, HttpEndpoint
+from krea_ops.health import HealthPolicy, node_verdict
 from krea_ops.model import FleetTelemetry, GpuSample, NodeTelemetry
 from krea_ops.telemetry import PrometheusSource
 from krea_ops.telemetry.dialects import FAMILY_BY_KEY, Family
@@ -425,3 +426,28 @@ def test_a_caller_gets_only_the_families_it_asks_for(world: World, fleet: FleetT
     mlx4 = {p.name: p for p in fleet.nodes["ib-node"].ib_ports}["mlx4_0/1"]
     assert "symbol_error" not in mlx4.error_increase
     assert mlx4.error_increase["port_rcv_errors"] == 0.0
+
+
+def test_a_verdicts_only_read_gives_the_same_verdicts(world: World) -> None:
+    """``nodes list`` reads only what the health rules read, error-like readings only
+    where they are not 0: every node's verdict must be the one the full read gives."""
+    policy = HealthPolicy.from_settings(settings())
+    with PrometheusSource(world.prom.url, settings()) as source:
+        full = source.collect()
+        lean = source.collect(families={"verdicts"})
+
+    def verdicts(fleet: FleetTelemetry) -> dict[str, list[tuple[object, ...]]]:
+        return {
+            name: sorted(
+                (int(r.severity), r.code, r.gpu, r.port)
+                for r in node_verdict(None, tel, policy).reasons
+            )
+            for name, tel in fleet.nodes.items()
+        }
+
+    assert verdicts(lean) == verdicts(full)
+    codes = {code for reasons in verdicts(lean).values() for _, code, _, _ in reasons}
+    assert {"gpu_hot", "gpu_lost", "gpu_hw_thermal"} <= codes, codes
+    a = lean.nodes["node-a"].gpus[0]
+    assert a.temperature_c is not None  # a rule reads it
+    assert a.power_w is None and a.util_ratio is None and a.memory_used_bytes is None  # none does
