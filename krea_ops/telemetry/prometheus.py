@@ -410,6 +410,16 @@ class PrometheusSource(TelemetrySource):
             return family
         return dataclasses.replace(family, spellings=kept)
 
+    @staticmethod
+    def verdict_keep(family: Family) -> Family:
+        """A verdicts-only read leaves out readings no rule fires on, but only for a family
+        one dialect serves: with two, our reading under the threshold would be left out
+        and a peer's over it for the same GPU would win, where the full read shows ours."""
+        own = FAMILY_BY_KEY.get(family.key)
+        if own is None or family.keep == own.keep or len(family.spellings) < 2:
+            return family
+        return dataclasses.replace(family, keep=own.keep)
+
     # -- collect ------------------------------------------------------------------------
 
     def collect(
@@ -430,7 +440,7 @@ class PrometheusSource(TelemetrySource):
         )
         targets: Future[list[dict[str, Any]]] = self._pool.submit(self._targets)
         names = self._names(at)
-        chosen = [self.served(f, names) for f in select(self.families, groups)]
+        chosen = [self.verdict_keep(self.served(f, names)) for f in select(self.families, groups)]
         by_key = {f.key: f for f in chosen}
         for f in chosen:
             if not f.spellings:

@@ -449,5 +449,21 @@ def test_a_verdicts_only_read_gives_the_same_verdicts(world: World) -> None:
     codes = {code for reasons in verdicts(lean).values() for _, code, _, _ in reasons}
     assert {"gpu_hot", "gpu_lost", "gpu_hw_thermal"} <= codes, codes
     a = lean.nodes["node-a"].gpus[0]
-    assert a.temperature_c is not None  # a rule reads it
-    assert a.power_w is None and a.util_ratio is None and a.memory_used_bytes is None  # none does
+    # node-a's temperature has DCGM spellings too here: read whole, as the full read does
+    assert a.temperature_c is not None
+    assert a.power_w is None and a.util_ratio is None and a.memory_used_bytes is None  # no rule
+
+    # a fleet of our exporter alone: error-like readings come back only where not 0, and
+    # the verdicts are still the full read's
+    ours = tuple(
+        replace(f, spellings=tuple(s for s in f.spellings if s.dialect == "krea"))
+        for f in FAMILY_BY_KEY.values()
+    )
+    with PrometheusSource(world.prom.url, settings(), families=ours) as source:
+        full = source.collect({"node-a", "node-b", "old-node"})
+        lean = source.collect({"node-a", "node-b", "old-node"}, families={"verdicts"})
+    assert verdicts(lean) == verdicts(full)
+    gpus = lean.nodes["node-a"].gpus
+    assert gpus[3].temperature_c == 85 and gpus[3].temperature_min_window_c == 85
+    assert gpus[0].row_remap_pending is None  # 0: left out (no rule fires on it)
+    assert full.nodes["node-a"].gpus[0].row_remap_pending is False
