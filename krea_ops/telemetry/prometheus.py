@@ -1,20 +1,27 @@
 """Fleet telemetry from Prometheus: one instant query per family for the whole fleet.
 
-Each ``Family`` of ``dialects.py`` becomes one PromQL expression: the ``or`` of one
-sub-expression per spelling, each aggregated down to the node identity labels plus the
-family's object labels (so no job, pod or driver labels travel; our exporter's series by
-``node`` alone) and, where a family has more than one spelling, tagged with
-``krea_ops_src`` = the spelling's metric name. All queries of one collect() are evaluated
-at the same instant and run concurrently in a small thread pool; the targets API
-(``/api/v1/targets``) adds why a node's exporter is failing. Only the families of the
-groups the caller asks for are read (``collect(families=...)``).
+A collect first asks which metric names exist (``/api/v1/label/__name__/values``, one
+index read) so that each ``Family`` of ``dialects.py`` is asked only for the spellings
+somebody serves (a family nobody serves is not queried at all). It then becomes one PromQL
+expression: the ``or`` of one sub-expression per served spelling, each aggregated down to
+the node identity labels plus the family's object labels (so no job, pod or driver labels
+travel; our exporter's series by ``node`` alone) and, where more than one spelling is
+served, tagged with ``krea_ops_src`` = the spelling's metric name. All queries of one
+collect() are evaluated at the same instant and run concurrently in a small thread pool;
+the targets API (``/api/v1/targets``) adds why a node's exporter is failing. Only the
+families of the groups the caller asks for are read (``collect(families=...)``).
+Answers of one value per GPU or per port of ours are read with one regular expression
+(``decode_values``) rather than a JSON object per row.
 
-Error counters and link states are read sparsely (``> 0``, ``< 1``). NVLink is read per
-GPU from our exporter's sums (131 k series at 4,096 nodes, not the 2.4 M per-link ones);
-the per-link families are a second round, restricted to the nodes that need them
-(``Assembler.nodes_needing_links``): errors in the window or a link down per the sums, or
-an exporter without the sums. Asking for at most ``DETAIL_NODES`` nodes reads every link
-of those nodes in the first round.
+At fleet scale the cost is rows (see docs/benchmarks.md): error counters and link states
+are read sparsely (``> 0``, ``< 1``); NVLink is read per GPU from our exporter's sums (the
+verdicts: one fault rate per GPU), not from the 2.4 M per-link series at 4,096 nodes; the
+clock events as one bitmask per GPU. Second rounds, restricted by ``node=~`` to the nodes
+that need them (at most ``LINK_QUERY_NODES``; more: fleet-wide): per-link NVLink rows
+(``Assembler.nodes_needing_links``: errors in the window or a link down per the sums, or
+an exporter without the sums), an older exporter's per-reason clock events
+(``Family.fallback_of``), exact presence masks. Asking for at most ``DETAIL_NODES`` nodes
+reads every link of those nodes in the first round.
 """
 
 from __future__ import annotations
@@ -392,6 +399,11 @@ class PrometheusSource(TelemetrySource):
             if response.status_code != 200:
                 return None
             data = json.loads(response.content).get("data")
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            # not there: say so now rather than after every query has timed out too
+            raise Unavailable(
+                f"Prometheus at {self.url} is not answering ({self._reason(exc)}): {FIX}"
+            ) from exc
         except (requests.RequestException, ValueError):
             return None
         return frozenset(data) if isinstance(data, list) else None
