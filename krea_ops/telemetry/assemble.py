@@ -76,6 +76,22 @@ class _NodeAcc:
 _DIALECT_RANK = {KREA: 0, DCGM: 1, NODE_EXPORTER: 1}
 
 
+# families whose reading is a dict keyed by a sub-label even where the label is absent
+_KEYED = frozenset({"xid_rate", "xid_count", "gpu_down", "clock_events"})
+
+
+def folds_simply(family: Family) -> bool:
+    """One value per GPU or per port, folded by the object's label values alone
+    (``_add_simple``, ``add_values``): most rows of a fleet read."""
+    return (
+        family.kind not in ("fresh", "present", "present_rate")
+        and family.store != "gpu_info"
+        and family.store not in _KEYED
+        and family.by in (("gpu",), ("device", "port"))
+        and not any(s.pattern or s.const for s in family.spellings)
+    )
+
+
 def _pick(
     hit: tuple[_NodeAcc, _Obj], key: str, rank: int, dialect: str, value: float, summing: bool
 ) -> None:
@@ -177,17 +193,8 @@ class Assembler:
         key = family.store
         fresh = family.kind == "fresh"
         # (summing, keyed by a sub-label even when it is absent)
-        flags = (
-            family.agg in ("sum", "count"),
-            key in ("xid_rate", "xid_count", "gpu_down", "clock_events"),
-        )
-        if (
-            not fresh
-            and key != "gpu_info"
-            and not flags[1]
-            and family.by in (("gpu",), ("device", "port"))
-            and not any(s.pattern or s.const for s in family.spellings)
-        ):
+        flags = (family.agg in ("sum", "count"), key in _KEYED)
+        if folds_simply(family):
             self._add_simple(family, rows, info, only, flags[0])
             return
         wanted = self.nodes
@@ -371,14 +378,7 @@ class Assembler:
             sub_key = sub if sub is not None else ""
             d[sub_key] = d.get(sub_key, 0.0) + value if summing else value
             return
-        pick = obj.picks.get(key)
-        dialect_rank = rank // 1000
-        if pick is None or dialect_rank < pick[0] // 1000:
-            obj.picks[key] = (rank, value)
-        elif summing and dialect_rank == pick[0] // 1000:
-            obj.picks[key] = (pick[0], pick[1] + value)
-        elif rank < pick[0]:
-            obj.picks[key] = (rank, value)
+        _pick((acc, obj), key, rank, dialect, value, summing)
 
     def _fold_present(
         self, family: Family, acc: _NodeAcc, labels: Mapping[str, str], mask: float
@@ -743,8 +743,9 @@ class Assembler:
             # that came back stand; the counters they leave out are unknown, not 0
             sparse = obj.dicts.get("ib_error_rate") or {}
             dialect = next((d for d in (KREA, NODE_EXPORTER) if d in sparse), None)
-            rates = dict(sparse[dialect]) if dialect is not None else {}
-            totals = dict(self._best(obj.dicts.get("ib_error_total")) or {})
+            if dialect is not None:
+                rates = dict(sparse[dialect])
+                totals = dict(obj.dicts.get("ib_error_total", {}).get(dialect) or {})
         elif dialect is not None:
             counters = present[dialect]
             if self._got("ib_error_total"):

@@ -633,7 +633,7 @@ def select(families: Sequence[Family], groups: Collection[str] | None) -> tuple[
         if f.group in groups or f.group == "fresh":
             out.append(f)
         elif VERDICTS in groups and f.verdict and f.group in (GPU, NVLINK, IB):
-            out.append(replace(f, keep=f.verdict_keep) if f.verdict_keep else f)
+            out.append(f)  # (a Prometheus read may leave its zeros out: verdict_keep)
     return tuple(out)
 
 

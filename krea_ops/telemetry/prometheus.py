@@ -43,7 +43,7 @@ from urllib3.util.retry import Retry
 from krea_ops.errors import Unavailable
 from krea_ops.model import FleetTelemetry
 from krea_ops.settings import Settings
-from krea_ops.telemetry.assemble import Assembler, TargetDown
+from krea_ops.telemetry.assemble import Assembler, TargetDown, folds_simply
 from krea_ops.telemetry.dialects import (
     DETAIL_NODES,
     FAMILIES,
@@ -66,23 +66,15 @@ from krea_ops.telemetry.source import TelemetrySource, short_reason
 
 WORKERS = 8
 
-# Families whose rows fold through ``Assembler.add_values``: one spelling of ours, one
-# value per GPU or per port (the query keeps exactly ``node`` and those labels).
-_VALUE_KINDS = ("gauge", "rate", "min_window", "max_window")
-_VALUE_BY = (("gpu",), ("device", "port"))
-
 
 def value_labels(family: Family) -> tuple[str, ...] | None:
     """The labels of a family's rows, in the (sorted) order Prometheus writes them, when
-    its answer can be decoded as plain values (see ``decode_values``); else None."""
-    if len(family.spellings) != 1 or family.kind not in _VALUE_KINDS:
+    its answer can be decoded as plain values (see ``decode_values``) and folded by
+    ``Assembler.add_values``: one spelling of ours (the query keeps exactly ``node`` and
+    the object's labels) on the simple path; else None."""
+    if len(family.spellings) != 1 or family.spellings[0].dialect != KREA:
         return None
-    s = family.spellings[0]
-    if s.dialect != KREA or s.pattern or s.const or family.by not in _VALUE_BY:
-        return None
-    if family.store == "gpu_info":
-        return None
-    return tuple(sorted(("node", *family.by)))
+    return tuple(sorted(("node", *family.by))) if folds_simply(family) else None
 
 
 _PATTERNS: dict[tuple[str, ...], re.Pattern[str]] = {}
@@ -423,14 +415,14 @@ class PrometheusSource(TelemetrySource):
         return dataclasses.replace(family, spellings=kept)
 
     @staticmethod
-    def verdict_keep(family: Family) -> Family:
-        """A verdicts-only read leaves out readings no rule fires on, but only for a family
-        one dialect serves: with two, our reading under the threshold would be left out
-        and a peer's over it for the same GPU would win, where the full read shows ours."""
-        own = FAMILY_BY_KEY.get(family.key)
-        if own is None or family.keep == own.keep or len(family.spellings) < 2:
+    def lean(family: Family, verdicts: bool) -> Family:
+        """In a verdicts-only read, ``family`` asking only for the rows a rule can fire on
+        (``verdict_keep``), where one dialect serves it: with two, our 0 would be left out
+        and a peer's non-zero reading of the same GPU would win, where the full read shows
+        ours."""
+        if not verdicts or family.verdict_keep is None or len(family.spellings) != 1:
             return family
-        return dataclasses.replace(family, keep=own.keep)
+        return dataclasses.replace(family, keep=family.verdict_keep)
 
     # -- collect ------------------------------------------------------------------------
 
@@ -452,7 +444,8 @@ class PrometheusSource(TelemetrySource):
         )
         targets: Future[list[dict[str, Any]]] = self._pool.submit(self._targets)
         names = self._names(at)
-        chosen = [self.verdict_keep(self.served(f, names)) for f in select(self.families, groups)]
+        lean = groups is not None and VERDICTS in groups
+        chosen = [self.lean(self.served(f, names), lean) for f in select(self.families, groups)]
         by_key = {f.key: f for f in chosen}
         for f in chosen:
             if not f.spellings:
