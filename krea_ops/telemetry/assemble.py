@@ -290,21 +290,29 @@ class Assembler:
         wanted = self.nodes
         objs = self._objs
         at = [order.index(name) for name in ("node", *family.by)]
+        i_node, i_a = at[0], at[1]
+        i_b = at[2] if len(at) > 2 else -1
         gpu_side = family.by[0] == "gpu"
         scale = spelling.scale
         for row in rows:
             value = float(row[-1])
             if value != value:  # NaN
                 continue
-            node = row[at[0]]
+            node = row[i_node]
             if wanted is not None and node not in wanted:
                 continue
-            okey = (node, row[at[1]]) if gpu_side else (node, row[at[1]], row[at[2]])
+            okey = (node, row[i_a]) if gpu_side else (node, row[i_a], row[i_b])
             hit = objs.get(okey, _MISSING)
             if hit is _MISSING:
                 hit = self._simple_obj(family, node, okey, dict(zip(order, row[:-1], strict=True)))
-            if hit is not None:
+            if hit is None:
+                continue
+            picks = hit[1].picks
+            if key in picks:
                 _pick(hit, key, rank, dialect, value * scale, summing)
+            else:  # the object's first value of it (nearly every row): nothing to rank
+                picks[key] = (rank, value * scale)
+                hit[0].dialects.add(dialect)
         if rows:
             self.dialects.add(dialect)
 

@@ -21,6 +21,7 @@ Where two dialects report the same GPU or port, the spelling listed first wins (
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -610,6 +611,9 @@ VERDICT_KEEP = {
     "row_remap_failed": ">0",
     "nvlink_fault_rate": ">0",
 }
+# Readings only the health rules read: no table or screen shows their values, so any read
+# for a view (a caller naming its groups) asks for them like a verdicts-only read does.
+RULES_ONLY = frozenset({"ecc_uncorrected_rate", "row_remap_pending", "row_remap_failed"})
 FAMILIES = tuple(
     replace(f, verdict=f.key not in NOT_VERDICT, verdict_keep=VERDICT_KEEP.get(f.key))
     for f in FAMILIES
@@ -670,6 +674,7 @@ def state_name(value: float | None, names: Mapping[int, str]) -> str | None:
     return names.get(code, f"UNKNOWN({code})")
 
 
+@functools.lru_cache(maxsize=1024)  # a fleet's GPUs share a handful of masks
 def decode_clock_mask(mask: float) -> frozenset[str]:
     bits = int(mask)
     return frozenset(name for name, bit in CLOCK_EVENT_BITS if bits & bit)

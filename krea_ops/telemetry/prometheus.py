@@ -54,6 +54,7 @@ from krea_ops.telemetry.dialects import (
     NAME,
     NODE_LABELS,
     NVLINK,
+    RULES_ONLY,
     SRC,
     VERDICTS,
     Family,
@@ -415,12 +416,15 @@ class PrometheusSource(TelemetrySource):
         return dataclasses.replace(family, spellings=kept)
 
     @staticmethod
-    def lean(family: Family, verdicts: bool) -> Family:
-        """In a verdicts-only read, ``family`` asking only for the rows a rule can fire on
-        (``verdict_keep``), where one dialect serves it: with two, our 0 would be left out
-        and a peer's non-zero reading of the same GPU would win, where the full read shows
-        ours."""
-        if not verdicts or family.verdict_keep is None or len(family.spellings) != 1:
+    def lean(family: Family, groups: Collection[str] | None) -> Family:
+        """In a verdicts-only read, and for the readings no view shows (``RULES_ONLY``) in
+        any read that names its groups, ``family`` asking only for the rows a rule can
+        fire on (``verdict_keep``), where one dialect serves it: with two, our 0 would be
+        left out and a peer's non-zero reading of the same GPU would win, where the full
+        read shows ours."""
+        if groups is None or family.verdict_keep is None or len(family.spellings) != 1:
+            return family
+        if VERDICTS not in groups and family.key not in RULES_ONLY:
             return family
         return dataclasses.replace(family, keep=family.verdict_keep)
 
@@ -444,8 +448,7 @@ class PrometheusSource(TelemetrySource):
         )
         targets: Future[list[dict[str, Any]]] = self._pool.submit(self._targets)
         names = self._names(at)
-        lean = groups is not None and VERDICTS in groups
-        chosen = [self.lean(self.served(f, names), lean) for f in select(self.families, groups)]
+        chosen = [self.lean(self.served(f, names), groups) for f in select(self.families, groups)]
         by_key = {f.key: f for f in chosen}
         for f in chosen:
             if not f.spellings:
