@@ -21,6 +21,7 @@ from krea_ops.health import (
     NVLINK_FAULT_COUNTERS,
     HealthPolicy,
     fleet_views,
+    gpus_with_links_up,
     ib_port_reasons,
     nvlink_reasons,
     xmit_wait_ratio,
@@ -247,9 +248,7 @@ def fabric_entries(snapshot: FleetSnapshot, kind: str = "all") -> list[FabricEnt
                     )
                 )
         if kind in ("all", "nvlink"):
-            up_by_gpu: dict[int, bool] = {}
-            for link in tel.nvlinks:
-                up_by_gpu[link.gpu] = up_by_gpu.get(link.gpu, False) or bool(link.up)
+            up_by_gpu = gpus_with_links_up(tel)
             for link in tel.nvlinks:
                 rate = _sum(link.error_rate_per_s, NVLINK_FAULT_COUNTERS)
                 out.append(

@@ -327,6 +327,19 @@ def nvlink_reasons(
 # --- nodes -----------------------------------------------------------------------------
 
 
+def gpus_with_links_up(tel: NodeTelemetry) -> dict[int, bool]:
+    """GPU -> whether any of its NVLinks is up: from the links read, or from the GPU's
+    own count of links up (a fleet-wide read has the per-link rows of the links that
+    are down only, so the links' own states cannot say that the others are up)."""
+    up: dict[int, bool] = {}
+    for g in tel.gpus:
+        if g.nvlinks_up is not None:
+            up[g.index] = g.nvlinks_up > 0
+    for link in tel.nvlinks:
+        up[link.gpu] = up.get(link.gpu, False) or bool(link.up)
+    return up
+
+
 def node_reasons(
     info: NodeInfo | None,
     tel: NodeTelemetry | None,
@@ -359,21 +372,18 @@ def node_reasons(
         return out
     for g in tel.gpus:
         out.extend(gpu_reasons(g, p))
-    if info is not None and info.gpu_capacity and tel.gpus and len(tel.gpus) < info.gpu_capacity:
+    reported = tel.gpus_reported
+    if info is not None and info.gpu_capacity and reported and reported < info.gpu_capacity:
         out.append(
             Reason(
                 SUSPECT,
                 "gpu_missing",
-                f"only {len(tel.gpus)} of {info.gpu_capacity} GPUs report to the exporter",
+                f"only {reported} of {info.gpu_capacity} GPUs report to the exporter",
             )
         )
-    by_gpu: dict[int, list[NvLinkSample]] = {}
+    up = gpus_with_links_up(tel)
     for link in tel.nvlinks:
-        by_gpu.setdefault(link.gpu, []).append(link)
-    for links in by_gpu.values():
-        any_up = any(lk.up for lk in links)
-        for link in links:
-            out.extend(nvlink_reasons(link, any_up))
+        out.extend(nvlink_reasons(link, up.get(link.gpu, False)))
     for port in tel.ib_ports:
         out.extend(ib_port_reasons(port, p))
     return out
