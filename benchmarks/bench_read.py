@@ -448,6 +448,78 @@ class Prometheus:
                 self.proc.kill()
 
 
+def record_summaries(
+    prom: Prometheus, data: Path, tmp: Path, t0: float, end: float, window: float
+) -> Prometheus:
+    """Records the node-summary rules over the data's time span, as a Prometheus running
+    them would have (``promtool tsdb create-blocks-from rules``, a step of the rules'
+    interval), adds the blocks and restarts Prometheus on them. Prints what one
+    evaluation of the rules costs Prometheus, which a deployment pays every interval."""
+    from krea_ops.telemetry.summary import DEFAULT_INTERVAL_S, expressions, rule_text
+
+    rules = tmp / "node-summary.yaml"
+    rules.write_text(rule_text(window))
+    at = time.time()
+    cpu0 = process_cpu(prom.proc.pid)
+    w0 = time.perf_counter()
+    for expr in expressions(window).values():
+        url = f"{prom.url}/api/v1/query?" + urllib.parse.urlencode(
+            {"query": expr, "time": f"{at:.3f}"}
+        )
+        with urllib.request.urlopen(url, timeout=300) as r:
+            r.read()
+    print(
+        f"- one evaluation of the node-summary rules: {time.perf_counter() - w0:.1f} s,"
+        f" {process_cpu(prom.proc.pid) - cpu0:.1f} s of Prometheus CPU (every"
+        f" {DEFAULT_INTERVAL_S:g} s in a deployment)",
+        flush=True,
+    )
+    out = tmp / "rule-blocks"
+    b0 = time.perf_counter()
+    subprocess.run(
+        [
+            shutil.which("promtool") or "promtool",
+            *("tsdb", "create-blocks-from", "rules"),
+            f"--start={int(t0 - 2 * DEFAULT_INTERVAL_S)}",
+            f"--end={int(end)}",
+            f"--url={prom.url}",
+            f"--eval-interval={DEFAULT_INTERVAL_S:g}s",
+            f"--output-dir={out}",
+            str(rules),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    config = tmp / "prometheus.yml"
+    prom.stop()
+    for block in out.iterdir():
+        block.rename(data / block.name)
+    prom = Prometheus(data, config, free_port())
+    print(
+        f"- node summaries recorded (promtool rules backfill, {DEFAULT_INTERVAL_S:g} s steps)"
+        f" and Prometheus restarted on them in {time.perf_counter() - b0:.0f} s",
+        flush=True,
+    )
+    return prom
+
+
+def same_verdicts(plain: bytes, summarized: bytes) -> str:
+    """Whether two ``nodes list -o json`` outputs give every node the same verdict and
+    reasons (the summaries must change what is read, never what is said)."""
+    try:
+        a = {r["name"]: (r["verdict"], r["reasons"]) for r in json.loads(plain)}
+        b = {r["name"]: (r["verdict"], r["reasons"]) for r in json.loads(summarized)}
+    except (ValueError, KeyError, TypeError) as exc:
+        return f"verdicts not comparable: {exc}"
+    differ = sorted(n for n in a.keys() | b.keys() if a.get(n) != b.get(n))
+    flagged = sum(1 for v, _ in b.values() if v != "OK")
+    if not differ:
+        return f"same verdicts and reasons for all {len(a):,} nodes ({flagged} not OK)"
+    first = differ[0]
+    return f"VERDICTS DIFFER on {len(differ)} nodes, e.g. {first}: {a.get(first)} vs {b.get(first)}"
+
+
 def free_port() -> int:
     import socket
 
@@ -474,6 +546,7 @@ class Timing:
     nbytes: int
     rows: int
     err: str
+    out: bytes = b""  # the last run's output
 
 
 def time_command(argv: list[str], env: dict[str, str], repeat: int, servers: list[int]) -> Timing:
@@ -490,6 +563,7 @@ def time_command(argv: list[str], env: dict[str, str], repeat: int, servers: lis
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         t.own_cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
         t.nbytes = len(proc.stdout)
+        t.out = proc.stdout
         if proc.returncode != 0 or proc.stderr.strip():
             t.err = f"exit {proc.returncode}: " + proc.stderr.decode(errors="replace")[:300]
         try:
@@ -521,6 +595,14 @@ def main(argv: list[str] | None = None) -> int:
         default="backfill",
         help="backfill: promtool blocks on disk; head: remote write into Prometheus' "
         "in-memory head, as a scraping Prometheus holds its last hours",
+    )
+    parser.add_argument(
+        "--summaries",
+        choices=("record", "none"),
+        default="record",
+        help="record: after the first table, record the node-summary rules "
+        "(deploy/prometheus/krea-ops-node-summary.yaml) with promtool and time "
+        "`nodes list` again, as a deployment with the rules reads it",
     )
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--hold", type=float, default=0, help="keep serving this long, s")
@@ -620,6 +702,15 @@ def main(argv: list[str] | None = None) -> int:
                 results.append((name, timing))
                 median = statistics.median(timing.walls)
                 print(f"  {name}: median {median:.2f} s {timing.err.strip()}", flush=True)
+            if args.summaries == "record":
+                prom = record_summaries(prom, data, tmp, t0, times[-1], window)
+                name = "krea-ops nodes list -o json (node summaries)"
+                again = [cli, *kc, "--prometheus", prom.url, "nodes", "list", "-o", "json"]
+                timing = time_command(again, env, args.repeat, [prom.proc.pid, server.pid])
+                results.append((name, timing))
+                median = statistics.median(timing.walls)
+                print(f"  {name}: median {median:.2f} s {timing.err.strip()}", flush=True)
+                print(f"  {same_verdicts(results[2][1].out, timing.out)}", flush=True)
             if args.hold:
                 print(
                     f"holding {args.hold:g} s: KUBECONFIG={server.target.kubeconfig} "

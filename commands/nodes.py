@@ -6,6 +6,7 @@ from the API, with GPU nodes UNKNOWN, then the one-line error, and exits 1.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import typer
@@ -93,6 +94,24 @@ def _snapshot(
     return read_fleet(ctx, node=node, selector=selector, families=families)
 
 
+def summary_line(snap: FleetSnapshot) -> str:
+    """Under the source line, where the node summaries were used: how many nodes were
+    judged from them and how many were read GPU by GPU (docs/operations.md)."""
+    tel = snap.telemetry
+    if tel is None:
+        return ""
+    counted = sum(1 for t in tel.nodes.values() if t.gpu_count is not None)
+    why = Counter(t.detail_reason for t in tel.nodes.values() if t.detail_reason is not None)
+    if not counted and not why:
+        return ""
+    read = sum(why.values())
+    line = f"node summaries: {counted:,} nodes clean by their summary, {read:,} read GPU by GPU"
+    if why:
+        line += " (" + "; ".join(f"{reason}: {n}" for reason, n in why.most_common(3))
+        line += "; ...)" if len(why) > 3 else ")"
+    return line + "\n"
+
+
 @app.command("list")
 def list_nodes(
     ctx: typer.Context,
@@ -115,7 +134,8 @@ def list_nodes(
         styles={"verdict": fmt.verdict_style()},
     )
     if output is OutputFormat.table:
-        text = source_line(snap) + text + attention_lines(rows, lambda r: r["name"])
+        text = source_line(snap) + summary_line(snap) + text
+        text += attention_lines(rows, lambda r: r["name"])
     emit(text)
     if snap.telemetry_error:
         raise Unavailable(snap.telemetry_error)

@@ -169,6 +169,17 @@ class NodeTelemetry:
     gpus: tuple[GpuSample, ...] = ()
     nvlinks: tuple[NvLinkSample, ...] = ()
     ib_ports: tuple[IbPortSample, ...] = ()
+    # GPUs the exporter reports, where they were counted instead of read one by one (a
+    # verdicts-only read of a node its summary shows clean: ``gpus`` is then empty)
+    gpu_count: int | None = None
+    # why this node's GPUs and ports were read one by one in a summarized read (None:
+    # not summarized, or clean); for --debug and tests
+    detail_reason: str | None = None
+
+    @property
+    def gpus_reported(self) -> int:
+        """GPUs the exporter reports: counted, or the samples read."""
+        return self.gpu_count if self.gpu_count is not None else len(self.gpus)
 
 
 @dataclass(frozen=True)

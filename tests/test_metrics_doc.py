@@ -57,3 +57,14 @@ def test_alert_rules_use_only_served_metrics(served_names: set[str]) -> None:
     }
     assert used, "the rules should reference krea metrics"
     assert sorted(used - served_names) == []
+
+
+def test_node_summaries_read_only_served_metrics(served_names: set[str]) -> None:
+    """The node-summary rules fold our exporter's series: each name they read exists."""
+    from krea_ops.telemetry.summary import expressions
+
+    used = {
+        n for expr in expressions(300.0).values() for n in re.findall(r"\b(krea_[a-z0-9_]+)", expr)
+    }
+    assert len(used) > 15
+    assert sorted(used - served_names) == []

@@ -34,6 +34,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import requests
@@ -41,8 +42,10 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 from urllib3.util.retry import Retry
 
 from krea_ops.errors import Unavailable
-from krea_ops.model import FleetTelemetry
+from krea_ops.health import HealthPolicy
+from krea_ops.model import FleetTelemetry, NodeTelemetry
 from krea_ops.settings import Settings
+from krea_ops.telemetry import summary
 from krea_ops.telemetry.assemble import Assembler, TargetDown, folds_simply
 from krea_ops.telemetry.dialects import (
     DETAIL_NODES,
@@ -114,6 +117,18 @@ FIX = (
     "check --prometheus URL, KREA_OPS_PROMETHEUS_URL or prometheusURL in ConfigMap "
     "krea-ops/krea-ops-config"
 )
+
+
+class _SummaryUnreadable(Exception):
+    """A node-summary query failed: the read falls back to every GPU and port."""
+
+
+def _by_node(rows: list[Row] | Values) -> list[tuple[str, float]]:
+    """(node, value) of a per-node answer, decoded either way (see ``decode_values``)."""
+    if isinstance(rows, Values):
+        at = rows.labels.index("node")
+        return [(r[at], float(r[-1])) for r in rows.rows]
+    return [(labels["node"], value) for labels, value in rows if labels.get("node")]
 
 
 def quote(text: str) -> str:
@@ -289,7 +304,12 @@ class PrometheusSource(TelemetrySource):
     """Reads the fleet from one Prometheus. Thread-safe; ``close()`` ends the pool."""
 
     def __init__(
-        self, url: str, settings: Settings, *, families: Sequence[Family] = FAMILIES
+        self,
+        url: str,
+        settings: Settings,
+        *,
+        families: Sequence[Family] = FAMILIES,
+        use_summaries: bool = True,
     ) -> None:
         self.url = url.rstrip("/")
         self.settings = settings
@@ -303,6 +323,8 @@ class PrometheusSource(TelemetrySource):
         self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="promql")
         self._builder = QueryBuilder(settings.telemetry_window_s, settings.telemetry_stale_s)
         self._lock = threading.Lock()
+        # verdicts-only reads use the node summaries where Prometheus records them
+        self.use_summaries = use_summaries
         self.last_timings: dict[str, float] = {}  # family key -> seconds, for the benchmark
 
     def describe(self) -> str:
@@ -440,14 +462,141 @@ class PrometheusSource(TelemetrySource):
         self, nodes: Collection[str] | None, groups: Collection[str] | None
     ) -> FleetTelemetry:
         at = time.time()
+        targets: Future[list[dict[str, Any]]] = self._pool.submit(self._targets)
+        names = self._names(at)
+        if self._summarized(nodes, groups, names):
+            assert names is not None and groups is not None
+            try:
+                return self._collect_summarized(nodes, groups, names, at, targets)
+            except _SummaryUnreadable:
+                pass  # read every GPU and port, as without the rules
+        return self._collect_detail(nodes, groups, names, at, targets)
+
+    # -- a verdicts-only read from the node summaries (telemetry/summary.py) ------------
+
+    def _summarized(
+        self,
+        nodes: Collection[str] | None,
+        groups: Collection[str] | None,
+        names: frozenset[str] | None,
+    ) -> bool:
+        """A verdicts-only read of more than a few nodes, where Prometheus records the
+        node summaries for our window and our exporter alone serves what the rules read
+        (the summaries fold only our series)."""
+        if not self.use_summaries or names is None or groups is None:
+            return False
+        if set(groups) != {VERDICTS} or (nodes is not None and len(nodes) <= DETAIL_NODES):
+            return False
+        if summary.sentinel(self.settings.telemetry_window_s) not in names:
+            return False
+        return all(
+            s.dialect == KREA
+            for f in select(self.families, groups)
+            for s in self.served(f, names).spellings
+        )
+
+    def _collect_summarized(
+        self,
+        nodes: Collection[str] | None,
+        groups: Collection[str],
+        names: frozenset[str],
+        at: float,
+        targets: Future[list[dict[str, Any]]],
+    ) -> FleetTelemetry:
+        """Every node's summaries and freshness (a few thousand rows per reading); the
+        nodes no rule can fire on get their freshness and GPU count only, the others are
+        read one GPU and port at a time by ``_collect_detail`` (see summary.py)."""
+        window, stale_s = self.settings.telemetry_window_s, self.settings.telemetry_stale_s
+        recorded = summary.names(window)
+        try:  # the rules Prometheus runs are the ones this version writes (fingerprint)
+            mark = self._run("summary:rules", summary.sentinel(window), at)
+        except Exception as exc:
+            raise _SummaryUnreadable(str(exc)) from exc
+        if not isinstance(mark, list) or [v for _, v in mark] != [summary.fingerprint(window)]:
+            raise _SummaryUnreadable("the node-summary rules are not this version's")
+        fresh = next(f for f in select(self.families, groups) if f.kind == "fresh")
+        fresh = self.served(fresh, names)
+        asked = {
+            what: self._pool.submit(self._run, f"summary:{what}", name, at, ("__name__", "node"))
+            for what, name in recorded.items()
+        }
+        stamp_query = f"timestamp({recorded['gpus']})"
+        stamp = self._pool.submit(self._run, "summary:recorded_at", stamp_query, at, ("node",))
+        fresh_rows = self._pool.submit(self._run, fresh.key, self._builder.query(fresh), at)
+        values: dict[str, dict[str, float]] = {}
+        try:
+            for what, future in asked.items():
+                for node, value in _by_node(future.result()):
+                    values.setdefault(node, {})[what] = value
+            recorded_at = dict(_by_node(stamp.result()))
+            rows = fresh_rows.result()
+        except Exception as exc:
+            raise _SummaryUnreadable(str(exc)) from exc
+        asm = Assembler(window_s=window, collected_at=at, stale_s=stale_s, nodes=nodes)
+        asm.add(fresh, rows if isinstance(rows, list) else [])
+        try:
+            down = {t.node for t in self._down_targets(targets.result(), asm)}
+        except Exception:
+            down = set()  # (the detail read below says the targets API failed)
+        base = asm.build(self.describe())
+        policy = HealthPolicy.from_settings(self.settings)
+        clean: dict[str, NodeTelemetry] = {}
+        detail: dict[str, str] = {}
+        for node in sorted(set(values) | set(base.nodes)):
+            if nodes is not None and node not in nodes:
+                continue
+            tel, mine, when = base.nodes.get(node), values.get(node), recorded_at.get(node)
+            why: str | None
+            if node in down:
+                why = "its exporter is not being scraped"
+            elif tel is None or tel.last_sample_at is None:
+                why = "no freshness series"
+            elif mine is None or when is None:
+                why = "no summary"
+            elif at - when > stale_s:
+                why = f"summary recorded {at - when:.0f} s ago"
+            else:
+                why = summary.unclean(mine, policy)
+            if why is None and tel is not None and mine is not None:
+                clean[node] = dataclasses.replace(tel, gpu_count=int(mine["gpus"]))
+            else:
+                detail[node] = why or "no freshness series"
+        fleet: FleetTelemetry | None = None
+        if detail:
+            restrict = detail.keys() if len(detail) <= LINK_QUERY_NODES else None
+            fleet = self._collect_detail(detail.keys(), groups, names, at, targets, restrict)
+        read = {
+            n: dataclasses.replace(t, detail_reason=detail.get(n))
+            for n, t in (fleet.nodes.items() if fleet is not None else ())
+        }
+        return FleetTelemetry(
+            source=self.describe(),
+            collected_at=at,
+            window_s=window,
+            nodes=MappingProxyType(dict(sorted({**clean, **read}.items()))),
+            errors=fleet.errors if fleet is not None else (),
+            dialects=(fleet.dialects if fleet is not None else frozenset())
+            | (frozenset({KREA}) if clean else frozenset()),
+        )
+
+    # -- the read of every GPU and port -------------------------------------------------
+
+    def _collect_detail(
+        self,
+        nodes: Collection[str] | None,
+        groups: Collection[str] | None,
+        names: frozenset[str] | None,
+        at: float,
+        targets: Future[list[dict[str, Any]]],
+        restrict: Collection[str] | None = None,
+    ) -> FleetTelemetry:
+        """``restrict``: our spellings are asked for these nodes only (a node=~ list)."""
         asm = Assembler(
             window_s=self.settings.telemetry_window_s,
             collected_at=at,
             stale_s=self.settings.telemetry_stale_s,
             nodes=nodes,
         )
-        targets: Future[list[dict[str, Any]]] = self._pool.submit(self._targets)
-        names = self._names(at)
         chosen = [self.lean(self.served(f, names), groups) for f in select(self.families, groups)]
         by_key = {f.key: f for f in chosen}
         for f in chosen:
@@ -470,7 +619,11 @@ class PrometheusSource(TelemetrySource):
         first.sort(key=lambda f: f.kind not in ("rate", "present_rate", "min_window"))
         futures = {
             f.key: self._pool.submit(
-                self._run, f.key, self._builder.query(f, nodes), at, value_labels(f)
+                self._run,
+                f.key,
+                self._builder.query(f, nodes, link_nodes=restrict),
+                at,
+                value_labels(f),
             )
             for f in first
         }

@@ -56,7 +56,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimWorld]:
         seed=5,
         failure_multiplier=0.0,
         prometheus=shutil.which("prometheus") is not None,
-        extra={"slow_burners": False, "scrape_interval_s": 1, "gpm_interval_s": 1},
+        extra={
+            "slow_burners": False,
+            "scrape_interval_s": 1,
+            "gpm_interval_s": 1,
+            # the node summaries for this window: nodes list reads them, as in a cluster
+            "summary_window_s": float(WINDOW_S),
+        },
     )
     with SimWorld(config, tmp_path_factory.mktemp("fleet")) as w:
         until(lambda: w.world.services["devices"].prometheus_url, timeout=60)
@@ -120,10 +126,27 @@ def test_an_injected_hot_gpu_is_bad_with_its_reason(
     row = until(hot)
     assert any("GPU 5" in r and "78 °C" in r for r in row["reasons"])
 
-    code, nodes, _ = run_json(capsys, *kc(world), "nodes", "list", "-o", "json")
-    assert code == 0
-    assert nodes[0]["name"] == "gpu-node-002" and nodes[0]["verdict"] == "BAD"  # worst first
+    def listed_bad() -> list[dict[str, Any]] | None:  # (node summaries lag by <= 1 s)
+        code, nodes, _ = run_json(capsys, *kc(world), "nodes", "list", "-o", "json")
+        assert code == 0
+        return nodes if nodes[0]["verdict"] == "BAD" else None
+
+    nodes = until(listed_bad, timeout=15)
+    assert nodes[0]["name"] == "gpu-node-002"  # worst first
     assert any("GPU 5" in r for r in nodes[0]["reasons"])
+
+    # read from the node summaries the sim's Prometheus records: the hot node read GPU by
+    # GPU, the others judged from their summaries, and the table says so
+    # (until every exporter has served its GPUs once: before that a node has no summary)
+    def summarized() -> str | None:
+        capsys.readouterr()
+        assert invoke([*kc(world), "nodes", "list"]) == 0
+        listed = capsys.readouterr().out
+        line = next((x for x in listed.splitlines() if x.startswith("node summaries:")), "")
+        return line if line.startswith("node summaries: 3 nodes clean") else None
+
+    line = until(summarized, timeout=60)
+    assert "1 read GPU by GPU (a GPU is warm or hot" in line, line
 
     capsys.readouterr()
     assert invoke([*kc(world), "gpus", "--sort", "temperature"]) == 0
@@ -181,10 +204,17 @@ def test_nodes_show_and_fabric(world: SimWorld, capsys: pytest.CaptureFixture[st
 
     worst = until(flapped)
     assert worst["node"] == "gpu-node-000" and worst["port"].startswith("mlx5_2")
-    # the fleet list reads only the verdicts' rows (no counter-presence): the flap shows
-    _, listed, _ = run_json(capsys, *kc(world), "nodes", "list", "-o", "json")
-    row = next(r for r in listed if r["name"] == "gpu-node-000")
-    assert row["verdict"] == "BAD" and any("mlx5_2" in r for r in row["reasons"]), row
+
+    # the fleet list reads only the verdicts' rows (no counter-presence): the flap shows,
+    # once the node summaries have been evaluated after the scrape that saw it (they lag
+    # their samples by up to one rule interval, here a second)
+    def listed_bad() -> dict[str, Any] | None:
+        _, listed, _ = run_json(capsys, *kc(world), "nodes", "list", "-o", "json")
+        row = next(r for r in listed if r["name"] == "gpu-node-000")
+        return row if row["verdict"] == "BAD" else None
+
+    row = until(listed_bad, timeout=15)
+    assert any("mlx5_2" in r for r in row["reasons"]), row
     capsys.readouterr()
     assert invoke([*kc(world), "nodes", "show", "gpu-node-000"]) == 0
     text = capsys.readouterr().out

@@ -119,7 +119,10 @@ class Target:
 class Prometheus:
     """The real ``prometheus`` binary on a temp dir, scraping ``targets`` every second."""
 
-    def __init__(self, targets: list[Target], interval_s: float = SCRAPE_INTERVAL_S) -> None:
+    def __init__(
+        self, targets: list[Target], interval_s: float = SCRAPE_INTERVAL_S, rules: str = ""
+    ) -> None:
+        """``rules``: the text of a rule file Prometheus evaluates every interval."""
         binary = require_binary("prometheus")
         self._tmp = tempfile.TemporaryDirectory()
         tmp = Path(self._tmp.name)
@@ -131,8 +134,11 @@ class Prometheus:
             f"  scrape_interval: {interval_s:g}s",
             f"  scrape_timeout: {interval_s:g}s",
             f"  evaluation_interval: {interval_s:g}s",
-            "scrape_configs:",
         ]
+        if rules:
+            (tmp / "rules.yaml").write_text(rules)
+            lines += ["rule_files:", f"  - {tmp / 'rules.yaml'}"]
+        lines.append("scrape_configs:")
         for job, members in jobs.items():
             lines += [f"  - job_name: {job}", "    static_configs:"]
             for t in members:

@@ -30,9 +30,10 @@ import pytest
 from krea_ops.exporters.infiniband import InfinibandCollector
 from krea_ops.exporters.server import Exporter, HttpEndpoint
 from krea_ops.health import HealthPolicy, node_verdict
-from krea_ops.model import FleetTelemetry, GpuSample, NodeTelemetry
+from krea_ops.model import FleetTelemetry, GpuSample, NodeInfo, NodeTelemetry, Severity
 from krea_ops.telemetry import PrometheusSource
 from krea_ops.telemetry.dialects import FAMILY_BY_KEY, Family
+from krea_ops.telemetry.summary import rule_text
 from tests.conftest import NODE_EXPORTER_TREE, PROCFS_TREE
 from tests.telemetry.conftest import (
     SCRAPE_INTERVAL_S,
@@ -129,7 +130,8 @@ def world() -> Iterator[World]:
         Target(node_b.address, "krea"),
         Target(servers[5].address, "krea"),
     ]
-    prom = Prometheus(targets)
+    # the node summaries a deployment records (deploy/prometheus), for this window
+    prom = Prometheus(targets, rules=rule_text(settings().telemetry_window_s, SCRAPE_INTERVAL_S))
     try:
         for job in ("krea", "dcgm", "node-exporter", "mixed"):
             prom.wait_scrapes(job, 1)
@@ -428,26 +430,41 @@ def test_a_caller_gets_only_the_families_it_asks_for(world: World, fleet: FleetT
     assert mlx4.error_increase["port_rcv_errors"] == 0.0
 
 
+def verdicts(fleet: FleetTelemetry) -> dict[str, list[tuple[object, ...]]]:
+    """Every node's reasons (severity, code, GPU, port) under the test policy."""
+    policy = HealthPolicy.from_settings(settings())
+    return {
+        name: sorted(
+            (int(r.severity), r.code, r.gpu, r.port)
+            for r in node_verdict(None, tel, policy).reasons
+        )
+        for name, tel in fleet.nodes.items()
+    }
+
+
+# the families as a fleet of our exporter alone would have them read
+OURS = tuple(
+    replace(f, spellings=tuple(s for s in f.spellings if s.dialect == "krea"))
+    for f in FAMILY_BY_KEY.values()
+)
+
+
 def test_a_verdicts_only_read_gives_the_same_verdicts(world: World) -> None:
     """``nodes list`` reads only what the health rules read, error-like readings only
     where they are not 0: every node's verdict must be the one the full read gives."""
-    policy = HealthPolicy.from_settings(settings())
     with PrometheusSource(world.prom.url, settings()) as source:
         full = source.collect()
         lean = source.collect(families={"verdicts"})
-
-    def verdicts(fleet: FleetTelemetry) -> dict[str, list[tuple[object, ...]]]:
-        return {
-            name: sorted(
-                (int(r.severity), r.code, r.gpu, r.port)
-                for r in node_verdict(None, tel, policy).reasons
-            )
-            for name, tel in fleet.nodes.items()
-        }
-
     assert verdicts(lean) == verdicts(full)
     codes = {code for reasons in verdicts(lean).values() for _, code, _, _ in reasons}
     assert {"gpu_hot", "gpu_lost", "gpu_hw_thermal"} <= codes, codes
+    # a fleet-wide read has node-a's down link alone (its GPU's other 17 links are up:
+    # the GPU's own count says so): BAD, as a read of node-a alone finds it
+    down = [r for r in verdicts(lean)["node-a"] if r[1] == "nvlink_down"]
+    assert down == [(3, "nvlink_down", 7, "gpu7/link0")], verdicts(lean)["node-a"]
+    with PrometheusSource(world.prom.url, settings()) as source:
+        alone = source.collect({"node-a"}, families={"verdicts"})
+    assert verdicts(alone)["node-a"] == verdicts(lean)["node-a"]
     a = lean.nodes["node-a"].gpus[0]
     # node-a's temperature has DCGM spellings too here: read whole, as the full read does
     assert a.temperature_c is not None
@@ -455,11 +472,7 @@ def test_a_verdicts_only_read_gives_the_same_verdicts(world: World) -> None:
 
     # a fleet of our exporter alone: error-like readings come back only where not 0, and
     # the verdicts are still the full read's
-    ours = tuple(
-        replace(f, spellings=tuple(s for s in f.spellings if s.dialect == "krea"))
-        for f in FAMILY_BY_KEY.values()
-    )
-    with PrometheusSource(world.prom.url, settings(), families=ours) as source:
+    with PrometheusSource(world.prom.url, settings(), families=OURS) as source:
         full = source.collect({"node-a", "node-b", "old-node"})
         lean = source.collect({"node-a", "node-b", "old-node"}, families={"verdicts"})
     assert verdicts(lean) == verdicts(full)
@@ -467,3 +480,69 @@ def test_a_verdicts_only_read_gives_the_same_verdicts(world: World) -> None:
     assert gpus[3].temperature_c == 85 and gpus[3].temperature_min_window_c == 85
     assert gpus[0].row_remap_pending is None  # 0: left out (no rule fires on it)
     assert full.nodes["node-a"].gpus[0].row_remap_pending is False
+
+
+def test_a_view_reads_rule_only_readings_sparse_and_judges_gpus_alike(world: World) -> None:
+    """``gpus`` reads the ``gpu`` group: ECC and row remapping, which no table shows,
+    come back only where not 0, and every GPU reason is the full read's."""
+    with PrometheusSource(world.prom.url, settings(), families=OURS) as source:
+        full = source.collect()
+        view = source.collect(families={"gpu"})
+
+    def gpu_reasons(fleet: FleetTelemetry) -> dict[str, list[tuple[object, ...]]]:
+        return {
+            n: [r for r in rs if r[2] is not None and r[3] is None]
+            for n, rs in verdicts(fleet).items()
+        }
+
+    assert gpu_reasons(view) == gpu_reasons(full)
+    codes = {r[1] for rs in gpu_reasons(view).values() for r in rs}
+    assert {"gpu_ecc_uncorrected", "gpu_hot", "gpu_lost"} <= codes, codes
+    a = view.nodes["node-a"].gpus
+    assert a[6].ecc_uncorrected_increase and a[6].ecc_uncorrected_increase > 0
+    assert a[0].ecc_uncorrected_increase is None and a[0].row_remap_pending is None
+    assert full.nodes["node-a"].gpus[0].ecc_uncorrected_increase == 0.0
+
+
+def test_node_summaries_skip_only_the_nodes_no_rule_can_fire_on(world: World) -> None:
+    """With the node-summary rules recorded (deploy/prometheus), a verdicts-only read of
+    the fleet reads GPU by GPU only the nodes whose summary leaves a rule a chance, and
+    gives every node the verdict the full read gives."""
+    with PrometheusSource(world.prom.url, settings(), families=OURS) as source:
+        full = source.collect()
+        summarized = source.collect(families={"verdicts"})
+    assert verdicts(summarized) == verdicts(full)
+    assert set(summarized.nodes) == set(full.nodes)
+    # node-b is healthy: counted, not read
+    b = summarized.nodes["node-b"]
+    assert b.detail_reason is None and b.gpus == () and b.ib_ports == ()
+    assert b.gpu_count == 8 and b.exporter_up is True and not b.stale
+    assert b.age_s is not None and b.age_s < 5
+    # the others are read one GPU at a time, each for a reason a user can check
+    a = summarized.nodes["node-a"]
+    assert a.detail_reason == "a GPU is not answering NVML" and len(a.gpus) == 8
+    assert summarized.nodes["old-node"].detail_reason == (
+        "not every GPU serves the clock-event bitmask"
+    )
+    assert summarized.nodes["ib-krea"].detail_reason == "no summary"  # no GPUs: none
+    codes = {r[1] for rs in verdicts(summarized).values() for r in rs}
+    assert {"gpu_hot", "gpu_lost", "gpu_hw_thermal", "nvlink_down", "xid_bus"} <= codes, codes
+    # a counted node misses no GPU: 8 of 8 is OK, 8 of a capacity of 9 is not
+    policy = HealthPolicy.from_settings(settings())
+    info = NodeInfo(name="node-b", gpu_capacity=8, ready=True)
+    assert node_verdict(info, b, policy).severity is Severity.OK
+    missing = node_verdict(replace(info, gpu_capacity=9), b, policy)
+    assert [r.code for r in missing.reasons] == ["gpu_missing"]
+    assert "only 8 of 9" in missing.reasons[0].message
+
+
+def test_node_summaries_of_other_rules_are_not_used(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rules from another krea-ops version (another fingerprint) might fold other
+    readings: the read then reads every GPU, as without them."""
+    monkeypatch.setattr("krea_ops.telemetry.summary.fingerprint", lambda window_s: 12345)
+    with PrometheusSource(world.prom.url, settings(), families=OURS) as source:
+        fleet = source.collect(families={"verdicts"})
+    assert all(t.detail_reason is None for t in fleet.nodes.values())
+    assert len(fleet.nodes["node-b"].gpus) == 8 and fleet.nodes["node-b"].gpu_count is None

@@ -1,0 +1,215 @@
+"""Per-node summaries of our exporter's readings, kept by Prometheus recording rules, so
+that a verdicts-only read (``nodes list``, the node-health controller) need not touch
+every GPU's and port's series at read time.
+
+At 4,096 nodes a verdicts-only read touches ~20 readings x 32,768 GPUs or ports (and
+262,144 IB error counters): several seconds of Prometheus CPU, whatever the query shape
+(docs/benchmarks.md). The rules below fold each reading to one value per node (hottest
+GPU, lowest margin, any slowdown bit, fault and error rates summed, ports not active...),
+so the read is ~20 x 4,096 rows. ``health.summary_clean`` says from them whether a rule
+could fire on a node at all; only the nodes where one could (and the nodes the rules do
+not cover: another exporter, a stale or missing summary) are read per GPU and per port,
+by the usual read, and judged by the usual rules. A clean node's verdict is therefore
+OK with nothing skipped that could have fired.
+
+The window of the rates is part of every recorded name (``krea_node:nvlink_faults:5m``):
+the read uses the summaries only when they exist for ``telemetry_window_s``; with
+another window it reads as before. ``deploy/prometheus/krea-ops-node-summary.yaml`` is
+``rule_text(300)``; ``python -m krea_ops.telemetry.rules --window 600`` prints the
+group for another window.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+
+import yaml
+
+from krea_ops.health import (
+    IB_ERROR_COUNTERS,
+    SLOWDOWN_EVENTS,
+    XMIT_WAIT_BYTES_PER_TICK,
+    HealthPolicy,
+)
+from krea_ops.telemetry.dialects import CLOCK_EVENT_BITS, FAMILY_BY_KEY, KREA
+
+PREFIX = "krea_node:"
+# How often Prometheus evaluates the group: a summary is at most this much older than
+# the samples it folds (the read checks its age against telemetry_stale_s).
+DEFAULT_INTERVAL_S = 30.0
+
+
+def window_text(seconds: float) -> str:
+    """``300`` -> ``5m``, ``10`` -> ``10s``: the window as Prometheus writes a duration,
+    and as it appears in the recorded names."""
+    s = max(1, round(seconds))
+    return f"{s // 60}m" if s % 60 == 0 else f"{s}s"
+
+
+def _krea(key: str, counter: str | None = None) -> str:
+    """The selector of our spelling of a family (``counter``: one of its per-counter
+    spellings), from the family tables, so that the rules read what the read reads."""
+    for s in FAMILY_BY_KEY[key].spellings:
+        if s.dialect != KREA or (counter is not None and dict(s.const).get("counter") != counter):
+            continue
+        matchers = [f'{k}="{v}"' for k, v in s.match]
+        matchers += [f'{k}=~"{"|".join(vs)}"' for k, vs in s.match_in]
+        return f"{s.name}{{{','.join(matchers)}}}" if matchers else s.name
+    raise KeyError(f"{key} has no krea spelling for {counter}")
+
+
+def _slowdown_filter(mask: str) -> str:
+    """The GPUs whose clock-event bitmask has a slowdown bit the health rules judge set.
+    PromQL has no bitwise and; a run of adjacent bits lo..hi is set somewhere iff
+    ``mask % (2 * hi) >= lo``, which needs only vector-scalar arithmetic (a binary
+    operation between two vectors costs a join over every GPU)."""
+    runs: list[list[int]] = []
+    for name, bit in CLOCK_EVENT_BITS:
+        if name not in SLOWDOWN_EVENTS:
+            continue
+        if runs and runs[-1][-1] * 2 == bit:
+            runs[-1].append(bit)
+        else:
+            runs.append([bit])
+    return " or ".join(f"{mask} % {run[-1] * 2} >= {run[0]}" for run in runs)
+
+
+def _ib_errors_rising(w: str) -> str:
+    """The ports where an IB error counter the health rules judge rose in the window.
+    Filtered before the ``or``: rate() drops the names, so the counters of one port
+    share a label set, and an ``or`` of the unfiltered rates joins 262 k series at
+    4,096 nodes (2.6 s of CPU here, against 1.2 s)."""
+    counters = (*IB_ERROR_COUNTERS, "link_downed")
+    return " or ".join(f"rate({_krea('ib_error_rate', c)}[{w}]) > 0" for c in counters)
+
+
+def expressions(window_s: float) -> dict[str, str]:
+    """Summary name (without prefix and window) -> PromQL over our exporter's series."""
+    w = window_text(window_s)
+    xid = _krea("xid_rate")
+    saturable = "|".join((*IB_ERROR_COUNTERS, "link_downed", "port_xmit_wait"))
+    return {
+        # GPUs the exporter reports, and whether NVML answers for every one of them
+        "gpus": f"count by (node) ({_krea('gpu_info')})",
+        "gpus_up_min": f"min by (node) ({_krea('gpu_info')})",
+        "temperature_max": f"max by (node) ({_krea('temperature')})",
+        "margin_min": f"min by (node) ({_krea('slowdown_margin')})",
+        # GPUs serving the bitmask (an older exporter does not), and the slowdown bits set
+        "clock_masks": f"count by (node) ({_krea('clock_mask')})",
+        "slowdown_gpus": f"count by (node) ({_slowdown_filter(_krea('clock_mask'))})",
+        "xid_last_max": f"max by (node) ({_krea('xid_last')})",
+        # XID counters that rose in the window, or were created in it (the first XID)
+        "xids_new": f"count by (node) (rate({xid}[{w}]) > 0 or ({xid} unless {xid} offset {w}))",
+        "ecc_uncorrected_rate": f"sum by (node) (rate({_krea('ecc_uncorrected_rate')}[{w}]))",
+        "row_remap_max": (
+            "max by (node) ({__name__=~"
+            f'"{_krea("row_remap_pending")}|{_krea("row_remap_failed")}"' + "})"
+        ),
+        "nvlink_faults_rate": f"sum by (node) (rate({_krea('nvlink_fault_rate')}[{w}]))",
+        # GPUs serving the per-GPU NVLink series (an older exporter does not), links down
+        "nvlink_gpus": f"count by (node) ({_krea('nvlink_links')})",
+        "nvlinks_down": (f"sum by (node) ({_krea('nvlink_links')} - {_krea('nvlink_links_up')})"),
+        "ib_ports_not_active": f"count by (node) ({_krea('ib_state')} != 4 != 5)",
+        "ib_error_ports": f"count by (node) ({_ib_errors_rising(w)})",
+        "ib_saturated_max": (f'max by (node) ({_krea("ib_saturated")}{{counter=~"{saturable}"}})'),
+        "ib_congestion_max": (
+            f"max by (node) (rate({_krea('ib_xmit_wait')}[{w}]) * "
+            f"{XMIT_WAIT_BYTES_PER_TICK:g} / {_krea('ib_rate')})"
+        ),
+    }
+
+
+def record_name(what: str, window_s: float) -> str:
+    return f"{PREFIX}{what}:{window_text(window_s)}"
+
+
+def names(window_s: float) -> dict[str, str]:
+    """Summary -> its recorded metric name for this window."""
+    return {what: record_name(what, window_s) for what in expressions(window_s)}
+
+
+def fingerprint(window_s: float) -> int:
+    """A checksum of every summary's name and expression. The rule group records it as
+    ``krea_node:rules:<window>`` (one series): most summaries have no series at all on
+    a healthy fleet (nothing rose, nothing is set), so only this says that the rules
+    Prometheus runs are the ones this krea-ops would write; with any other set (an
+    older or newer krea-ops' rules, one rule missing) the read does not use them."""
+    text = "\n".join(f"{n}={e}" for n, e in sorted(expressions(window_s).items()))
+    return zlib.crc32(text.encode())
+
+
+def sentinel(window_s: float) -> str:
+    return record_name("rules", window_s)
+
+
+def rule_group(window_s: float, interval_s: float = DEFAULT_INTERVAL_S) -> dict[str, object]:
+    """The Prometheus rule file (``groups:``) recording every summary for ``window_s``."""
+    rules = [
+        {"record": record_name(what, window_s), "expr": expr}
+        for what, expr in expressions(window_s).items()
+    ]
+    rules.append({"record": sentinel(window_s), "expr": f"vector({fingerprint(window_s)})"})
+    group = {
+        "name": f"krea-ops-node-summary-{window_text(window_s)}",
+        "interval": window_text(interval_s),
+        "rules": rules,
+    }
+    return {"groups": [group]}
+
+
+def rule_text(window_s: float, interval_s: float = DEFAULT_INTERVAL_S) -> str:
+    head = (
+        "# Per-node summaries krea-ops reads instead of every GPU's series (nodes list,\n"
+        "# node health). Generated: python -m krea_ops.telemetry.rules "
+        f"--window {window_s:g} --interval {interval_s:g}\n"
+        "# The window must match krea-ops' telemetry_window_s (docs/operations.md).\n"
+    )
+    return head + yaml.safe_dump(rule_group(window_s, interval_s), sort_keys=False, width=1000)
+
+
+def unclean(values: Mapping[str, float], p: HealthPolicy) -> str | None:
+    """Why a health rule could fire on a node with these summaries (its GPUs and ports
+    must then be read and judged one by one), or None: no GPU or IB rule can fire there.
+    A summary that is missing where one must exist, or not a number, is a reason too:
+    this errs towards reading the node, never towards calling it clean."""
+    gpus = values.get("gpus")
+    if gpus is None or not gpus > 0:
+        return "no GPU count"
+
+    def at_least(what: str, floor: float) -> bool:
+        v = values.get(what)
+        return v is not None and v >= floor
+
+    def zero(what: str) -> bool:  # absent: no series, so nothing rose or is set
+        v = values.get(what)
+        return v is None or v == 0
+
+    checks = (
+        (at_least("gpus_up_min", 1.0), "a GPU is not answering NVML"),
+        (at_least("clock_masks", gpus), "not every GPU serves the clock-event bitmask"),
+        (at_least("nvlink_gpus", gpus), "not every GPU serves its NVLink series"),
+        (
+            (t := values.get("temperature_max")) is not None and t < min(p.warm_c, p.hot_c),
+            "a GPU is warm or hot, or its temperature is unknown",
+        ),
+        (
+            (m := values.get("margin_min")) is not None and m >= p.slowdown_margin_c and m > 0,
+            "a GPU is near its slowdown temperature, or its margin is unknown",
+        ),
+        (zero("slowdown_gpus"), "a GPU's clocks are held down"),
+        ((x := values.get("xid_last_max")) is None or x <= 0, "a recent XID"),
+        (zero("xids_new"), "an XID in the window"),
+        (zero("ecc_uncorrected_rate"), "uncorrectable ECC errors in the window"),
+        ((r := values.get("row_remap_max")) is None or r < 0.5, "a row remap pending or failed"),
+        (zero("nvlink_faults_rate"), "NVLink recovery/CRC errors in the window"),
+        ((d := values.get("nvlinks_down")) is None or d <= 0, "an NVLink is down"),
+        (zero("ib_ports_not_active"), "an IB port is not active"),
+        (zero("ib_error_ports"), "IB errors in the window"),
+        (zero("ib_saturated_max"), "a saturated IB counter"),
+        (
+            (c := values.get("ib_congestion_max")) is None or c < p.xmit_wait_ratio_suspect,
+            "IB congestion",
+        ),
+    )
+    return next((why for ok, why in checks if not ok), None)

@@ -1,0 +1,114 @@
+"""The node-summary clean test: a node is left unread only when no health rule could
+fire on it (krea_ops/telemetry/summary.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from krea_ops.health import HealthPolicy
+from krea_ops.telemetry.summary import fingerprint, names, rule_group, sentinel, unclean
+
+POLICY = HealthPolicy(hot_c=78.0, warm_c=75.0, slowdown_margin_c=5.0, xmit_wait_ratio_suspect=0.2)
+
+# a healthy 8-GPU node: only the dense summaries have rows, the sparse ones none
+CLEAN = {
+    "gpus": 8.0,
+    "gpus_up_min": 1.0,
+    "temperature_max": 74.0,
+    "margin_min": 12.0,
+    "clock_masks": 8.0,
+    "nvlink_gpus": 8.0,
+    "nvlinks_down": 0.0,
+    "ecc_uncorrected_rate": 0.0,
+    "row_remap_max": 0.0,
+    "nvlink_faults_rate": 0.0,
+    "ib_saturated_max": 0.0,
+    "ib_congestion_max": 0.05,
+}
+
+
+def test_a_healthy_node_is_clean() -> None:
+    assert unclean(CLEAN, POLICY) is None
+
+
+@pytest.mark.parametrize(
+    ("what", "value", "why"),
+    [
+        ("gpus", None, "no GPU count"),
+        ("gpus", 0.0, "no GPU count"),
+        ("gpus_up_min", 0.0, "a GPU is not answering NVML"),
+        ("gpus_up_min", None, "a GPU is not answering NVML"),
+        ("clock_masks", 7.0, "not every GPU serves the clock-event bitmask"),
+        ("nvlink_gpus", None, "not every GPU serves its NVLink series"),
+        ("temperature_max", 75.0, "a GPU is warm or hot, or its temperature is unknown"),
+        ("temperature_max", None, "a GPU is warm or hot, or its temperature is unknown"),
+        ("margin_min", 4.9, "a GPU is near its slowdown temperature, or its margin is unknown"),
+        ("slowdown_gpus", 1.0, "a GPU's clocks are held down"),
+        ("xid_last_max", 79.0, "a recent XID"),
+        ("xids_new", 1.0, "an XID in the window"),
+        ("ecc_uncorrected_rate", 0.01, "uncorrectable ECC errors in the window"),
+        ("row_remap_max", 1.0, "a row remap pending or failed"),
+        ("nvlink_faults_rate", 0.003, "NVLink recovery/CRC errors in the window"),
+        ("nvlinks_down", 1.0, "an NVLink is down"),
+        ("ib_ports_not_active", 1.0, "an IB port is not active"),
+        ("ib_error_ports", 2.0, "IB errors in the window"),
+        ("ib_saturated_max", 1.0, "a saturated IB counter"),
+        ("ib_congestion_max", 0.2, "IB congestion"),
+        ("ib_congestion_max", float("nan"), "IB congestion"),
+    ],
+)
+def test_each_summary_a_rule_could_fire_on_makes_the_node_read(
+    what: str, value: float | None, why: str
+) -> None:
+    values = dict(CLEAN)
+    if value is None:
+        values.pop(what, None)
+    else:
+        values[what] = value
+    assert unclean(values, POLICY) == why
+
+
+def test_thresholds_are_the_policys() -> None:
+    assert unclean({**CLEAN, "temperature_max": 74.9}, POLICY) is None
+    assert unclean({**CLEAN, "margin_min": 5.0}, POLICY) is None
+    # a margin threshold of 0 still leaves a margin of 0 (at slowdown) to the rules
+    at_zero = HealthPolicy(slowdown_margin_c=0.0)
+    assert unclean({**CLEAN, "margin_min": 0.0}, at_zero) is not None
+    assert unclean({**CLEAN, "temperature_max": 76.0}, HealthPolicy(warm_c=80.0)) is None
+
+
+def test_the_rule_group_names_its_window_and_fingerprint() -> None:
+    group = rule_group(300.0)["groups"][0]  # type: ignore[index]
+    records = {r["record"]: r["expr"] for r in group["rules"]}
+    assert set(names(300.0).values()) | {sentinel(300.0)} == set(records)
+    assert records[sentinel(300.0)] == f"vector({fingerprint(300.0)})"
+    assert all(r.endswith(":5m") for r in records)
+    assert "[5m]" in records["krea_node:nvlink_faults_rate:5m"]
+    # another window: other names, other expressions, another fingerprint
+    assert sentinel(600.0) == "krea_node:rules:10m" and fingerprint(600.0) != fingerprint(300.0)
+    assert names(45.0)["xids_new"] == "krea_node:xids_new:45s"
+
+
+def test_the_rules_module_prints_a_loadable_group_and_refuses_bad_input(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``python -m krea_ops.telemetry.rules``: the rules for another window, or one line
+    and exit 2."""
+    import yaml
+
+    from krea_ops.telemetry.rules import main
+
+    assert main(["--window", "600", "--interval", "15"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("# Per-node summaries")
+    group = yaml.safe_load(text)["groups"][0]
+    assert group["name"] == "krea-ops-node-summary-10m" and group["interval"] == "15s"
+    assert {"record": "krea_node:rules:10m", "expr": f"vector({fingerprint(600.0)})"} in (
+        group["rules"]
+    )
+    for bad in (["--window", "0"], ["--window", "abc"], ["--bogus"]):
+        with pytest.raises(SystemExit) as exc:
+            main(bad)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1, err
