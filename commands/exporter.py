@@ -10,7 +10,7 @@ from typing import Any
 import typer
 
 from commands.common import settings_from
-from krea_ops.exporters.server import GPU_BACKENDS, HttpEndpoint, build_exporter
+from krea_ops.settings import GPU_BACKENDS
 
 app = typer.Typer(no_args_is_help=True, help="Run the node exporter or print one scrape.")
 
@@ -69,6 +69,8 @@ def run(
             fake_gpus=fake_gpus,
         ),
     )
+    from krea_ops.exporters.server import HttpEndpoint, build_exporter  # (start-up: see main)
+
     exporter = build_exporter(settings)
     try:
         endpoint = HttpEndpoint(exporter, settings.exporter_listen)
@@ -121,6 +123,8 @@ def once(
             fake_gpus=fake_gpus,
         ),
     )
+    from krea_ops.exporters.server import build_exporter
+
     exporter = build_exporter(settings, start_threads=False)
     try:
         for warning in exporter.warnings:

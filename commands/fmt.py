@@ -3,6 +3,7 @@ temperature colours. JSON/YAML/CSV never go through here (they carry raw numbers
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -92,6 +93,11 @@ def first_reason(reasons: list[str]) -> str:
 def iso(unix_s: float | None) -> str | None:
     if unix_s is None:
         return None
+    return _iso(unix_s)
+
+
+@functools.lru_cache(maxsize=4096)  # a fleet's rows share a few sample times
+def _iso(unix_s: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix_s))
 
 

@@ -117,7 +117,7 @@ def gpu_row(entry: GpuEntry, now: float) -> dict[str, Any]:
         "clock_events": sorted(g.clock_events) if g and g.clock_events is not None else None,
         "xid_last": g.xid_last if g else None,
         "xid_counts": (
-            {str(k): v for k, v in sorted(g.xid_increase.items())}
+            ({str(k): v for k, v in sorted(g.xid_increase.items())} if g.xid_increase else {})
             if g and g.xid_increase is not None
             else None
         ),

@@ -17,9 +17,6 @@ from typing import Any
 
 import orjson
 import yaml
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 
 class OutputFormat(StrEnum):
@@ -95,6 +92,11 @@ def render(
     headers = headers or {}
     formats = formats or {}
     styles = styles or {}
+    # (rich is imported here: -o json/yaml/csv never pay for it, ~30 ms of start-up)
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     use_color = color_wanted() if color is None else color
     table = Table(box=None, pad_edge=False, header_style="bold" if use_color else "")
     for key in shown:

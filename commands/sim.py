@@ -13,7 +13,6 @@ from typing import Any
 import typer
 
 from krea_ops.errors import BadInput
-from krea_ops.exporters.server import parse_listen
 
 app = typer.Typer(no_args_is_help=True, help="Run the bundled cluster simulator.")
 
@@ -45,6 +44,8 @@ def serve(
     """
     if nodes < 1 or gpus_per_node < 1 or speed <= 0:
         raise BadInput("--nodes and --gpus-per-node must be >= 1 and --speed > 0")
+    from krea_ops.exporters.server import parse_listen  # (start-up: see main)
+
     host, port = parse_listen(listen)
     if state is not None:
         try:

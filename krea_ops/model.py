@@ -52,6 +52,8 @@ class Verdict:
 
     @staticmethod
     def of(reasons: tuple[Reason, ...] | list[Reason]) -> Verdict:
+        if not reasons:
+            return OK_VERDICT  # (most GPUs and nodes of a fleet: no sort, no new object)
         rs = tuple(sorted(reasons, key=lambda r: (-r.severity, r.code, r.gpu or 0)))
         return Verdict(max((r.severity for r in rs), default=Severity.OK), rs)
 

@@ -19,6 +19,7 @@ import yaml
 from krea_ops.errors import BadInput
 
 ENV_PREFIX = "KREA_OPS_"
+GPU_BACKENDS = ("nvml", "none", "fake")  # exporter_gpu_backend
 
 
 def _doc(text: str) -> dict[str, str]:

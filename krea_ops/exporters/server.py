@@ -24,9 +24,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 import krea_ops
 from krea_ops.errors import BadInput
 from krea_ops.exporters.exposition import CONTENT_TYPE, CachedTextRenderer
-from krea_ops.settings import Settings
-
-GPU_BACKENDS = ("nvml", "none", "fake")
+from krea_ops.settings import GPU_BACKENDS, Settings
 
 
 class Collector(Protocol):
