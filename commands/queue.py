@@ -36,7 +36,8 @@ def _node_severity(settings: Settings, cluster: Any) -> Mapping[str, Any] | None
         typer.echo(f"warning: no node health ({error}); drift counts Ready nodes", err=True)
         return None
     try:
-        snap = load_fleet(cluster, source, health_policy(settings))
+        # only the verdicts: what the health rules read (node summaries where recorded)
+        snap = load_fleet(cluster, source, health_policy(settings), families=("verdicts",))
     finally:
         source.close()
     if snap.telemetry_error:
