@@ -38,8 +38,14 @@ def test_a_stopped_exporter_is_down_then_stale_never_healthy(
         stopped_at = time.time()
 
         def down() -> bool:
+            # (a scrape in flight as the process stops fails with "unexpected EOF"; the
+            # next ones say what a user will see from then on: connection refused)
             node = source.collect().nodes.get("gone")
-            return node is not None and node.exporter_up is False
+            return (
+                node is not None
+                and node.exporter_up is False
+                and "connection refused" in (node.error or "")
+            )
 
         wait_until(down, timeout=15)
         fleet = source.collect()
