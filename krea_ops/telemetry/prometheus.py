@@ -398,6 +398,30 @@ class PrometheusSource(TelemetrySource):
         data = response.json().get("data") or {}
         return list(data.get("activeTargets") or [])
 
+    def _rules_unhealthy(self, window: float) -> str | None:
+        """Why the node-summary rules cannot be trusted now, or None. Most summaries have
+        no series on a healthy fleet, so a rule that fails to evaluate (its series then
+        vanish) would read as "nothing wrong": each must be loaded, healthy and recently
+        evaluated (``GET /api/v1/rules``; a Prometheus-compatible API without it: not
+        trusted)."""
+        try:
+            response = self._session.get(
+                f"{self.url}/api/v1/rules", params={"type": "record"}, timeout=self.timeout_s
+            )
+            if response.status_code != 200:
+                return f"the rules API answered HTTP {response.status_code}"
+            groups = (json.loads(response.content).get("data") or {}).get("groups") or []
+        except (requests.RequestException, ValueError, AttributeError) as exc:
+            return f"the rules API failed ({self._reason(exc)})"
+        loaded = {r.get("name"): r for g in groups for r in (g.get("rules") or [])}
+        for name in (*summary.names(window).values(), summary.sentinel(window)):
+            rule = loaded.get(name)
+            if rule is None:
+                return f"rule {name} is not loaded"
+            if rule.get("health") != "ok":
+                return f"rule {name} is failing: {rule.get('lastError') or rule.get('health')}"
+        return None
+
     def _names(self, at: float) -> frozenset[str] | None:
         """Every metric name with samples in the lookback before ``at`` (one index read,
         milliseconds), so that each family is queried only for the spellings that exist:
@@ -480,15 +504,15 @@ class PrometheusSource(TelemetrySource):
         groups: Collection[str] | None,
         names: frozenset[str] | None,
     ) -> bool:
-        """A verdicts-only read of more than a few nodes, where Prometheus records the
-        node summaries for our window and our exporter alone serves what the rules read
-        (the summaries fold only our series)."""
+        """A verdicts-only read of more than a few nodes, where our exporter alone serves
+        what the rules read (the summaries fold only our series). Whether Prometheus
+        records them for our window is for ``_collect_summarized`` to find out."""
         if not self.use_summaries or names is None or groups is None:
             return False
         if set(groups) != {VERDICTS} or (nodes is not None and len(nodes) <= DETAIL_NODES):
             return False
-        if summary.sentinel(self.settings.telemetry_window_s) not in names:
-            return False
+        # (whether the rules are recorded is asked of their checksum series itself, a
+        # millisecond: the names API may leave out recent rule results)
         return all(
             s.dialect == KREA
             for f in select(self.families, groups)
@@ -512,8 +536,13 @@ class PrometheusSource(TelemetrySource):
             mark = self._run("summary:rules", summary.sentinel(window), at)
         except Exception as exc:
             raise _SummaryUnreadable(str(exc)) from exc
-        if not isinstance(mark, list) or [v for _, v in mark] != [summary.fingerprint(window)]:
+        if not isinstance(mark, list) or not mark:
+            raise _SummaryUnreadable("no node-summary rules for this window")
+        if [v for _, v in mark] != [summary.fingerprint(window)]:
             raise _SummaryUnreadable("the node-summary rules are not this version's")
+        unhealthy = self._rules_unhealthy(window)
+        if unhealthy:
+            raise _SummaryUnreadable(unhealthy)
         fresh = next(f for f in select(self.families, groups) if f.kind == "fresh")
         fresh = self.served(fresh, names)
         asked = {

@@ -18,14 +18,17 @@ One Prometheus (1 s scrape interval, 10 s window) scrapes:
 
 from __future__ import annotations
 
+import json
 import re
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
 import pynvml
 import pytest
+import yaml
 
 from krea_ops.exporters.infiniband import InfinibandCollector
 from krea_ops.exporters.server import Exporter, HttpEndpoint
@@ -33,8 +36,8 @@ from krea_ops.health import HealthPolicy, node_verdict
 from krea_ops.model import FleetTelemetry, GpuSample, NodeInfo, NodeTelemetry, Severity
 from krea_ops.telemetry import PrometheusSource
 from krea_ops.telemetry.dialects import FAMILY_BY_KEY, Family
-from krea_ops.telemetry.summary import rule_text
-from tests.conftest import NODE_EXPORTER_TREE, PROCFS_TREE
+from krea_ops.telemetry.summary import rule_group, rule_text
+from tests.conftest import NODE_EXPORTER_TREE, PROCFS_TREE, wait_for
 from tests.telemetry.conftest import (
     SCRAPE_INTERVAL_S,
     KreaNode,
@@ -546,3 +549,42 @@ def test_node_summaries_of_other_rules_are_not_used(
         fleet = source.collect(families={"verdicts"})
     assert all(t.detail_reason is None for t in fleet.nodes.values())
     assert len(fleet.nodes["node-b"].gpus) == 8 and fleet.nodes["node-b"].gpu_count is None
+
+
+def test_node_summaries_are_not_used_while_a_rule_fails() -> None:
+    """Most summaries have no series on a healthy fleet, so a rule that fails to evaluate
+    would read as "nothing wrong". Here the links-down rule fails on every evaluation
+    (many-to-many matching) on a node with a link down: the read must not trust the
+    summaries, and finds the link as the full read does."""
+    node = start_krea_node("lonely", PROCFS_TREE, seed=3)
+    node.nvml.gpus[2].nvlinks[4].active = False
+    window = settings().telemetry_window_s
+    group = rule_group(window, SCRAPE_INTERVAL_S)
+    for rule in group["groups"][0]["rules"]:  # type: ignore[index]
+        if rule["record"] == f"krea_node:nvlinks_down:{window:g}s":
+            rule["expr"] = (
+                "sum by (node) (krea_gpu_nvlink_links - on (node) krea_gpu_nvlink_links_up)"
+            )
+    prom = Prometheus([Target(node.address, "krea")], rules=yaml.safe_dump(group))
+    try:
+        prom.wait_scrapes("krea", 3)
+
+        def evaluated() -> list[dict[str, Any]] | None:
+            url = f"{prom.url}/api/v1/rules?type=record"
+            with urllib.request.urlopen(url, timeout=5) as response:
+                rules = json.load(response)["data"]["groups"][0]["rules"]
+            return rules if all(r["health"] != "unknown" for r in rules) else None
+
+        rules = wait_for(evaluated, timeout=20)
+        failing = [r["name"] for r in rules if r["health"] != "ok"]
+        assert failing == [f"krea_node:nvlinks_down:{window:g}s"], failing
+        with PrometheusSource(prom.url, settings(), families=OURS) as source:
+            full = source.collect()
+            lean = source.collect(families={"verdicts"})
+        lonely = lean.nodes["lonely"]
+        assert lonely.gpu_count is None and lonely.detail_reason is None  # not summarized
+        assert verdicts(lean) == verdicts(full)
+        assert (3, "nvlink_down", 2, "gpu2/link4") in verdicts(lean)["lonely"]
+    finally:
+        prom.stop()
+        node.stop()
