@@ -175,7 +175,7 @@ class NodeTelemetry:
     # verdicts-only read of a node its summary shows clean: ``gpus`` is then empty)
     gpu_count: int | None = None
     # why this node's GPUs and ports were read one by one in a summarized read (None:
-    # not summarized, or clean); for --debug and tests
+    # not summarized, or clean); counted under ``nodes list``'s table
     detail_reason: str | None = None
 
     @property

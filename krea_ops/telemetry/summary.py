@@ -12,12 +12,12 @@ not cover: another exporter, a stale or missing summary) are read per GPU and pe
 by the usual read, and judged by the usual rules. A clean node's verdict is therefore
 OK with nothing skipped that could have fired.
 
-The window of the rates is part of every recorded name (``krea_node:nvlink_faults:5m``):
+The window of the rates is part of every recorded name (``krea_node:nvlink_faults_rate:5m``):
 the read uses the summaries only when they exist for ``telemetry_window_s``, carry this
 version's ``fingerprint`` and Prometheus' rules API calls every rule healthy (a failing
-rule's series vanish, which would read as "nothing wrong"); otherwise it reads as before. ``deploy/prometheus/krea-ops-node-summary.yaml`` is
-``rule_text(300)``; ``python -m krea_ops.telemetry.rules --window 600`` prints the
-group for another window.
+rule's series vanish, which would read as "nothing wrong"); otherwise it reads as
+before. ``deploy/prometheus/krea-ops-node-summary.yaml`` is ``rule_text(300)``;
+``python -m krea_ops.telemetry.rules --window 600`` prints the group for another window.
 """
 
 from __future__ import annotations
