@@ -465,7 +465,7 @@ def load_summaries(prom: Prometheus, data: Path, tmp: Path, window: float) -> Pr
     t0 = time.perf_counter()
     prom.stop()
     prom = Prometheus(data, tmp / "prometheus.yml", free_port(), rules=rules)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180  # (the first evaluation comes within an interval)
     group: dict[str, object] = {}
     while time.monotonic() < deadline:
         url = f"{prom.url}/api/v1/rules?type=record"
@@ -476,6 +476,7 @@ def load_summaries(prom: Prometheus, data: Path, tmp: Path, window: float) -> Pr
             break
         time.sleep(0.5)
     else:
+        prom.stop()  # (the caller holds the old one: this one would outlive the script)
         states = {
             rule["name"]: (rule["health"], rule.get("lastError"))
             for g in groups
