@@ -120,6 +120,11 @@ IB_ERROR_COUNTERS: dict[str, tuple[str, str]] = {
 }
 
 
+def quote(text: str) -> str:
+    """A PromQL double-quoted string literal."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 @dataclass(frozen=True)
 class Spelling:
     """One metric name for a family's reading.
@@ -138,6 +143,17 @@ class Spelling:
     match: tuple[tuple[str, str], ...] = ()
     pattern: bool = False  # name is a regex; const labels come from the matched name
     match_in: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def selector(self, extra: Mapping[str, str] | None = None) -> str:
+        """The PromQL series selector of this spelling, plus regex matchers ``extra``
+        (label -> regex): what the read queries and the node-summary rules fold."""
+        matchers = [f"{k}={quote(v)}" for k, v in self.match]
+        matchers += [f"{k}=~{quote('|'.join(map(re.escape, vs)))}" for k, vs in self.match_in]
+        matchers += [f"{k}=~{quote(v)}" for k, v in (extra or {}).items()]
+        if self.pattern:
+            inner = ",".join([f"__name__=~{quote(self.name)}", *matchers])
+            return f'label_replace({{{inner}}}, "{NAME}", "$1", "__name__", "(.+)")'
+        return f"{self.name}{{{','.join(matchers)}}}" if matchers else self.name
 
     def labels_of(self, name: str) -> tuple[tuple[str, str], ...]:
         """Labels the metric name implies (see ``dcgm_link_labels``)."""

@@ -64,6 +64,7 @@ from krea_ops.telemetry.dialects import (
     Row,
     Spelling,
     instance_host,
+    quote,
     select,
 )
 from krea_ops.telemetry.source import TelemetrySource, short_reason
@@ -131,11 +132,6 @@ def _by_node(rows: list[Row] | Values) -> list[tuple[str, float]]:
     return [(labels["node"], value) for labels, value in rows if labels.get("node")]
 
 
-def quote(text: str) -> str:
-    """A PromQL double-quoted string literal."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def duration(seconds: float) -> str:
     return f"{max(1, round(seconds * 1000))}ms"
 
@@ -153,15 +149,6 @@ class QueryBuilder:
         self.lookback_step = duration(max(1.0, max(window_s, 3 * stale_s) / 30))
         # pattern spellings need a subquery to keep their names apart under rate()
         self.subquery_step = duration(max(1.0, min(15.0, window_s / 10)))
-
-    def selector(self, s: Spelling, extra: Mapping[str, str]) -> str:
-        matchers = [f"{k}={quote(v)}" for k, v in s.match]
-        matchers += [f"{k}=~{quote('|'.join(map(re.escape, vs)))}" for k, vs in s.match_in]
-        matchers += [f"{k}=~{quote(v)}" for k, v in extra.items()]
-        if s.pattern:
-            inner = ",".join([f"__name__=~{quote(s.name)}", *matchers])
-            return f'label_replace({{{inner}}}, "{NAME}", "$1", "__name__", "(.+)")'
-        return f"{s.name}{{{','.join(matchers)}}}" if matchers else s.name
 
     @staticmethod
     def by(family: Family, s: Spelling) -> str:
@@ -190,7 +177,7 @@ class QueryBuilder:
                 keep = None
         elif link_nodes is not None and s.dialect == KREA:
             extra["node"] = link_nodes
-        sel = self.selector(s, extra)
+        sel = s.selector(extra)
         by = self.by(family, s)
         if family.kind == "fresh":
             now = f"max by ({by}) (timestamp({sel}))"
@@ -227,7 +214,7 @@ class QueryBuilder:
         by = ", ".join((*ID_LABELS, *family.by))
         parts = []
         for i, s in enumerate(family.spellings):
-            sel = self.selector(s, {})
+            sel = s.selector()
             if family.kind == "present_rate":
                 sel = f"count_over_time({sel}[{self.window}]) > 1"
             parts.append(
@@ -260,7 +247,7 @@ class QueryBuilder:
             for i, s in enumerate(family.spellings):
                 node_re = dense_nodes or links
                 extra = {"node": node_re} if node_re and (s.dialect == KREA or links) else {}
-                sel = self.selector(s, extra)
+                sel = s.selector(extra)
                 if family.kind == "present_rate":  # a rate needs two samples in the window
                     sel = f"count_over_time({sel}[{self.window}]) > 1"
                 # the tag keeps the spellings apart under "or" (it is summed away)
@@ -401,9 +388,9 @@ class PrometheusSource(TelemetrySource):
     def _rules_unhealthy(self, window: float) -> str | None:
         """Why the node-summary rules cannot be trusted now, or None. Most summaries have
         no series on a healthy fleet, so a rule that fails to evaluate (its series then
-        vanish) would read as "nothing wrong": each must be loaded, healthy and recently
-        evaluated (``GET /api/v1/rules``; a Prometheus-compatible API without it: not
-        trusted)."""
+        vanish) would read as "nothing wrong": each must be loaded and healthy
+        (``GET /api/v1/rules``; a Prometheus-compatible API without it: not trusted).
+        How recent they are is each node's ``timestamp()`` of its GPU count."""
         try:
             response = self._session.get(
                 f"{self.url}/api/v1/rules", params={"type": "record"}, timeout=self.timeout_s

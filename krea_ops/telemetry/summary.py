@@ -54,9 +54,7 @@ def _krea(key: str, counter: str | None = None) -> str:
     for s in FAMILY_BY_KEY[key].spellings:
         if s.dialect != KREA or (counter is not None and dict(s.const).get("counter") != counter):
             continue
-        matchers = [f'{k}="{v}"' for k, v in s.match]
-        matchers += [f'{k}=~"{"|".join(vs)}"' for k, vs in s.match_in]
-        return f"{s.name}{{{','.join(matchers)}}}" if matchers else s.name
+        return s.selector()
     raise KeyError(f"{key} has no krea spelling for {counter}")
 
 
