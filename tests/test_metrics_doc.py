@@ -60,11 +60,16 @@ def test_alert_rules_use_only_served_metrics(served_names: set[str]) -> None:
 
 
 def test_node_summaries_read_only_served_metrics(served_names: set[str]) -> None:
-    """The node-summary rules fold our exporter's series: each name they read exists."""
-    from krea_ops.telemetry.summary import expressions
+    """The node-summary rules fold our exporter's series (and the group's own per-GPU
+    intermediates, ``krea_gpu:...``): each name they read exists."""
+    from krea_ops.telemetry.summary import recorded
 
+    rules = recorded(300.0)
     used = {
-        n for expr in expressions(300.0).values() for n in re.findall(r"\b(krea_[a-z0-9_]+)", expr)
+        n
+        for expr in rules.values()
+        for n in re.findall(r"\b(krea_[a-z0-9_]+(?::[a-z0-9_]+:[0-9a-z]+)?)", expr)
     }
     assert len(used) > 15
-    assert sorted(used - served_names) == []
+    assert sorted(used - served_names - set(rules)) == []
+    assert "krea_gpu:nvlink_fault_rate:5m" in used

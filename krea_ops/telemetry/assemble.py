@@ -413,6 +413,23 @@ class Assembler:
                 per = obj.dicts.setdefault(family.key, {})
                 per.setdefault(spelling.dialect, {})[dict(spelling.const).get("counter", "")] = 1.0
 
+    def fill_zero(self, family: Family, gpus: Mapping[str, int]) -> None:
+        """A per-GPU reading of ours that the node summaries prove 0 on every GPU of
+        these nodes ({node: GPUs counted}), which was therefore not read there: 0 on each
+        GPU of theirs the read found, where it found as many as the summary counted (a GPU
+        come or gone since: the reading stays unknown). Not after a failed read."""
+        if family.store in self.failed:
+            return
+        self.read.add(family.store)
+        first = (_DIALECT_RANK[KREA] * 1000, 0.0)
+        for node, count in gpus.items():
+            acc = self._acc.get(node)
+            if acc is None or len(acc.gpus) != count:
+                continue
+            for obj in acc.gpus.values():
+                obj.picks.setdefault(family.store, first)
+            acc.dialects.add(KREA)
+
     def nodes_lacking(self, key: str) -> set[str]:
         """Nodes where our exporter serves a GPU without a reading of family ``key``
         (an exporter from before that reading), after a read of it."""

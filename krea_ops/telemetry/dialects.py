@@ -144,12 +144,16 @@ class Spelling:
     pattern: bool = False  # name is a regex; const labels come from the matched name
     match_in: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
-    def selector(self, extra: Mapping[str, str] | None = None) -> str:
+    def selector(
+        self, extra: Mapping[str, str] | None = None, exclude: Mapping[str, str] | None = None
+    ) -> str:
         """The PromQL series selector of this spelling, plus regex matchers ``extra``
-        (label -> regex): what the read queries and the node-summary rules fold."""
+        (label -> regex) and negative ones ``exclude``: what the read queries and the
+        node-summary rules fold."""
         matchers = [f"{k}={quote(v)}" for k, v in self.match]
         matchers += [f"{k}=~{quote('|'.join(map(re.escape, vs)))}" for k, vs in self.match_in]
         matchers += [f"{k}=~{quote(v)}" for k, v in (extra or {}).items()]
+        matchers += [f"{k}!~{quote(v)}" for k, v in (exclude or {}).items()]
         if self.pattern:
             inner = ",".join([f"__name__=~{quote(self.name)}", *matchers])
             return f'label_replace({{{inner}}}, "{NAME}", "$1", "__name__", "(.+)")'

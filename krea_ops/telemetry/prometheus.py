@@ -31,7 +31,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -124,6 +124,16 @@ class _SummaryUnreadable(Exception):
     """A node-summary query failed: the read falls back to every GPU and port."""
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """The node-summary queries of one read, in flight (``_ask_summaries``)."""
+
+    mark: Future[list[Row] | Values]
+    unhealthy: Future[str | None]
+    values: Mapping[str, Future[list[Row] | Values]]
+    stamp: Future[list[Row] | Values]
+
+
 def _by_node(rows: list[Row] | Values) -> list[tuple[str, float]]:
     """(node, value) of a per-node answer, decoded either way (see ``decode_values``)."""
     if isinstance(rows, Values):
@@ -168,8 +178,10 @@ class QueryBuilder:
         s: Spelling,
         dense_nodes: str | None,
         link_nodes: str | None = None,
+        skip_nodes: str | None = None,
     ) -> str:
         extra: dict[str, str] = {}
+        exclude = {"node": skip_nodes} if skip_nodes is not None and s.dialect == KREA else None
         keep = family.keep
         if dense_nodes is not None and s.dialect == KREA:
             extra["node"] = dense_nodes
@@ -177,7 +189,7 @@ class QueryBuilder:
                 keep = None
         elif link_nodes is not None and s.dialect == KREA:
             extra["node"] = link_nodes
-        sel = s.selector(extra)
+        sel = s.selector(extra, exclude)
         by = self.by(family, s)
         if family.kind == "fresh":
             now = f"max by ({by}) (timestamp({sel}))"
@@ -232,12 +244,16 @@ class QueryBuilder:
         nodes: Collection[str] | None = None,
         *,
         link_nodes: Collection[str] | None = None,
+        skip_nodes: Collection[str] | None = None,
     ) -> str:
-        """``link_nodes`` restricts our spellings to those nodes (the per-link round)."""
+        """``link_nodes`` restricts our spellings to those nodes (the per-link round);
+        ``skip_nodes`` leaves those nodes out of them (their summaries prove the reading
+        empty there, see summary.PROVEN_EMPTY)."""
         dense_nodes = None
         if nodes is not None and len(nodes) <= DETAIL_NODES:
             dense_nodes = self.node_regex(nodes)
         links = None if link_nodes is None else self.node_regex(link_nodes)
+        skip = self.node_regex(skip_nodes) if skip_nodes else None
         if family.kind in ("present", "present_rate"):
             by = ", ".join((*ID_LABELS, *family.by))
             counted = None if dense_nodes or links else self.present_count(family, by)
@@ -255,7 +271,7 @@ class QueryBuilder:
                     f'label_replace(group by ({by}) ({sel}) * {1 << i}, "{SRC}", "{i}", "", "")'
                 )
             return f"sum by ({by}) ({' or '.join(parts)})"
-        return " or ".join(self.part(family, s, dense_nodes, links) for s in family.spellings)
+        return " or ".join(self.part(family, s, dense_nodes, links, skip) for s in family.spellings)
 
     def present_count(self, family: Family, by: str) -> str | None:
         """The cheap fleet-wide form of a presence bitmask: per object, how many of each
@@ -313,6 +329,9 @@ class PrometheusSource(TelemetrySource):
         # verdicts-only reads use the node summaries where Prometheus records them
         self.use_summaries = use_summaries
         self.last_timings: dict[str, float] = {}  # family key -> seconds, for the benchmark
+        # family key -> the nodes the last read did not ask it of (their summaries prove
+        # it empty there): for tests and the benchmark
+        self.last_skipped: dict[str, frozenset[str]] = {}
 
     def describe(self) -> str:
         return f"prometheus {self.url}"
@@ -401,7 +420,7 @@ class PrometheusSource(TelemetrySource):
         except (requests.RequestException, ValueError, AttributeError) as exc:
             return f"the rules API failed ({self._reason(exc)})"
         loaded = {r.get("name"): r for g in groups for r in (g.get("rules") or [])}
-        for name in (*summary.names(window).values(), summary.sentinel(window)):
+        for name in (*summary.recorded(window), summary.sentinel(window)):
             rule = loaded.get(name)
             if rule is None:
                 return f"rule {name} is not loaded"
@@ -518,33 +537,12 @@ class PrometheusSource(TelemetrySource):
         nodes no rule can fire on get their freshness and GPU count only, the others are
         read one GPU and port at a time by ``_collect_detail`` (see summary.py)."""
         window, stale_s = self.settings.telemetry_window_s, self.settings.telemetry_stale_s
-        recorded = summary.names(window)
-        try:  # the rules Prometheus runs are the ones this version writes (fingerprint)
-            mark = self._run("summary:rules", summary.sentinel(window), at)
-        except Exception as exc:
-            raise _SummaryUnreadable(str(exc)) from exc
-        if not isinstance(mark, list) or not mark:
-            raise _SummaryUnreadable("no node-summary rules for this window")
-        if [v for _, v in mark] != [summary.fingerprint(window)]:
-            raise _SummaryUnreadable("the node-summary rules are not this version's")
-        unhealthy = self._rules_unhealthy(window)
-        if unhealthy:
-            raise _SummaryUnreadable(unhealthy)
         fresh = next(f for f in select(self.families, groups) if f.kind == "fresh")
         fresh = self.served(fresh, names)
-        asked = {
-            what: self._pool.submit(self._run, f"summary:{what}", name, at, ("__name__", "node"))
-            for what, name in recorded.items()
-        }
-        stamp_query = f"timestamp({recorded['gpus']})"
-        stamp = self._pool.submit(self._run, "summary:recorded_at", stamp_query, at, ("node",))
+        asked = self._ask_summaries(at, summary.names(window))
         fresh_rows = self._pool.submit(self._run, fresh.key, self._builder.query(fresh), at)
-        values: dict[str, dict[str, float]] = {}
+        values, recorded_at = self._read_summaries(asked)
         try:
-            for what, future in asked.items():
-                for node, value in _by_node(future.result()):
-                    values.setdefault(node, {})[what] = value
-            recorded_at = dict(_by_node(stamp.result()))
             rows = fresh_rows.result()
         except Exception as exc:
             raise _SummaryUnreadable(str(exc)) from exc
@@ -580,7 +578,9 @@ class PrometheusSource(TelemetrySource):
         fleet: FleetTelemetry | None = None
         if detail:
             restrict = detail.keys() if len(detail) <= LINK_QUERY_NODES else None
-            fleet = self._collect_detail(detail.keys(), groups, names, at, targets, restrict)
+            fleet = self._collect_detail(
+                detail.keys(), groups, names, at, targets, restrict, prune=False
+            )
         read = {
             n: dataclasses.replace(t, detail_reason=detail.get(n))
             for n, t in (fleet.nodes.items() if fleet is not None else ())
@@ -595,6 +595,85 @@ class PrometheusSource(TelemetrySource):
             | (frozenset({KREA}) if clean else frozenset()),
         )
 
+    def _ask_summaries(self, at: float, whats: Iterable[str]) -> _Asked:
+        """The queries of these summaries (names of ``summary.expressions``), their
+        recording time and the checks that they can be trusted, started on the pool
+        (milliseconds: a few thousand rows at most)."""
+        window = self.settings.telemetry_window_s
+        recorded = summary.names(window)
+        submit = self._pool.submit
+        return _Asked(
+            # the rules Prometheus runs are the ones this version writes (fingerprint)
+            mark=submit(self._run, "summary:rules", summary.sentinel(window), at),
+            unhealthy=submit(self._rules_unhealthy, window),
+            values={
+                w: submit(self._run, f"summary:{w}", recorded[w], at, ("__name__", "node"))
+                for w in whats
+            },
+            stamp=submit(
+                self._run, "summary:recorded_at", f"timestamp({recorded['gpus']})", at, ("node",)
+            ),
+        )
+
+    def _read_summaries(
+        self, asked: _Asked
+    ) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+        """({node: {summary: value}}, {node: when its summaries were recorded}), or
+        ``_SummaryUnreadable``: no rules for this window, another version's, a rule
+        failing, a query failing."""
+        window = self.settings.telemetry_window_s
+        values: dict[str, dict[str, float]] = {}
+        try:
+            mark = asked.mark.result()
+            if not isinstance(mark, list) or not mark:
+                raise _SummaryUnreadable("no node-summary rules for this window")
+            if [v for _, v in mark] != [summary.fingerprint(window)]:
+                raise _SummaryUnreadable("the node-summary rules are not this version's")
+            unhealthy = asked.unhealthy.result()
+            if unhealthy:
+                raise _SummaryUnreadable(unhealthy)
+            for what, future in asked.values.items():
+                for node, value in _by_node(future.result()):
+                    values.setdefault(node, {})[what] = value
+            recorded_at = dict(_by_node(asked.stamp.result()))
+        except _SummaryUnreadable:
+            raise
+        except Exception as exc:
+            raise _SummaryUnreadable(str(exc)) from exc
+        return values, recorded_at
+
+    def _prunable(self, family: Family) -> bool:
+        """Whether a read may skip ``family`` on the nodes whose summaries prove it empty
+        (summary.PROVEN_EMPTY): served by our exporter alone, and either read sparse
+        (zeros left out anyway) or with a skipped node's value known without reading."""
+        if family.key not in summary.PROVEN_EMPTY or len(family.spellings) != 1:
+            return False
+        if family.spellings[0].dialect != KREA:
+            return False
+        return (
+            family.keep is not None
+            or family.key in summary.FILLED_ZERO
+            or family.key in summary.EMPTY_READS_AS_NONE
+        )
+
+    def _proven_empty(
+        self, asked: _Asked, at: float, keys: Iterable[str]
+    ) -> tuple[dict[str, frozenset[str]], dict[str, int]]:
+        """({family: the nodes whose summaries prove it empty}, {node: its GPU count}),
+        from summaries recorded within ``telemetry_stale_s``; raises _SummaryUnreadable."""
+        values, recorded_at = self._read_summaries(asked)
+        stale_s = self.settings.telemetry_stale_s
+        usable = {
+            node: v
+            for node, v in values.items()
+            if "gpus" in v and node in recorded_at and at - recorded_at[node] <= stale_s
+        }
+        empty = {
+            key: frozenset(n for n, v in usable.items() if summary.PROVEN_EMPTY[key](v))
+            for key in keys
+        }
+        return empty, {n: int(v["gpus"]) for n, v in usable.items()}
+
     # -- the read of every GPU and port -------------------------------------------------
 
     def _collect_detail(
@@ -605,8 +684,11 @@ class PrometheusSource(TelemetrySource):
         at: float,
         targets: Future[list[dict[str, Any]]],
         restrict: Collection[str] | None = None,
+        prune: bool = True,
     ) -> FleetTelemetry:
-        """``restrict``: our spellings are asked for these nodes only (a node=~ list)."""
+        """``restrict``: our spellings are asked for these nodes only (a node=~ list).
+        ``prune``: where the node summaries are recorded, readings they prove empty on a
+        node (summary.PROVEN_EMPTY) are not asked of that node."""
         asm = Assembler(
             window_s=self.settings.telemetry_window_s,
             collected_at=at,
@@ -633,6 +715,16 @@ class PrometheusSource(TelemetrySource):
         fallbacks = [f for f in chosen if deferred(f)]
         # the long poles first: range reads over many series
         first.sort(key=lambda f: f.kind not in ("rate", "present_rate", "min_window"))
+        # readings the node summaries can prove empty, node by node: their summaries are
+        # asked for first, the readings themselves once it is known where to skip them
+        pruned: list[Family] = []
+        asked: _Asked | None = None
+        self.last_skipped = {}
+        if prune and self.use_summaries and names is not None and not few and restrict is None:
+            pruned = [f for f in first if self._prunable(f)]
+            if pruned:
+                asked = self._ask_summaries(at, summary.PROVING)
+                first = [f for f in first if f not in pruned]
         futures = {
             f.key: self._pool.submit(
                 self._run,
@@ -643,6 +735,20 @@ class PrometheusSource(TelemetrySource):
             )
             for f in first
         }
+        fills: list[tuple[Family, dict[str, int]]] = []
+        if asked is not None:
+            try:
+                empty, gpus = self._proven_empty(asked, at, [f.key for f in pruned])
+            except _SummaryUnreadable:
+                empty, gpus = {}, {}  # asked of every node, as without the rules
+            self.last_skipped = {k: v for k, v in empty.items() if v}
+            for f in pruned:
+                skip = empty.get(f.key) or None
+                query = self._builder.query(f, nodes, skip_nodes=skip)
+                futures[f.key] = self._pool.submit(self._run, f.key, query, at, value_labels(f))
+                if skip and f.keep is None and f.key in summary.FILLED_ZERO:
+                    fills.append((f, {n: gpus[n] for n in skip}))
+            first += pruned
 
         errors: list[str] = []
         failures: list[BaseException] = []
@@ -651,6 +757,8 @@ class PrometheusSource(TelemetrySource):
             raise Unavailable(
                 f"Prometheus at {self.url} is not answering ({self._reason(failures[0])}): {FIX}"
             )
+        for f, counted in fills:
+            asm.fill_zero(f, counted)
         # second round, restricted to the nodes that need it (a bounded node=~ list; past
         # that the fleet-wide read is cheaper): per-link NVLink rows, exact presence masks
         rounds: list[tuple[Family, Collection[str] | None]] = []

@@ -23,7 +23,7 @@ before. ``deploy/prometheus/krea-ops-node-summary.yaml`` is ``rule_text(300)``;
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import yaml
 
@@ -36,6 +36,8 @@ from krea_ops.health import (
 from krea_ops.telemetry.dialects import CLOCK_EVENT_BITS, FAMILY_BY_KEY, KREA
 
 PREFIX = "krea_node:"
+# per-GPU intermediates some summaries fold (computed once per evaluation, not per rule)
+GPU_PREFIX = "krea_gpu:"
 # How often Prometheus evaluates the group: a summary is at most this much older than
 # the samples it folds (the read checks its age against telemetry_stale_s).
 DEFAULT_INTERVAL_S = 30.0
@@ -83,10 +85,23 @@ def _ib_errors_rising(w: str) -> str:
     return " or ".join(f"rate({_krea('ib_error_rate', c)}[{w}]) > 0" for c in counters)
 
 
+def gpu_expressions(window_s: float) -> dict[str, str]:
+    """Per-GPU intermediate (without prefix and window) -> PromQL: recorded before the
+    summaries, which fold it twice (a sum and a count) without a second rate() over
+    the 98 k fault counters of 4,096 nodes."""
+    w = window_text(window_s)
+    return {"nvlink_fault_rate": f"sum by (node, gpu) (rate({_krea('nvlink_fault_rate')}[{w}]))"}
+
+
+def gpu_record_name(what: str, window_s: float) -> str:
+    return f"{GPU_PREFIX}{what}:{window_text(window_s)}"
+
+
 def expressions(window_s: float) -> dict[str, str]:
     """Summary name (without prefix and window) -> PromQL over our exporter's series."""
     w = window_text(window_s)
     xid = _krea("xid_rate")
+    faults = gpu_record_name("nvlink_fault_rate", window_s)
     saturable = "|".join((*IB_ERROR_COUNTERS, "link_downed", "port_xmit_wait"))
     return {
         # GPUs the exporter reports, and whether NVML answers for every one of them
@@ -105,7 +120,9 @@ def expressions(window_s: float) -> dict[str, str]:
             "max by (node) ({__name__=~"
             f'"{_krea("row_remap_pending")}|{_krea("row_remap_failed")}"' + "})"
         ),
-        "nvlink_faults_rate": f"sum by (node) (rate({_krea('nvlink_fault_rate')}[{w}]))",
+        "nvlink_faults_rate": f"sum by (node) ({faults})",
+        # GPUs with a fault rate at all: where all have one and the sum is 0, each is 0
+        "nvlink_fault_gpus": f"count by (node) ({faults})",
         # GPUs serving the per-GPU NVLink series (an older exporter does not), links down
         "nvlink_gpus": f"count by (node) ({_krea('nvlink_links')})",
         "nvlinks_down": (f"sum by (node) ({_krea('nvlink_links')} - {_krea('nvlink_links_up')})"),
@@ -128,13 +145,21 @@ def names(window_s: float) -> dict[str, str]:
     return {what: record_name(what, window_s) for what in expressions(window_s)}
 
 
+def recorded(window_s: float) -> dict[str, str]:
+    """Every recorded name of the group -> its expression, in evaluation order (the
+    per-GPU intermediates first: a rule reads the results of the rules before it)."""
+    out = {gpu_record_name(w, window_s): e for w, e in gpu_expressions(window_s).items()}
+    out.update({record_name(w, window_s): e for w, e in expressions(window_s).items()})
+    return out
+
+
 def fingerprint(window_s: float) -> int:
-    """A checksum of every summary's name and expression. The rule group records it as
+    """A checksum of every recorded name and expression. The rule group records it as
     ``krea_node:rules:<window>`` (one series): most summaries have no series at all on
     a healthy fleet (nothing rose, nothing is set), so only this says that the rules
     Prometheus runs are the ones this krea-ops would write; with any other set (an
     older or newer krea-ops' rules, one rule missing) the read does not use them."""
-    text = "\n".join(f"{n}={e}" for n, e in sorted(expressions(window_s).items()))
+    text = "\n".join(f"{n}={e}" for n, e in sorted(recorded(window_s).items()))
     return zlib.crc32(text.encode())
 
 
@@ -144,10 +169,7 @@ def sentinel(window_s: float) -> str:
 
 def rule_group(window_s: float, interval_s: float = DEFAULT_INTERVAL_S) -> dict[str, object]:
     """The Prometheus rule file (``groups:``) recording every summary for ``window_s``."""
-    rules = [
-        {"record": record_name(what, window_s), "expr": expr}
-        for what, expr in expressions(window_s).items()
-    ]
+    rules = [{"record": name, "expr": expr} for name, expr in recorded(window_s).items()]
     rules.append({"record": sentinel(window_s), "expr": f"vector({fingerprint(window_s)})"})
     group = {
         "name": f"krea-ops-node-summary-{window_text(window_s)}",
@@ -180,9 +202,8 @@ def unclean(values: Mapping[str, float], p: HealthPolicy) -> str | None:
         v = values.get(what)
         return v is not None and v >= floor
 
-    def zero(what: str) -> bool:  # absent: no series, so nothing rose or is set
-        v = values.get(what)
-        return v is None or v == 0
+    def zero(what: str) -> bool:
+        return _zero(values, what)
 
     checks = (
         (at_least("gpus_up_min", 1.0), "a GPU is not answering NVML"),
@@ -212,3 +233,41 @@ def unclean(values: Mapping[str, float], p: HealthPolicy) -> str | None:
         ),
     )
     return next((why for ok, why in checks if not ok), None)
+
+
+def _zero(values: Mapping[str, float], what: str) -> bool:
+    """Absent: no series, so nothing rose or is set."""
+    v = values.get(what)
+    return v is None or v == 0
+
+
+# Readings a view (``gpus``, the dashboard) reads GPU by GPU that a node's summaries can
+# prove empty: read key -> whether these summaries prove it 0 on every GPU of the node
+# (``xid_last``: no XID to show). The read then asks Prometheus for the reading on the
+# other nodes only (``node!~``), a few rows instead of a rate over every GPU's counters.
+PROVEN_EMPTY: Mapping[str, Callable[[Mapping[str, float]], bool]] = {
+    "nvlink_fault_rate": lambda v: (
+        _zero(v, "nvlink_faults_rate") and v.get("nvlink_fault_gpus") == v.get("gpus")
+    ),
+    "ecc_uncorrected_rate": lambda v: _zero(v, "ecc_uncorrected_rate"),
+    "row_remap_pending": lambda v: (v.get("row_remap_max") or 0.0) < 0.5,
+    "row_remap_failed": lambda v: (v.get("row_remap_max") or 0.0) < 0.5,
+    "xid_last": lambda v: (v.get("xid_last_max") or 0.0) <= 0,
+    "xid_rate": lambda v: _zero(v, "xids_new"),
+}
+# the summaries those tests read (``gpus``: the node has a summary at all)
+PROVING = (
+    "gpus",
+    "nvlink_faults_rate",
+    "nvlink_fault_gpus",
+    "ecc_uncorrected_rate",
+    "row_remap_max",
+    "xid_last_max",
+    "xids_new",
+)
+# Where a view reads a reading whole (no ``keep``), a skipped node must show what the
+# read would have: a fault rate of 0 on each GPU (every GPU has one: nvlink_fault_gpus);
+# xid_last's 0 reads as "no XID" either way. ECC and row remapping are pruned only where
+# the read leaves their zeros out anyway.
+FILLED_ZERO = frozenset({"nvlink_fault_rate"})
+EMPTY_READS_AS_NONE = frozenset({"xid_last"})

@@ -44,3 +44,34 @@ def test_only_one_value_per_gpu_or_port_of_our_exporter_takes_the_plain_path() -
     assert value_labels(ib_ours) == ("device", "node", "port")
     for key in ("gpu_info", "clock_events", "xid_rate", "fresh", "clock_events_known"):
         assert value_labels(FAMILY_BY_KEY[key]) is None, key
+
+
+def test_a_fault_rate_proven_zero_is_filled_in_only_where_every_gpu_is_there() -> None:
+    """A node whose summaries prove its NVLink fault rate 0 is not asked for it: each of
+    its GPUs reads 0, unless the read found another number of GPUs than the summary
+    counted (one come or gone since): then the reading is unknown, not 0."""
+    from krea_ops.telemetry.assemble import Assembler
+
+    asm = Assembler(window_s=300.0, collected_at=1000.0, stale_s=60.0, nodes=None)
+    fresh = FAMILY_BY_KEY["fresh"]
+    info = FAMILY_BY_KEY["gpu_info"]
+    fault = FAMILY_BY_KEY["nvlink_fault_rate"]
+    ours_fresh = type(fresh)(fresh.key, fresh.spellings[:1], fresh.by, fresh.kind)
+    asm.add(ours_fresh, [({"node": n}, 995.0) for n in ("n1", "n2")])
+    asm.add(
+        type(info)(info.key, info.spellings[:1], info.by),
+        [
+            ({"node": n, "gpu": str(g), "uuid": f"GPU-{n}-{g}"}, 1.0)
+            for n in ("n1", "n2")
+            for g in (0, 1)
+        ],
+    )
+    asm.fill_zero(fault, {"n1": 2, "n2": 3})
+    nodes = asm.build("test").nodes
+    assert [g.nvlink_fault_increase for g in nodes["n1"].gpus] == [0.0, 0.0]
+    assert [g.nvlink_fault_increase for g in nodes["n2"].gpus] == [None, None]
+    # after a failed read of it, nothing is filled in
+    asm = Assembler(window_s=300.0, collected_at=1000.0, stale_s=60.0, nodes=None)
+    asm.failed.add(fault.store)
+    asm.fill_zero(fault, {"n1": 2})
+    assert fault.store not in asm.read

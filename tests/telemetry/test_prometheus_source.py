@@ -22,7 +22,7 @@ import json
 import re
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -547,8 +547,77 @@ def test_node_summaries_of_other_rules_are_not_used(
     monkeypatch.setattr("krea_ops.telemetry.summary.fingerprint", lambda window_s: 12345)
     with PrometheusSource(world.prom.url, settings(), families=OURS) as source:
         fleet = source.collect(families={"verdicts"})
-    assert all(t.detail_reason is None for t in fleet.nodes.values())
-    assert len(fleet.nodes["node-b"].gpus) == 8 and fleet.nodes["node-b"].gpu_count is None
+        assert all(t.detail_reason is None for t in fleet.nodes.values())
+        assert len(fleet.nodes["node-b"].gpus) == 8 and fleet.nodes["node-b"].gpu_count is None
+        view = source.collect(families={"gpu"})
+        assert source.last_skipped == {}  # every reading asked of every node
+    assert view.nodes["node-b"].gpus[0].nvlink_fault_increase == 0.0
+
+
+def _shape(value: object) -> object:
+    """A reading as far as two reads a few seconds apart must agree on it: a rate over
+    a sliding window moves, whether it is unknown, 0 or more does not."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int | float):
+        return "0" if value == 0 else ">0"
+    if isinstance(value, Mapping):
+        return {k: _shape(v) for k, v in value.items()}
+    return value
+
+
+def test_a_view_skips_readings_the_node_summaries_prove_empty(world: World) -> None:
+    """``gpus`` at fleet scale asks for NVLink faults, ECC, row remapping and XIDs only
+    of the nodes whose summaries do not prove them 0 (the rate over every GPU's fault
+    counters alone is a sixth of a fleet read's Prometheus CPU), and still shows every
+    GPU what the read without the summaries shows: a skipped GPU's NVLink faults are 0,
+    not unknown."""
+    fields = (
+        "nvlink_fault_increase",
+        # (a node without the fault rate would be read link by link, as if its exporter
+        # served no per-GPU sums: the per-counter increases would come back)
+        "nvlink_error_increase",
+        "xid_last",
+        "xid_increase",
+        "ecc_uncorrected_increase",
+        "row_remap_pending",
+        "row_remap_failed",
+    )
+
+    def readings(fleet: FleetTelemetry) -> dict[tuple[str, int], tuple[object, ...]]:
+        return {
+            (n, g.index): tuple(_shape(getattr(g, f)) for f in fields)
+            for n, t in fleet.nodes.items()
+            for g in t.gpus
+        }
+
+    with PrometheusSource(world.prom.url, settings(), families=OURS) as source:
+        pruned = source.collect(families={"gpu"})
+        skipped = source.last_skipped
+    with PrometheusSource(world.prom.url, settings(), families=OURS, use_summaries=False) as plain:
+        whole = plain.collect(families={"gpu"})
+        assert plain.last_skipped == {}
+    assert readings(pruned) == readings(whole)
+    assert set(skipped) == {
+        "nvlink_fault_rate",
+        "xid_last",
+        "xid_rate",
+        "ecc_uncorrected_rate",
+        "row_remap_pending",
+        "row_remap_failed",
+    }, skipped
+    # node-b is healthy: nothing asked of it; node-a has faults, an XID and ECC errors
+    assert all("node-b" in nodes for nodes in skipped.values()), skipped
+    for key in ("nvlink_fault_rate", "xid_last", "xid_rate", "ecc_uncorrected_rate"):
+        assert "node-a" not in skipped[key], key
+    assert "node-a" in skipped["row_remap_pending"]
+    # old-node's exporter serves no per-GPU NVLink sums: its faults are not proven 0
+    assert "old-node" not in skipped["nvlink_fault_rate"]
+    assert all(g.nvlink_fault_increase == 0.0 for g in pruned.nodes["node-b"].gpus)
+    a = pruned.nodes["node-a"].gpus
+    assert a[2].nvlink_fault_increase is not None and a[2].nvlink_fault_increase > 0
+    assert a[5].xid_last == 79 and a[5].xid_increase and a[5].xid_increase[79] > 0
+    assert a[6].ecc_uncorrected_increase is not None and a[6].ecc_uncorrected_increase > 0
 
 
 def test_node_summaries_are_not_used_while_a_rule_fails() -> None:

@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 
 from krea_ops.health import HealthPolicy
-from krea_ops.telemetry.summary import fingerprint, names, rule_group, sentinel, unclean
+from krea_ops.telemetry.summary import (
+    PROVEN_EMPTY,
+    PROVING,
+    fingerprint,
+    names,
+    rule_group,
+    sentinel,
+    unclean,
+)
 
 POLICY = HealthPolicy(hot_c=78.0, warm_c=75.0, slowdown_margin_c=5.0, xmit_wait_ratio_suspect=0.2)
 
@@ -68,6 +76,36 @@ def test_each_summary_a_rule_could_fire_on_makes_the_node_read(
     assert unclean(values, POLICY) == why
 
 
+def test_a_clean_node_proves_every_skippable_reading_empty() -> None:
+    full = {**CLEAN, "nvlink_fault_gpus": 8.0}
+    assert all(proves(full) for proves in PROVEN_EMPTY.values())
+    assert set(PROVING) <= set(names(300.0))
+
+
+@pytest.mark.parametrize(
+    ("what", "value", "still_read"),
+    [
+        ("nvlink_faults_rate", 0.003, ["nvlink_fault_rate"]),
+        # a GPU without a fault rate (no NVLink, a link's read failing): its 0 is unknown
+        ("nvlink_fault_gpus", 7.0, ["nvlink_fault_rate"]),
+        ("nvlink_fault_gpus", None, ["nvlink_fault_rate"]),
+        ("ecc_uncorrected_rate", 0.01, ["ecc_uncorrected_rate"]),
+        ("row_remap_max", 1.0, ["row_remap_pending", "row_remap_failed"]),
+        ("xid_last_max", 79.0, ["xid_last"]),
+        ("xids_new", 1.0, ["xid_rate"]),
+    ],
+)
+def test_a_summary_above_zero_keeps_its_reading_read(
+    what: str, value: float | None, still_read: list[str]
+) -> None:
+    values = {**CLEAN, "nvlink_fault_gpus": 8.0}
+    if value is None:
+        values.pop(what)
+    else:
+        values[what] = value
+    assert [k for k, proves in PROVEN_EMPTY.items() if not proves(values)] == still_read
+
+
 def test_thresholds_are_the_policys() -> None:
     assert unclean({**CLEAN, "temperature_max": 74.9}, POLICY) is None
     assert unclean({**CLEAN, "margin_min": 5.0}, POLICY) is None
@@ -80,10 +118,14 @@ def test_thresholds_are_the_policys() -> None:
 def test_the_rule_group_names_its_window_and_fingerprint() -> None:
     group = rule_group(300.0)["groups"][0]  # type: ignore[index]
     records = {r["record"]: r["expr"] for r in group["rules"]}
-    assert set(names(300.0).values()) | {sentinel(300.0)} == set(records)
+    intermediate = "krea_gpu:nvlink_fault_rate:5m"
+    assert set(names(300.0).values()) | {sentinel(300.0), intermediate} == set(records)
     assert records[sentinel(300.0)] == f"vector({fingerprint(300.0)})"
     assert all(r.endswith(":5m") for r in records)
-    assert "[5m]" in records["krea_node:nvlink_faults_rate:5m"]
+    # the per-GPU fault rate is computed once, first, and folded by two summaries after it
+    assert "[5m]" in records[intermediate] and group["rules"][0]["record"] == intermediate
+    assert records["krea_node:nvlink_faults_rate:5m"] == f"sum by (node) ({intermediate})"
+    assert records["krea_node:nvlink_fault_gpus:5m"] == f"count by (node) ({intermediate})"
     # another window: other names, other expressions, another fingerprint
     assert sentinel(600.0) == "krea_node:rules:10m" and fingerprint(600.0) != fingerprint(300.0)
     assert names(45.0)["xids_new"] == "krea_node:xids_new:45s"
