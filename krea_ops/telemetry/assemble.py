@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from krea_ops.model import FleetTelemetry, GpuSample, IbPortSample, NodeTelemetry, NvLinkSample
+from krea_ops.model import (
+    FleetTelemetry,
+    GpuSample,
+    IbPortSample,
+    NodeTelemetry,
+    NvLinkSample,
+    gpu_sample,
+)
 from krea_ops.telemetry.dialects import (
     DCGM,
     IB_PHYS_STATES,
@@ -595,7 +602,7 @@ class Assembler:
             "sampled_at": last,
         }
         if not readings:
-            return GpuSample(**identity)
+            return gpu_sample(identity)
         p = {k: v[1] for k, v in obj.picks.items()}
 
         def flag(key: str) -> bool | None:
@@ -622,13 +629,14 @@ class Assembler:
         elif counts is not None:
             xid = {int(k): v for k, v in counts.items() if _int(k) is not None}
         ecc_rate = p.get("ecc_uncorrected_rate")
-        nvlink_total, nvlink_increase, links, links_up = self._gpu_nvlink(
-            acc, index, obj, p, window
-        )
+        if obj.dicts or acc.links or "nvlink_count" in p or "nvlink_links" in p:
+            nvlink_total, nvlink_increase, links, links_up = self._gpu_nvlink(
+                acc, index, obj, p, window
+            )
+        else:  # (nearly every GPU of a fleet-wide read: no per-link or per-counter rows)
+            nvlink_total = nvlink_increase = links = links_up = None
         fault_rate = p.get("nvlink_fault_rate")  # (else the sample sums the counters)
-        faults = None if fault_rate is None else fault_rate * window
-        return GpuSample(
-            **identity,
+        identity.update(
             up=flag("gpu_up"),
             down_reason=next(iter(sorted(down)), None) if down else None,
             temperature_c=p.get("temperature"),
@@ -653,10 +661,11 @@ class Assembler:
             nvlink_error_increase=(
                 None if nvlink_increase is None else MappingProxyType(nvlink_increase)
             ),
-            nvlink_fault_increase=faults,
+            nvlink_fault_increase=None if fault_rate is None else fault_rate * window,
             nvlinks_total=links,
             nvlinks_up=links_up,
         )
+        return gpu_sample(identity)
 
     def _gpu_nvlink(
         self, acc: _NodeAcc, gpu: int, obj: _Obj, p: Mapping[str, float], window: float

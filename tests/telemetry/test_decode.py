@@ -75,3 +75,31 @@ def test_a_fault_rate_proven_zero_is_filled_in_only_where_every_gpu_is_there() -
     asm.failed.add(fault.store)
     asm.fill_zero(fault, {"n1": 2})
     assert fault.store not in asm.read
+
+
+def test_the_fast_gpu_sample_is_the_dataclass() -> None:
+    """``gpu_sample`` (the assembler's constructor at fleet scale) gives the object
+    ``GpuSample(**values)`` gives, ``__post_init__`` included, and refuses what the
+    dataclass refuses."""
+    from types import MappingProxyType
+
+    import pytest
+
+    from krea_ops.model import GpuSample, gpu_sample
+
+    cases: list[dict[str, object]] = [
+        {"node": "n", "index": 0},
+        {"node": "n", "index": 3, "temperature_c": 81.0, "up": True, "sampled_at": 5.0},
+        {"node": "n", "index": 1, "nvlink_error_increase": MappingProxyType({"crc_flit": 2.0})},
+        {"node": "n", "index": 1, "nvlink_fault_increase": 0.0, "clock_events": frozenset()},
+    ]
+    for values in cases:
+        fast, slow = gpu_sample(values), GpuSample(**values)  # type: ignore[arg-type]
+        assert fast == slow and vars(fast) == vars(slow)
+    assert gpu_sample(cases[2]).nvlink_fault_increase == 2.0
+    with pytest.raises(TypeError):
+        gpu_sample({"node": "n", "index": 0, "temprature_c": 80.0})
+    with pytest.raises(TypeError):
+        gpu_sample({"node": "n"})
+    with pytest.raises(AttributeError):  # still frozen
+        gpu_sample(cases[0]).temperature_c = 1.0  # type: ignore[misc]
