@@ -79,13 +79,21 @@ def read_fleet(
     """(FleetSnapshot, Cluster) for ``--node`` / ``--selector``: nodes from the API,
     telemetry of the ``families`` the command shows (None: all), verdicts. A telemetry
     failure is in the snapshot's ``telemetry_error``; the caller decides what it costs."""
-    from krea_ops.fleet import load_fleet
+    from krea_ops.fleet import collect_ahead, load_fleet
 
     ctx.with_resource(gc_paused())  # until the command has printed (its context closes)
     settings = settings_from(ctx)
-    cluster = cluster_from(settings)
-    source, error = open_telemetry(settings, cluster)
+    ahead = None
+    source, error = None, None
+    if settings.prometheus_url:
+        # a Prometheus named by flag, env or settings needs no cluster to find it: the
+        # telemetry read starts before the Kubernetes client is imported and configured
+        source, error = open_telemetry(settings, None)
+        ahead = collect_ahead(source, node=node, selector=selector, families=families)
     try:
+        cluster = cluster_from(settings)
+        if source is None and error is None:
+            source, error = open_telemetry(settings, cluster)
         snapshot = load_fleet(
             cluster,
             source,
@@ -94,6 +102,7 @@ def read_fleet(
             selector=selector,
             source_error=error,
             families=families,
+            ahead=ahead,
         )
     finally:
         if source is not None:

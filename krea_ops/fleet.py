@@ -71,16 +71,17 @@ def load_fleet(
     selector: str | None = None,
     source_error: str | None = None,
     families: Collection[str] | None = None,
+    ahead: _Ahead | None = None,
 ) -> FleetSnapshot:
     """``source`` is a telemetry source (``krea_ops.telemetry``) or None when none could be
     opened (``source_error`` says why). ``nodes`` skips the node list (the caller has it).
     ``families``: only these groups of telemetry (see ``TelemetrySource.collect``).
 
     Without a selector the telemetry read does not need the node list, so it runs on a
-    thread while the nodes are listed (two servers working at once)."""
-    ahead: _Ahead | None = None
-    if source is not None and nodes is None and not selector:
-        ahead = _Ahead(source.collect, {node} if node else None, families)
+    thread while the nodes are listed (two servers working at once); ``ahead`` is that
+    read, already started by the caller (``collect_ahead``)."""
+    if ahead is None and nodes is None:
+        ahead = collect_ahead(source, node=node, selector=selector, families=families)
     infos = nodes if nodes is not None else select_nodes(cluster, node=node, selector=selector)
     fleet: FleetTelemetry | None = None
     error = source_error
@@ -104,6 +105,21 @@ def load_fleet(
         collected_at=fleet.collected_at if fleet is not None else time.time(),
         policy=policy,
     )
+
+
+def collect_ahead(
+    source: Any | None,
+    *,
+    node: str | None = None,
+    selector: str | None = None,
+    families: Collection[str] | None = None,
+) -> _Ahead | None:
+    """The telemetry read of ``load_fleet``, started now on a thread, where it does not
+    need the node list (no selector): a caller that knows its Prometheus before it has
+    a cluster client can start it first."""
+    if source is None or selector:
+        return None
+    return _Ahead(source.collect, {node} if node else None, families)
 
 
 class _Ahead:

@@ -65,6 +65,7 @@ from krea_ops.telemetry.dialects import (
     Row,
     Spelling,
     instance_host,
+    node_of,
     quote,
     select,
 )
@@ -744,13 +745,30 @@ class PrometheusSource(TelemetrySource):
             except _SummaryUnreadable:
                 empty, gpus = {}, {}  # asked of every node, as without the rules
             self.last_skipped = {k: v for k, v in empty.items() if v}
+            # every node with a series of ours has a freshness row (the same scrape, the
+            # same lookback): the others are known by name once that read is in
+            having = self._fresh_nodes(futures, by_key) if any(empty.values()) else None
+            if having is not None and nodes is not None:
+                having = having & frozenset(nodes)
             for f in pruned:
                 skip = empty.get(f.key) or None
-                query = self._builder.query(f, nodes, skip_nodes=skip)
-                futures[f.key] = self._pool.submit(self._run, f.key, query, at, value_labels(f))
+                rest = None if having is None or skip is None else having - skip
+                if rest is not None and not rest:
+                    asm.read.add(f.store)  # every node with its series is proven empty
+                else:
+                    # the few others by name, else all but the proven ones
+                    few_left = rest is not None and len(rest) <= LINK_QUERY_NODES
+                    query = (
+                        self._builder.query(f, nodes, link_nodes=rest)
+                        if few_left
+                        else self._builder.query(f, nodes, skip_nodes=skip)
+                    )
+                    futures[f.key] = self._pool.submit(
+                        self._run, f.key, query, at, value_labels(f)
+                    )
+                    first.append(f)
                 if skip and f.keep is None and f.key in summary.FILLED_ZERO:
                     fills.append((f, {n: gpus[n] for n in skip}))
-            first += pruned
 
         errors: list[str] = []
         failures: list[BaseException] = []
@@ -794,6 +812,25 @@ class PrometheusSource(TelemetrySource):
         except Exception as exc:
             errors.append(f"targets API failed ({self._reason(exc)}): failing scrapes not shown")
         return asm.build(self.describe(), errors=errors, down=down)
+
+    @staticmethod
+    def _fresh_nodes(
+        futures: Mapping[str, Future[list[Row] | Values]], by_key: Mapping[str, Family]
+    ) -> frozenset[str] | None:
+        """The nodes of our exporter's freshness rows (waiting for that query), or None
+        where another dialect is read too or the query failed."""
+        fresh = next((f for f in by_key.values() if f.kind == "fresh"), None)
+        if fresh is None or fresh.key not in futures:
+            return None
+        if [s.dialect for s in fresh.spellings] != [KREA]:
+            return None
+        try:
+            rows = futures[fresh.key].result()
+        except Exception:
+            return None  # (the gather reports it)
+        if not isinstance(rows, list):
+            return None
+        return frozenset(n for n in (node_of(labels) for labels, _ in rows) if n)
 
     def _gather(
         self,

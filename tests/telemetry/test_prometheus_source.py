@@ -566,7 +566,10 @@ def _shape(value: object) -> object:
     return value
 
 
-def test_a_view_skips_readings_the_node_summaries_prove_empty(world: World) -> None:
+@pytest.mark.parametrize("by_name", [True, False], ids=["others-by-name", "all-but-proven"])
+def test_a_view_skips_readings_the_node_summaries_prove_empty(
+    world: World, by_name: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``gpus`` at fleet scale asks for NVLink faults, ECC, row remapping and XIDs only
     of the nodes whose summaries do not prove them 0 (the rate over every GPU's fault
     counters alone is a sixth of a fleet read's Prometheus CPU), and still shows every
@@ -591,9 +594,12 @@ def test_a_view_skips_readings_the_node_summaries_prove_empty(world: World) -> N
             for g in t.gpus
         }
 
+    if not by_name:  # more nodes left than a name list holds: node!~ the proven ones
+        monkeypatch.setattr("krea_ops.telemetry.prometheus.LINK_QUERY_NODES", 0)
     with PrometheusSource(world.prom.url, settings(), families=OURS) as source:
         pruned = source.collect(families={"gpu"})
         skipped = source.last_skipped
+        asked = set(source.last_timings)
     with PrometheusSource(world.prom.url, settings(), families=OURS, use_summaries=False) as plain:
         whole = plain.collect(families={"gpu"})
         assert plain.last_skipped == {}
@@ -611,6 +617,7 @@ def test_a_view_skips_readings_the_node_summaries_prove_empty(world: World) -> N
     for key in ("nvlink_fault_rate", "xid_last", "xid_rate", "ecc_uncorrected_rate"):
         assert "node-a" not in skipped[key], key
     assert "node-a" in skipped["row_remap_pending"]
+    assert {"nvlink_fault_rate", "xid_rate", "row_remap_pending"} <= asked, asked
     # old-node's exporter serves no per-GPU NVLink sums: its faults are not proven 0
     assert "old-node" not in skipped["nvlink_fault_rate"]
     assert all(g.nvlink_fault_increase == 0.0 for g in pruned.nodes["node-b"].gpus)
@@ -657,3 +664,23 @@ def test_node_summaries_are_not_used_while_a_rule_fails() -> None:
     finally:
         prom.stop()
         node.stop()
+
+
+def test_a_reading_proven_empty_on_every_node_read_is_not_asked_for(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where every node being read has its summaries prove a reading empty (here the
+    healthy node-b alone, read as a fleet would be), the reading is not queried at all,
+    and the GPUs still show a fault rate of 0."""
+    monkeypatch.setattr("krea_ops.telemetry.prometheus.DETAIL_NODES", 0)
+    with PrometheusSource(world.prom.url, settings(), families=OURS) as source:
+        fleet = source.collect({"node-b"}, families={"gpu"})
+        asked = set(source.last_timings)
+    pruned = {"nvlink_fault_rate", "xid_rate", "xid_last", "row_remap_pending"}
+    assert pruned.isdisjoint(asked), asked
+    assert {"temperature", "summary:gpus"} <= asked
+    assert [g.nvlink_fault_increase for g in fleet.nodes["node-b"].gpus] == [0.0] * 8
+    assert all(
+        g.xid_last is None and g.ecc_uncorrected_increase is None
+        for g in fleet.nodes["node-b"].gpus
+    )
