@@ -6,13 +6,15 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from commands.common import OutputOption, cluster_from, settings_from
 from commands.output import OutputFormat, emit, render
-from krea_ops.burst.status import BurstPod, BurstStatus, VirtualNode, burst_status
+
+if TYPE_CHECKING:  # (imported by the command that uses it: start-up of every command)
+    from krea_ops.burst.status import BurstPod, BurstStatus, VirtualNode
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -257,6 +259,8 @@ def status(ctx: typer.Context, output: OutputFormat = OutputOption) -> None:
     settings = settings_from(ctx)
     cluster = cluster_from(settings)
     try:
+        from krea_ops.burst.status import burst_status
+
         report = burst_status(cluster)
     finally:
         cluster.api.close()

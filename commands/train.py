@@ -7,16 +7,16 @@ import io
 import os
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from commands.common import OutputOption
 from commands.output import OutputFormat, emit, render
-from krea_ops.training.advice import Advice, IntervalCost, advise
-from krea_ops.training.checkpoints import Checkpoint, discover
+
+if TYPE_CHECKING:  # (imported by the commands that use them: start-up of every command)
+    from krea_ops.training.advice import Advice, IntervalCost
+    from krea_ops.training.checkpoints import Checkpoint
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -89,6 +89,9 @@ def _display_name(cp: Checkpoint, root: str) -> str:
 
 
 def _checkpoint_table(found: list[Checkpoint], root: str, now: float) -> str:
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column("CHECKPOINT", overflow="fold", max_width=28)
     table.add_column("STEP", justify="right", no_wrap=True)
@@ -136,6 +139,8 @@ def checkpoints(
     directories and their latest_checkpointed_iteration.txt tracker (torch_dist and
     legacy), and a PATH that is itself one checkpoint.
     """
+    from krea_ops.training.checkpoints import discover
+
     found = discover(path)
     if output is OutputFormat.table:
         now = time.time()
@@ -253,6 +258,8 @@ def advise_cmd(
     node-days)). Lost work per failure is half an interval plus the checkpoint, plus the
     restart time; waste is the share of wall time spent saving or redoing work.
     """
+    from krea_ops.training.advice import advise
+
     advice = advise(
         checkpoint_seconds,
         mtbf_hours=mtbf_hours,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import platform
-from importlib import metadata
 
 import typer
 
@@ -22,6 +21,8 @@ PACKAGES = (
 
 
 def _installed(name: str) -> str | None:
+    from importlib import metadata  # (~10 ms: only this command needs it)
+
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
