@@ -208,7 +208,22 @@ def attention_lines(rows: list[dict[str, Any]], label: Any, limit: int = 20) -> 
 
 def source_line(snapshot: FleetSnapshot) -> str:
     src = snapshot.source or "no telemetry"
-    return f"telemetry: {src}, window {snapshot.policy.window_text}\n"
+    return f"telemetry: {src}, window {snapshot.policy.window_text}\n" + skipped_line(snapshot)
+
+
+def skipped_line(snapshot: FleetSnapshot) -> str:
+    """Where the node summaries spared the read some readings (docs/metrics.md): how many
+    nodes were still asked for them. A user who just saw an error counter move knows
+    the summaries lag it by up to one rule evaluation."""
+    tel = snapshot.telemetry
+    if tel is None or not tel.skipped:
+        return ""
+    proven = frozenset.intersection(*tel.skipped.values()) & tel.nodes.keys()
+    total = len(tel.nodes)
+    return (
+        f"node summaries: NVLink faults, XIDs, ECC and row remapping asked of "
+        f"{total - len(proven):,} of {total:,} nodes (the others' summaries prove them 0)\n"
+    )
 
 
 def register(app: typer.Typer) -> None:

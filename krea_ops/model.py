@@ -214,6 +214,9 @@ class FleetTelemetry:
     errors: tuple[str, ...] = ()
     # metric dialects found: "krea", "dcgm", "node_exporter"
     dialects: frozenset[str] = frozenset()
+    # reading -> the nodes it was not asked of: their node summaries prove it 0 there
+    # (Prometheus with krea-ops' recording rules; docs/metrics.md, "Node summaries")
+    skipped: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -763,9 +763,7 @@ class PrometheusSource(TelemetrySource):
                         if few_left
                         else self._builder.query(f, nodes, skip_nodes=skip)
                     )
-                    futures[f.key] = self._pool.submit(
-                        self._run, f.key, query, at, value_labels(f)
-                    )
+                    futures[f.key] = self._pool.submit(self._run, f.key, query, at, value_labels(f))
                     first.append(f)
                 if skip and f.keep is None and f.key in summary.FILLED_ZERO:
                     fills.append((f, {n: gpus[n] for n in skip}))
@@ -811,7 +809,10 @@ class PrometheusSource(TelemetrySource):
             down = self._down_targets(targets.result(), asm)
         except Exception as exc:
             errors.append(f"targets API failed ({self._reason(exc)}): failing scrapes not shown")
-        return asm.build(self.describe(), errors=errors, down=down)
+        fleet = asm.build(self.describe(), errors=errors, down=down)
+        if self.last_skipped:
+            fleet = dataclasses.replace(fleet, skipped=MappingProxyType(dict(self.last_skipped)))
+        return fleet
 
     @staticmethod
     def _fresh_nodes(

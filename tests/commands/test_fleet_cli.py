@@ -5,6 +5,7 @@ the simulated exporters), faults injected through the API, verdicts as a user se
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -234,3 +235,41 @@ def test_errors_are_one_line(world: SimWorld, capsys: pytest.CaptureFixture[str]
     assert out and all(r["verdict"] == "UNKNOWN" for r in out if not r["virtual"])
     code, _, err = run_json(capsys, *kc(world), "--prometheus", "http://127.0.0.1:9", "gpus")
     assert code == 1 and "127.0.0.1:9" in err
+
+
+def test_nvlink_errors_show_where_the_node_summaries_do_not_prove_them_zero(
+    world: SimWorld, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``gpus`` asks for NVLink faults, XIDs, ECC and row remapping only of the nodes whose
+    summaries do not prove them 0: a GPU whose link starts counting errors still shows
+    them (once a rule evaluation has seen it), the other GPUs show 0, not unknown, and
+    the table says how many nodes were asked."""
+    inject_fault(world.client, "nvlink-errors", "gpu-node-001", gpu=3, value="2")
+
+    def counting() -> list[dict[str, Any]] | None:
+        code, rows, _ = run_json(capsys, *kc(world), "gpus", "-o", "json")
+        assert code == 0
+        mine = [r for r in rows if r["node"] == "gpu-node-001"]
+        faulty = next(r for r in mine if r["index"] == 3)
+        return rows if faulty["nvlink_errors"] and faulty["nvlink_errors"] > 0 else None
+
+    rows = until(counting, timeout=60)
+    others = [
+        r
+        for r in rows
+        if r["node"] in ("gpu-node-000", "gpu-node-001")
+        and (r["node"], r["index"]) != ("gpu-node-001", 3)
+    ]
+    assert len(others) == 15 and all(r["nvlink_errors"] == 0.0 for r in others), others
+
+    def said() -> str | None:
+        capsys.readouterr()
+        assert invoke([*kc(world), "gpus"]) == 0
+        table = capsys.readouterr().out
+        return next((x for x in table.splitlines() if x.startswith("node summaries:")), None)
+
+    line = until(said, timeout=30)
+    match = re.search(r"asked of (\d+) of (\d+) nodes", line)
+    assert match is not None, line
+    asked, total = int(match.group(1)), int(match.group(2))
+    assert 1 <= asked < total == 4, line
