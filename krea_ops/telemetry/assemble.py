@@ -60,13 +60,15 @@ def _int(text: str | None) -> int | None:
 
 # The winning value of one reading on one object, as (rank, value): lowest spelling rank
 # wins; rows of one sum-family that share a spelling's dialect are added up.
-_Pick = tuple[int, float]
 _MISSING: Any = object()
 
 
 @dataclass
 class _Obj:
-    picks: dict[str, _Pick] = field(default_factory=dict)
+    # reading -> value, and the rank of the spelling it came from (_DIALECT_RANK x 1000 +
+    # the spelling's place): two dicts, so that building a sample reads ``values`` as is
+    values: dict[str, float] = field(default_factory=dict)
+    ranks: dict[str, int] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     dicts: dict[str, dict[Any, dict[str, float]]] = field(default_factory=dict)
 
@@ -106,14 +108,13 @@ def _pick(
     values of one dialect add up in a summing family."""
     acc, obj = hit
     acc.dialects.add(dialect)
-    picks = obj.picks
-    pick = picks.get(key)
-    if pick is None or rank // 1000 < pick[0] // 1000:
-        picks[key] = (rank, value)
-    elif summing and rank // 1000 == pick[0] // 1000:
-        picks[key] = (pick[0], pick[1] + value)
-    elif rank < pick[0]:
-        picks[key] = (rank, value)
+    values, ranks = obj.values, obj.ranks
+    before = ranks.get(key)
+    if before is None or rank // 1000 < before // 1000 or (not summing and rank < before):
+        values[key] = value
+        ranks[key] = rank
+    elif summing and rank // 1000 == before // 1000:
+        values[key] += value
 
 
 @dataclass(frozen=True)
@@ -314,11 +315,12 @@ class Assembler:
                 hit = self._simple_obj(family, node, okey, dict(zip(order, row[:-1], strict=True)))
             if hit is None:
                 continue
-            picks = hit[1].picks
-            if key in picks:
+            obj = hit[1]
+            if key in obj.ranks:
                 _pick(hit, key, rank, dialect, value * scale, summing)
             else:  # the object's first value of it (nearly every row): nothing to rank
-                picks[key] = (rank, value * scale)
+                obj.values[key] = value * scale
+                obj.ranks[key] = rank
                 hit[0].dialects.add(dialect)
         if rows:
             self.dialects.add(dialect)
@@ -381,9 +383,10 @@ class Assembler:
                 if labels.get(name) and name not in obj.labels:
                     obj.labels[name] = labels[name]
             if dialect == KREA:  # ours is krea_gpu_up: the value says whether NVML answers
-                pick = obj.picks.get("gpu_up")
-                if pick is None or rank < pick[0]:
-                    obj.picks["gpu_up"] = (rank, value)
+                before = obj.ranks.get("gpu_up")
+                if before is None or rank < before:
+                    obj.values["gpu_up"] = value
+                    obj.ranks["gpu_up"] = rank
             return
         summing, keyed = flags
         if sub is not None or keyed:
@@ -428,13 +431,15 @@ class Assembler:
         if family.store in self.failed:
             return
         self.read.add(family.store)
-        first = (_DIALECT_RANK[KREA] * 1000, 0.0)
+        key, rank = family.store, _DIALECT_RANK[KREA] * 1000
         for node, count in gpus.items():
             acc = self._acc.get(node)
             if acc is None or len(acc.gpus) != count:
                 continue
             for obj in acc.gpus.values():
-                obj.picks.setdefault(family.store, first)
+                if key not in obj.ranks:
+                    obj.values[key] = 0.0
+                    obj.ranks[key] = rank
             acc.dialects.add(KREA)
 
     def nodes_lacking(self, key: str) -> set[str]:
@@ -442,8 +447,9 @@ class Assembler:
         (an exporter from before that reading), after a read of it."""
 
         def ours_without(obj: _Obj) -> bool:  # (a GPU NVML lost answers nothing at all)
-            up = obj.picks.get("gpu_up")
-            return up is not None and up[0] < 1000 and up[1] >= 0.5 and key not in obj.picks
+            up = obj.values.get("gpu_up")
+            ours = obj.ranks.get("gpu_up", 1000) < 1000
+            return up is not None and ours and up >= 0.5 and key not in obj.values
 
         return {
             name
@@ -463,15 +469,15 @@ class Assembler:
             sums = False
             answering = False
             for obj in acc.gpus.values():
-                picks = obj.picks
+                values = obj.values
                 # any per-GPU NVLink series of ours says the exporter serves the sums
                 if "nvlink_sum_present" in obj.dicts or not {
                     "nvlink_fault_rate",
                     "nvlink_links",
-                }.isdisjoint(picks):
+                }.isdisjoint(values):
                     sums = True
-                up = picks.get("gpu_up")
-                if up is not None and up[1] >= 0.5 and up[0] < 1000:  # ours, answering
+                up = values.get("gpu_up")
+                if up is not None and up >= 0.5 and obj.ranks["gpu_up"] < 1000:  # ours, answering
                     answering = True
                 if not detail:
                     continue
@@ -479,12 +485,12 @@ class Assembler:
                 if rates and any(v > 0 for d in rates.values() for v in d.values()):
                     out.add(name)
                     break
-                fault = picks.get("nvlink_fault_rate")
-                if fault is not None and fault[1] > 0:
+                fault = values.get("nvlink_fault_rate")
+                if fault is not None and fault > 0:
                     out.add(name)
                     break
-                links, links_up = picks.get("nvlink_links"), picks.get("nvlink_links_up")
-                if links is not None and links_up is not None and links_up[1] < links[1]:
+                links, links_up = values.get("nvlink_links"), values.get("nvlink_links_up")
+                if links is not None and links_up is not None and links_up < links:
                     out.add(name)
                     break
             if answering and not sums:
@@ -603,7 +609,7 @@ class Assembler:
         }
         if not readings:
             return gpu_sample(identity)
-        p = {k: v[1] for k, v in obj.picks.items()}
+        p = obj.values
 
         def flag(key: str) -> bool | None:
             return None if key not in p else p[key] >= 0.5
@@ -611,13 +617,13 @@ class Assembler:
         down = self._best(obj.dicts.get("gpu_down"))
         clock: frozenset[str] | None = None
         active = self._best(obj.dicts.get("clock_events"))
-        mask = obj.picks.get("clock_mask")
-        if mask is not None and mask[0] < 1000:  # our bitmask
-            clock = decode_clock_mask(mask[1])
+        mask = p.get("clock_mask")
+        if mask is not None and obj.ranks["clock_mask"] < 1000:  # our bitmask
+            clock = decode_clock_mask(mask)
         elif ("clock_events_known" in obj.dicts and self._got("clock_events")) or active:
             clock = frozenset(r for r, v in (active or {}).items() if v > 0)
         elif mask is not None:
-            clock = decode_clock_mask(mask[1])
+            clock = decode_clock_mask(mask)
         xid_last = p.get("xid_last")
         if xid_last is not None and xid_last <= 0:
             xid_last = None  # DCGM reads 0 until the first XID
@@ -636,36 +642,44 @@ class Assembler:
         else:  # (nearly every GPU of a fleet-wide read: no per-link or per-counter rows)
             nvlink_total = nvlink_increase = links = links_up = None
         fault_rate = p.get("nvlink_fault_rate")  # (else the sample sums the counters)
-        identity.update(
-            up=flag("gpu_up"),
-            down_reason=next(iter(sorted(down)), None) if down else None,
-            temperature_c=p.get("temperature"),
-            temperature_min_window_c=p.get("temperature_min"),
-            memory_temperature_c=p.get("memory_temperature"),
-            slowdown_margin_c=p.get("slowdown_margin"),
-            power_w=p.get("power"),
-            power_limit_w=p.get("power_limit"),
-            sm_clock_hz=p.get("sm_clock"),
-            util_ratio=p.get("util"),
-            tensor_active_ratio=p.get("tensor_active"),
-            sm_active_ratio=p.get("sm_active"),
-            memory_used_bytes=p.get("memory_used"),
-            memory_total_bytes=p.get("memory_total"),
-            clock_events=clock,
-            xid_last=int(xid_last) if xid_last is not None else None,
-            xid_increase=MappingProxyType(xid) if xid is not None else None,
-            ecc_uncorrected_increase=None if ecc_rate is None else ecc_rate * window,
-            row_remap_pending=flag("row_remap_pending"),
-            row_remap_failed=flag("row_remap_failed"),
-            nvlink_errors_total=nvlink_total,
-            nvlink_error_increase=(
-                None if nvlink_increase is None else MappingProxyType(nvlink_increase)
-            ),
-            nvlink_fault_increase=None if fault_rate is None else fault_rate * window,
-            nvlinks_total=links,
-            nvlinks_up=links_up,
+        # every field, in GpuSample's order: gpu_sample() then copies no defaults
+        return gpu_sample(
+            {
+                "node": node,
+                "index": index,
+                "uuid": identity["uuid"],
+                "model": identity["model"],
+                "pci_bus_id": identity["pci_bus_id"],
+                "up": flag("gpu_up"),
+                "down_reason": next(iter(sorted(down)), None) if down else None,
+                "temperature_c": p.get("temperature"),
+                "temperature_min_window_c": p.get("temperature_min"),
+                "memory_temperature_c": p.get("memory_temperature"),
+                "slowdown_margin_c": p.get("slowdown_margin"),
+                "power_w": p.get("power"),
+                "power_limit_w": p.get("power_limit"),
+                "sm_clock_hz": p.get("sm_clock"),
+                "util_ratio": p.get("util"),
+                "tensor_active_ratio": p.get("tensor_active"),
+                "sm_active_ratio": p.get("sm_active"),
+                "memory_used_bytes": p.get("memory_used"),
+                "memory_total_bytes": p.get("memory_total"),
+                "clock_events": clock,
+                "xid_last": int(xid_last) if xid_last is not None else None,
+                "xid_increase": MappingProxyType(xid) if xid is not None else None,
+                "ecc_uncorrected_increase": None if ecc_rate is None else ecc_rate * window,
+                "row_remap_pending": flag("row_remap_pending"),
+                "row_remap_failed": flag("row_remap_failed"),
+                "nvlink_errors_total": nvlink_total,
+                "nvlink_error_increase": (
+                    None if nvlink_increase is None else MappingProxyType(nvlink_increase)
+                ),
+                "nvlink_fault_increase": None if fault_rate is None else fault_rate * window,
+                "sampled_at": last,
+                "nvlinks_total": links,
+                "nvlinks_up": links_up,
+            }
         )
-        return gpu_sample(identity)
 
     def _gpu_nvlink(
         self, acc: _NodeAcc, gpu: int, obj: _Obj, p: Mapping[str, float], window: float
@@ -706,7 +720,7 @@ class Assembler:
         return sum(
             1
             for (g, _), obj in acc.links.items()
-            if g == gpu and "link_down" in obj.picks and obj.picks["link_down"][1] < 0.5
+            if g == gpu and obj.values.get("link_down", 1.0) < 0.5
         )
 
     def _gpu_links(
@@ -742,7 +756,7 @@ class Assembler:
         # Sparse reads leave out zeros: on a GPU that reports its links (our exporter
         # reports all four counters of each), a counter this link does not show is 0.
         reports = gpu_obj is not None and (
-            "nvlink_count" in gpu_obj.picks or "nvlink_links" in gpu_obj.picks
+            "nvlink_count" in gpu_obj.values or "nvlink_links" in gpu_obj.values
         )
         if reports:
             for counter in NVLINK_COUNTERS:
@@ -751,8 +765,8 @@ class Assembler:
                 if self._got("link_rate"):
                     rates.setdefault(counter, 0.0)
         up: bool | None = None
-        if "link_down" in obj.picks:
-            up = obj.picks["link_down"][1] >= 0.5
+        if "link_down" in obj.values:
+            up = obj.values["link_down"] >= 0.5
         elif reports and self._got("link_down"):
             # the GPU reports link states and this link was not among the down ones
             up = True
@@ -767,7 +781,7 @@ class Assembler:
 
     def _port(self, node: str, key: tuple[str, str], obj: _Obj, window: float) -> IbPortSample:
         device, port = key
-        p = {k: v[1] for k, v in obj.picks.items()}
+        p = obj.values
         present = obj.dicts.get("ib_error_present") or {}
         dialect = next((d for d in (KREA, NODE_EXPORTER) if d in present), None)
         totals: dict[str, float] = {}
