@@ -215,10 +215,13 @@ def skipped_line(snapshot: FleetSnapshot) -> str:
     """Where the node summaries spared the read some readings (docs/metrics.md): how many
     nodes were still asked for them. A user who just saw an error counter move knows
     the summaries lag it by up to one rule evaluation."""
+    from krea_ops.telemetry.summary import PROVEN_EMPTY
+
     tel = snapshot.telemetry
-    if tel is None or not tel.skipped:
+    empty = [nodes for key, nodes in (tel.skipped if tel else {}).items() if key in PROVEN_EMPTY]
+    if tel is None or not empty:
         return ""
-    proven = frozenset.intersection(*tel.skipped.values()) & tel.nodes.keys()
+    proven = frozenset.intersection(*empty) & tel.nodes.keys()
     total = len(tel.nodes)
     return (
         f"node summaries: NVLink faults, XIDs, ECC and row remapping asked of "

@@ -423,22 +423,24 @@ class Assembler:
                 per = obj.dicts.setdefault(family.key, {})
                 per.setdefault(spelling.dialect, {})[dict(spelling.const).get("counter", "")] = 1.0
 
-    def fill_zero(self, family: Family, gpus: Mapping[str, int]) -> None:
-        """A per-GPU reading of ours that the node summaries prove 0 on every GPU of
-        these nodes ({node: GPUs counted}), which was therefore not read there: 0 on each
-        GPU of theirs the read found, where it found as many as the summary counted (a GPU
-        come or gone since: the reading stays unknown). Not after a failed read."""
+    def fill(self, family: Family, given: Mapping[str, tuple[int, float]]) -> None:
+        """A per-GPU reading of ours that the node summaries give for every GPU of these
+        nodes ({node: (GPUs counted, the value)}: 0 where they prove it empty, the node's
+        value where all its GPUs report the same), which was therefore not read there:
+        that value on each GPU of theirs the read found, where it found as many as the
+        summary counted (a GPU come or gone since: the reading stays unknown). Not after
+        a failed read."""
         if family.store in self.failed:
             return
         self.read.add(family.store)
         key, rank = family.store, _DIALECT_RANK[KREA] * 1000
-        for node, count in gpus.items():
+        for node, (count, value) in given.items():
             acc = self._acc.get(node)
             if acc is None or len(acc.gpus) != count:
                 continue
             for obj in acc.gpus.values():
                 if key not in obj.ranks:
-                    obj.values[key] = 0.0
+                    obj.values[key] = value
                     obj.ranks[key] = rank
             acc.dialects.add(KREA)
 

@@ -648,24 +648,25 @@ class PrometheusSource(TelemetrySource):
         return values, recorded_at
 
     def _prunable(self, family: Family) -> bool:
-        """Whether a read may skip ``family`` on the nodes whose summaries prove it empty
-        (summary.PROVEN_EMPTY): served by our exporter alone, and either read sparse
-        (zeros left out anyway) or with a skipped node's value known without reading."""
-        if family.key not in summary.PROVEN_EMPTY or len(family.spellings) != 1:
+        """Whether a read may skip ``family`` on the nodes whose summaries give it
+        (summary.PROVEN_EMPTY, PROVEN_VALUE): served by our exporter alone, and either
+        read sparse (zeros left out anyway) or with a skipped node's value known."""
+        if len(family.spellings) != 1 or family.spellings[0].dialect != KREA:
             return False
-        if family.spellings[0].dialect != KREA:
-            return False
-        return (
+        if family.key in summary.PROVEN_VALUE:
+            return family.keep is None
+        return family.key in summary.PROVEN_EMPTY and (
             family.keep is not None
             or family.key in summary.FILLED_ZERO
             or family.key in summary.EMPTY_READS_AS_NONE
         )
 
-    def _proven_empty(
+    def _proven(
         self, asked: _Asked, at: float, keys: Iterable[str]
-    ) -> tuple[dict[str, frozenset[str]], dict[str, int]]:
-        """({family: the nodes whose summaries prove it empty}, {node: its GPU count}),
-        from summaries recorded within ``telemetry_stale_s``; raises _SummaryUnreadable."""
+    ) -> tuple[dict[str, frozenset[str]], dict[str, dict[str, float]]]:
+        """({family: the nodes whose summaries give it: empty, or one value on every
+        GPU}, {node: its summaries}), from summaries recorded within
+        ``telemetry_stale_s``; raises _SummaryUnreadable."""
         values, recorded_at = self._read_summaries(asked)
         stale_s = self.settings.telemetry_stale_s
         usable = {
@@ -673,11 +674,15 @@ class PrometheusSource(TelemetrySource):
             for node, v in values.items()
             if "gpus" in v and node in recorded_at and at - recorded_at[node] <= stale_s
         }
-        empty = {
-            key: frozenset(n for n, v in usable.items() if summary.PROVEN_EMPTY[key](v))
-            for key in keys
-        }
-        return empty, {n: int(v["gpus"]) for n, v in usable.items()}
+        proven: dict[str, frozenset[str]] = {}
+        for key in keys:
+            if key in summary.PROVEN_VALUE:
+                what = summary.PROVEN_VALUE[key]
+                proven[key] = frozenset(n for n, v in usable.items() if what in v)
+            else:
+                test = summary.PROVEN_EMPTY[key]
+                proven[key] = frozenset(n for n, v in usable.items() if test(v))
+        return proven, usable
 
     # -- the read of every GPU and port -------------------------------------------------
 
@@ -740,12 +745,12 @@ class PrometheusSource(TelemetrySource):
             )
             for f in first
         }
-        fills: list[tuple[Family, dict[str, int]]] = []
+        fills: list[tuple[Family, dict[str, tuple[int, float]]]] = []
         if asked is not None:
             try:
-                empty, gpus = self._proven_empty(asked, at, [f.key for f in pruned])
+                empty, known = self._proven(asked, at, [f.key for f in pruned])
             except _SummaryUnreadable:
-                empty, gpus = {}, {}  # asked of every node, as without the rules
+                empty, known = {}, {}  # asked of every node, as without the rules
             self.last_skipped = {k: v for k, v in empty.items() if v}
             # every node with a series of ours has a freshness row (the same scrape, the
             # same lookback): the others are known by name once that read is in
@@ -768,7 +773,10 @@ class PrometheusSource(TelemetrySource):
                     futures[f.key] = self._pool.submit(self._run, f.key, query, at, value_labels(f))
                     first.append(f)
                 if skip and f.keep is None and f.key in summary.FILLED_ZERO:
-                    fills.append((f, {n: gpus[n] for n in skip}))
+                    fills.append((f, {n: (int(known[n]["gpus"]), 0.0) for n in skip}))
+                elif skip and f.key in summary.PROVEN_VALUE:
+                    what = summary.PROVEN_VALUE[f.key]
+                    fills.append((f, {n: (int(known[n]["gpus"]), known[n][what]) for n in skip}))
 
         errors: list[str] = []
         failures: list[BaseException] = []
@@ -777,8 +785,8 @@ class PrometheusSource(TelemetrySource):
             raise Unavailable(
                 f"Prometheus at {self.url} is not answering ({self._reason(failures[0])}): {FIX}"
             )
-        for f, counted in fills:
-            asm.fill_zero(f, counted)
+        for f, given in fills:
+            asm.fill(f, given)
         # second round, restricted to the nodes that need it (a bounded node=~ list; past
         # that the fleet-wide read is cheaper): per-link NVLink rows, exact presence masks
         rounds: list[tuple[Family, Collection[str] | None]] = []

@@ -133,7 +133,24 @@ def expressions(window_s: float) -> dict[str, str]:
             f"max by (node) (rate({_krea('ib_xmit_wait')}[{w}]) * "
             f"{XMIT_WAIT_BYTES_PER_TICK:g} / {_krea('ib_rate')})"
         ),
+        # readings every GPU of a node reports alike (set once, by the hardware or an
+        # admin): the node's value, only where each of its GPUs reports that same value
+        **{f"{key}_uniform": _uniform(key, window_s) for key in UNIFORM},
     }
+
+
+# Per-GPU readings that are one value for every GPU of a node in practice: a view shows
+# each GPU's, but where a node's summary says they all read the same, the read takes the
+# node's value instead of asking Prometheus for every GPU's (docs/metrics.md).
+UNIFORM = ("memory_total", "power_limit", "xid_monitored")
+
+
+def _uniform(key: str, window_s: float) -> str:
+    """The node's value of reading ``key`` where its GPUs all report it and agree
+    (``gpus``, recorded before in the same group, is their count)."""
+    m = _krea(key)
+    gpus = record_name("gpus", window_s)
+    return f"max by (node) ({m}) == min by (node) ({m}) and count by (node) ({m}) == {gpus}"
 
 
 def record_name(what: str, window_s: float) -> str:
@@ -255,7 +272,9 @@ PROVEN_EMPTY: Mapping[str, Callable[[Mapping[str, float]], bool]] = {
     "xid_last": lambda v: (v.get("xid_last_max") or 0.0) <= 0,
     "xid_rate": lambda v: _zero(v, "xids_new"),
 }
-# the summaries those tests read (``gpus``: the node has a summary at all)
+# readings a node's summaries give the value of, for every GPU (see UNIFORM)
+PROVEN_VALUE: Mapping[str, str] = {key: f"{key}_uniform" for key in UNIFORM}
+# the summaries those read (``gpus``: the node has a summary at all)
 PROVING = (
     "gpus",
     "nvlink_faults_rate",
@@ -264,6 +283,7 @@ PROVING = (
     "row_remap_max",
     "xid_last_max",
     "xids_new",
+    *PROVEN_VALUE.values(),
 )
 # Where a view reads a reading whole (no ``keep``), a skipped node must show what the
 # read would have: a fault rate of 0 on each GPU (every GPU has one: nvlink_fault_gpus);

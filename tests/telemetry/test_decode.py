@@ -66,14 +66,14 @@ def test_a_fault_rate_proven_zero_is_filled_in_only_where_every_gpu_is_there() -
             for g in (0, 1)
         ],
     )
-    asm.fill_zero(fault, {"n1": 2, "n2": 3})
+    asm.fill(fault, {"n1": (2, 0.0), "n2": (3, 0.0)})
     nodes = asm.build("test").nodes
     assert [g.nvlink_fault_increase for g in nodes["n1"].gpus] == [0.0, 0.0]
     assert [g.nvlink_fault_increase for g in nodes["n2"].gpus] == [None, None]
     # after a failed read of it, nothing is filled in
     asm = Assembler(window_s=300.0, collected_at=1000.0, stale_s=60.0, nodes=None)
     asm.failed.add(fault.store)
-    asm.fill_zero(fault, {"n1": 2})
+    asm.fill(fault, {"n1": (2, 0.0)})
     assert fault.store not in asm.read
 
 

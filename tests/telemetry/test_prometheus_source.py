@@ -587,9 +587,15 @@ def test_a_view_skips_readings_the_node_summaries_prove_empty(
         "row_remap_failed",
     )
 
+    # set once per GPU: the same value from the node's summary as from each GPU's series
+    exact = ("memory_total_bytes", "power_limit_w")
+
     def readings(fleet: FleetTelemetry) -> dict[tuple[str, int], tuple[object, ...]]:
         return {
-            (n, g.index): tuple(_shape(getattr(g, f)) for f in fields)
+            (n, g.index): (
+                *(_shape(getattr(g, f)) for f in fields),
+                *(getattr(g, f) for f in exact),
+            )
             for n, t in fleet.nodes.items()
             for g in t.gpus
         }
@@ -611,12 +617,18 @@ def test_a_view_skips_readings_the_node_summaries_prove_empty(
         "ecc_uncorrected_rate",
         "row_remap_pending",
         "row_remap_failed",
+        "memory_total",
+        "power_limit",
+        "xid_monitored",
     }, skipped
     # node-b is healthy: nothing asked of it; node-a has faults, an XID and ECC errors
     assert all("node-b" in nodes for nodes in skipped.values()), skipped
     for key in ("nvlink_fault_rate", "xid_last", "xid_rate", "ecc_uncorrected_rate"):
         assert "node-a" not in skipped[key], key
     assert "node-a" in skipped["row_remap_pending"]
+    # node-a has a GPU NVML lost (no readings): its GPUs do not all report one value
+    assert "node-a" not in skipped["memory_total"]
+    assert pruned.nodes["node-b"].gpus[0].memory_total_bytes == 143_771 * 1024 * 1024
     assert {"nvlink_fault_rate", "xid_rate", "row_remap_pending"} <= asked, asked
     # old-node's exporter serves no per-GPU NVLink sums: its faults are not proven 0
     assert "old-node" not in skipped["nvlink_fault_rate"]
@@ -676,10 +688,11 @@ def test_a_reading_proven_empty_on_every_node_read_is_not_asked_for(
     with PrometheusSource(world.prom.url, settings(), families=OURS) as source:
         fleet = source.collect({"node-b"}, families={"gpu"})
         asked = set(source.last_timings)
-    pruned = {"nvlink_fault_rate", "xid_rate", "xid_last", "row_remap_pending"}
+    pruned = {"nvlink_fault_rate", "xid_rate", "xid_last", "row_remap_pending", "memory_total"}
     assert pruned.isdisjoint(asked), asked
     assert {"temperature", "summary:gpus"} <= asked
     assert [g.nvlink_fault_increase for g in fleet.nodes["node-b"].gpus] == [0.0] * 8
+    assert {g.memory_total_bytes for g in fleet.nodes["node-b"].gpus} == {143_771 * 1024 * 1024}
     assert all(
         g.xid_last is None and g.ecc_uncorrected_increase is None
         for g in fleet.nodes["node-b"].gpus
