@@ -22,6 +22,11 @@ that need them (at most ``LINK_QUERY_NODES``; more: fleet-wide): per-link NVLink
 an exporter without the sums), an older exporter's per-reason clock events
 (``Family.fallback_of``), exact presence masks. Asking for at most ``DETAIL_NODES`` nodes
 reads every link of those nodes in the first round.
+
+Where Prometheus records krea-ops' node summaries (``summary.py``), a verdicts-only read
+of the fleet reads them instead of every GPU (``_collect_summarized``), and any other
+fleet-wide read asks for the readings they prove empty on a node (``PROVEN_EMPTY``) or
+give the value of (``PROVEN_VALUE``) only of the other nodes (``_collect_detail``).
 """
 
 from __future__ import annotations
@@ -698,7 +703,8 @@ class PrometheusSource(TelemetrySource):
     ) -> FleetTelemetry:
         """``restrict``: our spellings are asked for these nodes only (a node=~ list).
         ``prune``: where the node summaries are recorded, readings they prove empty on a
-        node (summary.PROVEN_EMPTY) are not asked of that node."""
+        node, or give the one value of for all its GPUs (summary.PROVEN_EMPTY,
+        PROVEN_VALUE), are not asked of that node; ``FleetTelemetry.skipped`` says where."""
         asm = Assembler(
             window_s=self.settings.telemetry_window_s,
             collected_at=at,

@@ -6,11 +6,17 @@ At 4,096 nodes a verdicts-only read touches ~20 readings x 32,768 GPUs or ports 
 262,144 IB error counters): several seconds of Prometheus CPU, whatever the query shape
 (docs/benchmarks.md). The rules below fold each reading to one value per node (hottest
 GPU, lowest margin, any slowdown bit, fault and error rates summed, ports not active...),
-so the read is ~20 x 4,096 rows. ``health.summary_clean`` says from them whether a rule
-could fire on a node at all; only the nodes where one could (and the nodes the rules do
-not cover: another exporter, a stale or missing summary) are read per GPU and per port,
-by the usual read, and judged by the usual rules. A clean node's verdict is therefore
-OK with nothing skipped that could have fired.
+so the read is ~20 x 4,096 rows. ``unclean()`` says from them whether a rule could fire
+on a node at all; only the nodes where one could (and the nodes the rules do not cover:
+another exporter, a stale or missing summary) are read per GPU and per port, by the
+usual read, and judged by the usual rules. A clean node's verdict is therefore OK with
+nothing skipped that could have fired.
+
+Reads that show every GPU (``gpus``, ``fabric``, the dashboard) use them too: a reading
+a node's summaries prove empty there (``PROVEN_EMPTY``: NVLink faults, ECC, row remaps,
+XIDs) or give the one value of for all its GPUs (``PROVEN_VALUE``: memory size, power
+limit, XID monitoring) is asked only of the other nodes, and the skipped GPUs get what
+the read would have given them.
 
 The window of the rates is part of every recorded name (``krea_node:nvlink_faults_rate:5m``):
 the read uses the summaries only when they exist for ``telemetry_window_s``, carry this
@@ -261,7 +267,8 @@ def _zero(values: Mapping[str, float], what: str) -> bool:
 # Readings a view (``gpus``, the dashboard) reads GPU by GPU that a node's summaries can
 # prove empty: read key -> whether these summaries prove it 0 on every GPU of the node
 # (``xid_last``: no XID to show). The read then asks Prometheus for the reading on the
-# other nodes only (``node!~``), a few rows instead of a rate over every GPU's counters.
+# other nodes only (by name, or ``node!~`` the proven ones), a few rows instead of a rate
+# over every GPU's counters.
 PROVEN_EMPTY: Mapping[str, Callable[[Mapping[str, float]], bool]] = {
     "nvlink_fault_rate": lambda v: (
         _zero(v, "nvlink_faults_rate") and v.get("nvlink_fault_gpus") == v.get("gpus")
