@@ -601,28 +601,34 @@ class Assembler:
         readings: bool,
     ) -> GpuSample:
         labels = obj.labels
-        identity: dict[str, Any] = {
-            "node": node,
-            "index": index,
-            "uuid": labels.get("uuid") or labels.get("UUID"),
-            "model": labels.get("model") or labels.get("modelName"),
-            "pci_bus_id": labels.get("pci_bus_id"),
-            "sampled_at": last,
-        }
+        uuid = labels.get("uuid") or labels.get("UUID")
+        model = labels.get("model") or labels.get("modelName")
         if not readings:
-            return gpu_sample(identity)
+            return gpu_sample(
+                {
+                    "node": node,
+                    "index": index,
+                    "uuid": uuid,
+                    "model": model,
+                    "pci_bus_id": labels.get("pci_bus_id"),
+                    "sampled_at": last,
+                }
+            )
         p = obj.values
-
-        def flag(key: str) -> bool | None:
-            return None if key not in p else p[key] >= 0.5
-
-        down = self._best(obj.dicts.get("gpu_down"))
+        # (written out, not through helpers: this runs for each of 32,768 GPUs at 4,096
+        # nodes, and most GPUs of a fleet-wide read have no keyed readings at all)
+        dicts = obj.dicts
+        if dicts:
+            best = self._best
+            down, active = best(dicts.get("gpu_down")), best(dicts.get("clock_events"))
+            rates, counts = best(dicts.get("xid_rate")), best(dicts.get("xid_count"))
+        else:
+            down = active = rates = counts = None
         clock: frozenset[str] | None = None
-        active = self._best(obj.dicts.get("clock_events"))
         mask = p.get("clock_mask")
         if mask is not None and obj.ranks["clock_mask"] < 1000:  # our bitmask
             clock = decode_clock_mask(mask)
-        elif ("clock_events_known" in obj.dicts and self._got("clock_events")) or active:
+        elif ("clock_events_known" in dicts and self._got("clock_events")) or active:
             clock = frozenset(r for r, v in (active or {}).items() if v > 0)
         elif mask is not None:
             clock = decode_clock_mask(mask)
@@ -630,29 +636,28 @@ class Assembler:
         if xid_last is not None and xid_last <= 0:
             xid_last = None  # DCGM reads 0 until the first XID
         xid: dict[int, float] | None = None
-        rates = self._best(obj.dicts.get("xid_rate"))
-        counts = self._best(obj.dicts.get("xid_count"))
         if rates is not None or (p.get("xid_monitored", 0.0) >= 0.5 and self._got("xid_rate")):
             xid = {int(k): v * window for k, v in (rates or {}).items() if _int(k) is not None}
         elif counts is not None:
             xid = {int(k): v for k, v in counts.items() if _int(k) is not None}
         ecc_rate = p.get("ecc_uncorrected_rate")
-        if obj.dicts or acc.links or "nvlink_count" in p or "nvlink_links" in p:
+        if dicts or acc.links or "nvlink_count" in p or "nvlink_links" in p:
             nvlink_total, nvlink_increase, links, links_up = self._gpu_nvlink(
                 acc, index, obj, p, window
             )
         else:  # (nearly every GPU of a fleet-wide read: no per-link or per-counter rows)
             nvlink_total = nvlink_increase = links = links_up = None
+        up, pending, failed = p.get("gpu_up"), p.get("row_remap_pending"), p.get("row_remap_failed")
         fault_rate = p.get("nvlink_fault_rate")  # (else the sample sums the counters)
         # every field, in GpuSample's order: gpu_sample() then copies no defaults
         return gpu_sample(
             {
                 "node": node,
                 "index": index,
-                "uuid": identity["uuid"],
-                "model": identity["model"],
-                "pci_bus_id": identity["pci_bus_id"],
-                "up": flag("gpu_up"),
+                "uuid": uuid,
+                "model": model,
+                "pci_bus_id": labels.get("pci_bus_id"),
+                "up": None if up is None else up >= 0.5,
                 "down_reason": next(iter(sorted(down)), None) if down else None,
                 "temperature_c": p.get("temperature"),
                 "temperature_min_window_c": p.get("temperature_min"),
@@ -670,8 +675,8 @@ class Assembler:
                 "xid_last": int(xid_last) if xid_last is not None else None,
                 "xid_increase": MappingProxyType(xid) if xid is not None else None,
                 "ecc_uncorrected_increase": None if ecc_rate is None else ecc_rate * window,
-                "row_remap_pending": flag("row_remap_pending"),
-                "row_remap_failed": flag("row_remap_failed"),
+                "row_remap_pending": None if pending is None else pending >= 0.5,
+                "row_remap_failed": None if failed is None else failed >= 0.5,
                 "nvlink_errors_total": nvlink_total,
                 "nvlink_error_increase": (
                     None if nvlink_increase is None else MappingProxyType(nvlink_increase)
