@@ -132,7 +132,7 @@ def test_an_injected_hot_gpu_is_bad_with_its_reason(
         assert code == 0
         return nodes if nodes[0]["verdict"] == "BAD" else None
 
-    nodes = until(listed_bad, timeout=15)
+    nodes = until(listed_bad, timeout=60)
     assert nodes[0]["name"] == "gpu-node-002"  # worst first
     assert any("GPU 5" in r for r in nodes[0]["reasons"])
 
@@ -189,13 +189,15 @@ def test_nodes_show_and_fabric(world: SimWorld, capsys: pytest.CaptureFixture[st
     assert len(node["gpus"]) == 8 and len(node["ib_ports"]) == 8
     assert any(p["namespace"] == "kube-system" for p in node["pods"])  # the DaemonSet pods
 
+    # (every port active and moving data: a node whose exporter the test before stopped
+    # and restarted lists its ports without readings until its next scrape)
     def all_ports() -> Any:
         code, ports, _ = run_json(capsys, *kc(world), "fabric", "--kind", "ib", "-o", "json")
-        return ports if code == 0 and len(ports) == 32 else None
+        settled = all(p["state"] == "ACTIVE" and p["rx_bytes_per_s"] is not None for p in ports)
+        return ports if code == 0 and len(ports) == 32 and settled else None
 
     ports = until(all_ports)
-    assert all(p["kind"] == "ib" and p["state"] == "ACTIVE" for p in ports)
-    assert all(p["rx_bytes_per_s"] is not None for p in ports)
+    assert all(p["kind"] == "ib" for p in ports)
 
     inject_fault(world.client, "ib-flap", "gpu-node-000", value=2)
 
@@ -214,7 +216,7 @@ def test_nodes_show_and_fabric(world: SimWorld, capsys: pytest.CaptureFixture[st
         row = next(r for r in listed if r["name"] == "gpu-node-000")
         return row if row["verdict"] == "BAD" else None
 
-    row = until(listed_bad, timeout=15)
+    row = until(listed_bad, timeout=60)
     assert any("mlx5_2" in r for r in row["reasons"]), row
     capsys.readouterr()
     assert invoke([*kc(world), "nodes", "show", "gpu-node-000"]) == 0
