@@ -166,7 +166,7 @@ def gpu_row(entry: GpuEntry, now: float) -> dict[str, Any]:
         "xid_counts": (
             None if xid is None else {str(k): v for k, v in sorted(xid.items())} if xid else {}
         ),
-        "nvlink_errors": g.nvlink_fault_increase,
+        "nvlink_errors": entry.nvlink_errors,
         "sampled_at": fmt.iso(sampled),
         "age_s": age,
         "verdict": verdict.severity.name,

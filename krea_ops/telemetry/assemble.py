@@ -58,15 +58,14 @@ def _int(text: str | None) -> int | None:
     return value
 
 
-# The winning value of one reading on one object, as (rank, value): lowest spelling rank
-# wins; rows of one sum-family that share a spelling's dialect are added up.
 _MISSING: Any = object()
 
 
 @dataclass
 class _Obj:
-    # reading -> value, and the rank of the spelling it came from (_DIALECT_RANK x 1000 +
-    # the spelling's place): two dicts, so that building a sample reads ``values`` as is
+    # reading -> the winning value, and the rank of the spelling it came from
+    # (_DIALECT_RANK x 1000 + the spelling's place; the lowest wins, rows of one summing
+    # family from one dialect add up): two dicts, so a sample reads ``values`` as is
     values: dict[str, float] = field(default_factory=dict)
     ranks: dict[str, int] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)

@@ -256,8 +256,8 @@ class QueryBuilder:
         skip_nodes: Collection[str] | None = None,
     ) -> str:
         """``link_nodes`` restricts our spellings to those nodes (the per-link round);
-        ``skip_nodes`` leaves those nodes out of them (their summaries prove the reading
-        empty there, see summary.PROVEN_EMPTY)."""
+        ``skip_nodes`` leaves those nodes out of them (their summaries give the reading
+        there, see summary.PROVEN_EMPTY and PROVEN_VALUE)."""
         dense_nodes = None
         if nodes is not None and len(nodes) <= DETAIL_NODES:
             dense_nodes = self.node_regex(nodes)
@@ -335,12 +335,9 @@ class PrometheusSource(TelemetrySource):
         self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="promql")
         self._builder = QueryBuilder(settings.telemetry_window_s, settings.telemetry_stale_s)
         self._lock = threading.Lock()
-        # verdicts-only reads use the node summaries where Prometheus records them
+        # fleet-wide reads use the node summaries where Prometheus records them
         self.use_summaries = use_summaries
         self.last_timings: dict[str, float] = {}  # family key -> seconds, for the benchmark
-        # family key -> the nodes the last read did not ask it of (their summaries prove
-        # it empty there): for tests and the benchmark
-        self.last_skipped: dict[str, frozenset[str]] = {}
 
     def describe(self) -> str:
         return f"prometheus {self.url}"
@@ -549,7 +546,7 @@ class PrometheusSource(TelemetrySource):
         window, stale_s = self.settings.telemetry_window_s, self.settings.telemetry_stale_s
         fresh = next(f for f in select(self.families, groups) if f.kind == "fresh")
         fresh = self.served(fresh, names)
-        asked = self._ask_summaries(at, summary.names(window))
+        asked = self._ask_summaries(at, summary.JUDGED)
         fresh_rows = self._pool.submit(self._run, fresh.key, self._builder.query(fresh), at)
         values, recorded_at = self._read_summaries(asked)
         try:
@@ -662,7 +659,7 @@ class PrometheusSource(TelemetrySource):
             return family.keep is None
         return family.key in summary.PROVEN_EMPTY and (
             family.keep is not None
-            or family.key in summary.FILLED_ZERO
+            or family.key in summary.FILLED
             or family.key in summary.EMPTY_READS_AS_NONE
         )
 
@@ -735,7 +732,7 @@ class PrometheusSource(TelemetrySource):
         # asked for first, the readings themselves once it is known where to skip them
         pruned: list[Family] = []
         asked: _Asked | None = None
-        self.last_skipped = {}
+        skipped: dict[str, frozenset[str]] = {}
         if prune and self.use_summaries and names is not None and not few and restrict is None:
             pruned = [f for f in first if self._prunable(f)]
             if pruned:
@@ -757,7 +754,7 @@ class PrometheusSource(TelemetrySource):
                 empty, known = self._proven(asked, at, [f.key for f in pruned])
             except _SummaryUnreadable:
                 empty, known = {}, {}  # asked of every node, as without the rules
-            self.last_skipped = {k: v for k, v in empty.items() if v}
+            skipped = {k: v for k, v in empty.items() if v}
             # every node with a series of ours has a freshness row (the same scrape, the
             # same lookback): the others are known by name once that read is in
             having = self._fresh_nodes(futures, by_key) if any(empty.values()) else None
@@ -778,11 +775,9 @@ class PrometheusSource(TelemetrySource):
                     )
                     futures[f.key] = self._pool.submit(self._run, f.key, query, at, value_labels(f))
                     first.append(f)
-                if skip and f.keep is None and f.key in summary.FILLED_ZERO:
-                    fills.append((f, {n: (int(known[n]["gpus"]), 0.0) for n in skip}))
-                elif skip and f.key in summary.PROVEN_VALUE:
-                    what = summary.PROVEN_VALUE[f.key]
-                    fills.append((f, {n: (int(known[n]["gpus"]), known[n][what]) for n in skip}))
+                if skip and f.keep is None and f.key in summary.FILLED:
+                    value = summary.FILLED[f.key]
+                    fills.append((f, {n: (int(known[n]["gpus"]), value(known[n])) for n in skip}))
 
         errors: list[str] = []
         failures: list[BaseException] = []
@@ -826,8 +821,8 @@ class PrometheusSource(TelemetrySource):
         except Exception as exc:
             errors.append(f"targets API failed ({self._reason(exc)}): failing scrapes not shown")
         fleet = asm.build(self.describe(), errors=errors, down=down)
-        if self.last_skipped:
-            fleet = dataclasses.replace(fleet, skipped=MappingProxyType(dict(self.last_skipped)))
+        if skipped:
+            fleet = dataclasses.replace(fleet, skipped=MappingProxyType(skipped))
         return fleet
 
     @staticmethod

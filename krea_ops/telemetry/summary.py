@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Mapping
+from operator import itemgetter
 
 import yaml
 
@@ -212,52 +213,6 @@ def rule_text(window_s: float, interval_s: float = DEFAULT_INTERVAL_S) -> str:
     return head + yaml.safe_dump(rule_group(window_s, interval_s), sort_keys=False, width=1000)
 
 
-def unclean(values: Mapping[str, float], p: HealthPolicy) -> str | None:
-    """Why a health rule could fire on a node with these summaries (its GPUs and ports
-    must then be read and judged one by one), or None: no GPU or IB rule can fire there.
-    A summary that is missing where one must exist, or not a number, is a reason too:
-    this errs towards reading the node, never towards calling it clean."""
-    gpus = values.get("gpus")
-    if gpus is None or not gpus > 0:
-        return "no GPU count"
-
-    def at_least(what: str, floor: float) -> bool:
-        v = values.get(what)
-        return v is not None and v >= floor
-
-    def zero(what: str) -> bool:
-        return _zero(values, what)
-
-    checks = (
-        (at_least("gpus_up_min", 1.0), "a GPU is not answering NVML"),
-        (at_least("clock_masks", gpus), "not every GPU serves the clock-event bitmask"),
-        (at_least("nvlink_gpus", gpus), "not every GPU serves its NVLink series"),
-        (
-            (t := values.get("temperature_max")) is not None and t < min(p.warm_c, p.hot_c),
-            "a GPU is warm or hot, or its temperature is unknown",
-        ),
-        (
-            (m := values.get("margin_min")) is not None and m >= p.slowdown_margin_c and m > 0,
-            "a GPU is near its slowdown temperature, or its margin is unknown",
-        ),
-        (zero("slowdown_gpus"), "a GPU's clocks are held down"),
-        ((x := values.get("xid_last_max")) is None or x <= 0, "a recent XID"),
-        (zero("xids_new"), "an XID in the window"),
-        (zero("ecc_uncorrected_rate"), "uncorrectable ECC errors in the window"),
-        ((r := values.get("row_remap_max")) is None or r < 0.5, "a row remap pending or failed"),
-        (zero("nvlink_faults_rate"), "NVLink recovery/CRC errors in the window"),
-        ((d := values.get("nvlinks_down")) is None or d <= 0, "an NVLink is down"),
-        (zero("ib_ports_not_active"), "an IB port is not active"),
-        (zero("ib_error_ports"), "IB errors in the window"),
-        (zero("ib_saturated_max"), "a saturated IB counter"),
-        (
-            (c := values.get("ib_congestion_max")) is None or c < p.xmit_wait_ratio_suspect,
-            "IB congestion",
-        ),
-    )
-    return next((why for ok, why in checks if not ok), None)
-
-
 def _zero(values: Mapping[str, float], what: str) -> bool:
     """Absent: no series, so nothing rose or is set."""
     v = values.get(what)
@@ -292,9 +247,66 @@ PROVING = (
     "xids_new",
     *PROVEN_VALUE.values(),
 )
-# Where a view reads a reading whole (no ``keep``), a skipped node must show what the
-# read would have: a fault rate of 0 on each GPU (every GPU has one: nvlink_fault_gpus);
-# xid_last's 0 reads as "no XID" either way. ECC and row remapping are pruned only where
-# the read leaves their zeros out anyway.
-FILLED_ZERO = frozenset({"nvlink_fault_rate"})
+# Where a view reads a reading whole (no ``keep``), a skipped node's GPUs must show what
+# the read would have: reading -> that value from the node's summaries. A fault rate of 0
+# (every GPU has one: nvlink_fault_gpus), or the node's one value of a reading set once
+# per GPU. xid_last's 0 reads as "no XID" either way (EMPTY_READS_AS_NONE); ECC and row
+# remapping are skipped only where the read leaves their zeros out anyway.
+FILLED: Mapping[str, Callable[[Mapping[str, float]], float]] = {
+    "nvlink_fault_rate": lambda v: 0.0,
+    **{key: itemgetter(what) for key, what in PROVEN_VALUE.items()},
+}
 EMPTY_READS_AS_NONE = frozenset({"xid_last"})
+# the summaries ``unclean()`` judges a node by (the others serve only the view reads;
+# the names are the same for every window)
+JUDGED = tuple(
+    w for w in expressions(300.0) if w not in ("nvlink_fault_gpus", *PROVEN_VALUE.values())
+)
+
+
+def unclean(values: Mapping[str, float], p: HealthPolicy) -> str | None:
+    """Why a health rule could fire on a node with these summaries (its GPUs and ports
+    must then be read and judged one by one), or None: no GPU or IB rule can fire there.
+    A summary that is missing where one must exist, or not a number, is a reason too:
+    this errs towards reading the node, never towards calling it clean."""
+    gpus = values.get("gpus")
+    if gpus is None or not gpus > 0:
+        return "no GPU count"
+
+    def at_least(what: str, floor: float) -> bool:
+        v = values.get(what)
+        return v is not None and v >= floor
+
+    def zero(what: str) -> bool:
+        return _zero(values, what)
+
+    checks = (
+        (at_least("gpus_up_min", 1.0), "a GPU is not answering NVML"),
+        (at_least("clock_masks", gpus), "not every GPU serves the clock-event bitmask"),
+        (at_least("nvlink_gpus", gpus), "not every GPU serves its NVLink series"),
+        (
+            (t := values.get("temperature_max")) is not None and t < min(p.warm_c, p.hot_c),
+            "a GPU is warm or hot, or its temperature is unknown",
+        ),
+        (
+            (m := values.get("margin_min")) is not None and m >= p.slowdown_margin_c and m > 0,
+            "a GPU is near its slowdown temperature, or its margin is unknown",
+        ),
+        (zero("slowdown_gpus"), "a GPU's clocks are held down"),
+        # (the proofs a view read skips these readings by: one definition of "nothing")
+        (PROVEN_EMPTY["xid_last"](values), "a recent XID"),
+        (PROVEN_EMPTY["xid_rate"](values), "an XID in the window"),
+        (PROVEN_EMPTY["ecc_uncorrected_rate"](values), "uncorrectable ECC errors in the window"),
+        (PROVEN_EMPTY["row_remap_pending"](values), "a row remap pending or failed"),
+        # (not PROVEN_EMPTY's: a GPU without NVLink has no fault rate and no fault either)
+        (zero("nvlink_faults_rate"), "NVLink recovery/CRC errors in the window"),
+        ((d := values.get("nvlinks_down")) is None or d <= 0, "an NVLink is down"),
+        (zero("ib_ports_not_active"), "an IB port is not active"),
+        (zero("ib_error_ports"), "IB errors in the window"),
+        (zero("ib_saturated_max"), "a saturated IB counter"),
+        (
+            (c := values.get("ib_congestion_max")) is None or c < p.xmit_wait_ratio_suspect,
+            "IB congestion",
+        ),
+    )
+    return next((why for ok, why in checks if not ok), None)

@@ -550,7 +550,7 @@ def test_node_summaries_of_other_rules_are_not_used(
         assert all(t.detail_reason is None for t in fleet.nodes.values())
         assert len(fleet.nodes["node-b"].gpus) == 8 and fleet.nodes["node-b"].gpu_count is None
         view = source.collect(families={"gpu"})
-        assert source.last_skipped == {}  # every reading asked of every node
+        assert view.skipped == {}  # every reading asked of every node
     assert view.nodes["node-b"].gpus[0].nvlink_fault_increase == 0.0
 
 
@@ -604,11 +604,11 @@ def test_a_view_skips_readings_the_node_summaries_prove_empty(
         monkeypatch.setattr("krea_ops.telemetry.prometheus.LINK_QUERY_NODES", 0)
     with PrometheusSource(world.prom.url, settings(), families=OURS) as source:
         pruned = source.collect(families={"gpu"})
-        skipped = source.last_skipped
+        skipped = pruned.skipped
         asked = set(source.last_timings)
     with PrometheusSource(world.prom.url, settings(), families=OURS, use_summaries=False) as plain:
         whole = plain.collect(families={"gpu"})
-        assert plain.last_skipped == {}
+        assert whole.skipped == {}
     assert readings(pruned) == readings(whole)
     assert set(skipped) == {
         "nvlink_fault_rate",

@@ -7,6 +7,7 @@ import pytest
 
 from krea_ops.health import HealthPolicy
 from krea_ops.telemetry.summary import (
+    JUDGED,
     PROVEN_EMPTY,
     PROVING,
     fingerprint,
@@ -104,6 +105,29 @@ def test_a_summary_above_zero_keeps_its_reading_read(
     else:
         values[what] = value
     assert [k for k, proves in PROVEN_EMPTY.items() if not proves(values)] == still_read
+
+
+def test_unclean_judges_by_the_judged_summaries_and_every_summary_is_read() -> None:
+    """``nodes list`` asks Prometheus for ``JUDGED`` only: ``unclean()`` must read nothing
+    else, and every recorded summary serves one read or the other."""
+
+    class Spy(dict[str, float]):
+        def __init__(self, values: dict[str, float]) -> None:
+            super().__init__(values)
+            self.seen: set[str] = set()
+
+        def get(self, key: str, default: object = None) -> object:  # type: ignore[override]
+            self.seen.add(key)
+            return super().get(key, default)
+
+        def __getitem__(self, key: str) -> float:
+            self.seen.add(key)
+            return super().__getitem__(key)
+
+    values = Spy(CLEAN)
+    assert unclean(values, POLICY) is None  # a clean node: every check is made
+    assert values.seen <= set(JUDGED), values.seen - set(JUDGED)
+    assert set(JUDGED) | set(PROVING) == set(names(300.0))
 
 
 def test_thresholds_are_the_policys() -> None:
