@@ -28,11 +28,13 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from krea_ops.errors import BadInput, KreaError
-from krea_ops.kube.cluster import GPU_RESOURCE, Cluster, parse_time, pod_gpus
+from krea_ops.kube.cluster import GPU_RESOURCE, Cluster, pod_gpus
+from krea_ops.kube.quantity import number as quantity
+from krea_ops.kube.times import parse_time
 from krea_ops.model import NodeInfo, PodInfo, Severity, Taint
 
 KUEUE_GROUP = "kueue.x-k8s.io"
@@ -60,22 +62,6 @@ Obj = dict[str, Any]
 
 
 # -- small parsers ---------------------------------------------------------------------
-
-
-def quantity(value: Any) -> float | None:
-    """A Kubernetes quantity (``"48"``, ``"36Gi"``, ``"500m"``) as a number: an int when
-    it is whole (GPU counts print as ``48``, not ``48.0``); None when absent or garbage."""
-    if value is None:
-        return None
-    from kubernetes.utils.quantity import parse_quantity
-
-    try:
-        number = parse_quantity(value)
-    except (ValueError, TypeError, InvalidOperation):
-        return None
-    if number == number.to_integral_value():
-        return int(number)
-    return float(number)
 
 
 def _conditions(obj: Obj) -> dict[str, Obj]:
@@ -1294,7 +1280,6 @@ __all__ = [
     "parse_cluster_queue",
     "parse_local_queue",
     "parse_workload",
-    "quantity",
     "read_queues",
     "read_workloads",
     "why",

@@ -46,7 +46,8 @@ from krea_ops.burst import (
     VIRTUAL_NODE_SELECTORS,
     VK_TAINT_KEY,
 )
-from krea_ops.kube.cluster import Cluster, parse_time
+from krea_ops.kube.cluster import Cluster
+from krea_ops.kube.times import parse_time
 from krea_ops.model import NodeInfo, PodInfo
 
 SOURCE_USAGE = "usage-annotation"

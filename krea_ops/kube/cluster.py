@@ -13,13 +13,14 @@ import contextlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
 import orjson
 
 from krea_ops.errors import BadInput, Unavailable
+from krea_ops.kube.quantity import as_int
+from krea_ops.kube.times import parse_time
 from krea_ops.model import NodeInfo, PodInfo, Taint
 
 PAGE_SIZE = 500
@@ -28,28 +29,6 @@ OPS_CONFIGMAP = "krea-ops-config"
 GPU_RESOURCE = "nvidia.com/gpu"
 VIRTUAL_NODE_LABEL = ("type", "virtual-kubelet")
 RBAC_HINT = "grant the krea-ops-reader ClusterRole (deploy/rbac/reader.yaml)"
-
-
-def parse_time(text: str | None) -> float | None:
-    """RFC 3339 as the API writes it (``2026-11-29T21:00:00Z``) -> Unix seconds."""
-    if not text:
-        return None
-    try:  # (fromisoformat: ~25x faster than strptime, 4,096 nodes a list)
-        base = datetime.fromisoformat(text.rstrip("Z").split(".")[0])
-    except ValueError:
-        return None
-    if base.tzinfo is not None:
-        return None  # the API writes UTC as Z, never an offset
-    return base.replace(tzinfo=UTC).timestamp()
-
-
-def _quantity_int(value: Any) -> int | None:
-    if value is None:
-        return None
-    try:
-        return int(str(value))
-    except ValueError:
-        return None
 
 
 def node_info(obj: dict[str, Any]) -> NodeInfo:
@@ -75,8 +54,8 @@ def node_info(obj: dict[str, Any]) -> NodeInfo:
         unschedulable=bool(spec.get("unschedulable")),
         ready=ready,
         ready_reason=ready_reason,
-        gpu_capacity=_quantity_int((status.get("capacity") or {}).get(GPU_RESOURCE)),
-        gpu_allocatable=_quantity_int((status.get("allocatable") or {}).get(GPU_RESOURCE)),
+        gpu_capacity=as_int((status.get("capacity") or {}).get(GPU_RESOURCE)),
+        gpu_allocatable=as_int((status.get("allocatable") or {}).get(GPU_RESOURCE)),
         virtual=labels.get(VIRTUAL_NODE_LABEL[0]) == VIRTUAL_NODE_LABEL[1],
         created_at=parse_time(meta.get("creationTimestamp")),
     )
@@ -89,7 +68,7 @@ def pod_gpus(spec: dict[str, Any]) -> int:
         value = (res.get("limits") or {}).get(GPU_RESOURCE) or (res.get("requests") or {}).get(
             GPU_RESOURCE
         )
-        total += _quantity_int(value) or 0
+        total += as_int(value) or 0
     return total
 
 

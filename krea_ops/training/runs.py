@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from krea_ops.errors import BadInput, KreaError
-from krea_ops.kube.cluster import Cluster, parse_time, pod_gpus
+from krea_ops.kube.cluster import Cluster, pod_gpus
+from krea_ops.kube.times import parse_time
 from krea_ops.training.advice import Advice, advise
 from krea_ops.training.checkpoints import Checkpoint, discover
 
