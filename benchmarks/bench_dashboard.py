@@ -1,7 +1,7 @@
 """Dashboard speed at 64, 512 and 4,096 nodes x 8 GPUs (issue 6).
 
 For each size, a headless ``KreaOpsApp`` (Textual's ``run_test``, 160x50) runs on a
-``FixedHub`` whose ``fleet()`` builds a fresh synthetic fleet on the worker thread every
+``FixedConsole`` whose ``fleet()`` builds a fresh synthetic fleet on the worker thread every
 time (``krea_ops.sim.fixtures.synthetic_fleet``: the same core path live telemetry takes,
 health verdicts included, so a refresh costs the worker real CPU and holds the GIL the way
 a Prometheus read and its assembly do). Measured:
@@ -28,13 +28,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from textual import events
 
-from krea_ops.sim.fixtures import EPOCH, FixedHub, synthetic_fleet
+from krea_ops.console import EVERYTHING, FleetScope
+from krea_ops.fleet import FleetSnapshot
+from krea_ops.sim.fixtures import EPOCH, FixedConsole, synthetic_fleet
 from screens.app import KreaOpsApp
 from screens.fleet import FleetScreen
+from screens.messages import Loaded
 from screens.widgets.heatmap import GpuHeatmap
 
 
-class BuildingHub(FixedHub):
+class BuildingHub(FixedConsole):
     """Builds a new fleet per read (alternating seeds), like a live source would."""
 
     def __init__(self, nodes: int) -> None:
@@ -43,7 +46,7 @@ class BuildingHub(FixedHub):
         self.reads = 0
         self.read_s: list[float] = []
 
-    def fleet(self) -> Any:
+    def fleet(self, scope: FleetScope = EVERYTHING) -> FleetSnapshot:
         start = time.perf_counter()
         self.reads += 1
         self.fleet_snapshot = synthetic_fleet(self.nodes, seed=1 + self.reads % 2)
@@ -57,9 +60,9 @@ async def measure(nodes: int, presses: int) -> dict[str, Any]:
     render_s: list[float] = []
     original = FleetScreen.update_data
 
-    def timed(self: FleetScreen, kind: str, data: Any) -> None:
+    def timed(self: FleetScreen, loaded: Loaded) -> None:
         start = time.perf_counter()
-        original(self, kind, data)
+        original(self, loaded)
         render_s.append(time.perf_counter() - start)
 
     FleetScreen.update_data = timed  # type: ignore[method-assign]

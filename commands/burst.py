@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from commands.common import OutputOption, cluster_from, settings_from
+from commands.common import OutputOption, console_of
 from commands.output import OutputFormat, emit, render
 
 if TYPE_CHECKING:  # (imported by the command that uses it: start-up of every command)
@@ -256,14 +256,7 @@ def status(ctx: typer.Context, output: OutputFormat = OutputOption) -> None:
     json and yaml: one object per virtual node with its taints,
     providers and pods (shape in docs/cli.md). csv: one row per pod.
     """
-    settings = settings_from(ctx)
-    cluster = cluster_from(settings)
-    try:
-        from krea_ops.burst.status import burst_status
-
-        report = burst_status(cluster)
-    finally:
-        cluster.api.close()
+    report = console_of(ctx).burst()
     if output in (OutputFormat.json, OutputFormat.yaml):
         emit(render(status_rows(report), output))
         return

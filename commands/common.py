@@ -5,12 +5,16 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from commands.output import OutputFormat
 from krea_ops.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from krea_ops.console import Console
+    from krea_ops.fleet import FleetSnapshot
 
 OutputOption = typer.Option(
     OutputFormat.table,
@@ -28,28 +32,14 @@ def settings_from(ctx: typer.Context, **flags: Any) -> Settings:
     return load_settings(merged)
 
 
-def cluster_from(settings: Settings) -> Any:
-    """The ``Cluster`` reader for the configured kubeconfig/context (not yet contacted)."""
-    from krea_ops.kube.cluster import connect
+def console_of(ctx: typer.Context, **flags: Any) -> Console:
+    """The command's ``Console`` on the settings (file, env, global flags, ``flags``),
+    closed when the command ends. Nothing is contacted until a read asks."""
+    from krea_ops.console import Console
 
-    return connect(settings.kubeconfig, settings.context)
-
-
-def open_telemetry(settings: Settings, cluster: Any) -> tuple[Any | None, str | None]:
-    """The telemetry source, or (None, the one-line reason there is none)."""
-    from krea_ops.errors import Unavailable
-    from krea_ops.telemetry import open_source
-
-    try:
-        return open_source(settings, cluster), None
-    except Unavailable as exc:
-        return None, str(exc)
-
-
-def health_policy(settings: Settings) -> Any:
-    from krea_ops.health import HealthPolicy
-
-    return HealthPolicy.from_settings(settings)
+    console = Console(settings_from(ctx, **flags))
+    ctx.call_on_close(console.close)
+    return console
 
 
 @contextlib.contextmanager
@@ -75,36 +65,12 @@ def read_fleet(
     node: str | None = None,
     selector: str | None = None,
     families: tuple[str, ...] | None = None,
-) -> tuple[Any, Any]:
-    """(FleetSnapshot, Cluster) for ``--node`` / ``--selector``: nodes from the API,
-    telemetry of the ``families`` the command shows (None: all), verdicts. A telemetry
-    failure is in the snapshot's ``telemetry_error``; the caller decides what it costs."""
-    from krea_ops.fleet import collect_ahead, load_fleet
+) -> FleetSnapshot:
+    """The fleet for ``--node`` / ``--selector``: nodes from the API, telemetry of the
+    ``families`` the command shows (None: all), verdicts. A telemetry failure is in the
+    snapshot's ``telemetry_error``; the caller decides what it costs."""
+    from krea_ops.console import FleetScope
 
     ctx.with_resource(gc_paused())  # until the command has printed (its context closes)
-    settings = settings_from(ctx)
-    ahead = None
-    source, error = None, None
-    if settings.prometheus_url:
-        # a Prometheus named by flag, env or settings needs no cluster to find it: the
-        # telemetry read starts before the Kubernetes client is imported and configured
-        source, error = open_telemetry(settings, None)
-        ahead = collect_ahead(source, node=node, selector=selector, families=families)
-    try:
-        cluster = cluster_from(settings)
-        if source is None and error is None:
-            source, error = open_telemetry(settings, cluster)
-        snapshot = load_fleet(
-            cluster,
-            source,
-            health_policy(settings),
-            node=node,
-            selector=selector,
-            source_error=error,
-            families=families,
-            ahead=ahead,
-        )
-    finally:
-        if source is not None:
-            source.close()
-    return snapshot, cluster
+    scope = FleetScope.of(node=node, selector=selector, families=families)
+    return console_of(ctx).fleet(scope)

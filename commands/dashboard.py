@@ -23,13 +23,15 @@ DEMO_TRAININGS = (
 
 
 def run_dashboard(settings: Settings, *, title: str | None = None) -> None:
-    from krea_ops.hub import Hub
+    from krea_ops.console import Console
+    from krea_ops.history import HISTORY_POINTS
     from screens.app import KreaOpsApp
 
-    hub = Hub(settings)
-    hub.cluster.nodes("kubernetes.io/hostname=krea-ops-reachability-probe")  # fail fast, one line
+    console = Console(settings, history_points=HISTORY_POINTS)
+    # fail fast, with one line, when the cluster cannot be reached
+    console.cluster.nodes("kubernetes.io/hostname=krea-ops-reachability-probe")
     app = KreaOpsApp(
-        hub,
+        console,
         refresh_s=settings.dashboard_refresh_s,
         read_only=settings.dashboard_read_only,
         title=title,

@@ -121,7 +121,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """One row per InfiniBand port and NVLink link, worst first: error counts and
         rates over the telemetry window, and the xmit-wait (fabric wait) rate."""
-        snapshot, _ = read_fleet(ctx, node=node, selector=selector, families=None)
+        snapshot = read_fleet(ctx, node=node, selector=selector, families=None)
         if snapshot.telemetry_error:
             raise Unavailable(snapshot.telemetry_error)
         rows = fabric_rows(snapshot, kind)

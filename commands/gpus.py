@@ -248,7 +248,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """One row per GPU: temperature, slowdown margin, power, GPU utilization (busy
         time) next to tensor-core activity, memory, XIDs, NVLink errors and a verdict."""
-        snapshot, _ = read_fleet(ctx, node=node, selector=selector, families=("gpu",))
+        snapshot = read_fleet(ctx, node=node, selector=selector, families=("gpu",))
         if snapshot.telemetry_error:
             raise Unavailable(snapshot.telemetry_error)
         rows = _sort(gpu_rows(snapshot), sort)

@@ -12,7 +12,7 @@ from typing import Any
 import typer
 
 from commands import fmt
-from commands.common import OutputOption, read_fleet
+from commands.common import OutputOption, console_of, gc_paused, read_fleet
 from commands.fabric import FabricKind, fabric_rows
 from commands.gpus import COLUMNS as GPU_COLUMNS
 from commands.gpus import FORMATS as GPU_FORMATS
@@ -86,14 +86,6 @@ def node_row(view: NodeView) -> dict[str, Any]:
     }
 
 
-def _snapshot(
-    ctx: typer.Context, *, node: str | None = None, selector: str | None = None
-) -> tuple[FleetSnapshot, Any]:
-    # one node is cheap to read whole; the fleet-wide list reads what the verdicts need
-    families = None if node else ("verdicts",)
-    return read_fleet(ctx, node=node, selector=selector, families=families)
-
-
 def summary_line(snap: FleetSnapshot) -> str:
     """Under the source line, where the node summaries were used: how many nodes were
     judged from them and how many were read GPU by GPU (docs/operations.md)."""
@@ -122,7 +114,8 @@ def list_nodes(
 ) -> None:
     """Nodes with GPU count, schedulable, taints, verdict and reasons; nodes that need
     attention first."""
-    snap, _ = _snapshot(ctx, selector=selector)
+    # the list reads what the verdicts need (node summaries where Prometheus records them)
+    snap = read_fleet(ctx, selector=selector, families=("verdicts",))
     rows = [node_row(v) for v in snap.views]
     text = render(
         rows,
@@ -149,9 +142,9 @@ def show_node(
 ) -> None:
     """One node in detail: verdict and reasons, each GPU, InfiniBand ports and NVLink links
     with errors, pods on the node, taints and our annotations."""
-    snap, cluster = _snapshot(ctx, node=node)
-    view = snap.views[0]
-    pods = cluster.pods_on_node(node)
+    ctx.with_resource(gc_paused())
+    detail = console_of(ctx).node(node)  # one node is cheap to read whole
+    snap, view, pods = detail.snapshot, detail.view, detail.pods
     row = node_row(view)
     row["labels"] = dict(view.info.labels)
     row["annotations"] = {
@@ -176,7 +169,7 @@ def show_node(
             "owner": p.owner,
             "started_at": fmt.iso(p.started_at),
         }
-        for p in sorted(pods, key=lambda p: (p.namespace, p.name))
+        for p in pods
     ]
     if output is not OutputFormat.table and output is not OutputFormat.wide:
         emit(render([row], output))

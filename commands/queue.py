@@ -5,14 +5,12 @@ from __future__ import annotations
 import shutil
 import textwrap
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import typer
 
-from commands.common import OutputOption, cluster_from, settings_from
+from commands.common import OutputOption, console_of
 from commands.output import OutputFormat, emit, render
-from krea_ops.settings import Settings
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -24,29 +22,11 @@ NamespaceOption = typer.Option(
 )
 
 
-def _node_severity(settings: Settings, cluster: Any) -> Mapping[str, Any] | None:
-    """Node name -> Severity from the health module; None judges nodes by Ready, cordon
-    and taints only (when there is no telemetry: said on stderr, the command still works)."""
-    from commands.common import health_policy, open_telemetry
-    from krea_ops.fleet import load_fleet
-    from krea_ops.health import severities
-
-    source, error = open_telemetry(settings, cluster)
-    if source is None:
+def _warn_without_health(error: str | None) -> None:
+    """Node health could not be read: the command still works, judging nodes by Ready,
+    cordon and taints, and says so on stderr."""
+    if error:
         typer.echo(f"warning: no node health ({error}); drift counts Ready nodes", err=True)
-        return None
-    try:
-        # only the verdicts: what the health rules read (node summaries where recorded)
-        snap = load_fleet(cluster, source, health_policy(settings), families=("verdicts",))
-    finally:
-        source.close()
-    if snap.telemetry_error:
-        typer.echo(
-            f"warning: no node health ({snap.telemetry_error}); drift counts Ready nodes",
-            err=True,
-        )
-        return None
-    return severities(snap.views)
 
 
 # -- queue list ------------------------------------------------------------------------
@@ -241,11 +221,8 @@ def list_queues(ctx: typer.Context, output: OutputFormat = OutputOption) -> None
     Per ClusterQueue and flavor: nominal GPU quota, reserved, used, borrowed, pending and
     admitted workloads, and drift: the healthy GPUs on the flavor's nodes minus the quota
     promised on that flavor (negative: Kueue admits work no node can run)."""
-    from krea_ops.queue import read_queues
-
-    settings = settings_from(ctx)
-    cluster = cluster_from(settings)
-    snap = read_queues(cluster, lambda: _node_severity(settings, cluster))
+    snap = console_of(ctx).queues()
+    _warn_without_health(snap.health_error)
     if output in (OutputFormat.json, OutputFormat.yaml):
         emit(render(_queue_json(snap), output))
         return
@@ -333,27 +310,15 @@ def _age(since: float | None, now: float) -> str | None:
 
 
 def _workload_display(wl: Any, now: float) -> dict[str, Any]:
-    if len({ps.gpus_per_pod for ps in wl.pod_sets}) == 1 and wl.pod_sets:
-        gpus = f"{wl.pods}x{wl.gpus_per_pod}"
-    else:
-        gpus = f"{wl.total_gpus}"
-    position = None
-    if wl.position is not None:
-        position = f"~{wl.position}" if wl.position_estimated else str(wl.position)
-    reason = wl.pending_reason or wl.evicted_reason or wl.finished_reason
-    if wl.state == "evicted":
-        reason = wl.evicted_reason or reason
-    if wl.state in ("admitted", "reserving") and not wl.evicted_holding_quota:
-        reason = None
     return {
         **_workload_json(wl),
         "state": wl.state + ("!" if wl.evicted_holding_quota else ""),
         "queue": wl.local_queue,
-        "gpus": gpus,
-        "position": position,
-        "reason": reason,
+        "gpus": wl.gang,
+        "position": wl.position_text,
+        "reason": wl.reason,
         "age": _age(wl.created_at, now),
-        "message": wl.pending_message or wl.evicted_message,
+        "message": wl.message,
     }
 
 
@@ -379,11 +344,7 @@ def workloads(
 
     The position counts from 0 (next to be admitted); a leading ~ marks an estimate
     (priority, then creation) made when Kueue's visibility API is not served."""
-    from krea_ops.queue import read_workloads
-
-    settings = settings_from(ctx)
-    cluster = cluster_from(settings)
-    wls = read_workloads(cluster, namespace=namespace, queue=queue)
+    wls = console_of(ctx).workloads(namespace=namespace, queue=queue)
     if output in (OutputFormat.json, OutputFormat.yaml):
         emit(render([_workload_json(w) for w in wls], output))
         return
@@ -449,11 +410,8 @@ def why(
 
     Gang size, quota and borrowing in the cohort, free GPUs on healthy nodes of the
     flavor, cordoned, tainted or unhealthy nodes, and Kueue's own reason verbatim."""
-    from krea_ops.queue import why as explain_why
-
-    settings = settings_from(ctx)
-    cluster = cluster_from(settings)
-    report = explain_why(cluster, workload, namespace, lambda: _node_severity(settings, cluster))
+    report = console_of(ctx).why(workload, namespace)
+    _warn_without_health(report.health_error)
     if output in (OutputFormat.json, OutputFormat.yaml):
         emit(render([_why_row(report)], output))
         return

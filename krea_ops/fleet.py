@@ -13,13 +13,13 @@ import threading
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, TypeGuard
 
 from krea_ops.errors import Unavailable
 from krea_ops.health import (
     IB_ERROR_COUNTERS,
-    NVLINK_FAULT_COUNTERS,
     HealthPolicy,
+    busy_not_work,
     fleet_views,
     gpus_with_links_up,
     ib_port_reasons,
@@ -27,6 +27,7 @@ from krea_ops.health import (
     xmit_wait_ratio,
 )
 from krea_ops.model import (
+    NVLINK_FAULT_COUNTERS,
     FleetTelemetry,
     GpuSample,
     IbPortSample,
@@ -38,6 +39,10 @@ from krea_ops.model import (
     Severity,
     Verdict,
 )
+
+if TYPE_CHECKING:
+    from krea_ops.kube.cluster import Cluster
+    from krea_ops.telemetry.source import TelemetrySource
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,7 @@ class FleetSnapshot:
 
 
 def select_nodes(
-    cluster: Any, *, node: str | None = None, selector: str | None = None
+    cluster: Cluster, *, node: str | None = None, selector: str | None = None
 ) -> list[NodeInfo]:
     if node:
         return [cluster.node(node)]
@@ -62,8 +67,8 @@ def select_nodes(
 
 
 def load_fleet(
-    cluster: Any,
-    source: Any | None,
+    cluster: Cluster,
+    source: TelemetrySource | None,
     policy: HealthPolicy,
     *,
     nodes: list[NodeInfo] | None = None,
@@ -108,7 +113,7 @@ def load_fleet(
 
 
 def collect_ahead(
-    source: Any | None,
+    source: TelemetrySource | None,
     *,
     node: str | None = None,
     selector: str | None = None,
@@ -119,7 +124,7 @@ def collect_ahead(
     a cluster client can start it first."""
     if source is None or selector:
         return None
-    return _Ahead(source.collect, {node} if node else None, families)
+    return _Ahead(source, {node} if node else None, families)
 
 
 class _Ahead:
@@ -128,20 +133,25 @@ class _Ahead:
 
     def __init__(
         self,
-        collect: Any,
+        source: TelemetrySource,
         nodes: Collection[str] | None,
         families: Collection[str] | None,
     ) -> None:
         self._value: FleetTelemetry | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(
-            target=self._run, args=(collect, nodes, families), name="telemetry", daemon=True
+            target=self._run, args=(source, nodes, families), name="telemetry", daemon=True
         )
         self._thread.start()
 
-    def _run(self, collect: Any, nodes: Any, families: Any) -> None:
+    def _run(
+        self,
+        source: TelemetrySource,
+        nodes: Collection[str] | None,
+        families: Collection[str] | None,
+    ) -> None:
         try:
-            self._value = collect(nodes, families=families)
+            self._value = source.collect(nodes, families=families)
         except BaseException as exc:  # handed to result()'s caller
             self._error = exc
 
@@ -151,6 +161,67 @@ class _Ahead:
             raise self._error
         assert self._value is not None
         return self._value
+
+
+# --- fleet totals (the dashboard's headline) ------------------------------------------
+
+
+@dataclass(frozen=True)
+class FleetTotals:
+    """The fleet in a few numbers. GPUs are counted from the nodes' capacity (what should
+    be there), readings from the GPUs that report them; each mean says over how many GPUs
+    it was taken."""
+
+    nodes: int
+    gpus: int  # GPU capacity of the real (not virtual) nodes
+    by_severity: Mapping[Severity, int]  # nodes per verdict
+    with_temperature: int  # GPUs with a temperature reading
+    hot: int  # of those, at or above the policy's hot_c
+    averaged: int  # GPUs with both busy time and tensor activity: the means are over these
+    tensor_active_ratio: float | None  # mean tensor-core activity of ``averaged``
+    util_ratio: float | None  # mean busy time ("GPU utilization") of ``averaged``
+    busy_not_work: bool  # the two means are ``busy_not_work_gap`` or more apart
+
+    @property
+    def without_reading(self) -> int:
+        return max(0, self.gpus - self.with_temperature)
+
+
+def fleet_totals(snap: FleetSnapshot) -> FleetTotals:
+    gpus = hot = known = both = 0
+    tensor_sum = util_sum = 0.0
+    counts = dict.fromkeys(Severity, 0)
+    hot_c = snap.policy.hot_c
+    for view in snap.views:
+        counts[view.verdict.severity] += 1
+        if view.info.virtual:
+            continue
+        gpus += view.info.gpu_capacity or 0
+        tel = view.telemetry
+        if not usable(tel):
+            continue
+        for g in tel.gpus:
+            if g.temperature_c is not None:
+                known += 1
+                if g.temperature_c >= hot_c:
+                    hot += 1
+            if g.tensor_active_ratio is not None and g.util_ratio is not None:
+                both += 1
+                tensor_sum += g.tensor_active_ratio
+                util_sum += g.util_ratio
+    tensor = tensor_sum / both if both else None
+    util = util_sum / both if both else None
+    return FleetTotals(
+        nodes=len(snap.views),
+        gpus=gpus,
+        by_severity=counts,
+        with_temperature=known,
+        hot=hot,
+        averaged=both,
+        tensor_active_ratio=tensor,
+        util_ratio=util,
+        busy_not_work=busy_not_work(util, tensor, snap.policy),
+    )
 
 
 # --- per-GPU and per-port views (``gpus``, ``fabric``, the dashboard's tables) ---------

@@ -87,6 +87,7 @@ class HealthPolicy:
     ib_errors_bad: float = 100.0
     xmit_wait_ratio_suspect: float = 0.2
     window_s: float = 300.0
+    busy_not_work_gap: float = 0.3
 
     @staticmethod
     def from_settings(settings: Settings) -> HealthPolicy:
@@ -98,6 +99,7 @@ class HealthPolicy:
             ib_errors_bad=settings.health_ib_symbol_errors_bad,
             xmit_wait_ratio_suspect=settings.health_xmit_wait_ratio_suspect,
             window_s=settings.telemetry_window_s,
+            busy_not_work_gap=settings.health_busy_not_work_gap,
         )
 
     @property
@@ -115,6 +117,24 @@ def _n(value: float) -> str:
 
 
 # --- GPUs ------------------------------------------------------------------------------
+
+
+def busy_idle_gap(util_ratio: float | None, tensor_active_ratio: float | None) -> float | None:
+    """Busy time minus tensor-core activity (0-1): how much of the time the GPU reads as
+    "100 % utilized" its tensor cores do nothing. The honest "wasted GPU" signal: an idle
+    GPU has no gap, an input-bound one a large gap."""
+    if util_ratio is None or tensor_active_ratio is None:
+        return None
+    return util_ratio - tensor_active_ratio
+
+
+def busy_not_work(
+    util_ratio: float | None, tensor_active_ratio: float | None, p: HealthPolicy
+) -> bool:
+    """Busy but not doing math: the gap at or above ``busy_not_work_gap``. An efficiency
+    signal the screens mark, not a health finding (no verdict changes)."""
+    gap = busy_idle_gap(util_ratio, tensor_active_ratio)
+    return gap is not None and gap >= p.busy_not_work_gap
 
 
 def gpu_reasons(g: GpuSample, p: HealthPolicy) -> list[Reason]:

@@ -193,6 +193,7 @@ class QueueSnapshot:
     flavors: Mapping[str, FlavorCapacity]  # ResourceFlavors that exist
     health_judged: bool  # node_severity was given
     collected_at: float
+    health_error: str | None = None  # why node health could not be read, when it was asked
 
     def cluster_queue(self, name: str) -> ClusterQueueInfo | None:
         return next((c for c in self.cluster_queues if c.name == name), None)
@@ -512,6 +513,40 @@ class WorkloadInfo:
         """In the queue: not holding quota, not finished, not deactivated."""
         return self.state in (PENDING, EVICTED) and self.active
 
+    @property
+    def reason(self) -> str | None:
+        """Kueue's reason worth showing next to the workload, verbatim: none for work that
+        holds its quota (unless it is stuck there, Kueue bug #14811); for an evicted one
+        why it was evicted; else why it waits, or how it finished."""
+        if self.state in (ADMITTED, RESERVING) and not self.evicted_holding_quota:
+            return None
+        if self.state == EVICTED and self.evicted_reason:
+            return self.evicted_reason
+        return self.pending_reason or self.evicted_reason or self.finished_reason
+
+    @property
+    def message(self) -> str | None:
+        """Kueue's message that goes with ``reason``."""
+        if self.state == EVICTED and self.evicted_message:
+            return self.evicted_message
+        return self.pending_message or self.evicted_message
+
+    @property
+    def position_text(self) -> str | None:
+        """The queue position as both UIs print it: ``3``, or ``~3`` for an estimate made
+        here (Kueue's visibility API not served); None when not queued."""
+        if self.position is None:
+            return None
+        return f"~{self.position}" if self.position_estimated else str(self.position)
+
+    @property
+    def gang(self) -> str:
+        """The gang's shape: ``4x8`` (pods x GPUs each) when every pod asks the same,
+        else its GPUs in all (``40 GPUs``)."""
+        if self.pod_sets and len({ps.gpus_per_pod for ps in self.pod_sets}) == 1:
+            return f"{self.pods}x{self.gpus_per_pod}"
+        return f"{self.total_gpus} GPUs"
+
 
 def workload_state(obj: Obj) -> tuple[str, bool]:
     """(state bucket, evicted_holding_quota) from the conditions, as kueuectl buckets."""
@@ -790,6 +825,7 @@ class WhyReport:
     kueue_reason: str | None  # what Kueue says, verbatim (QuotaReserved or Evicted)
     kueue_message: str | None
     summary: str  # one paragraph for the operator
+    health_error: str | None = None  # why node health could not be read, when it was asked
 
 
 BLOCKERS = {

@@ -112,6 +112,13 @@ class Settings:
         default=0.2,
         metadata=_doc("IB xmit wait as a fraction of time that is SUSPECT (congestion)"),
     )
+    health_busy_not_work_gap: float = field(
+        default=0.3,
+        metadata=_doc(
+            "busy time minus tensor activity (0-1) from which a GPU, or the fleet, is "
+            "marked busy but not doing math"
+        ),
+    )
 
 
 def config_path(env: Mapping[str, str] | None = None) -> Path:

@@ -1,11 +1,13 @@
-"""The krea-ops dashboard: one Textual app over the core's ``Hub``.
+"""The krea-ops dashboard: one Textual app over the core's ``Console``.
 
 Data flow (house style): every read runs in a thread worker, one exclusive worker per
-data kind (``fleet``, ``queue``, ``burst``, ``training``, ``pods:<node>``), so reads of a
-kind never overlap; workers post ``DataLoaded``/``DataFailed`` and never touch widgets.
-A one-second tick starts a read for each kind the visible screen needs once its refresh
-interval has passed and no read of it is in flight, and starts nothing while a modal
-(help, confirm) is open. A failed read keeps the last good data on screen, greyed, with
+data kind (``fleet``, ``queue``, ``burst``, ``training``, ``node:<name>``), so reads of a
+kind never overlap; workers post one typed message per kind (``FleetLoaded``,
+``NodeLoaded``, ...) or ``DataFailed`` and never touch widgets. A one-second tick starts
+a read for each kind the visible screen needs once its refresh interval has passed and
+no read of it is in flight, and starts nothing while a modal (help, confirm) is open.
+The fleet read asks only for the telemetry the visible screen shows (``FAMILIES``) and
+the verdicts the header counts. A failed read keeps the last good data on screen, greyed, with
 the error in the footer line; nothing crashes.
 
 Navigation (k9s): ``:`` command mode (``:queue``, ``:node gpu-node-003``), the command
@@ -30,8 +32,18 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Static
 from textual.worker import Worker, WorkerState
 
+from krea_ops.console import ConsoleReads, FleetScope
+from krea_ops.fleet import FleetSnapshot
 from screens.base import DataScreen
-from screens.messages import DataFailed, DataLoaded
+from screens.messages import (
+    BurstLoaded,
+    DataFailed,
+    FleetLoaded,
+    Loaded,
+    NodeLoaded,
+    QueueLoaded,
+    TrainingLoaded,
+)
 
 SCREENS_ORDER = ("fleet", "fabric", "queue", "burst", "training")
 SCREEN_TITLES = {
@@ -78,7 +90,7 @@ class ScreensProvider(Provider):
             score = matcher.match(text)
             if score > 0:
                 yield Hit(score, matcher.highlight(text), lambda n=name: app.go(n))  # type: ignore[misc]
-        fleet = app.data.get("fleet")
+        fleet = app.fleet_snapshot()
         if fleet is None:
             return
         shown = 0
@@ -118,7 +130,7 @@ class KreaOpsApp(App[None]):
 
     def __init__(
         self,
-        hub: Any,
+        console: ConsoleReads,
         *,
         refresh_s: float = 5.0,
         read_only: bool = False,
@@ -126,13 +138,13 @@ class KreaOpsApp(App[None]):
         title: str | None = None,
     ) -> None:
         super().__init__()
-        self.hub = hub
+        self.session = console
         self.refresh_s = max(0.5, float(refresh_s))
         self.read_only = read_only
         self.clock = clock
         if title:
             self.sub_title = title
-        self.data: dict[str, Any] = {}
+        self.data: dict[str, Loaded] = {}
         self.errors: dict[str, str] = {}
         self.updated_at: dict[str, float] = {}
         self.took_s: dict[str, float] = {}
@@ -312,17 +324,22 @@ class KreaOpsApp(App[None]):
 
     # -- data ------------------------------------------------------------------------
 
-    def _loader(self, kind: str) -> Callable[[], Any]:
-        hub = self.hub
-        if kind.startswith("pods:"):
-            node = kind.split(":", 1)[1]
-            return lambda: hub.node_pods(node)
-        return {
-            "fleet": hub.fleet,
-            "queue": hub.queue,
-            "burst": hub.burst,
-            "training": hub.training,
-        }[kind]
+    def _reader(self, key: str) -> Callable[[], Loaded]:
+        """What reads ``key`` on a worker thread: one console call, its typed message."""
+        console = self.session
+        if key.startswith("node:"):
+            name = key.split(":", 1)[1]
+            return lambda: NodeLoaded(console.node(name))
+        if key == "fleet":
+            scope = FleetScope.of(families=self.wanted_families())
+            return lambda: FleetLoaded(console.fleet(scope), scope)
+        if key == "queue":
+            return lambda: QueueLoaded(console.queue())
+        if key == "burst":
+            return lambda: BurstLoaded(console.burst())
+        if key == "training":
+            return lambda: TrainingLoaded(console.training())
+        raise KeyError(key)
 
     def wanted_kinds(self) -> list[str]:
         """``fleet`` (the header needs it) and what the visible screen shows."""
@@ -331,6 +348,21 @@ class KreaOpsApp(App[None]):
         if isinstance(screen, DataScreen):
             kinds += [k for k in screen.kinds() if k not in kinds]
         return kinds
+
+    def wanted_families(self) -> frozenset[str] | None:
+        """The telemetry the visible screen shows, and the verdicts (the header counts
+        them): only these are read each refresh (None: every family)."""
+        screen = self.screen
+        wanted = screen.FAMILIES if isinstance(screen, DataScreen) else ("verdicts",)
+        return None if wanted is None else frozenset({"verdicts", *wanted})
+
+    def latest(self, key: str) -> Loaded | None:
+        """The last read of ``key`` that arrived (screens fill from it when shown)."""
+        return self.data.get(key)
+
+    def fleet_snapshot(self) -> FleetSnapshot | None:
+        loaded = self.data.get("fleet")
+        return loaded.snapshot if isinstance(loaded, FleetLoaded) else None
 
     @property
     def paused(self) -> bool:
@@ -346,9 +378,15 @@ class KreaOpsApp(App[None]):
             if kind in self._in_flight:
                 continue
             last = self._started.get(kind)
-            if last is not None and now - last < self.refresh_s:
-                continue
-            self.load(kind)
+            due = last is None or now - last >= self.refresh_s
+            if not due and kind == "fleet":
+                # a screen that shows more than the last read held (the heatmap after the
+                # queue screen) gets its read now, not after the interval
+                loaded = self.data.get("fleet")
+                if isinstance(loaded, FleetLoaded):
+                    due = not loaded.scope.covers(self.wanted_families())
+            if due:
+                self.load(kind)
 
     def load(self, kind: str) -> None:
         """Start a read of ``kind`` unless one is in flight (never two at once)."""
@@ -356,17 +394,19 @@ class KreaOpsApp(App[None]):
             return
         self._in_flight.add(kind)
         self._started[kind] = time.monotonic()
-        loader = self._loader(kind)
+        read = self._reader(kind)
 
         def work() -> None:
             start = time.perf_counter()
             try:
-                data = loader()
+                message = read()
             except Exception as exc:  # one line in the footer, never a crash
-                message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                self.post_message(DataFailed(kind, message, self.clock()))
+                text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                self.post_message(DataFailed(kind, text, self.clock()))
                 return
-            self.post_message(DataLoaded(kind, data, time.perf_counter() - start, self.clock()))
+            message.took_s = time.perf_counter() - start
+            message.at = self.clock()
+            self.post_message(message)
 
         self.run_worker(
             work,
@@ -383,33 +423,34 @@ class KreaOpsApp(App[None]):
             self._started.pop(kind, None)
         self._tick()
 
-    def on_data_loaded(self, message: DataLoaded) -> None:
-        kind = message.kind
-        self._in_flight.discard(kind)
-        self.data[kind] = message.data
-        self.updated_at[kind] = message.at
-        self.took_s[kind] = message.took_s
-        self.errors.pop(kind, None)
-        if kind == "fleet":
+    @on(Loaded)
+    def _loaded(self, message: Loaded) -> None:
+        key = message.key
+        self._in_flight.discard(key)
+        self.data[key] = message
+        self.updated_at[key] = message.at
+        self.took_s[key] = message.took_s
+        self.errors.pop(key, None)
+        if isinstance(message, FleetLoaded):
             # the nodes came, telemetry may not have: that is an error to show, too
-            error = getattr(message.data, "telemetry_error", None)
+            error = message.snapshot.telemetry_error
             if error:
                 self.errors["telemetry"] = error
             else:
                 self.errors.pop("telemetry", None)
         for screen in self.screen_stack:
-            if isinstance(screen, DataScreen) and kind in screen.kinds():
+            if isinstance(screen, DataScreen) and key in screen.kinds():
                 with contextlib.suppress(NoMatches):  # not composed yet: on_mount catches up
-                    screen.update_data(kind, message.data)
+                    screen.update_data(message)
         self._update_status()
 
     def on_data_failed(self, message: DataFailed) -> None:
-        self._in_flight.discard(message.kind)
-        self.errors[message.kind] = message.error
+        self._in_flight.discard(message.key)
+        self.errors[message.key] = message.error
         for screen in self.screen_stack:
-            if isinstance(screen, DataScreen) and message.kind in screen.kinds():
+            if isinstance(screen, DataScreen) and message.key in screen.kinds():
                 with contextlib.suppress(NoMatches):
-                    screen.data_failed(message.kind, message.error)
+                    screen.data_failed(message.key, message.error)
         self._update_status()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
@@ -448,6 +489,4 @@ class KreaOpsApp(App[None]):
         line.display = bool(errors)
 
     async def on_unmount(self) -> None:
-        close = getattr(self.hub, "close", None)
-        if close is not None:
-            close()
+        self.session.close()

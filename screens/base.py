@@ -7,7 +7,7 @@ the app refreshes only those (plus ``fleet``, which the header needs).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import on
 from textual.binding import Binding, BindingType
@@ -17,6 +17,7 @@ from textual.widgets import Input
 
 if TYPE_CHECKING:
     from screens.app import KreaOpsApp
+    from screens.messages import Loaded
 
 
 class DataScreen(Screen[None]):
@@ -31,7 +32,10 @@ class DataScreen(Screen[None]):
     """Selector of the widget that gets focus back when the filter is closed."""
     KINDS: ClassVar[tuple[str, ...]] = ("fleet",)
     """Data kinds this screen shows (``fleet``, ``queue``, ``burst``, ``training``,
-    ``pods:<node>``)."""
+    ``node:<name>``)."""
+    FAMILIES: ClassVar[tuple[str, ...] | None] = ("verdicts",)
+    """The telemetry families the fleet read needs while this screen is shown
+    (``telemetry.dialects.GROUPS``; None: every family). The verdicts are always read."""
     HELP: ClassVar[str] = ""
     """One paragraph for the help screen: what this screen shows."""
     ACTIONS_COMING: ClassVar[tuple[tuple[str, str], ...]] = ()
@@ -47,8 +51,9 @@ class DataScreen(Screen[None]):
     def kinds(self) -> tuple[str, ...]:
         return self.KINDS
 
-    def update_data(self, kind: str, data: Any) -> None:
-        """New data of ``kind`` arrived (UI thread). Screens override."""
+    def update_data(self, loaded: Loaded) -> None:
+        """A read of one of this screen's kinds arrived (UI thread). Screens override and
+        pick the messages they show by type."""
 
     def data_failed(self, kind: str, error: str) -> None:
         """A read of ``kind`` failed; the app shows the error in the footer. Screens
@@ -101,6 +106,6 @@ class DataScreen(Screen[None]):
     def on_screen_resume(self) -> None:
         # show what arrived while another screen was on top
         for kind in self.kinds():
-            data = self.krea.data.get(kind)
-            if data is not None:
-                self.update_data(kind, data)
+            loaded = self.krea.latest(kind)
+            if loaded is not None:
+                self.update_data(loaded)

@@ -19,6 +19,7 @@ from textual.widgets import DataTable, Input, Static
 
 from krea_ops.burst.status import BurstPod, BurstStatus, BurstTaint, VirtualNode
 from screens.base import DataScreen
+from screens.messages import BurstLoaded, Loaded
 from screens.text import age, sync_table, usd
 
 NODE_COLUMNS = (
@@ -215,18 +216,18 @@ class BurstScreen(DataScreen):
 
     def on_mount(self) -> None:
         self.query_one("#pod-table", DataTable).focus()
-        data = self.krea.data.get("burst")
-        if data is not None:
-            self.update_data("burst", data)
+        loaded = self.krea.latest("burst")
+        if loaded is not None:
+            self.update_data(loaded)
 
-    def update_data(self, kind: str, data: Any) -> None:
-        if kind != "burst":
+    def update_data(self, loaded: Loaded) -> None:
+        if not isinstance(loaded, BurstLoaded):
             return
         try:
             self.query_one("#pod-table", DataTable)
         except NoMatches:
             return
-        self.status = data
+        self.status = loaded.status
         self._show()
 
     def _show(self) -> None:

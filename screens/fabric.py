@@ -25,6 +25,7 @@ from krea_ops.fleet import FabricEntry, FleetSnapshot, fabric_entries, usable
 from krea_ops.health import HealthPolicy
 from krea_ops.model import Severity, Verdict
 from screens.base import DataScreen
+from screens.messages import FleetLoaded, Loaded
 from screens.text import SEVERITY_STYLE, severity_text, sync_table
 
 MAX_ROWS = 500
@@ -210,6 +211,7 @@ class FabricScreen(DataScreen):
     SCREEN_NAME = "fabric"
     SCREEN_TITLE = "Fabric"
     KINDS: ClassVar[tuple[str, ...]] = ("fleet",)
+    FAMILIES: ClassVar[tuple[str, ...] | None] = None  # every port's and link's counters
     FILTER_FOCUS = "#fabric"
     HELP = (
         "Every InfiniBand port and NVLink link in the fleet, worst first: errors in the "
@@ -246,15 +248,18 @@ class FabricScreen(DataScreen):
         add_columns(table, COLUMNS)
         table.focus()
         self._ready = True
-        data = self.krea.data.get("fleet")
-        if data is not None:
-            self.update_data("fleet", data)
+        loaded = self.krea.latest("fleet")
+        if loaded is not None:
+            self.update_data(loaded)
 
     # -- data ----------------------------------------------------------------------------
 
-    def update_data(self, kind: str, data: Any) -> None:
-        if kind != "fleet" or not self._ready:
+    def update_data(self, loaded: Loaded) -> None:
+        if not isinstance(loaded, FleetLoaded) or not self._ready:
             return
+        if not loaded.scope.covers(self.FAMILIES):
+            return  # (a read for another screen: the next one is for this one)
+        data = loaded.snapshot
         if data is self.snapshot and self.ranking is not None:
             return  # a resume with nothing new
         self.snapshot = data

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual import on
@@ -10,9 +10,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Input, Static
 
-from krea_ops.fleet import FleetSnapshot, usable
+from krea_ops.fleet import FleetSnapshot, fleet_totals, usable
 from krea_ops.model import GpuSample, NodeView, Severity
 from screens.base import DataScreen
+from screens.messages import FleetLoaded, Loaded
 from screens.text import SEVERITY_STYLE, pct
 from screens.widgets.heatmap import METRICS, SORT_MODES, GpuHeatmap, HeatRow
 
@@ -52,54 +53,23 @@ def heat_row(view: NodeView, metric: str) -> HeatRow | None:
     )
 
 
-def fleet_totals(snap: FleetSnapshot) -> dict[str, Any]:
-    gpus = hot = known = 0
-    tensor_sum = util_sum = 0.0
-    both = 0
-    counts = dict.fromkeys(Severity, 0)
-    for view in snap.views:
-        counts[view.verdict.severity] += 1
-        tel = view.telemetry
-        if view.info.virtual:
-            continue
-        gpus += view.info.gpu_capacity or 0
-        if not usable(tel):
-            continue
-        for g in tel.gpus:
-            if g.temperature_c is not None:
-                known += 1
-                if g.temperature_c >= snap.policy.hot_c:
-                    hot += 1
-            if g.tensor_active_ratio is not None and g.util_ratio is not None:
-                both += 1
-                tensor_sum += g.tensor_active_ratio
-                util_sum += g.util_ratio
-    return {
-        "gpus": gpus,
-        "nodes": len(snap.views),
-        "hot": hot,
-        "known": known,
-        "counts": counts,
-        "tensor": tensor_sum / both if both else None,
-        "util": util_sum / both if both else None,
-    }
-
-
 def totals_text(snap: FleetSnapshot) -> Text:
     t = fleet_totals(snap)
     out = Text()
-    out.append(f"{t['gpus']:,} GPUs on {t['nodes']:,} nodes", style="bold")
+    out.append(f"{t.gpus:,} GPUs on {t.nodes:,} nodes", style="bold")
     out.append(f"  hot ≥{snap.policy.hot_c:g}°C: ")
-    out.append(str(t["hot"]), style="bold red" if t["hot"] else "green")
-    if t["known"] < t["gpus"]:
-        out.append(f"  no reading: {t['gpus'] - t['known']:,}", style="magenta")
+    out.append(str(t.hot), style="bold red" if t.hot else "green")
+    if t.without_reading:
+        out.append(f"  no reading: {t.without_reading:,}", style="magenta")
     for sev in (Severity.BAD, Severity.UNKNOWN, Severity.SUSPECT, Severity.OK):
-        out.append(f"  {sev}: {t['counts'][sev]}", style=SEVERITY_STYLE[sev])
+        out.append(f"  {sev}: {t.by_severity[sev]}", style=SEVERITY_STYLE[sev])
     out.append("\ntensor activity ")
-    out.append(pct(t["tensor"]), style="bold")
+    out.append(pct(t.tensor_active_ratio), style="bold")
     out.append(" vs GPU utilization (busy time) ")
-    out.append(pct(t["util"]), style="bold")
-    if t["tensor"] is not None and t["util"] is not None and t["util"] - t["tensor"] > 0.3:
+    out.append(pct(t.util_ratio), style="bold")
+    if t.averaged:
+        out.append(f", mean of {t.averaged:,} GPUs reporting both", style="dim")
+    if t.busy_not_work:
         out.append("  ← busy is not work", style="yellow")
     return out
 
@@ -108,6 +78,7 @@ class FleetScreen(DataScreen):
     SCREEN_NAME = "fleet"
     SCREEN_TITLE = "Fleet"
     KINDS: ClassVar[tuple[str, ...]] = ("fleet",)
+    FAMILIES: ClassVar[tuple[str, ...] | None] = ("gpu",)  # the heatmap's readings
     FILTER_FOCUS = "#heatmap"
     HELP = "Every GPU as a cell, one row per node; nodes that need attention first."
     ACTIONS_COMING = (("e", "evict the node under the cursor"), ("R", "restore it"))
@@ -143,9 +114,9 @@ class FleetScreen(DataScreen):
     def on_mount(self) -> None:
         self.query_one(GpuHeatmap).focus()
         self._legend()
-        data = self.krea.data.get("fleet")
-        if data is not None:
-            self.update_data("fleet", data)
+        loaded = self.krea.latest("fleet")
+        if loaded is not None:
+            self.update_data(loaded)
 
     def _legend(self) -> None:
         heatmap = self.query_one(GpuHeatmap)
@@ -153,9 +124,10 @@ class FleetScreen(DataScreen):
         legend.append(f"   sort: {heatmap.sort_mode}")
         self.query_one("#legend", Static).update(legend)
 
-    def update_data(self, kind: str, data: Any) -> None:
-        if kind != "fleet":
-            return
+    def update_data(self, loaded: Loaded) -> None:
+        if not isinstance(loaded, FleetLoaded) or not loaded.scope.covers(self.FAMILIES):
+            return  # (a read for another screen: the next one is for this one)
+        data = loaded.snapshot
         self.snapshot = data
         self._render_rows()
         self.query_one("#totals", Static).update(totals_text(data))

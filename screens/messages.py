@@ -1,28 +1,108 @@
-"""Typed messages from the dashboard's worker threads to the UI thread."""
+"""Typed messages from the dashboard's worker threads to the UI thread: one per kind of
+data the console reads, each carrying the core's snapshot as it is."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, ClassVar
 
 from textual.message import Message
 
+if TYPE_CHECKING:
+    from krea_ops.burst.status import BurstStatus
+    from krea_ops.console import FleetScope, NodeDetail, QueueReading
+    from krea_ops.fleet import FleetSnapshot
+    from krea_ops.queue import WhyReport
+    from krea_ops.training.runs import TrainingRun
 
-class DataLoaded(Message):
-    """A read of ``kind`` finished; ``data`` is the core's snapshot."""
 
-    def __init__(self, kind: str, data: Any, took_s: float, at: float) -> None:
+class Loaded(Message):
+    """A read finished. ``key`` names what was read (``fleet``, ``node:NAME``, ``queue``,
+    ``burst``, ``training``): the app keeps the latest of each key and hands it to the
+    screens that show it. ``took_s`` and ``at`` are set by the worker that read it."""
+
+    KIND: ClassVar[str]
+
+    def __init__(self) -> None:
         super().__init__()
-        self.kind = kind
-        self.data = data
-        self.took_s = took_s
-        self.at = at
+        self.took_s = 0.0
+        self.at = 0.0
+
+    @property
+    def key(self) -> str:
+        return self.KIND
+
+
+class FleetLoaded(Loaded):
+    KIND = "fleet"
+
+    def __init__(self, snapshot: FleetSnapshot, scope: FleetScope) -> None:
+        super().__init__()
+        self.snapshot = snapshot
+        self.scope = scope  # what was read: a screen that needs more waits for the next
+
+
+class NodeLoaded(Loaded):
+    KIND = "node"
+
+    def __init__(self, detail: NodeDetail) -> None:
+        super().__init__()
+        self.detail = detail
+
+    @property
+    def key(self) -> str:
+        return node_key(self.detail.view.info.name)
+
+
+class QueueLoaded(Loaded):
+    KIND = "queue"
+
+    def __init__(self, reading: QueueReading) -> None:
+        super().__init__()
+        self.reading = reading
+
+
+class BurstLoaded(Loaded):
+    KIND = "burst"
+
+    def __init__(self, status: BurstStatus) -> None:
+        super().__init__()
+        self.status = status
+
+
+class TrainingLoaded(Loaded):
+    KIND = "training"
+
+    def __init__(self, runs: tuple[TrainingRun, ...]) -> None:
+        super().__init__()
+        self.runs = runs
 
 
 class DataFailed(Message):
-    """A read of ``kind`` failed with a one-line ``error``."""
+    """A read of ``key`` failed with a one-line ``error``."""
 
-    def __init__(self, kind: str, error: str, at: float) -> None:
+    def __init__(self, key: str, error: str, at: float) -> None:
         super().__init__()
-        self.kind = kind
+        self.key = key
         self.error = error
         self.at = at
+
+
+class WhyLoaded(Message):
+    """The queue screen's ``why`` of the workload ``key`` (``namespace/name``)."""
+
+    def __init__(self, key: str, report: WhyReport) -> None:
+        super().__init__()
+        self.key = key
+        self.report = report
+
+
+class WhyFailed(Message):
+    def __init__(self, key: str, error: str) -> None:
+        super().__init__()
+        self.key = key
+        self.error = error
+
+
+def node_key(name: str) -> str:
+    """The data key of one node's detailed read."""
+    return f"node:{name}"

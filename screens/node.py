@@ -1,15 +1,15 @@
 """Node screen: one node in detail, opened from the fleet heatmap or ``:node NAME``.
 
 Header (verdict and every reason, Ready, cordon, taints, our annotations), a row per GPU,
-sparklines of each GPU's temperature and tensor activity over the hub's recent history,
-the InfiniBand ports, the NVLink links with problems, and the pods on the node.
-Everything is derived from the fleet snapshot narrowed to this node, so the per-GPU and
-per-port work stays per-node however big the fleet is.
+sparklines of each GPU's temperature and tensor activity over the console's recent
+history, the InfiniBand ports, the NVLink links with problems, and the pods on the node.
+Everything comes from one read of this node whole (``Console.node``: every telemetry
+family and the pods), so the per-GPU and per-port work stays per-node however big the
+fleet is; the fleet read says when the node is gone.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -20,9 +20,10 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Sparkline, Static
 
+from krea_ops.console import NodeDetail
 from krea_ops.fleet import FabricEntry, FleetSnapshot, GpuEntry, fabric_entries, gpu_entries
-from krea_ops.health import HealthPolicy
-from krea_ops.hub import GpuHistory
+from krea_ops.health import HealthPolicy, busy_not_work
+from krea_ops.history import GpuHistory
 from krea_ops.model import GpuSample, NodeView, PodInfo, Severity
 from screens.base import DataScreen
 from screens.fabric import (
@@ -35,6 +36,7 @@ from screens.fabric import (
     state_text,
     wait_ratio_text,
 )
+from screens.messages import FleetLoaded, Loaded, NodeLoaded, node_key
 from screens.text import SEVERITY_STYLE, age, pct, severity_text, size, sync_table
 
 OUR_ANNOTATIONS = ("krea.ai/", "burst.krea.ai/", "sim.krea.ai/")
@@ -102,11 +104,10 @@ def power_text(g: GpuSample) -> str:
     return f"{g.power_w:.0f}{limit}W"
 
 
-def tensor_text(g: GpuSample) -> Text:
+def tensor_text(g: GpuSample, policy: HealthPolicy) -> Text:
     text = Text(pct(g.tensor_active_ratio))
-    busy, tensor = g.util_ratio, g.tensor_active_ratio
     # busy time far above tensor activity: the GPU looks busy but does little math
-    if busy is not None and tensor is not None and busy - tensor > 0.3:
+    if busy_not_work(g.util_ratio, g.tensor_active_ratio, policy):
         text.stylize("yellow")
     return text
 
@@ -141,7 +142,7 @@ def gpu_cells(e: GpuEntry, policy: HealthPolicy) -> tuple[Any, ...]:
             margin_text(g.slowdown_margin_c, policy),
             power_text(g),
             pct(g.util_ratio),
-            tensor_text(g),
+            tensor_text(g, policy),
             memory_text(g),
             xid_text(g),
             errors_text(e.nvlink_errors),
@@ -298,6 +299,9 @@ class NodeScreen(DataScreen):
     SCREEN_NAME = "node"
     SCREEN_TITLE = "Node"
     KINDS: ClassVar[tuple[str, ...]] = ("fleet",)
+    # the fleet read keeps recording every GPU's history (the sparklines) while one
+    # node is shown; the node itself is read whole
+    FAMILIES: ClassVar[tuple[str, ...] | None] = ("gpu",)
     HELP = (
         "One node: its verdict and every reason, each GPU (busy time next to tensor "
         "activity), recent temperature and tensor history, InfiniBand ports, NVLink links "
@@ -320,7 +324,7 @@ class NodeScreen(DataScreen):
         self._ready = False
 
     def kinds(self) -> tuple[str, ...]:
-        return ("fleet", f"pods:{self.node}")
+        return ("fleet", node_key(self.node))
 
     def compose(self) -> ComposeResult:
         yield Static(f"Node {self.node}", classes="screen-title", id="title")
@@ -349,9 +353,9 @@ class NodeScreen(DataScreen):
         self.query_one("#gpus", DataTable).focus()
         self._ready = True
         for kind in self.kinds():
-            data = self.krea.data.get(kind)
-            if data is not None:
-                self.update_data(kind, data)
+            loaded = self.krea.latest(kind)
+            if loaded is not None:
+                self.update_data(loaded)
 
     def action_focus_table(self, table_id: str) -> None:
         table = self.query_one(f"#{table_id}", DataTable)
@@ -360,43 +364,45 @@ class NodeScreen(DataScreen):
 
     # -- data ------------------------------------------------------------------------------
 
-    def update_data(self, kind: str, data: Any) -> None:
+    def update_data(self, loaded: Loaded) -> None:
         if not self._ready:
             return  # on_mount fills from the app's data
-        if kind == "fleet":
-            self._show_fleet(data)
-        elif kind == f"pods:{self.node}":
-            self._show_pods(data)
+        if isinstance(loaded, FleetLoaded):
+            self._show_presence(loaded.snapshot)
+        elif isinstance(loaded, NodeLoaded) and loaded.detail.view.info.name == self.node:
+            self._show_node(loaded.detail)
+            self._show_pods(loaded.detail.pods)
 
     def data_failed(self, kind: str, error: str) -> None:
         if not self._ready:
             return
-        if kind == "fleet":
-            for wid in ("#node-header", "#gpus", "#history", "#ib", "#nvlink"):
+        if kind == node_key(self.node):
+            for wid in ("#node-header", "#gpus", "#history", "#ib", "#nvlink", "#pods"):
                 self.query_one(wid).set_class(True, "stale")
-        elif kind == f"pods:{self.node}":
-            self.query_one("#pods").set_class(True, "stale")
 
-    def _show_fleet(self, snapshot: FleetSnapshot) -> None:
-        header = self.query_one("#node-header", Static)
-        view = snapshot.view(self.node)
-        if view is None:
-            self.vanished = True
-            was = "was in the fleet; it is gone now" if self.view else "is not in the fleet"
-            text = Text(f"{self.node} {was} (deleted, renamed, or never joined).", style="bold red")
-            if self.view is not None:
-                text.append("\nThe tables below are the last data seen.", style="dim")
-            header.update(text)
-            for wid in ("#gpus", "#history", "#ib", "#nvlink"):
-                self.query_one(wid).set_class(True, "stale")
+    def _show_presence(self, snapshot: FleetSnapshot) -> None:
+        """The fleet read says whether the node is still there."""
+        if snapshot.view(self.node) is not None:
+            self.vanished = False
             return
-        self.vanished = False
+        self.vanished = True
+        was = "was in the fleet; it is gone now" if self.view else "is not in the fleet"
+        text = Text(f"{self.node} {was} (deleted, renamed, or never joined).", style="bold red")
+        if self.view is not None:
+            text.append("\nThe tables below are the last data seen.", style="dim")
+        self.query_one("#node-header", Static).update(text)
+        for wid in ("#gpus", "#history", "#ib", "#nvlink"):
+            self.query_one(wid).set_class(True, "stale")
+
+    def _show_node(self, detail: NodeDetail) -> None:
+        if self.vanished:
+            return  # the fleet read that came after this one found the node gone
+        header = self.query_one("#node-header", Static)
+        snapshot, view = detail.snapshot, detail.view
         self.view, self.snapshot = view, snapshot
-        # narrow the snapshot to this node: the per-GPU and per-port work stays per-node
-        mine = dataclasses.replace(snapshot, views=(view,))
         policy = snapshot.policy
-        gpus = gpu_entries(mine)
-        fabric = fabric_entries(mine, "all")
+        gpus = gpu_entries(snapshot)
+        fabric = fabric_entries(snapshot, "all")
         ib = sorted((e for e in fabric if e.kind == "ib"), key=lambda e: e.port)
         links = [e for e in fabric if e.kind == "nvlink"]
         header.update(header_text(view, snapshot))
@@ -410,11 +416,11 @@ class NodeScreen(DataScreen):
         self.query_one("#ib-title", Static).update(ib_title)
         self.query_one("#nvlink", Static).update(nvlink_text(links, gpus))
         if not view.info.virtual:
-            self._show_history(self.krea.hub.history(self.node), [e.index for e in gpus])
+            self._show_history(self.krea.session.history(self.node), [e.index for e in gpus])
         for wid in ("#node-header", "#gpus", "#history", "#ib", "#nvlink"):
             self.query_one(wid).set_class(False, "stale")
 
-    def _show_pods(self, pods: list[PodInfo]) -> None:
+    def _show_pods(self, pods: Sequence[PodInfo]) -> None:
         now = self.krea.clock()
         rows = sorted(pods, key=lambda p: (p.namespace, p.name))
         sync_table(

@@ -17,11 +17,11 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
-from textual.message import Message
 from textual.widgets import DataTable, Input, Static
 
 from krea_ops.queue import FlavorCapacity, QueueSnapshot, WorkloadInfo
 from screens.base import DataScreen
+from screens.messages import Loaded, QueueLoaded, WhyFailed, WhyLoaded
 from screens.text import age, quota_bar, signed, sync_table, table_cursor_key
 
 STATE_STYLE = {
@@ -58,22 +58,6 @@ WL_COLUMNS = (
 )
 
 
-class WhyLoaded(Message):
-    """The why report (``krea_ops.queue.WhyReport``) of one workload arrived."""
-
-    def __init__(self, key: str, report: Any) -> None:
-        super().__init__()
-        self.key = key
-        self.report = report
-
-
-class WhyFailed(Message):
-    def __init__(self, key: str, error: str) -> None:
-        super().__init__()
-        self.key = key
-        self.error = error
-
-
 def _g(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
@@ -86,21 +70,7 @@ def workload_key(wl: WorkloadInfo) -> str:
     return f"{wl.namespace}/{wl.name}"
 
 
-def workload_reason(wl: WorkloadInfo) -> str:
-    """Kueue's reason as the CLI shows it: none for admitted work unless it is stuck."""
-    if wl.state in ("admitted", "reserving") and not wl.evicted_holding_quota:
-        return ""
-    if wl.state == "evicted":
-        return wl.evicted_reason or wl.pending_reason or ""
-    return wl.pending_reason or wl.evicted_reason or wl.finished_reason or ""
-
-
 def workload_cells(wl: WorkloadInfo, now: float) -> tuple[Any, ...]:
-    sizes = {ps.gpus_per_pod for ps in wl.pod_sets}
-    gang = f"{wl.pods}x{wl.gpus_per_pod}" if len(sizes) == 1 else f"{wl.total_gpus} GPUs"
-    position = "-"
-    if wl.position is not None:
-        position = f"~{wl.position}" if wl.position_estimated else str(wl.position)
     state = Text(wl.state, style=STATE_STYLE.get(wl.state, ""))
     if wl.evicted_holding_quota:
         state.append("!", style="bold red")
@@ -111,11 +81,11 @@ def workload_cells(wl: WorkloadInfo, now: float) -> tuple[Any, ...]:
         workload_key(wl),
         state,
         _count(wl.priority),
-        gang,
+        wl.gang,
         wl.local_queue or wl.cluster_queue or "-",
-        position,
+        wl.position_text or "-",
         age(since),
-        workload_reason(wl),
+        wl.reason or "",
     )
 
 
@@ -261,21 +231,21 @@ class QueueScreen(DataScreen):
 
     def on_mount(self) -> None:
         self.query_one("#wl-table", DataTable).focus()
-        data = self.krea.data.get("queue")
-        if data is not None:
-            self.update_data("queue", data)
+        loaded = self.krea.latest("queue")
+        if loaded is not None:
+            self.update_data(loaded)
 
     # -- data -----------------------------------------------------------------------
 
-    def update_data(self, kind: str, data: Any) -> None:
-        if kind != "queue":
+    def update_data(self, loaded: Loaded) -> None:
+        if not isinstance(loaded, QueueLoaded):
             return
         try:
             cq_table = self.query_one("#cq-table", DataTable)
             self.query_one("#wl-table", DataTable)
         except NoMatches:  # not composed yet; on_mount shows it
             return
-        snap, workloads = data
+        snap, workloads = loaded.reading.queues, loaded.reading.workloads
         self.snapshot = snap
         self.workloads = {workload_key(w): w for w in workloads}
         with self.app.batch_update():
@@ -367,12 +337,12 @@ class QueueScreen(DataScreen):
         if first:
             pane.update(Text(f"reading why {key}…", style="dim"))
         pane.set_class(True, "stale")
-        hub = self.krea.hub
+        console = self.krea.session
         name, namespace = wl.name, wl.namespace
 
         def work() -> None:
             try:
-                report = hub.why(name, namespace)
+                report = console.why(name, namespace)
             except Exception as exc:  # one line in the pane, never a crash
                 message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 self.post_message(WhyFailed(key, message))

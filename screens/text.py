@@ -71,7 +71,7 @@ def bar(used: float | None, total: float | None, width: int = 20) -> Text:
 
 def status_text(app: KreaOpsApp) -> Text:
     """cluster · context · telemetry · data age · verdict counts."""
-    info = app.hub.info()
+    info = app.session.info()
     out = Text()
     out.append("krea-ops ", style="bold")
     out.append(info.cluster)
@@ -85,7 +85,7 @@ def status_text(app: KreaOpsApp) -> Text:
         out.append("loading…", style="dim")
     else:
         out.append(f"{age(fleet_age)} old", style="red" if app.is_stale("fleet") else "")
-    fleet = app.data.get("fleet")
+    fleet = app.fleet_snapshot()
     if fleet is not None:
         counts = {s: 0 for s in Severity}
         for view in fleet.views:

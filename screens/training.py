@@ -24,6 +24,7 @@ from krea_ops.training.advice import Advice
 from krea_ops.training.checkpoints import Checkpoint
 from krea_ops.training.runs import TrainingRun
 from screens.base import DataScreen
+from screens.messages import Loaded, TrainingLoaded
 from screens.text import age, duration, size, sync_table, table_cursor_key
 
 STATE_STYLE = {
@@ -202,20 +203,20 @@ class TrainingScreen(DataScreen):
 
     def on_mount(self) -> None:
         self.query_one("#run-table", DataTable).focus()
-        data = self.krea.data.get("training")
-        if data is not None:
-            self.update_data("training", data)
+        loaded = self.krea.latest("training")
+        if loaded is not None:
+            self.update_data(loaded)
 
     # -- data -----------------------------------------------------------------------
 
-    def update_data(self, kind: str, data: Any) -> None:
-        if kind != "training":
+    def update_data(self, loaded: Loaded) -> None:
+        if not isinstance(loaded, TrainingLoaded):
             return
         try:
             self.query_one("#run-table", DataTable)
         except NoMatches:
             return
-        self.runs = {run_key(r): r for r in data}
+        self.runs = {run_key(r): r for r in loaded.runs}
         self._show()
         for widget in self.query(".training-data"):
             widget.set_class(False, "stale")

@@ -740,7 +740,7 @@ class FakeNvml:
     @_api(device=True)
     def nvmlDeviceGetNvLinkState(self, device: FakeGpu, link: int) -> int:
         active = self._link(device, link).active
-        return pynvml.NVML_FEATURE_ENABLED if active else pynvml.NVML_FEATURE_DISABLED
+        return int(pynvml.NVML_FEATURE_ENABLED if active else pynvml.NVML_FEATURE_DISABLED)
 
     @_api(device=True)
     def nvmlDeviceGetNvLinkErrorCounter(self, device: FakeGpu, link: int, counter: int) -> int:

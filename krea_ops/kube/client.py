@@ -56,7 +56,7 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
 def check_reachable(api: Any, timeout_s: float = 5.0) -> None:
     """Fail with one line if the API server does not answer."""
     from kubernetes import client
-    from kubernetes.client.rest import ApiException
+    from kubernetes.client.exceptions import ApiException
 
     try:
         client.VersionApi(api).get_code(_request_timeout=timeout_s)

@@ -121,12 +121,16 @@ class Cluster:
     def host(self) -> str:
         return str(self.api.configuration.host)
 
+    def close(self) -> None:
+        """Close the client's connection pool (and its thread pool, when one was made)."""
+        self.api.close()
+
     # -- error translation ----------------------------------------------------------
 
     def call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run one API call; return its decoded JSON body; failures become one line."""
         import urllib3
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
 
         kwargs.setdefault("_request_timeout", self.timeout_s)
         kwargs["_preload_content"] = False

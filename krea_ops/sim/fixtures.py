@@ -5,20 +5,24 @@ with thread timing. SVG snapshot tests and the dashboard benchmark need a fleet 
 exactly reproducible, so ``synthetic_fleet`` builds one from a seed through the same
 core path the live data takes (``FleetTelemetry`` -> ``health.fleet_views``), with a few
 planted problems (a hot GPU, a lost GPU, an exporter down, an IB flap, an input-bound
-node whose GPUs are busy but idle in their tensor cores). ``FixedHub`` serves it to the
-dashboard in place of ``krea_ops.hub.Hub``.
+node whose GPUs are busy but idle in their tensor cores). ``FixedConsole`` serves it to
+the dashboard in place of ``krea_ops.console.Console``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
+from krea_ops.console import EVERYTHING, ConsoleInfo, FleetScope, NodeDetail, QueueReading
+from krea_ops.errors import BadInput, Unavailable
 from krea_ops.fleet import FleetSnapshot
 from krea_ops.health import HealthPolicy, fleet_views
-from krea_ops.hub import GpuHistory, HubInfo
+from krea_ops.history import GpuHistory
 from krea_ops.model import (
     FleetTelemetry,
     GpuSample,
@@ -28,6 +32,11 @@ from krea_ops.model import (
     NvLinkSample,
     PodInfo,
 )
+
+if TYPE_CHECKING:
+    from krea_ops.burst.status import BurstStatus
+    from krea_ops.queue import WhyReport
+    from krea_ops.training.runs import TrainingRun
 
 EPOCH = 1_795_000_000.0
 NVLINK_COUNTERS = (
@@ -186,56 +195,64 @@ def synthetic_pods(node: str, now: float = EPOCH) -> list[PodInfo]:
 
 
 @dataclass
-class FixedHub:
-    """The dashboard's hub over fixed data (snapshot tests, the render benchmark)."""
+class FixedConsole:
+    """The dashboard's console over fixed data (snapshot tests, the render benchmark):
+    implements ``krea_ops.console.ConsoleReads``. ``calls`` counts the reads by kind;
+    a kind in ``fail`` raises the way an unreachable source does."""
 
     fleet_snapshot: FleetSnapshot
-    queue_data: Any = None
-    burst_data: Any = None
-    training_data: Any = None
+    queue_data: QueueReading | None = None
+    burst_data: BurstStatus | None = None
+    training_data: tuple[TrainingRun, ...] | None = None
     pods: dict[str, list[PodInfo]] = field(default_factory=dict)
-    why_fn: Any = None  # (name, namespace) -> WhyReport, e.g. krea_ops.queue.why on a server
+    why_fn: Callable[[str, str | None], WhyReport] | None = None  # e.g. queue.why on a server
     host: str = "https://sim.example:6443"
     fail: set[str] = field(default_factory=set)
     calls: dict[str, int] = field(default_factory=dict)
+    scopes: list[FleetScope] = field(default_factory=list)  # every fleet read's scope
 
-    def _call(self, kind: str, data: Any = True) -> None:
+    def _call(self, kind: str, data: object = True) -> None:
         self.calls[kind] = self.calls.get(kind, 0) + 1
         if data is None:
-            from krea_ops.errors import Unavailable
-
             raise Unavailable(f"no {kind} data in this fixture")
         if kind in self.fail:
-            from krea_ops.errors import Unavailable
-
             raise Unavailable(f"{kind} read failed: source is down")
 
-    def info(self) -> HubInfo:
-        return HubInfo(self.host, "sim", self.fleet_snapshot.source or "none")
+    def info(self) -> ConsoleInfo:
+        return ConsoleInfo(self.host, "sim", self.fleet_snapshot.source or "none")
 
-    def fleet(self) -> FleetSnapshot:
+    def fleet(self, scope: FleetScope = EVERYTHING) -> FleetSnapshot:
         self._call("fleet")
+        self.scopes.append(scope)
         return self.fleet_snapshot
 
-    def node_pods(self, node: str) -> list[PodInfo]:
-        self._call("pods")
-        return self.pods.get(node) or synthetic_pods(node, self.fleet_snapshot.collected_at)
+    def node(self, name: str) -> NodeDetail:
+        self._call("node")
+        snap = self.fleet_snapshot
+        view = snap.view(name)
+        if view is None:
+            raise BadInput(f"node {name} not found (krea-ops nodes list shows the nodes)")
+        pods = self.pods.get(name) or synthetic_pods(name, snap.collected_at)
+        return NodeDetail(dataclasses.replace(snap, views=(view,)), view, tuple(pods))
 
-    def queue(self) -> Any:
+    def queue(self) -> QueueReading:
         self._call("queue", self.queue_data)
+        assert self.queue_data is not None
         return self.queue_data
 
-    def why(self, name: str, namespace: str | None) -> Any:
+    def why(self, name: str, namespace: str | None = None) -> WhyReport:
         self._call("why", self.why_fn)
+        assert self.why_fn is not None
         return self.why_fn(name, namespace)
 
-    def burst(self) -> Any:
+    def burst(self) -> BurstStatus:
         self._call("burst", self.burst_data)
+        assert self.burst_data is not None
         return self.burst_data
 
-    def training(self) -> Any:
+    def training(self) -> tuple[TrainingRun, ...]:
         self._call("training")
-        return self.training_data or []
+        return self.training_data or ()
 
     def history(self, node: str) -> GpuHistory | None:
         view = next((v for v in self.fleet_snapshot.views if v.info.name == node), None)

@@ -44,7 +44,8 @@ from typing import Any
 
 import orjson
 import requests
-from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from krea_ops.errors import Unavailable
@@ -322,9 +323,13 @@ class PrometheusSource(TelemetrySource):
         *,
         families: Sequence[Family] = FAMILIES,
         use_summaries: bool = True,
+        policy: HealthPolicy | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.settings = settings
+        # the health rules the node summaries are judged by: the caller's policy, so a
+        # node skipped as clean is clean by the thresholds its verdict will use
+        self.policy = policy if policy is not None else HealthPolicy.from_settings(settings)
         self.families = tuple(families)
         self.timeout_s = float(settings.telemetry_timeout_s)
         # one quick retry on a refused or reset connection, none on answers: a down
@@ -560,7 +565,7 @@ class PrometheusSource(TelemetrySource):
         except Exception:
             down = set()  # (the detail read below says the targets API failed)
         base = asm.build(self.describe())
-        policy = HealthPolicy.from_settings(self.settings)
+        policy = self.policy
         clean: dict[str, NodeTelemetry] = {}
         detail: dict[str, str] = {}
         for node in sorted(set(values) | set(base.nodes)):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import socket
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 import requests
 
@@ -20,6 +20,7 @@ from krea_ops.model import FleetTelemetry
 from krea_ops.settings import Settings
 
 if TYPE_CHECKING:
+    from krea_ops.health import HealthPolicy
     from krea_ops.kube.cluster import Cluster
 
 NO_SOURCE = (
@@ -28,8 +29,10 @@ NO_SOURCE = (
 )
 
 
-class TelemetrySource(abc.ABC):
-    """A fleet snapshot on demand. One object is meant to be kept and asked repeatedly."""
+class TelemetrySource(Protocol):
+    """A fleet snapshot on demand. One object is meant to be kept and asked repeatedly.
+    ``PrometheusSource`` and ``ScrapeSource`` implement it; anything with these methods
+    (a test's recorded fleet) is a source too."""
 
     @abc.abstractmethod
     def collect(
@@ -50,21 +53,25 @@ class TelemetrySource(abc.ABC):
     def __enter__(self) -> TelemetrySource:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def open_source(settings: Settings, cluster: Cluster | None) -> TelemetrySource:
-    """The telemetry source the settings and the cluster name; Unavailable if none."""
+def open_source(
+    settings: Settings, cluster: Cluster | None, policy: HealthPolicy | None = None
+) -> TelemetrySource:
+    """The telemetry source the settings and the cluster name; Unavailable if none.
+    ``policy``: the health rules the caller judges by (the node summaries decide with
+    them which nodes need a GPU-by-GPU read); default the settings' own."""
     from krea_ops.telemetry.prometheus import PrometheusSource
     from krea_ops.telemetry.scrape import ScrapeSource
 
     if settings.prometheus_url:
-        return PrometheusSource(settings.prometheus_url, settings)
+        return PrometheusSource(settings.prometheus_url, settings, policy=policy)
     if cluster is not None:
         config = cluster.ops_config()
         if config.prometheus_url:
-            return PrometheusSource(config.prometheus_url, settings)
+            return PrometheusSource(config.prometheus_url, settings, policy=policy)
         if config.exporters:
             return ScrapeSource(config.exporters, settings)
     raise Unavailable(NO_SOURCE)

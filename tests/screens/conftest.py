@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from commands.dashboard import start_demo_world
-from krea_ops.hub import Hub
+from krea_ops.console import Console
+from krea_ops.history import HISTORY_POINTS
 from krea_ops.settings import load_settings
 from screens.app import KreaOpsApp
 
@@ -41,8 +42,8 @@ def make_app(world: Any, **settings: Any) -> KreaOpsApp:
         "telemetry_stale_s": 30.0,
         **settings,
     }
-    hub = Hub(load_settings(values, env={}))
-    return KreaOpsApp(hub, refresh_s=1.0, read_only=bool(settings.get("dashboard_read_only")))
+    console = Console(load_settings(values, env={}), history_points=HISTORY_POINTS)
+    return KreaOpsApp(console, refresh_s=1.0, read_only=bool(settings.get("dashboard_read_only")))
 
 
 async def wait_until(pilot: Any, check: Callable[[], Any], timeout: float = 60.0) -> Any:

@@ -9,15 +9,15 @@ from typing import Any
 
 from textual.worker import WorkerState
 
-from krea_ops.sim.fixtures import EPOCH, FixedHub, synthetic_fleet
+from krea_ops.sim.fixtures import EPOCH, FixedConsole, synthetic_fleet
 from screens.app import KreaOpsApp
 from screens.fleet import FleetScreen
 from screens.widgets.heatmap import GpuHeatmap
 from tests.screens.conftest import wait_until
 
 
-def fixed_app(**kw: Any) -> tuple[KreaOpsApp, FixedHub]:
-    hub = FixedHub(synthetic_fleet(16))
+def fixed_app(**kw: Any) -> tuple[KreaOpsApp, FixedConsole]:
+    hub = FixedConsole(synthetic_fleet(16))
     app = KreaOpsApp(hub, refresh_s=1.0, clock=lambda: EPOCH + 1.0, **kw)
     return app, hub
 
@@ -194,3 +194,32 @@ def test_fleet_on_the_simulator_filter_and_a_failing_telemetry_source(dashboard_
 
     asyncio.run(live())
     asyncio.run(failing())
+
+
+def test_each_refresh_reads_only_the_telemetry_the_visible_screen_shows() -> None:
+    """The heatmap needs the GPU readings, the queue screen only the verdicts its header
+    counts, the fabric screen every port and link. A screen that shows more than the last
+    read held gets its read at once (the refresh interval here is a minute: only that
+    rule, or ``r``, can start a read during the test)."""
+
+    async def body() -> None:
+        hub = FixedConsole(synthetic_fleet(16))
+        app = KreaOpsApp(hub, refresh_s=60.0, clock=lambda: EPOCH + 1.0)
+        gpu = frozenset({"gpu", "verdicts"})
+
+        def last_scope() -> frozenset[str] | None:
+            return hub.scopes[-1].families if hub.scopes else frozenset()
+
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_until(pilot, lambda: hub.scopes)
+            assert last_scope() == gpu
+            await pilot.press("2")  # fabric: every family, read now
+            await wait_until(pilot, lambda: last_scope() is None)
+            await pilot.press("3", "r")  # queue, refreshed: the verdicts only
+            await wait_until(pilot, lambda: last_scope() == frozenset({"verdicts"}))
+            await pilot.press("1")  # the heatmap again: its readings, read now
+            await wait_until(pilot, lambda: last_scope() == gpu)
+            heat = heatmap(app).get_row("gpu-node-006")
+            assert heat is not None and all(v is not None for v in heat.values)
+
+    asyncio.run(body())

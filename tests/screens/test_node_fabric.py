@@ -4,7 +4,7 @@ Against the demo's simulated world (4 nodes, exporters, Prometheus): Enter on th
 opens the node with its 8 GPUs, sparklines and DaemonSet pods; a hot GPU injected into
 the world turns its row BAD with the reason; the fabric lists the 32 InfiniBand ports,
 filters to one node and opens it; an unreachable Prometheus shows the error and UNKNOWN.
-Against a fixed 64-node fleet (``FixedHub``): the 500-row cap, the cursor kept across
+Against a fixed 64-node fleet (``FixedConsole``): the 500-row cap, the cursor kept across
 refreshes, and a failing read greying the screen.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 from textual.css.query import NoMatches
 from textual.widgets import DataTable, Sparkline, Static
 
-from krea_ops.sim.fixtures import FixedHub, synthetic_fleet
+from krea_ops.sim.fixtures import FixedConsole, synthetic_fleet
 from krea_ops.sim.world.faults import inject_fault
 from screens.app import KreaOpsApp
 from screens.fabric import FabricScreen
@@ -72,7 +72,7 @@ def gpu_numbers_shown(app: KreaOpsApp) -> bool:
 
 
 def all_nodes_reporting(app: KreaOpsApp) -> bool:
-    snap = app.data.get("fleet")
+    snap = app.fleet_snapshot()
     if snap is None:
         return False
     gpu_views = [v for v in snap.views if not v.info.virtual]
@@ -96,7 +96,7 @@ def test_enter_on_heatmap_opens_node_with_gpus_history_and_pods(dashboard_world:
                 pilot, lambda: isinstance(app.screen, NodeScreen) and app.screen
             )
             assert screen.node == node
-            assert set(screen.kinds()) == {"fleet", f"pods:{node}"}
+            assert set(screen.kinds()) == {"fleet", f"node:{node}"}
 
             await wait_until(pilot, lambda: gpu_numbers_shown(app))
             gpus = rows(app, "gpus")
@@ -106,7 +106,7 @@ def test_enter_on_heatmap_opens_node_with_gpus_history_and_pods(dashboard_world:
                 assert r["power"].endswith("W") and "GiB" in r["memory"]
                 assert r["verdict"] in ("OK", "SUSPECT", "BAD")
             header = text_of(app, "node-header")
-            view = app.data["fleet"].view(node)
+            view = app.latest(f"node:{node}").detail.view  # the read the screen shows
             assert node in header and str(view.verdict.severity) in header
             for reason in view.verdict.reasons:
                 assert reason.message in header
@@ -114,7 +114,7 @@ def test_enter_on_heatmap_opens_node_with_gpus_history_and_pods(dashboard_world:
 
             # the node's DaemonSet pods, exactly the ones the API has on it
             await wait_until(pilot, lambda: rows(app, "pods"))
-            on_node = app.hub.cluster.pods_on_node(node)
+            on_node = app.session.cluster.pods_on_node(node)
             pods = rows(app, "pods")
             assert set(pods) == {f"{p.namespace}/{p.name}" for p in on_node}
             daemons = [r for r in pods.values() if r["owner"].startswith("DaemonSet/")]
@@ -160,7 +160,7 @@ def test_hot_gpu_turns_its_row_bad_with_the_reason(dashboard_world: Any) -> None
             )
             assert "GPU 3" in gpu3["reason"]
             assert int(gpu3["temp"].removesuffix("°C")) >= 78, gpu3
-            view = app.data["fleet"].view("gpu-node-001")
+            view = app.latest("node:gpu-node-001").detail.view  # the read the screen shows
             assert str(view.verdict.severity) == "BAD"
             header = text_of(app, "node-header")
             assert all(r.message in header for r in view.verdict.reasons if r.gpu == 3)
@@ -243,7 +243,7 @@ def test_unreachable_prometheus_shows_the_error_and_unknown(dashboard_world: Any
 
 def test_fabric_caps_at_500_keeps_the_cursor_and_greys_on_failure() -> None:
     async def body() -> None:
-        hub = FixedHub(synthetic_fleet(64))  # 512 IB ports and one NVLink link
+        hub = FixedConsole(synthetic_fleet(64))  # 512 IB ports and one NVLink link
         app = KreaOpsApp(hub, refresh_s=1.0)
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))

@@ -262,7 +262,7 @@ def test_training_lists_runs_checkpoints_and_advice(dashboard_world: Any) -> Non
 
             key = await wait_until(pilot, checkpointed)
             other = next(k for k in keys(runs) if k != key)
-            run = next(r for r in app.data["training"] if f"{r.namespace}/{r.name}" == key)
+            run = next(r for r in app.latest("training").runs if f"{r.namespace}/{r.name}" == key)
             assert cell(runs, key, "state") == "Running"
             assert cell(runs, key, "shape").endswith("x8")
 
@@ -299,7 +299,8 @@ def test_training_lists_runs_checkpoints_and_advice(dashboard_world: Any) -> Non
             await move_to(pilot, runs, other)
             await wait_until(pilot, lambda: other in text(title))
             assert str(crashed) not in keys(ckpts)
-            other_run = next(r for r in app.data["training"] if f"{r.namespace}/{r.name}" == other)
+            runs_read = app.latest("training").runs
+            other_run = next(r for r in runs_read if f"{r.namespace}/{r.name}" == other)
             assert other_run.advice is not None and other_run.advice.nodes != run.advice.nodes
             advice = text(screen.query_one("#advice", Static))
             assert f"{other_run.advice.nodes} nodes x 6.5 failures" in advice
@@ -324,7 +325,7 @@ def test_failed_queue_read_keeps_rows_greyed_and_shows_the_error(dashboard_world
             def boom() -> Any:
                 raise KreaError("boom: the Kueue API is not answering")
 
-            app.hub.queue = boom
+            app.session.queue = boom
             await wait_until(pilot, lambda: "queue: boom" in error_line(app))
             assert wls.has_class("stale")
             assert screen.query_one("#cq-table", DataTable).has_class("stale")

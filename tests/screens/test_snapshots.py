@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from krea_ops.console import QueueReading
 from krea_ops.kube.cluster import Cluster
 from krea_ops.queue import read_queues, read_workloads, why
-from krea_ops.sim.fixtures import EPOCH, FixedHub, synthetic_fleet
+from krea_ops.sim.fixtures import EPOCH, FixedConsole, synthetic_fleet
 from krea_ops.sim.local import LocalApiServer
 from screens.app import KreaOpsApp
 from tests.queue.test_queue_objects import (
@@ -35,7 +36,7 @@ FROZEN = dt.datetime.fromtimestamp(EPOCH - 3600, dt.UTC)
 
 
 @pytest.fixture(scope="module")
-def kueue_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FixedHub]:
+def kueue_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FixedConsole]:
     state: Path = tmp_path_factory.mktemp("snap")
     with LocalApiServer(state, clock=lambda: FROZEN) as sim:
         api = sim.api_client()
@@ -80,9 +81,9 @@ def kueue_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FixedHub]:
             "status": {"conditions": [_cond("QuotaReserved", "False", "WaitingForQuota", WAITING)]},
         })  # fmt: skip
         cluster = Cluster(api)
-        hub = FixedHub(
+        hub = FixedConsole(
             synthetic_fleet(4),
-            queue_data=(read_queues(cluster), tuple(read_workloads(cluster))),
+            queue_data=QueueReading(read_queues(cluster), tuple(read_workloads(cluster))),
             why_fn=lambda name, ns: why(cluster, name, ns),
         )
         yield hub
@@ -90,18 +91,18 @@ def kueue_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FixedHub]:
 
 
 def test_node_snapshot(snap_compare: Any) -> None:
-    app = KreaOpsApp(FixedHub(synthetic_fleet(16)), refresh_s=60.0, clock=lambda: EPOCH + 1.0)
+    app = KreaOpsApp(FixedConsole(synthetic_fleet(16)), refresh_s=60.0, clock=lambda: EPOCH + 1.0)
 
     async def open_node(pilot: Any) -> None:
         await wait_until(pilot, lambda: "fleet" in app.data)
         app.open_node("gpu-node-002")
-        await wait_until(pilot, lambda: "pods:gpu-node-002" in app.data)
+        await wait_until(pilot, lambda: "node:gpu-node-002" in app.data)
         await pilot.pause(0.2)
 
     assert snap_compare(app, terminal_size=(130, 48), run_before=open_node)
 
 
-def test_queue_snapshot(snap_compare: Any, kueue_hub: FixedHub) -> None:
+def test_queue_snapshot(snap_compare: Any, kueue_hub: FixedConsole) -> None:
     app = KreaOpsApp(kueue_hub, refresh_s=60.0, clock=lambda: EPOCH + 1.0)
 
     async def open_queue(pilot: Any) -> None:

@@ -1,0 +1,325 @@
+"""The console's application seam: every read the CLI and the dashboard make goes through
+one ``Console``, so both show the same thing from the same code.
+
+One method per kind of snapshot: ``fleet`` (scoped by node, label selector and telemetry
+families), ``node`` (one node read whole, with its pods), ``queues``/``workloads``/``queue``,
+``why``, ``burst``, ``training``. Each returns the core's frozen snapshots or raises a
+``KreaError`` with the one line to show. The runbook and the controllers add their
+``plan_*`` methods and ``execute(plan)`` here (issues 15 and 16): the dashboard's dialog
+and the CLI's ``--dry-run`` then show the same plan object.
+
+A console is cheap to make and holds its connections: a one-shot command makes one and
+closes it (``with Console(settings) as console``); the dashboard keeps one, with a short
+GPU history for the node screen's sparklines (``history_points``). Reads may run on
+several threads at once; the telemetry source is opened once, and again after it could
+not be opened (the Prometheus address may appear in the cluster's ConfigMap later, as in
+the demo). Nothing here knows about Typer, Textual or the simulator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from krea_ops.errors import KreaError, Unavailable
+from krea_ops.fleet import FleetSnapshot, collect_ahead, load_fleet
+from krea_ops.health import HealthPolicy, severities
+from krea_ops.history import FleetHistory, GpuHistory
+from krea_ops.model import NodeView, PodInfo, Severity
+from krea_ops.settings import Settings
+
+if TYPE_CHECKING:
+    from krea_ops.burst.status import BurstStatus
+    from krea_ops.kube.cluster import Cluster
+    from krea_ops.queue import QueueSnapshot, WhyReport, WorkloadInfo
+    from krea_ops.telemetry.source import TelemetrySource
+    from krea_ops.training.runs import TrainingRun
+
+
+@dataclass(frozen=True)
+class FleetScope:
+    """Which part of the fleet a read covers. ``families``: the telemetry groups to read
+    (``telemetry.dialects.GROUPS``, and ``VERDICTS``: what the health rules need); None
+    reads every family (``fabric``, ``nodes show``)."""
+
+    node: str | None = None
+    selector: str | None = None
+    families: frozenset[str] | None = None
+
+    @staticmethod
+    def of(
+        *,
+        node: str | None = None,
+        selector: str | None = None,
+        families: Collection[str] | None = None,
+    ) -> FleetScope:
+        return FleetScope(node, selector, None if families is None else frozenset(families))
+
+    @property
+    def whole(self) -> bool:
+        """Every node (no node, no selector)."""
+        return self.node is None and self.selector is None
+
+    def covers(self, families: Collection[str] | None) -> bool:
+        """A read of this scope's families holds what a read of ``families`` would."""
+        if self.families is None:
+            return True
+        return families is not None and set(families) <= self.families
+
+
+EVERYTHING = FleetScope()
+VERDICTS_ONLY = FleetScope.of(families=("verdicts",))
+
+
+@dataclass(frozen=True)
+class ConsoleInfo:
+    cluster: str  # the API server's URL
+    context: str | None
+    telemetry: str  # "prometheus http://..." / "scrape of 64 exporters" / "none: why"
+
+
+@dataclass(frozen=True)
+class NodeDetail:
+    """One node read whole (every telemetry family) and the pods bound to it."""
+
+    snapshot: FleetSnapshot
+    view: NodeView
+    pods: tuple[PodInfo, ...]
+
+
+@dataclass(frozen=True)
+class QueueReading:
+    """Kueue's queues and every workload, read together (the dashboard's queue screen)."""
+
+    queues: QueueSnapshot
+    workloads: tuple[WorkloadInfo, ...]
+
+
+@dataclass(frozen=True)
+class NodeHealth:
+    """Node name -> severity for the queue's drift and ``why``; None (with the reason in
+    ``error``) when telemetry could not be read: nodes are then judged by Ready, cordon and
+    taints only."""
+
+    severity: Mapping[str, Severity] | None
+    error: str | None = None
+
+
+class ConsoleReads(Protocol):
+    """The reads both UI layers make: a ``Console``, or a recorded stand-in in the
+    dashboard's tests."""
+
+    def info(self) -> ConsoleInfo: ...
+
+    def fleet(self, scope: FleetScope = EVERYTHING) -> FleetSnapshot: ...
+
+    def node(self, name: str) -> NodeDetail: ...
+
+    def queue(self) -> QueueReading: ...
+
+    def why(self, name: str, namespace: str | None = None) -> WhyReport: ...
+
+    def burst(self) -> BurstStatus: ...
+
+    def training(self) -> tuple[TrainingRun, ...]: ...
+
+    def history(self, node: str) -> GpuHistory | None: ...
+
+    def close(self) -> None: ...
+
+
+class Console:
+    """The reads (and, with the runbook, the writes) of one operator's session."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        cluster: Cluster | None = None,
+        source: TelemetrySource | None = None,
+        history_points: int = 0,
+    ) -> None:
+        self.settings = settings
+        self.policy = HealthPolicy.from_settings(settings)
+        self._cluster = cluster
+        self._cluster_lock = threading.Lock()
+        self._source = source
+        self._source_error: str | None = None
+        self._source_lock = threading.Lock()
+        self._history = FleetHistory(history_points) if history_points > 0 else None
+        self.last_fleet: FleetSnapshot | None = None  # the last whole-fleet read
+
+    # -- connections ------------------------------------------------------------------
+
+    @property
+    def cluster(self) -> Cluster:
+        """The API client of the configured kubeconfig/context, made on first use
+        (importing the Kubernetes client costs ~0.2 s that a telemetry read need not
+        wait for)."""
+        with self._cluster_lock:
+            if self._cluster is None:
+                from krea_ops.kube.cluster import connect
+
+                self._cluster = connect(self.settings.kubeconfig, self.settings.context)
+            return self._cluster
+
+    def _telemetry(self, *, early: bool = False) -> tuple[TelemetrySource | None, str | None]:
+        """The source, opened on first use and again after it could not be opened.
+        ``early``: only if no cluster is needed to find it (a Prometheus named by flag,
+        env or settings); (None, None) otherwise, to be asked again once connected."""
+        with self._source_lock:
+            if self._source is None:
+                named = bool(self.settings.prometheus_url)
+                if early and not named and self._cluster is None:
+                    return None, None
+                from krea_ops.telemetry.source import open_source
+
+                try:
+                    cluster = None if named else self.cluster
+                    self._source = open_source(self.settings, cluster, self.policy)
+                    self._source_error = None
+                except Unavailable as exc:
+                    self._source_error = str(exc)
+            return self._source, self._source_error
+
+    def info(self) -> ConsoleInfo:
+        source, error = self._source, self._source_error
+        telemetry = source.describe() if source is not None else f"none: {error or 'not yet'}"
+        return ConsoleInfo(self.cluster.host, self.settings.context, telemetry)
+
+    def close(self) -> None:
+        with self._source_lock:
+            if self._source is not None:
+                with contextlib.suppress(KreaError):  # best effort: the session is ending
+                    self._source.close()
+                self._source = None
+        with self._cluster_lock:
+            if self._cluster is not None:
+                self._cluster.close()
+                self._cluster = None
+
+    def __enter__(self) -> Console:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the fleet --------------------------------------------------------------------
+
+    def fleet(self, scope: FleetScope = EVERYTHING) -> FleetSnapshot:
+        """Nodes from the API, the telemetry ``scope`` asks for, verdicts. A telemetry
+        failure does not fail the read: it is in the snapshot's ``telemetry_error`` (GPU
+        nodes UNKNOWN), and the caller decides what it costs.
+
+        Where the telemetry read does not need the node list (no selector) it starts on a
+        thread before the nodes are listed, and where Prometheus is named without the
+        cluster's help, before the Kubernetes client is even imported: both servers work
+        at once."""
+        families = scope.families
+        source, error = self._telemetry(early=True)
+        ahead = collect_ahead(source, node=scope.node, selector=scope.selector, families=families)
+        cluster = self.cluster
+        if source is None and error is None:
+            source, error = self._telemetry()
+        snapshot = load_fleet(
+            cluster,
+            source,
+            self.policy,
+            node=scope.node,
+            selector=scope.selector,
+            source_error=error,
+            families=families,
+            ahead=ahead,
+        )
+        if scope.whole:
+            self.last_fleet = snapshot
+            if self._history is not None and (families is None or "gpu" in families):
+                self._history.record(snapshot)
+        return snapshot
+
+    def node(self, name: str) -> NodeDetail:
+        """One node read whole (every GPU, port and link) and the pods on it; BadInput
+        when there is no such node."""
+        snapshot = self.fleet(FleetScope(node=name))
+        view = snapshot.view(name)
+        if view is None:  # pragma: no cover - a read of an unknown node raises BadInput
+            raise Unavailable(f"node {name} was not read")
+        pods = sorted(self.cluster.pods_on_node(name), key=lambda p: (p.namespace, p.name))
+        return NodeDetail(snapshot, view, tuple(pods))
+
+    def history(self, node: str) -> GpuHistory | None:
+        return self._history.of(node) if self._history is not None else None
+
+    def node_health(self) -> NodeHealth:
+        """Every node's severity: from the last whole-fleet read when it could judge (the
+        dashboard reads the fleet anyway), else from a verdicts-only read (node summaries
+        where Prometheus records them)."""
+        last = self.last_fleet
+        if last is not None and not last.telemetry_error:
+            return NodeHealth(severities(last.views))
+        source, error = self._telemetry()
+        if source is None:
+            return NodeHealth(None, error)
+        snapshot = self.fleet(VERDICTS_ONLY)
+        if snapshot.telemetry_error:
+            return NodeHealth(None, snapshot.telemetry_error)
+        return NodeHealth(severities(snapshot.views))
+
+    # -- Kueue ------------------------------------------------------------------------
+
+    def queues(self) -> QueueSnapshot:
+        """ClusterQueues, LocalQueues and flavor capacity, with drift against the healthy
+        nodes (``health_error`` says why node health is missing, when it is)."""
+        from krea_ops.queue import read_queues
+
+        health: list[NodeHealth] = []
+        snapshot = read_queues(self.cluster, lambda: self._judge(health))
+        error = health[-1].error if health else None
+        return dataclasses.replace(snapshot, health_error=error) if error else snapshot
+
+    def workloads(
+        self, *, queue: str | None = None, namespace: str | None = None
+    ) -> tuple[WorkloadInfo, ...]:
+        from krea_ops.queue import read_workloads
+
+        return read_workloads(self.cluster, namespace=namespace, queue=queue)
+
+    def queue(self) -> QueueReading:
+        return QueueReading(self.queues(), self.workloads())
+
+    def why(self, name: str, namespace: str | None = None) -> WhyReport:
+        """Why a workload (or the JobSet/Job it belongs to) waits; node health is read only
+        once the workload is found (a bad name is one line, not a telemetry read)."""
+        from krea_ops.queue import why
+
+        health: list[NodeHealth] = []
+        report = why(self.cluster, name, namespace, lambda: self._judge(health))
+        error = health[-1].error if health else None
+        return dataclasses.replace(report, health_error=error) if error else report
+
+    def _judge(self, into: list[NodeHealth]) -> Mapping[str, Severity] | None:
+        into.append(self.node_health())
+        return into[-1].severity
+
+    # -- inference bursting and training ----------------------------------------------
+
+    def burst(self) -> BurstStatus:
+        from krea_ops.burst.status import burst_status
+
+        return burst_status(self.cluster)
+
+    def training(self) -> tuple[TrainingRun, ...]:
+        from krea_ops.training.runs import parse_mount, read_runs
+
+        return tuple(
+            read_runs(
+                self.cluster,
+                mount=parse_mount(self.settings.training_checkpoint_mount),
+                checkpoint_seconds=self.settings.training_checkpoint_seconds,
+                failures_per_1000_node_days=self.settings.training_failures_per_1000_node_days,
+            )
+        )
