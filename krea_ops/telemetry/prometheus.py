@@ -36,7 +36,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -324,12 +324,16 @@ class PrometheusSource(TelemetrySource):
         families: Sequence[Family] = FAMILIES,
         use_summaries: bool = True,
         policy: HealthPolicy | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.url = url.rstrip("/")
         self.settings = settings
         # the health rules the node summaries are judged by: the caller's policy, so a
         # node skipped as clean is clean by the thresholds its verdict will use
         self.policy = policy if policy is not None else HealthPolicy.from_settings(settings)
+        # the instant every query of a read is evaluated at: now (a test pins it, so that
+        # what is "in the window" does not depend on how fast the tests run)
+        self.clock = clock
         self.families = tuple(families)
         self.timeout_s = float(settings.telemetry_timeout_s)
         # one quick retry on a refused or reset connection, none on answers: a down
@@ -503,7 +507,7 @@ class PrometheusSource(TelemetrySource):
     def _collect(
         self, nodes: Collection[str] | None, groups: Collection[str] | None
     ) -> FleetTelemetry:
-        at = time.time()
+        at = self.clock()
         targets: Future[list[dict[str, Any]]] = self._pool.submit(self._targets)
         names = self._names(at)
         if self._summarized(nodes, groups, names):

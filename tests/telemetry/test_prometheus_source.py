@@ -61,6 +61,13 @@ class World:
     t0: float
     node_b: KreaNode
     old: KreaNode
+    # The instant every read of this module is evaluated at: just after the events.
+    # The window is 10 s; on a loaded machine the module runs for longer than that, and
+    # read at "now" the events would slide out of the window test by test.
+    at: float
+
+    def clock(self) -> float:
+        return self.at
 
 
 def without_sums(text: str) -> str:
@@ -148,7 +155,7 @@ def world() -> Iterator[World]:
         gpus[6].add_ecc_errors(uncorrected=2)
         assert krea.nvml.inject_xid(5, 79) == 1
         time.sleep(3 * SCRAPE_INTERVAL_S)
-        yield World(prom, krea, dcgm, t0, node_b, old)
+        yield World(prom, krea, dcgm, t0, node_b, old, at=time.time())
     finally:
         prom.stop()
         krea.stop()
@@ -162,7 +169,7 @@ def world() -> Iterator[World]:
 
 @pytest.fixture(scope="module")
 def fleet(world: World) -> FleetTelemetry:
-    with PrometheusSource(world.prom.url, settings()) as source:
+    with PrometheusSource(world.prom.url, settings(), clock=world.clock) as source:
         return source.collect()
 
 
@@ -233,7 +240,7 @@ def test_nvlink_errors_rates_and_down_links(fleet: FleetTelemetry) -> None:
 
 
 def test_asking_for_one_node_reads_all_its_links(world: World) -> None:
-    with PrometheusSource(world.prom.url, settings()) as source:
+    with PrometheusSource(world.prom.url, settings(), clock=world.clock) as source:
         fleet = source.collect({"node-a"})
     assert set(fleet.nodes) == {"node-a"}
     links = fleet.nodes["node-a"].nvlinks
@@ -347,7 +354,9 @@ def test_a_failing_query_costs_only_its_family(world: World) -> None:
     # a served metric grouped by a label name PromQL cannot parse: Prometheus answers 400
     broken = Family("broken", FAMILY_BY_KEY["temperature"].spellings, ("not a label",), "rate")
     families = (*[f for f in FAMILY_BY_KEY.values() if f.key != "power"], broken)
-    with PrometheusSource(world.prom.url, settings(), families=families) as source:
+    with PrometheusSource(
+        world.prom.url, settings(), families=families, clock=world.clock
+    ) as source:
         fleet = source.collect()
     assert len(fleet.errors) == 1 and fleet.errors[0].startswith("query broken failed: HTTP 400")
     assert not fleet.ok
@@ -382,7 +391,7 @@ def test_an_exporter_without_the_sums_is_read_per_link(fleet: FleetTelemetry) ->
 
 
 def test_an_exporter_without_the_clock_bitmask_is_read_per_reason(world: World) -> None:
-    with PrometheusSource(world.prom.url, settings()) as source:
+    with PrometheusSource(world.prom.url, settings(), clock=world.clock) as source:
         asked: list[tuple[str, str]] = []
         run = source._run
 
@@ -403,7 +412,7 @@ def test_an_exporter_without_the_clock_bitmask_is_read_per_reason(world: World) 
 
 
 def test_a_caller_gets_only_the_families_it_asks_for(world: World, fleet: FleetTelemetry) -> None:
-    with PrometheusSource(world.prom.url, settings()) as source:
+    with PrometheusSource(world.prom.url, settings(), clock=world.clock) as source:
         gpus = source.collect(families={"gpu"})
         verdicts = source.collect(families={"gpu", "nvlink", "ib"})
         with pytest.raises(ValueError):
@@ -455,7 +464,7 @@ OURS = tuple(
 def test_a_verdicts_only_read_gives_the_same_verdicts(world: World) -> None:
     """``nodes list`` reads only what the health rules read, error-like readings only
     where they are not 0: every node's verdict must be the one the full read gives."""
-    with PrometheusSource(world.prom.url, settings()) as source:
+    with PrometheusSource(world.prom.url, settings(), clock=world.clock) as source:
         full = source.collect()
         lean = source.collect(families={"verdicts"})
     assert verdicts(lean) == verdicts(full)
@@ -465,7 +474,7 @@ def test_a_verdicts_only_read_gives_the_same_verdicts(world: World) -> None:
     # the GPU's own count says so): BAD, as a read of node-a alone finds it
     down = [r for r in verdicts(lean)["node-a"] if r[1] == "nvlink_down"]
     assert down == [(3, "nvlink_down", 7, "gpu7/link0")], verdicts(lean)["node-a"]
-    with PrometheusSource(world.prom.url, settings()) as source:
+    with PrometheusSource(world.prom.url, settings(), clock=world.clock) as source:
         alone = source.collect({"node-a"}, families={"verdicts"})
     assert verdicts(alone)["node-a"] == verdicts(lean)["node-a"]
     a = lean.nodes["node-a"].gpus[0]
@@ -475,7 +484,7 @@ def test_a_verdicts_only_read_gives_the_same_verdicts(world: World) -> None:
 
     # a fleet of our exporter alone: error-like readings come back only where not 0, and
     # the verdicts are still the full read's
-    with PrometheusSource(world.prom.url, settings(), families=OURS) as source:
+    with PrometheusSource(world.prom.url, settings(), families=OURS, clock=world.clock) as source:
         full = source.collect({"node-a", "node-b", "old-node"})
         lean = source.collect({"node-a", "node-b", "old-node"}, families={"verdicts"})
     assert verdicts(lean) == verdicts(full)
@@ -488,7 +497,7 @@ def test_a_verdicts_only_read_gives_the_same_verdicts(world: World) -> None:
 def test_a_view_reads_rule_only_readings_sparse_and_judges_gpus_alike(world: World) -> None:
     """``gpus`` reads the ``gpu`` group: ECC and row remapping, which no table shows,
     come back only where not 0, and every GPU reason is the full read's."""
-    with PrometheusSource(world.prom.url, settings(), families=OURS) as source:
+    with PrometheusSource(world.prom.url, settings(), families=OURS, clock=world.clock) as source:
         full = source.collect()
         view = source.collect(families={"gpu"})
 
@@ -511,7 +520,7 @@ def test_node_summaries_skip_only_the_nodes_no_rule_can_fire_on(world: World) ->
     """With the node-summary rules recorded (deploy/prometheus), a verdicts-only read of
     the fleet reads GPU by GPU only the nodes whose summary leaves a rule a chance, and
     gives every node the verdict the full read gives."""
-    with PrometheusSource(world.prom.url, settings(), families=OURS) as source:
+    with PrometheusSource(world.prom.url, settings(), families=OURS, clock=world.clock) as source:
         full = source.collect()
         summarized = source.collect(families={"verdicts"})
     assert verdicts(summarized) == verdicts(full)
@@ -545,7 +554,7 @@ def test_node_summaries_of_other_rules_are_not_used(
     """Rules from another krea-ops version (another fingerprint) might fold other
     readings: the read then reads every GPU, as without them."""
     monkeypatch.setattr("krea_ops.telemetry.summary.fingerprint", lambda window_s: 12345)
-    with PrometheusSource(world.prom.url, settings(), families=OURS) as source:
+    with PrometheusSource(world.prom.url, settings(), families=OURS, clock=world.clock) as source:
         fleet = source.collect(families={"verdicts"})
         assert all(t.detail_reason is None for t in fleet.nodes.values())
         assert len(fleet.nodes["node-b"].gpus) == 8 and fleet.nodes["node-b"].gpu_count is None
@@ -602,11 +611,13 @@ def test_a_view_skips_readings_the_node_summaries_prove_empty(
 
     if not by_name:  # more nodes left than a name list holds: node!~ the proven ones
         monkeypatch.setattr("krea_ops.telemetry.prometheus.LINK_QUERY_NODES", 0)
-    with PrometheusSource(world.prom.url, settings(), families=OURS) as source:
+    with PrometheusSource(world.prom.url, settings(), families=OURS, clock=world.clock) as source:
         pruned = source.collect(families={"gpu"})
         skipped = pruned.skipped
         asked = set(source.last_timings)
-    with PrometheusSource(world.prom.url, settings(), families=OURS, use_summaries=False) as plain:
+    with PrometheusSource(
+        world.prom.url, settings(), families=OURS, use_summaries=False, clock=world.clock
+    ) as plain:
         whole = plain.collect(families={"gpu"})
         assert whole.skipped == {}
     assert readings(pruned) == readings(whole)
@@ -685,7 +696,7 @@ def test_a_reading_proven_empty_on_every_node_read_is_not_asked_for(
     healthy node-b alone, read as a fleet would be), the reading is not queried at all,
     and the GPUs still show a fault rate of 0."""
     monkeypatch.setattr("krea_ops.telemetry.prometheus.DETAIL_NODES", 0)
-    with PrometheusSource(world.prom.url, settings(), families=OURS) as source:
+    with PrometheusSource(world.prom.url, settings(), families=OURS, clock=world.clock) as source:
         fleet = source.collect({"node-b"}, families={"gpu"})
         asked = set(source.last_timings)
     pruned = {"nvlink_fault_rate", "xid_rate", "xid_last", "row_remap_pending", "memory_total"}
