@@ -14,6 +14,7 @@ from commands.common import OutputOption, read_fleet
 from commands.output import Formatter, OutputFormat, emit, render
 from krea_ops.errors import Unavailable
 from krea_ops.fleet import FleetSnapshot, GpuEntry, gpu_entries
+from krea_ops.health import busy_idle_gap
 from krea_ops.model import Severity
 
 
@@ -190,10 +191,15 @@ def _sort(rows: list[dict[str, Any]], by: GpuSort) -> list[dict[str, Any]]:
         return sorted(rows, key=lambda r: (-num(r, "temperature_c", -1e9), r["node"], r["index"]))
     if by is GpuSort.util:
         return sorted(rows, key=lambda r: (-num(r, "util_ratio", -1e9), r["node"], r["index"]))
-    if by is GpuSort.tensor:  # idlest first: the ones wasting their tensor cores
-        return sorted(
-            rows, key=lambda r: (num(r, "tensor_active_ratio", 1e9), r["node"], r["index"])
-        )
+    if by is GpuSort.tensor:
+        # wasted first: the most busy time above tensor activity (an input-bound GPU
+        # reads 100 % busy with idle tensor cores); an idle GPU is merely free
+        def wasted(r: dict[str, Any]) -> tuple[float, float, str, int]:
+            gap = busy_idle_gap(r.get("util_ratio"), r.get("tensor_active_ratio"))
+            return (-gap if gap is not None else 1e9, num(r, "tensor_active_ratio", 1e9),
+                    r["node"], r["index"])  # fmt: skip
+
+        return sorted(rows, key=wasted)
     return sorted(rows, key=lambda r: (-order[r["verdict"]], r["node"], r["index"]))
 
 
@@ -240,8 +246,9 @@ def register(app: typer.Typer) -> None:
         sort: GpuSort = typer.Option(
             GpuSort.verdict,
             "--sort",
-            help="verdict (worst first), temperature (hottest first), tensor (idlest "
-            "first), util (busiest first) or node (default: verdict)",
+            help="verdict (worst first), temperature (hottest first), tensor (busy time "
+            "furthest above tensor activity first: the wasted GPUs), util (busiest first) "
+            "or node (default: verdict)",
             case_sensitive=False,
         ),
         output: OutputFormat = OutputOption,

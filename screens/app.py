@@ -46,6 +46,7 @@ from screens.messages import (
 )
 
 SCREENS_ORDER = ("fleet", "fabric", "queue", "burst", "training")
+SLOW_READ_S = 10.0  # a read in flight this long (or 3 refreshes) is said to be slow
 SCREEN_TITLES = {
     "fleet": "Fleet",
     "fabric": "Fabric",
@@ -136,12 +137,14 @@ class KreaOpsApp(App[None]):
         read_only: bool = False,
         clock: Callable[[], float] = time.time,
         title: str | None = None,
+        slow_read_s: float = SLOW_READ_S,
     ) -> None:
         super().__init__()
         self.session = console
         self.refresh_s = max(0.5, float(refresh_s))
         self.read_only = read_only
         self.clock = clock
+        self.slow_read_s = slow_read_s
         if title:
             self.sub_title = title
         self.data: dict[str, Loaded] = {}
@@ -485,8 +488,25 @@ class KreaOpsApp(App[None]):
         bar.update(status_text(self))
         bar.set_class(self.is_stale("fleet"), "-stale")
         errors = [f"{kind}: {error}" for kind, error in sorted(self.errors.items())]
+        errors += self._slow_reads()
         line.update(" | ".join(errors))
         line.display = bool(errors)
+
+    def _slow_reads(self) -> list[str]:
+        """Reads in flight for longer than they should take: an API server or Prometheus
+        that went away without refusing (a partition, a hung process) makes a read wait
+        for its timeouts, and the data only ages meanwhile. Said, not just greyed."""
+        now = time.monotonic()
+        slow_after = max(self.slow_read_s, 3 * self.refresh_s)
+        out = []
+        for kind in sorted(self._in_flight):
+            started = self._started.get(kind)
+            if started is not None and now - started >= slow_after and kind not in self.errors:
+                out.append(
+                    f"{kind}: no answer for {now - started:.0f} s (the API server or "
+                    "Prometheus is slow or unreachable; still trying)"
+                )
+        return out
 
     async def on_unmount(self) -> None:
         self.session.close()

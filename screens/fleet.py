@@ -11,6 +11,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Input, Static
 
 from krea_ops.fleet import FleetSnapshot, fleet_totals, usable
+from krea_ops.health import busy_idle_gap
 from krea_ops.model import GpuSample, NodeView, Severity
 from screens.base import DataScreen
 from screens.messages import FleetLoaded, Loaded
@@ -37,12 +38,17 @@ def heat_row(view: NodeView, metric: str) -> HeatRow | None:
         return None
     width = max(info.gpu_capacity or 0, len(view.telemetry.gpus) if view.telemetry else 0)
     values: list[float | None] = [None] * width
+    # tensor activity ranks by how far busy time is above it: the busy GPU whose tensor
+    # cores idle is the wasted one, an idle GPU is merely free
+    ranks: list[float | None] | None = [None] * width if metric == "tensor" else None
     tel = view.telemetry
     if usable(tel):
         pick = VALUE_OF[metric]
         for g in tel.gpus:
             if 0 <= g.index < width and g.up is not False:
                 values[g.index] = pick(g)
+                if ranks is not None:
+                    ranks[g.index] = busy_idle_gap(g.util_ratio, g.tensor_active_ratio)
     reasons = view.verdict.reasons
     return HeatRow(
         key=info.name,
@@ -50,6 +56,7 @@ def heat_row(view: NodeView, metric: str) -> HeatRow | None:
         severity=view.verdict.severity,
         values=tuple(values),
         note=reasons[0].message if reasons else "",
+        ranks=None if ranks is None else tuple(ranks),
     )
 
 
@@ -105,7 +112,7 @@ class FleetScreen(DataScreen):
         yield Static("", classes="summary", id="legend")
         yield GpuHeatmap(metric=METRICS[self.metric_name], id="heatmap")
         yield Input(
-            placeholder="filter nodes (Enter keeps it, Esc clears)",
+            placeholder="filter: a node, a reason, or bad/sus/unk/ok (Enter keeps it)",
             id="filter",
             select_on_focus=False,
         )
@@ -122,6 +129,8 @@ class FleetScreen(DataScreen):
         heatmap = self.query_one(GpuHeatmap)
         legend = heatmap.legend_text()
         legend.append(f"   sort: {heatmap.sort_mode}")
+        if heatmap.metric.name == "tensor" and heatmap.sort_mode != "name":
+            legend.append(" (busy time above tensor activity first)", style="dim")
         self.query_one("#legend", Static).update(legend)
 
     def update_data(self, loaded: Loaded) -> None:

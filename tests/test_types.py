@@ -9,6 +9,7 @@ import sys
 
 from tests.conftest import ROOT
 
+
 def _mypy(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "mypy", "--no-incremental", *args],

@@ -24,6 +24,7 @@ from krea_ops.kube.times import parse_time
 from krea_ops.model import NodeInfo, PodInfo, Taint
 
 PAGE_SIZE = 500
+CONNECT_TIMEOUT_S = 5.0
 OPS_NAMESPACE = "krea-ops"
 OPS_CONFIGMAP = "krea-ops-config"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -132,7 +133,10 @@ class Cluster:
         import urllib3
         from kubernetes.client.exceptions import ApiException
 
-        kwargs.setdefault("_request_timeout", self.timeout_s)
+        # (connect, read): an API server that went away without refusing (a partition,
+        # a stopped VM) costs seconds to find out, not the read timeout per retry
+        timeout = (min(CONNECT_TIMEOUT_S, self.timeout_s), self.timeout_s)
+        kwargs.setdefault("_request_timeout", timeout)
         kwargs["_preload_content"] = False
         try:
             resp = fn(*args, **kwargs)
@@ -154,7 +158,7 @@ class Cluster:
         """GET ``path`` (``/api/v1/nodes``) with query parameters; the decoded JSON."""
         params = [(k, str(v)) for k, v in query.items() if v is not None]
 
-        def fetch(*, _request_timeout: float, _preload_content: bool) -> Any:
+        def fetch(*, _request_timeout: tuple[float, float], _preload_content: bool) -> Any:
             from kubernetes.client.exceptions import ApiException
 
             method, url, headers, body, post = self.api.param_serialize(

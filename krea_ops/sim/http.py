@@ -10,17 +10,17 @@ from __future__ import annotations
 import base64
 import os
 import secrets
-import socket
 import ssl
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from krea_ops.errors import BadInput
+from krea_ops.serving import ConnectionTrackingServer
 from krea_ops.sim.apiserver import ApiServer, Request, Response, WatchStream
 
 
@@ -85,15 +85,9 @@ class _Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(ConnectionTrackingServer):
     allow_reuse_address = True
     request_queue_size = 128
-
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
-        super().__init__(address, handler)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         exc = sys.exc_info()[1]
@@ -139,8 +133,12 @@ class HttpFront:
         return f"{self.scheme}://{host}:{self.port}"
 
     def stop(self) -> None:
+        """Stop serving, and hang up on the clients still connected: a stopped API
+        server must look stopped to a client holding a keep-alive connection, as a
+        real one that exits does."""
         self._server.shutdown()
         self._server.server_close()
+        self._server.close_connections()
         self._thread.join(timeout=5)
 
 

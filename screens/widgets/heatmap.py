@@ -72,6 +72,10 @@ class HeatRow:
     """One per GPU, the chosen metric in its base unit (ratios 0-1); ``None``: unknown."""
     note: str = ""
     """The first reason, shown truncated at the right."""
+    ranks: tuple[float | None, ...] | None = None
+    """What "worst first" ranks the row by, one per GPU, highest worst; None: the values,
+    in the metric's direction. (Tensor activity ranks by busy time minus tensor
+    activity, so a busy GPU whose tensor cores idle comes before an idle one.)"""
 
 
 @dataclass(frozen=True)
@@ -186,6 +190,16 @@ class _Entry:
 
     __slots__ = ("haystack", "name_key", "row", "version", "worst_for", "worst_rank")
 
+    # what ``/`` takes as a verdict rather than text: "bad" shows the BAD nodes only
+    VERDICT_WORDS: ClassVar[dict[str, Severity]] = {
+        "bad": Severity.BAD,
+        "sus": Severity.SUSPECT,
+        "suspect": Severity.SUSPECT,
+        "unk": Severity.UNKNOWN,
+        "unknown": Severity.UNKNOWN,
+        "ok": Severity.OK,
+    }
+
     def __init__(self, row: HeatRow, version: int) -> None:
         self.set(row, version)
 
@@ -200,10 +214,12 @@ class _Entry:
     def rank(self, metric: Metric) -> float:
         """Ascending sort key of the row's worst value: worst first, unknown last."""
         if self.worst_for is not metric:
-            known = [v for v in self.row.values if v is not None and not math.isnan(v)]
+            ranks = self.row.ranks
+            values = self.row.values if ranks is None else ranks
+            known = [v for v in values if v is not None and not math.isnan(v)]
             if not known:
                 self.worst_rank = math.inf
-            elif metric.high_is_bad:
+            elif metric.high_is_bad or ranks is not None:
                 self.worst_rank = -max(known)
             else:
                 self.worst_rank = min(known)
@@ -446,13 +462,13 @@ class GpuHeatmap(ScrollView, can_focus=True):
         if self.sort_mode == "name":
             self.refresh()
         else:
-            self._reorder()
+            self._reorder(to_top=True)
 
     def watch_filter_text(self) -> None:
         self._reorder()
 
     def watch_sort_mode(self) -> None:
-        self._reorder()
+        self._reorder(to_top=True)
 
     def notify_style_update(self) -> None:
         # Theme switches and focus changes restyle the component classes.
@@ -464,13 +480,17 @@ class GpuHeatmap(ScrollView, can_focus=True):
     def _placement(self) -> Callable[[_Entry], tuple[object, ...]]:
         """Where an entry goes: ``(False,)`` if the filter hides it, else ``(True, *sort
         key)``. Reactives are read once here, not per row: their lookup dominates at 4,096."""
-        needle = self.filter_text.casefold()
+        needle = self.filter_text.strip().casefold()
+        verdict = _Entry.VERDICT_WORDS.get(needle)
         mode = self.sort_mode
         metric = self.metric
 
         def placement(entry: _Entry) -> tuple[object, ...]:
             row = entry.row
-            if needle and needle not in entry.haystack:
+            if verdict is not None:
+                if row.severity is not verdict:
+                    return (False,)
+            elif needle and needle not in entry.haystack:
                 return (False,)
             if mode == "name":
                 return (True, entry.name_key, row.key)
@@ -490,7 +510,10 @@ class GpuHeatmap(ScrollView, can_focus=True):
         """Cells every line needs before the note."""
         return self.label_width + 1 + BADGE_WIDTH + 1 + self._columns * (CELL_WIDTH + 1)
 
-    def _reorder(self) -> None:
+    def _reorder(self, *, to_top: bool = False) -> None:
+        """Rebuild the order. A data refresh keeps the row under the cursor where the
+        operator looks; ``to_top`` (the operator asked for another order) shows the top
+        of the new order, cursor on its first row: the worst, in a "worst first" sort."""
         was_on_screen = self._cursor_on_screen()
         old_position = self.cursor_row
         top = round(self.scroll_y)
@@ -503,7 +526,11 @@ class GpuHeatmap(ScrollView, can_focus=True):
             self._order = order
             self._position = {key: i for i, key in enumerate(order)}
         self.virtual_size = Size(self._fixed_width, len(order) + self._header_lines)
-        if self._cursor_key not in self._position:
+        if to_top:
+            self.scroll_to(y=0, animate=False, immediate=True)
+            if order:
+                self._set_cursor(0)
+        elif self._cursor_key not in self._position:
             self._cursor_key = None
             if order:
                 self._set_cursor(min(old_position or 0, len(order) - 1), scroll=was_on_screen)

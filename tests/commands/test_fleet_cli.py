@@ -113,6 +113,19 @@ def test_gpus_lists_every_gpu_with_busy_time_next_to_tensor_activity(
     assert max(len(line) for line in table.splitlines()[:40] if line.startswith("gpu-")) <= 80
     assert "\x1b[" not in table  # no colour when not a terminal
 
+    # --sort tensor: the wasted GPUs first (busy time furthest above tensor activity),
+    # an idle GPU (nothing running) after them; GPUs without both readings last
+    code, ranked, _ = run_json(capsys, *kc(world), "gpus", "--sort", "tensor", "-o", "json")
+    assert code == 0
+    gaps = [
+        r["util_ratio"] - r["tensor_active_ratio"]
+        for r in ranked
+        if r["util_ratio"] is not None and r["tensor_active_ratio"] is not None
+    ]
+    assert gaps and gaps == sorted(gaps, reverse=True)
+    both = len(gaps)
+    assert all(r["util_ratio"] is None or r["tensor_active_ratio"] is None for r in ranked[both:])
+
 
 def test_an_injected_hot_gpu_is_bad_with_its_reason(
     world: SimWorld, capsys: pytest.CaptureFixture[str]

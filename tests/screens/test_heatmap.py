@@ -431,3 +431,72 @@ def test_sort_modes() -> None:
         await pilot.pause()
 
     run(check)
+
+
+def test_a_new_sort_shows_the_top_of_the_new_order_but_a_refresh_keeps_the_place() -> None:
+    async def check(pilot: Pilot[None], heatmap: GpuHeatmap, _: list[Message]) -> None:
+        rows = fleet(500)
+        heatmap.set_rows(rows)
+        await pilot.pause()
+        heatmap.move_cursor_to("gpu-node-0300")
+        await pilot.pause()
+        assert heatmap.scroll_y > 0
+        # a data refresh that reorders nothing keeps the operator where they were
+        heatmap.set_rows([dataclasses.replace(r, note="refreshed") for r in rows])
+        await pilot.pause()
+        assert heatmap.cursor_key == "gpu-node-0300"
+        # another order asked for: its top, the cursor on its first row
+        heatmap.sort_mode = "value"
+        await pilot.pause()
+        assert heatmap.scroll_y == 0 and heatmap.cursor_row == 0
+        assert heatmap.cursor_key == heatmap.ordered_keys[0]
+        heatmap.move_cursor_to(heatmap.ordered_keys[250])
+        heatmap.metric = METRICS["margin"]  # the value order changes with the metric
+        await pilot.pause()
+        assert heatmap.scroll_y == 0 and heatmap.cursor_key == heatmap.ordered_keys[0]
+
+    run(check)
+
+
+def test_the_filter_takes_a_verdict_word_as_the_verdict() -> None:
+    async def check(pilot: Pilot[None], heatmap: GpuHeatmap, _: list[Message]) -> None:
+        rows = fleet(40)
+        rows[3] = dataclasses.replace(rows[3], severity=Severity.BAD, note="GPU 1 at 90 °C")
+        rows[7] = dataclasses.replace(rows[7], severity=Severity.SUSPECT, note="IB errors")
+        rows[9] = dataclasses.replace(rows[9], note="not bad at all")  # OK, "bad" in its note
+        heatmap.set_rows(rows)
+        for text, keys in (
+            ("bad", ("gpu-node-0003",)),
+            ("BAD", ("gpu-node-0003",)),
+            ("sus", ("gpu-node-0007",)),
+            ("suspect", ("gpu-node-0007",)),
+            ("unk", ()),
+            ("not bad", ("gpu-node-0009",)),  # any other text: names and reasons
+        ):
+            heatmap.filter_text = text
+            await pilot.pause()
+            assert heatmap.ordered_keys == keys, text
+        heatmap.filter_text = "ok"
+        await pilot.pause()
+        assert heatmap.row_count == 38  # every OK node, the one with "bad" in its note too
+
+    run(check)
+
+
+def test_worst_first_tensor_activity_ranks_busy_but_idle_gpus_before_idle_ones() -> None:
+    async def check(pilot: Pilot[None], heatmap: GpuHeatmap, _: list[Message]) -> None:
+        tensor = METRICS["tensor"]
+        heatmap.metric = tensor
+        heatmap.set_rows(
+            [
+                # values: tensor activity; ranks: busy time minus tensor activity
+                HeatRow("idle", "gpu-node-1", Severity.OK, (0.0, 0.0), ranks=(0.0, 0.0)),
+                HeatRow("wasted", "gpu-node-2", Severity.OK, (0.05, 0.6), ranks=(0.95, 0.3)),
+                HeatRow("working", "gpu-node-3", Severity.OK, (0.7, 0.65), ranks=(0.25, 0.3)),
+            ]
+        )
+        heatmap.sort_mode = "value"
+        await pilot.pause()
+        assert heatmap.ordered_keys == ("wasted", "working", "idle")
+
+    run(check)

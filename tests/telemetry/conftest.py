@@ -120,9 +120,14 @@ class Prometheus:
     """The real ``prometheus`` binary on a temp dir, scraping ``targets`` every second."""
 
     def __init__(
-        self, targets: list[Target], interval_s: float = SCRAPE_INTERVAL_S, rules: str = ""
+        self,
+        targets: list[Target],
+        interval_s: float = SCRAPE_INTERVAL_S,
+        rules: str = "",
+        port: int | None = None,
     ) -> None:
-        """``rules``: the text of a rule file Prometheus evaluates every interval."""
+        """``rules``: the text of a rule file Prometheus evaluates every interval.
+        ``port``: listen there (a Prometheus restarted where the last one was)."""
         binary = require_binary("prometheus")
         self._tmp = tempfile.TemporaryDirectory()
         tmp = Path(self._tmp.name)
@@ -147,7 +152,8 @@ class Prometheus:
                     lines.append("        labels:")
                     lines += [f"          {k}: '{v}'" for k, v in t.labels.items()]
         (tmp / "prometheus.yml").write_text("\n".join(lines) + "\n")
-        port = free_port()
+        port = port or free_port()
+        self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.proc = subprocess.Popen(
             [
