@@ -114,10 +114,21 @@ class Response:
     code: int
     body: bytes
     content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def json(cls, code: int, obj: Any) -> Response:
         return cls(code, json.dumps(obj, separators=(",", ":")).encode())
+
+    @classmethod
+    def error(cls, exc: ApiError) -> Response:
+        """A Status error; like the real server's ``ErrorNegotiated``, a Status that
+        suggests a retry period also says it in a ``Retry-After`` header."""
+        resp = cls.json(exc.code, exc.status())
+        retry = (exc.details or {}).get("retryAfterSeconds")
+        if isinstance(retry, int) and retry > 0:
+            resp.headers["Retry-After"] = str(retry)
+        return resp
 
 
 @dataclass
@@ -363,6 +374,24 @@ def _pod_ready(pod: dict[str, Any]) -> bool:
     return False
 
 
+def _budget_refusal(pdb_name: str, why: str, retry_after_s: int = 0) -> ApiError:
+    """eviction.go's 429: a Status with a DisruptionBudget cause naming the budget (and,
+    while the budget's status is stale, a 10 s retry hint)."""
+    details: dict[str, Any] = {
+        "causes": [
+            {"reason": "DisruptionBudget", "message": f"The disruption budget {pdb_name} {why}"}
+        ]
+    }
+    if retry_after_s:
+        details["retryAfterSeconds"] = retry_after_s
+    return ApiError(
+        429,
+        "TooManyRequests",
+        "Cannot evict pod as it would violate the pod's disruption budget.",
+        details,
+    )
+
+
 def _int_or_percent(value: Any, total: int, round_up: bool) -> int:
     if isinstance(value, int):
         return value
@@ -464,7 +493,7 @@ class ApiServer:
             self._authenticate(req)
             return self._route(req)
         except ApiError as exc:
-            return Response.json(exc.code, exc.status())
+            return Response.error(exc)
         except (TableError, SelectorError) as exc:
             return Response.json(400, errors.bad_request(str(exc)).status())
         except Exception as exc:  # a simulator bug: answer like a real server would
@@ -1163,12 +1192,26 @@ class ApiServer:
         with self.store.lock:
             current = self._get_entry(rt, ns, name)
             precondition = options.get("preconditions") or {}
-            if precondition.get("uid") and precondition["uid"] != current.obj["metadata"].get(
-                "uid"
-            ):
-                raise errors.conflict(rt.group, rt.plural, name)
+            uid = current.obj["metadata"].get("uid")
+            if precondition.get("uid") and precondition["uid"] != uid:
+                raise errors.precondition_failed(
+                    rt.group,
+                    rt.plural,
+                    ns,
+                    name,
+                    f"UID in precondition: {precondition['uid']}, UID in object meta: {uid}",
+                )
             if precondition.get("resourceVersion"):
-                expect_rv = int(precondition["resourceVersion"])
+                wanted = str(precondition["resourceVersion"])
+                if wanted != str(current.rv):
+                    raise errors.precondition_failed(
+                        rt.group,
+                        rt.plural,
+                        ns,
+                        name,
+                        f"ResourceVersion in precondition: {wanted}, ResourceVersion in "
+                        f"object meta: {current.rv}",
+                    )
             if expect_rv is not None and expect_rv != current.rv:
                 raise errors.conflict(rt.group, rt.plural, name)
             obj = copy.deepcopy(current.obj)
@@ -1345,6 +1388,8 @@ class ApiServer:
         body = _parse_body(req)
         if not isinstance(body, dict) or body.get("kind") not in (None, "Eviction"):
             raise errors.bad_request("the body of the request was not an Eviction")
+        if (body.get("metadata") or {}).get("name") not in (None, name):
+            raise errors.bad_request("name in URL does not match name in Eviction object")
         options = body.get("deleteOptions") or {}
         dry_run = self._dry_run(req) or "All" in (options.get("dryRun") or [])
         pdb_rt = self.registry.by_kind("policy", "PodDisruptionBudget")
@@ -1372,25 +1417,32 @@ class ApiServer:
                 )
             if budgets and not terminal:
                 pdb = budgets[0].obj
+                pdb_name = pdb["metadata"]["name"]
                 status = self.pdb_status(pdb)
-                if status["disruptionsAllowed"] <= 0:
-                    pdb_name = pdb["metadata"]["name"]
-                    raise ApiError(
-                        429,
-                        "TooManyRequests",
-                        "Cannot evict pod as it would violate the pod's disruption budget.",
-                        {
-                            "causes": [
-                                {
-                                    "reason": "DisruptionBudget",
-                                    "message": f"The disruption budget {pdb_name} needs "
-                                    f"{status['desiredHealthy']} healthy pods and has "
-                                    f"{status['currentHealthy']} currently",
-                                }
-                            ]
-                        },
+                policy = (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy")
+                # An unready pod does not count as healthy, so deleting it takes nothing
+                # from the budget: allowed without a decrement under AlwaysAllow, and under
+                # the default IfHealthyBudget while the application is not disrupted.
+                unready_ok = not _pod_ready(pod) and (
+                    policy == "AlwaysAllow"
+                    or 0 < status["desiredHealthy"] <= status["currentHealthy"]
+                )
+                stored = pdb.get("status") or {}
+                if unready_ok:
+                    pass
+                elif int(stored.get("observedGeneration") or 0) < int(
+                    pdb["metadata"].get("generation") or 1
+                ):
+                    raise _budget_refusal(
+                        pdb_name, "is still being processed by the server.", retry_after_s=10
                     )
-                if not dry_run:
+                elif status["disruptionsAllowed"] <= 0:
+                    raise _budget_refusal(
+                        pdb_name,
+                        f"needs {status['desiredHealthy']} healthy pods and has "
+                        f"{status['currentHealthy']} currently",
+                    )
+                elif not dry_run:
                     status["disruptedPods"] = {
                         **status.get("disruptedPods", {}),
                         name: self._stamp(),
@@ -1398,9 +1450,7 @@ class ApiServer:
                     status["disruptionsAllowed"] -= 1
                     updated = copy.deepcopy(pdb)
                     updated["status"] = status
-                    self.store.update(
-                        pdb_rt.key, ns, pdb["metadata"]["name"], updated, expect_rv=budgets[0].rv
-                    )
+                    self.store.update(pdb_rt.key, ns, pdb_name, updated, expect_rv=budgets[0].rv)
             self.delete(rt, ns, name, options, dry_run=dry_run)
         return Response.json(
             201,
