@@ -467,6 +467,42 @@ def test_a_delete_precondition_that_fails_says_which(core: client.CoreV1Api) -> 
     )
 
 
+# -- events --------------------------------------------------------------------------------
+
+
+def test_events_with_an_event_time_are_validated_as_the_new_api_requires(
+    core: client.CoreV1Api,
+) -> None:
+    new_style = {
+        "metadata": {"name": "gpu-node-000.1"},
+        "involvedObject": {"kind": "Node", "name": "gpu-node-000"},
+        "reason": "GpuHot",
+        "message": "GPU 3 at 91 C",
+        "type": "Warning",
+        "eventTime": "2026-11-29T21:00:00.000000Z",
+        "reportingComponent": "krea.ai/krea-ops",
+        "reportingInstance": "krea.ai/krea-ops-host",
+    }
+    with pytest.raises(ApiException) as exc:
+        core.create_namespaced_event("default", new_style)
+    assert exc.value.status == 422
+    assert _status(exc.value)["message"] == (
+        'Event "gpu-node-000.1" is invalid: action: Required value'
+    )
+    core.create_namespace({"metadata": {"name": "ml"}})
+    with pytest.raises(ApiException) as exc:  # a node's event belongs in default
+        core.create_namespaced_event("ml", {**new_style, "action": "Cordon"})
+    assert (
+        'involvedObject.namespace: Invalid value: "": does not match event.namespace'
+        in (_status(exc.value)["message"])
+    )
+    core.create_namespaced_event("default", {**new_style, "action": "Cordon"})
+    # the old style (no eventTime, as kubelets write) needs none of it
+    old_style = {k: v for k, v in new_style.items() if k not in ("eventTime",)}
+    old_style["metadata"] = {"name": "gpu-node-000.2"}
+    core.create_namespaced_event("default", old_style)
+
+
 # -- custom resources --------------------------------------------------------------------
 
 
