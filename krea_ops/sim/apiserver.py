@@ -33,6 +33,7 @@ from urllib.parse import parse_qs
 
 import yaml
 
+from krea_ops.kube import times
 from krea_ops.sim import builtins, errors
 from krea_ops.sim.errors import ApiError
 from krea_ops.sim.patch import PatchError, json_merge_patch, json_patch, strategic_merge_patch
@@ -86,7 +87,7 @@ def wall_clock() -> dt.datetime:
 
 
 def rfc3339(moment: dt.datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return times.rfc3339(moment.timestamp())
 
 
 @dataclass
@@ -1169,11 +1170,10 @@ class ApiServer:
         renew = (lease.obj.get("spec") or {}).get("renewTime")
         if not renew:
             return False
-        try:
-            stamp = dt.datetime.fromisoformat(str(renew).replace("Z", "+00:00"))
-        except ValueError:
+        stamp = times.parse_time(str(renew))
+        if stamp is None:
             return False
-        age = (self.clock() - stamp).total_seconds()
+        age = self.clock().timestamp() - stamp
         duration = (lease.obj.get("spec") or {}).get("leaseDurationSeconds")
         limit = float(duration) if duration else self.kubelet_lease_timeout_s
         return age < limit
