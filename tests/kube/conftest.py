@@ -11,15 +11,9 @@ import pytest
 from krea_ops.kube.cluster import Cluster
 from krea_ops.sim.local import LocalApiServer
 from tests.conftest import Kubectl
+from tests.sim import conftest as sim_conftest
 
-
-@pytest.fixture
-def sim(tmp_path: Path) -> Iterator[LocalApiServer]:
-    server = LocalApiServer(tmp_path / "state")
-    try:
-        yield server
-    finally:
-        server.close()
+sim = sim_conftest.sim  # one simulated API server per test, as in tests/sim
 
 
 @pytest.fixture
