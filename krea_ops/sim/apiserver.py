@@ -375,6 +375,10 @@ def _pod_ready(pod: dict[str, Any]) -> bool:
     return False
 
 
+# What a binding or an eviction that was carried out answers (a Status, not the object).
+_CREATED = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+
 def _budget_refusal(pdb_name: str, why: str, retry_after_s: int = 0) -> ApiError:
     """eviction.go's 429: a Status with a DisruptionBudget cause naming the budget (and,
     while the budget's status is stale, a 10 s retry hint)."""
@@ -1325,16 +1329,7 @@ class ApiServer:
             if not self._dry_run(req):
                 entry = self.store.update(rt.key, ns, name, pod, expect_rv=current.rv)
                 self._written(rt, entry.obj)
-        return Response.json(
-            201,
-            {
-                "kind": "Status",
-                "apiVersion": "v1",
-                "metadata": {},
-                "status": "Success",
-                "code": 201,
-            },
-        )
+        return Response.json(201, _CREATED)
 
     def pdb_status(self, pdb: dict[str, Any]) -> dict[str, Any]:
         """What the disruption controller would write into a budget's status now."""
@@ -1452,16 +1447,7 @@ class ApiServer:
                     updated["status"] = status
                     self.store.update(pdb_rt.key, ns, pdb_name, updated, expect_rv=budgets[0].rv)
             self.delete(rt, ns, name, options, dry_run=dry_run)
-        return Response.json(
-            201,
-            {
-                "kind": "Status",
-                "apiVersion": "v1",
-                "metadata": {},
-                "status": "Success",
-                "code": 201,
-            },
-        )
+        return Response.json(201, _CREATED)
 
     # -- watch ------------------------------------------------------------------------
 
