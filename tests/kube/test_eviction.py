@@ -211,16 +211,19 @@ def test_concurrent_evictions_never_take_more_than_the_budget_allows(cluster: Cl
         running_pod(cluster, name, {"app": "inference"})
     budget(cluster, "inference", "inference", minAvailable=5)
     settled(cluster, "inference", 6)
-    cancel = threading.Event()
-    threading.Timer(2.5, cancel.set).start()
-
-    results = evict_all(
-        cluster,
-        [("default", name, None) for name in names],
-        deadline=time.monotonic() + 60,
-        concurrency=6,
-        cancel=cancel,
-    )
+    cancel = threading.Event()  # the operator gives up on the blocked ones
+    timer = threading.Timer(2.5, cancel.set)
+    timer.start()
+    try:
+        results = evict_all(
+            cluster,
+            [("default", name, None) for name in names],
+            deadline=time.monotonic() + 60,
+            concurrency=6,
+            cancel=cancel,
+        )
+    finally:
+        timer.cancel()
 
     assert [r.name for r in results] == names  # in the order asked
     evicted = [r for r in results if r.outcome is Outcome.EVICTED]
