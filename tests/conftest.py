@@ -101,3 +101,44 @@ def require_binary(name: str) -> str:
             pytest.fail(f"{name} not installed: .ci/run must install it")
         pytest.skip(f"{name} not installed (Debian package; .ci/run installs it)")
     return path
+
+
+KUBECTL = shutil.which("kubectl")
+
+
+class Kubectl:
+    """A real kubectl against one kubeconfig, with its own home and discovery cache."""
+
+    def __init__(self, kubeconfig: Path, home: Path) -> None:
+        self.env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            "HOME": str(home),
+            "KUBECACHEDIR": str(home / "cache"),
+        }
+
+    def __call__(
+        self, *args: str, check: bool = True, timeout: float = 60, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        assert KUBECTL is not None
+        result = subprocess.run(
+            [KUBECTL, *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=timeout,
+            input=stdin,
+        )
+        if check:
+            assert result.returncode == 0, (args, result.stdout, result.stderr)
+        return result
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        assert KUBECTL is not None
+        return subprocess.Popen(
+            [KUBECTL, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env,
+        )

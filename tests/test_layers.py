@@ -1,4 +1,5 @@
-"""The core never imports the UI; commands and screens never import each other."""
+"""The core never imports the UI; commands and screens never import each other; the product
+never imports the simulator (only the commands that start it do, lazily)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,50 @@ def test_core_modules_import_no_ui_library() -> None:
         if _imported_roots(p) & UI
     }
     assert offenders == {}
+
+
+# The commands that start the simulator (`krea-ops sim ...`, `krea-ops demo`).
+SIM_STARTERS = {"commands/sim.py", "commands/dashboard.py"}
+
+
+def _sim_imports(path: Path) -> list[tuple[int, bool]]:
+    """(line, lazy) of each import of krea_ops.sim in a file; lazy = inside a function."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: list[tuple[int, bool]] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            names: list[str] = []
+            if isinstance(child, ast.Import):
+                names = [alias.name for alias in child.names]
+            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
+                names = [child.module] + [f"{child.module}.{a.name}" for a in child.names]
+            if any(n == "krea_ops.sim" or n.startswith("krea_ops.sim.") for n in names):
+                found.append((child.lineno, in_function))
+            inner = isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+            visit(child, in_function or inner)
+
+    visit(tree, False)
+    return found
+
+
+def test_only_the_commands_that_start_the_simulator_import_it_and_only_lazily() -> None:
+    product = [
+        p
+        for top in ("krea_ops", "commands", "screens")
+        for p in (ROOT / top).rglob("*.py")
+        if not p.relative_to(ROOT).is_relative_to("krea_ops/sim")
+    ]
+    offenders = {}
+    for p in product:
+        rel = str(p.relative_to(ROOT))
+        imports = _sim_imports(p)
+        bad = [line for line, lazy in imports if rel not in SIM_STARTERS or not lazy]
+        if bad:
+            offenders[rel] = bad
+    assert offenders == {}, "import krea_ops.sim only inside the sim/demo commands' functions"
+    # the two starters do import it (otherwise the allowance above is stale)
+    assert all(_sim_imports(ROOT / rel) for rel in SIM_STARTERS)
 
 
 def test_import_linter_contracts_hold() -> None:

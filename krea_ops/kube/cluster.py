@@ -9,9 +9,8 @@ RBAC that forbids the list, a CRD that is not installed.
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -108,6 +107,31 @@ class OpsConfig:
     found: bool = False
 
 
+@dataclass(frozen=True)
+class ApiAnswer:
+    """An API server's answer to one request: status, decoded JSON object (None when the
+    body is not one), and the ``Retry-After`` header the server sends with some 429s."""
+
+    status: int
+    body: dict[str, Any] | None
+    reason: str = ""
+    retry_after: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status <= 299
+
+    @property
+    def message(self) -> str:
+        """The ``Status`` message of a refusal ("" when there is none)."""
+        return str((self.body or {}).get("message") or "")
+
+    @property
+    def status_reason(self) -> str:
+        """The ``Status`` reason (``Conflict``, ``TooManyRequests``, ``NotFound`` ...)."""
+        return str((self.body or {}).get("reason") or "")
+
+
 class Cluster:
     """Snapshots of the cluster through the official client (one ``ApiClient``)."""
 
@@ -126,74 +150,93 @@ class Cluster:
         """Close the client's connection pool (and its thread pool, when one was made)."""
         self.api.close()
 
-    # -- error translation ----------------------------------------------------------
+    # -- requests and error translation ---------------------------------------------
 
-    def call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run one API call; return its decoded JSON body; failures become one line."""
+    def request(
+        self,
+        what: str,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        content_type: str = "application/json",
+        query: dict[str, str | int | None] | None = None,
+    ) -> ApiAnswer:
+        """One call whatever its HTTP status: writers decide what 409, 429 or 404 mean.
+
+        Only a server that cannot be reached (connection, timeout, TLS) raises, as
+        ``Unavailable``; ``refusal()`` turns any other non-2xx answer into the one line
+        ``get`` raises.
+        """
         import urllib3
-        from kubernetes.client.exceptions import ApiException
 
-        # (connect, read): an API server that went away without refusing (a partition,
-        # a stopped VM) costs seconds to find out, not the read timeout per retry
-        timeout = (min(CONNECT_TIMEOUT_S, self.timeout_s), self.timeout_s)
-        kwargs.setdefault("_request_timeout", timeout)
-        kwargs["_preload_content"] = False
+        params = [(k, str(v)) for k, v in (query or {}).items() if v is not None]
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        method_, url, headers, payload, post = self.api.param_serialize(
+            method,
+            path,
+            query_params=params,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
         try:
-            resp = fn(*args, **kwargs)
-            return orjson.loads(resp.data)  # (a 4,096-node list: ~40 % faster than json)
-        except ApiException as exc:
-            raise self._api_error(what, exc) from None
-        except ValueError as exc:
-            raise Unavailable(
-                f"{what}: the API server sent a body that is not JSON ({exc})"
-            ) from None
-        except (urllib3.exceptions.HTTPError, OSError) as exc:  # connection, timeout, TLS
-            reason = getattr(exc, "reason", None) or exc
-            raise Unavailable(
-                f"cannot reach the API server at {self.host} ({what}): "
-                f"{str(reason).splitlines()[0][:160]}; check --kubeconfig/--context"
-            ) from None
+            # (connect, read): an API server that went away without refusing (a
+            # partition, a stopped VM) costs seconds to find out, not the read timeout
+            timeout = (min(CONNECT_TIMEOUT_S, self.timeout_s), self.timeout_s)
+            resp = self.api.call_api(
+                method_, url, header_params=headers, body=payload, post_params=post,
+                _request_timeout=timeout,
+            )  # fmt: skip
+            data = resp.read()
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise self._unreachable(what, exc) from None
+        try:
+            decoded = orjson.loads(data) if data else None
+        except ValueError:
+            decoded = None
+        return ApiAnswer(
+            status=int(resp.status),
+            body=decoded if isinstance(decoded, dict) else None,
+            reason=str(resp.reason or ""),
+            retry_after=resp.headers.get("Retry-After"),
+        )
 
     def get(self, what: str, path: str, **query: str | int | None) -> Any:
         """GET ``path`` (``/api/v1/nodes``) with query parameters; the decoded JSON."""
-        params = [(k, str(v)) for k, v in query.items() if v is not None]
+        answer = self.request(what, "GET", path, query=query)
+        if not answer.ok:
+            raise self.refusal(what, answer)
+        if answer.body is None:
+            raise Unavailable(f"{what}: the API server sent a body that is not a JSON object")
+        return answer.body
 
-        def fetch(*, _request_timeout: tuple[float, float], _preload_content: bool) -> Any:
-            from kubernetes.client.exceptions import ApiException
+    def refusal(self, what: str, answer: ApiAnswer) -> Exception:
+        """The one-line error for an API answer that is not 2xx."""
+        return self._error_line(what, answer.status, answer.message, answer.reason)
 
-            method, url, headers, body, post = self.api.param_serialize(
-                "GET",
-                path,
-                query_params=params,
-                header_params={"Accept": "application/json"},
-                auth_settings=["BearerToken"],
-            )
-            resp = self.api.call_api(
-                method, url, header_params=headers, body=body, post_params=post,
-                _request_timeout=_request_timeout,
-            )  # fmt: skip
-            data = resp.read()
-            if not 200 <= resp.status <= 299:
-                text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
-                raise ApiException.from_response(http_resp=resp, body=text, data=None)
-            return resp
-
-        return self.call(what, fetch)
-
-    def _api_error(self, what: str, exc: Any) -> Exception:
-        message = ""
-        with contextlib.suppress(ValueError, AttributeError):
-            message = json.loads(exc.body or "{}").get("message", "")
-        if exc.status == 401:
+    def _error_line(self, what: str, status: int, message: str, reason: str) -> Exception:
+        if status == 401:
             return Unavailable(
                 f"the API server at {self.host} refused the credentials ({what}); "
                 "refresh the kubeconfig's token"
             )
-        if exc.status == 403:
+        if status == 403:
             return Unavailable(f"forbidden: {what} ({message or 'HTTP 403'}); {RBAC_HINT}")
-        if exc.status == 404:
+        if status == 404:
             return BadInput(f"{what}: not found")
-        return Unavailable(f"{what}: HTTP {exc.status} {message or exc.reason}")
+        if status == 422:  # the object a write would make is invalid: what was asked is wrong
+            return BadInput(f"{what}: {message or 'the server found the object invalid'}")
+        return Unavailable(f"{what}: HTTP {status} {message or reason}")
+
+    def _unreachable(self, what: str, exc: BaseException) -> Unavailable:
+        reason = getattr(exc, "reason", None) or exc
+        return Unavailable(
+            f"cannot reach the API server at {self.host} ({what}): "
+            f"{str(reason).splitlines()[0][:160]}; check --kubeconfig/--context"
+        )
 
     def _pages(self, what: str, path: str, **query: str | None) -> Iterator[dict[str, Any]]:
         token: str | None = None

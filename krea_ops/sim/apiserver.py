@@ -33,6 +33,7 @@ from urllib.parse import parse_qs
 
 import yaml
 
+from krea_ops.kube import times
 from krea_ops.sim import builtins, errors
 from krea_ops.sim.errors import ApiError
 from krea_ops.sim.patch import PatchError, json_merge_patch, json_patch, strategic_merge_patch
@@ -86,7 +87,7 @@ def wall_clock() -> dt.datetime:
 
 
 def rfc3339(moment: dt.datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return times.rfc3339(moment.timestamp())
 
 
 @dataclass
@@ -114,10 +115,21 @@ class Response:
     code: int
     body: bytes
     content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def json(cls, code: int, obj: Any) -> Response:
         return cls(code, json.dumps(obj, separators=(",", ":")).encode())
+
+    @classmethod
+    def error(cls, exc: ApiError) -> Response:
+        """A Status error; like the real server's ``ErrorNegotiated``, a Status that
+        suggests a retry period also says it in a ``Retry-After`` header."""
+        resp = cls.json(exc.code, exc.status())
+        retry = (exc.details or {}).get("retryAfterSeconds")
+        if isinstance(retry, int) and retry > 0:
+            resp.headers["Retry-After"] = str(retry)
+        return resp
 
 
 @dataclass
@@ -363,6 +375,28 @@ def _pod_ready(pod: dict[str, Any]) -> bool:
     return False
 
 
+# What a binding or an eviction that was carried out answers (a Status, not the object).
+_CREATED = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+
+def _budget_refusal(pdb_name: str, why: str, retry_after_s: int = 0) -> ApiError:
+    """eviction.go's 429: a Status with a DisruptionBudget cause naming the budget (and,
+    while the budget's status is stale, a 10 s retry hint)."""
+    details: dict[str, Any] = {
+        "causes": [
+            {"reason": "DisruptionBudget", "message": f"The disruption budget {pdb_name} {why}"}
+        ]
+    }
+    if retry_after_s:
+        details["retryAfterSeconds"] = retry_after_s
+    return ApiError(
+        429,
+        "TooManyRequests",
+        "Cannot evict pod as it would violate the pod's disruption budget.",
+        details,
+    )
+
+
 def _int_or_percent(value: Any, total: int, round_up: bool) -> int:
     if isinstance(value, int):
         return value
@@ -464,7 +498,7 @@ class ApiServer:
             self._authenticate(req)
             return self._route(req)
         except ApiError as exc:
-            return Response.json(exc.code, exc.status())
+            return Response.error(exc)
         except (TableError, SelectorError) as exc:
             return Response.json(400, errors.bad_request(str(exc)).status())
         except Exception as exc:  # a simulator bug: answer like a real server would
@@ -1140,11 +1174,10 @@ class ApiServer:
         renew = (lease.obj.get("spec") or {}).get("renewTime")
         if not renew:
             return False
-        try:
-            stamp = dt.datetime.fromisoformat(str(renew).replace("Z", "+00:00"))
-        except ValueError:
+        stamp = times.parse_time(str(renew))
+        if stamp is None:
             return False
-        age = (self.clock() - stamp).total_seconds()
+        age = self.clock().timestamp() - stamp
         duration = (lease.obj.get("spec") or {}).get("leaseDurationSeconds")
         limit = float(duration) if duration else self.kubelet_lease_timeout_s
         return age < limit
@@ -1163,12 +1196,26 @@ class ApiServer:
         with self.store.lock:
             current = self._get_entry(rt, ns, name)
             precondition = options.get("preconditions") or {}
-            if precondition.get("uid") and precondition["uid"] != current.obj["metadata"].get(
-                "uid"
-            ):
-                raise errors.conflict(rt.group, rt.plural, name)
+            uid = current.obj["metadata"].get("uid")
+            if precondition.get("uid") and precondition["uid"] != uid:
+                raise errors.precondition_failed(
+                    rt.group,
+                    rt.plural,
+                    ns,
+                    name,
+                    f"UID in precondition: {precondition['uid']}, UID in object meta: {uid}",
+                )
             if precondition.get("resourceVersion"):
-                expect_rv = int(precondition["resourceVersion"])
+                wanted = str(precondition["resourceVersion"])
+                if wanted != str(current.rv):
+                    raise errors.precondition_failed(
+                        rt.group,
+                        rt.plural,
+                        ns,
+                        name,
+                        f"ResourceVersion in precondition: {wanted}, ResourceVersion in "
+                        f"object meta: {current.rv}",
+                    )
             if expect_rv is not None and expect_rv != current.rv:
                 raise errors.conflict(rt.group, rt.plural, name)
             obj = copy.deepcopy(current.obj)
@@ -1282,16 +1329,7 @@ class ApiServer:
             if not self._dry_run(req):
                 entry = self.store.update(rt.key, ns, name, pod, expect_rv=current.rv)
                 self._written(rt, entry.obj)
-        return Response.json(
-            201,
-            {
-                "kind": "Status",
-                "apiVersion": "v1",
-                "metadata": {},
-                "status": "Success",
-                "code": 201,
-            },
-        )
+        return Response.json(201, _CREATED)
 
     def pdb_status(self, pdb: dict[str, Any]) -> dict[str, Any]:
         """What the disruption controller would write into a budget's status now."""
@@ -1345,6 +1383,8 @@ class ApiServer:
         body = _parse_body(req)
         if not isinstance(body, dict) or body.get("kind") not in (None, "Eviction"):
             raise errors.bad_request("the body of the request was not an Eviction")
+        if (body.get("metadata") or {}).get("name") not in (None, name):
+            raise errors.bad_request("name in URL does not match name in Eviction object")
         options = body.get("deleteOptions") or {}
         dry_run = self._dry_run(req) or "All" in (options.get("dryRun") or [])
         pdb_rt = self.registry.by_kind("policy", "PodDisruptionBudget")
@@ -1372,25 +1412,32 @@ class ApiServer:
                 )
             if budgets and not terminal:
                 pdb = budgets[0].obj
+                pdb_name = pdb["metadata"]["name"]
                 status = self.pdb_status(pdb)
-                if status["disruptionsAllowed"] <= 0:
-                    pdb_name = pdb["metadata"]["name"]
-                    raise ApiError(
-                        429,
-                        "TooManyRequests",
-                        "Cannot evict pod as it would violate the pod's disruption budget.",
-                        {
-                            "causes": [
-                                {
-                                    "reason": "DisruptionBudget",
-                                    "message": f"The disruption budget {pdb_name} needs "
-                                    f"{status['desiredHealthy']} healthy pods and has "
-                                    f"{status['currentHealthy']} currently",
-                                }
-                            ]
-                        },
+                policy = (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy")
+                # An unready pod does not count as healthy, so deleting it takes nothing
+                # from the budget: allowed without a decrement under AlwaysAllow, and under
+                # the default IfHealthyBudget while the application is not disrupted.
+                unready_ok = not _pod_ready(pod) and (
+                    policy == "AlwaysAllow"
+                    or 0 < status["desiredHealthy"] <= status["currentHealthy"]
+                )
+                stored = pdb.get("status") or {}
+                if unready_ok:
+                    pass
+                elif int(stored.get("observedGeneration") or 0) < int(
+                    pdb["metadata"].get("generation") or 1
+                ):
+                    raise _budget_refusal(
+                        pdb_name, "is still being processed by the server.", retry_after_s=10
                     )
-                if not dry_run:
+                elif status["disruptionsAllowed"] <= 0:
+                    raise _budget_refusal(
+                        pdb_name,
+                        f"needs {status['desiredHealthy']} healthy pods and has "
+                        f"{status['currentHealthy']} currently",
+                    )
+                elif not dry_run:
                     status["disruptedPods"] = {
                         **status.get("disruptedPods", {}),
                         name: self._stamp(),
@@ -1398,20 +1445,9 @@ class ApiServer:
                     status["disruptionsAllowed"] -= 1
                     updated = copy.deepcopy(pdb)
                     updated["status"] = status
-                    self.store.update(
-                        pdb_rt.key, ns, pdb["metadata"]["name"], updated, expect_rv=budgets[0].rv
-                    )
+                    self.store.update(pdb_rt.key, ns, pdb_name, updated, expect_rv=budgets[0].rv)
             self.delete(rt, ns, name, options, dry_run=dry_run)
-        return Response.json(
-            201,
-            {
-                "kind": "Status",
-                "apiVersion": "v1",
-                "metadata": {},
-                "status": "Success",
-                "code": 201,
-            },
-        )
+        return Response.json(201, _CREATED)
 
     # -- watch ------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from krea_ops.sim.validation import FieldError
+from krea_ops.sim.validation import FieldError, error_body, is_qualified_name
 
 DEFAULT_TOLERATIONS = (
     {
@@ -419,10 +419,62 @@ def _validate_configmap(obj: dict[str, Any]) -> list[FieldError]:
     return errors
 
 
+def _event_invalid(field: str, value: str, detail: str) -> FieldError:
+    return FieldError("FieldValueInvalid", field, error_body("FieldValueInvalid", value, detail))
+
+
+# pkg/apis/core/validation/events.go: ReportingInstanceLengthLimit, ActionLengthLimit,
+# ReasonLengthLimit, NoteLengthLimit
+_EVENT_LIMITS = (("reportingInstance", 128), ("action", 128), ("reason", 128))
+_NOTE_LIMIT = 1024
+
+
+def _validate_event(obj: dict[str, Any]) -> list[FieldError]:
+    """``legacyValidateEvent``, what a core/v1 Event must satisfy on create and update.
+
+    Without ``eventTime`` (the old style kubelets write) the event lives in its object's
+    namespace, or in ``default`` for a cluster-scoped object. With ``eventTime`` (the
+    events.k8s.io style) the reporter, action and reason are required, and an event
+    about a cluster-scoped object lives in ``default`` or ``kube-system``. (A core/v1
+    request names the reporter ``reportingComponent``, as the real server's errors do.)
+    """
+    errors: list[FieldError] = []
+    namespace = str((obj.get("metadata") or {}).get("namespace") or "")
+    involved = str((obj.get("involvedObject") or {}).get("namespace") or "")
+    mismatch = _event_invalid(
+        "involvedObject.namespace", involved, "does not match event.namespace"
+    )
+    if not obj.get("eventTime"):
+        if (not involved and namespace not in ("", "default")) or (
+            involved and namespace != involved
+        ):
+            errors.append(mismatch)
+        return errors
+    if not involved and namespace not in ("default", "kube-system"):
+        errors.append(mismatch)
+    controller = str(obj.get("reportingComponent") or "")
+    if not controller:
+        errors.append(_required("reportingComponent"))
+    errors.extend(
+        _event_invalid("reportingComponent", controller, msg)
+        for msg in is_qualified_name(controller)
+    )
+    for key, limit in _EVENT_LIMITS:
+        value = str(obj.get(key) or "")
+        if not value:
+            errors.append(_required(key))
+        if len(value.encode()) > limit:
+            errors.append(_event_invalid(key, "", f"can have at most {limit} characters"))
+    if len(str(obj.get("message") or "").encode()) > _NOTE_LIMIT:
+        errors.append(_event_invalid("message", "", f"can have at most {_NOTE_LIMIT} characters"))
+    return errors
+
+
 VALIDATORS: dict[tuple[str, str], Callable[[dict[str, Any]], list[FieldError]]] = {
     ("", "Pod"): _validate_pod,
     ("", "Node"): _validate_node,
     ("", "ConfigMap"): _validate_configmap,
+    ("", "Event"): _validate_event,
     ("apps", "Deployment"): _validate_selector_matches_template,
     ("apps", "ReplicaSet"): _validate_selector_matches_template,
     ("apps", "DaemonSet"): _validate_selector_matches_template,

@@ -64,6 +64,22 @@ def conflict(group: str, plural: str, name: str) -> ApiError:
     )
 
 
+def precondition_failed(
+    group: str, plural: str, namespace: str, name: str, detail: str
+) -> ApiError:
+    """A delete whose ``preconditions`` (uid, resourceVersion) the object does not meet:
+    the storage layer's invalid-object error, as a 409 Conflict."""
+    key = "/".join(p for p in ("/registry", plural, namespace, name) if p)
+    return ApiError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {_resource(group, plural)} "{name}": StorageError: '
+        f"invalid object, Code: 4, Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: "
+        f"Precondition failed: {detail}",
+        {"name": name, "group": group, "kind": plural},
+    )
+
+
 def bad_request(message: str) -> ApiError:
     return ApiError(400, "BadRequest", message)
 

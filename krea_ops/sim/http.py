@@ -61,6 +61,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", resp.content_type)
         self.send_header("Content-Length", str(len(resp.body)))
         self.send_header("Cache-Control", "no-cache, private")
+        for name, value in resp.headers.items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(resp.body)
 

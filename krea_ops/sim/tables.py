@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from krea_ops.kube import times as kube_times
 from krea_ops.sim.selectors import (
     BUILTIN_GROUPS,
     SelectorError,
@@ -44,39 +45,17 @@ class TableError(ValueError):
 
 # -- time ----------------------------------------------------------------------------------
 
-_RFC3339 = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|[+-]\d{2}:\d{2})$"
-)
-
 
 def parse_time(value: Any) -> datetime | None:
-    """An RFC 3339 timestamp (or a datetime) as an aware datetime; None if absent or bad."""
+    """An RFC 3339 timestamp (or a datetime) as an aware datetime; None if absent or bad.
+
+    The parsing is the product's (``krea_ops.kube.times``); the printers do their
+    arithmetic on datetimes, as the Go printers do on ``time.Time``.
+    """
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if not isinstance(value, str):
-        return None
-    m = _RFC3339.match(value)
-    if not m:
-        return None
-    frac = (m.group(7) or "")[1:7].ljust(6, "0") if m.group(7) else "000000"
-    zone = m.group(8)
-    try:
-        dt = datetime(
-            int(m.group(1)),
-            int(m.group(2)),
-            int(m.group(3)),
-            int(m.group(4)),
-            int(m.group(5)),
-            int(m.group(6)),
-            int(frac),
-            tzinfo=UTC,
-        )
-    except ValueError:
-        return None
-    if zone != "Z":
-        sign = 1 if zone[0] == "+" else -1
-        dt -= sign * timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6]))
-    return dt
+    seconds = kube_times.parse_time(value) if isinstance(value, str) else None
+    return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
 
 
 def _tdiv(a: int, b: int) -> int:
@@ -130,7 +109,7 @@ def _rfc3339(value: Any) -> str:
     t = parse_time(value)
     if t is None:
         return "0001-01-01T00:00:00Z"
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return kube_times.rfc3339(t.timestamp())
 
 
 # -- column descriptions (the SwaggerDoc strings the real server sends) --------------------

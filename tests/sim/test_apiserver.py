@@ -417,6 +417,92 @@ def test_eviction_respects_disruption_budgets(
     assert exc.value.status == 500 and "more than one PodDisruptionBudget" in exc.value.body
 
 
+def test_a_budget_the_controller_has_not_seen_asks_for_a_retry_in_10s(
+    sim: LocalApiServer, core: client.CoreV1Api, api: client.ApiClient
+) -> None:
+    _ready_pod(core, "inf-0", {"app": "inference"})
+    sim.api.controllers.stop()  # status.observedGeneration stays behind metadata.generation
+    client.PolicyV1Api(api).create_namespaced_pod_disruption_budget(
+        "default",
+        {
+            "metadata": {"name": "inference"},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "inference"}}},
+        },
+    )
+    with pytest.raises(ApiException) as exc:
+        core.create_namespaced_pod_eviction(
+            "inf-0", "default", {"metadata": {"name": "inf-0", "namespace": "default"}}
+        )
+    assert exc.value.status == 429 and exc.value.headers["Retry-After"] == "10"
+    details = _status(exc.value)["details"]
+    assert details["retryAfterSeconds"] == 10
+    assert details["causes"] == [
+        {
+            "reason": "DisruptionBudget",
+            "message": "The disruption budget inference is still being processed by the server.",
+        }
+    ]
+
+
+def test_an_eviction_names_its_pod_or_is_refused(core: client.CoreV1Api) -> None:
+    _ready_pod(core, "inf-0", {"app": "inference"})
+    with pytest.raises(ApiException) as exc:
+        core.create_namespaced_pod_eviction(
+            "inf-0", "default", {"metadata": {"name": "inf-1", "namespace": "default"}}
+        )
+    assert exc.value.status == 400
+    assert _status(exc.value)["message"] == "name in URL does not match name in Eviction object"
+
+
+def test_a_delete_precondition_that_fails_says_which(core: client.CoreV1Api) -> None:
+    _ready_pod(core, "inf-0", {"app": "inference"})
+    uid = core.read_namespaced_pod("inf-0", "default").metadata.uid
+    with pytest.raises(ApiException) as exc:
+        core.delete_namespaced_pod("inf-0", "default", body={"preconditions": {"uid": "other"}})
+    assert exc.value.status == 409
+    assert _status(exc.value)["message"] == (
+        'Operation cannot be fulfilled on pods "inf-0": StorageError: invalid object, Code: 4, '
+        "Key: /registry/pods/default/inf-0, ResourceVersion: 0, AdditionalErrorMsg: "
+        f"Precondition failed: UID in precondition: other, UID in object meta: {uid}"
+    )
+
+
+# -- events --------------------------------------------------------------------------------
+
+
+def test_events_with_an_event_time_are_validated_as_the_new_api_requires(
+    core: client.CoreV1Api,
+) -> None:
+    new_style = {
+        "metadata": {"name": "gpu-node-000.1"},
+        "involvedObject": {"kind": "Node", "name": "gpu-node-000"},
+        "reason": "GpuHot",
+        "message": "GPU 3 at 91 C",
+        "type": "Warning",
+        "eventTime": "2026-11-29T21:00:00.000000Z",
+        "reportingComponent": "krea.ai/krea-ops",
+        "reportingInstance": "krea.ai/krea-ops-host",
+    }
+    with pytest.raises(ApiException) as exc:
+        core.create_namespaced_event("default", new_style)
+    assert exc.value.status == 422
+    assert _status(exc.value)["message"] == (
+        'Event "gpu-node-000.1" is invalid: action: Required value'
+    )
+    core.create_namespace({"metadata": {"name": "ml"}})
+    with pytest.raises(ApiException) as exc:  # a node's event belongs in default
+        core.create_namespaced_event("ml", {**new_style, "action": "Cordon"})
+    assert (
+        'involvedObject.namespace: Invalid value: "": does not match event.namespace'
+        in (_status(exc.value)["message"])
+    )
+    core.create_namespaced_event("default", {**new_style, "action": "Cordon"})
+    # the old style (no eventTime, as kubelets write) needs none of it
+    old_style = {k: v for k, v in new_style.items() if k not in ("eventTime",)}
+    old_style["metadata"] = {"name": "gpu-node-000.2"}
+    core.create_namespaced_event("default", old_style)
+
+
 # -- custom resources --------------------------------------------------------------------
 
 

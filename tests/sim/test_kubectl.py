@@ -3,55 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
 from krea_ops.sim.local import LocalApiServer
-from tests.conftest import FIXTURES, wait_for
+from tests.conftest import FIXTURES, KUBECTL, Kubectl, wait_for
 
-KUBECTL = shutil.which("kubectl")
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
-
-
-class Kubectl:
-    def __init__(self, kubeconfig: Path, home: Path) -> None:
-        self.env = {
-            **os.environ,
-            "KUBECONFIG": str(kubeconfig),
-            "HOME": str(home),
-            "KUBECACHEDIR": str(home / "cache"),
-        }
-
-    def __call__(
-        self, *args: str, check: bool = True, timeout: float = 60, stdin: str | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        assert KUBECTL is not None
-        result = subprocess.run(
-            [KUBECTL, *args],
-            capture_output=True,
-            text=True,
-            env=self.env,
-            timeout=timeout,
-            input=stdin,
-        )
-        if check:
-            assert result.returncode == 0, (args, result.stdout, result.stderr)
-        return result
-
-    def popen(self, *args: str) -> subprocess.Popen[str]:
-        assert KUBECTL is not None
-        return subprocess.Popen(
-            [KUBECTL, *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=self.env,
-        )
 
 
 @pytest.fixture
