@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -20,6 +21,8 @@ from krea_ops.errors import BadInput
 
 ENV_PREFIX = "KREA_OPS_"
 GPU_BACKENDS = ("nvml", "none", "fake")  # exporter_gpu_backend
+# Settings that are URLs, and the flag that sets each (for the message that names it).
+URL_SETTINGS = {"prometheus_url": "--prometheus"}
 
 
 def _doc(text: str) -> dict[str, str]:
@@ -154,6 +157,26 @@ def _coerce(name: str, kind: Any, raw: Any, source: str) -> Any:
         ) from None
 
 
+def check_url(value: str, where: str) -> str:
+    """``value`` if it is an http(s) URL with a host, else BadInput naming ``where`` and the
+    fix. ``localhost:9090`` parses as scheme ``localhost``: without this check it would
+    fail later as an unreachable Prometheus (exit 1) instead of as the typo it is (2)."""
+    text = value.strip()
+    if "://" not in text:
+        raise BadInput(f"{where} {text!r} has no scheme: use http://{text}")
+    try:
+        parts = urlsplit(text)
+        host = parts.hostname
+        _ = parts.port  # a port that is not a number raises here
+    except ValueError:
+        raise BadInput(f"{where} {text!r} is not a URL: use http://HOST:PORT") from None
+    if parts.scheme not in ("http", "https"):
+        raise BadInput(f"{where} {text!r}: the scheme must be http or https")
+    if not host:
+        raise BadInput(f"{where} {text!r} has no host: use http://HOST:PORT")
+    return text
+
+
 def load_settings(
     overrides: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
 ) -> Settings:
@@ -161,6 +184,7 @@ def load_settings(
     env = os.environ if env is None else env
     fields = {f.name: f for f in dataclasses.fields(Settings)}
     values: dict[str, Any] = {}
+    sources: dict[str, str] = {}  # where each value came from, for the error that names it
 
     path = config_path(env)
     if path.exists():
@@ -176,17 +200,23 @@ def load_settings(
             if name not in fields:
                 raise BadInput(f"settings file {path}: unknown setting {key!r}")
             values[name] = _coerce(name, fields[name].type, raw, str(path))
+            sources[name] = f"setting {name} in {path}:"
 
     for name, f in fields.items():
         raw_env = env.get(ENV_PREFIX + name.upper())
         if raw_env is not None:
             values[name] = _coerce(name, f.type, raw_env, ENV_PREFIX + name.upper())
+            sources[name] = ENV_PREFIX + name.upper()
 
     for name, raw in (overrides or {}).items():
         if name not in fields:
             raise KeyError(name)
         if raw is not None:
             values[name] = _coerce(name, fields[name].type, raw, "flag")
+            sources[name] = URL_SETTINGS.get(name, "flag")
+    for name in URL_SETTINGS:
+        if values.get(name):
+            values[name] = check_url(values[name], sources[name])
     return Settings(**values)
 
 

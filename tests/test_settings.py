@@ -59,3 +59,35 @@ def test_every_setting_is_documented_in_the_runbook() -> None:
     text = (Path(__file__).resolve().parents[1] / "docs" / "operations.md").read_text()
     missing = [r["name"] for r in describe_settings() if f"`{r['name']}`" not in text]
     assert missing == []
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        (
+            "localhost:9090",
+            "--prometheus 'localhost:9090' has no scheme: use http://localhost:9090",
+        ),
+        ("ftp://prom:9090", "--prometheus 'ftp://prom:9090': the scheme must be http or https"),
+        ("http://", "--prometheus 'http://' has no host: use http://HOST:PORT"),
+        ("http://prom:90x", "--prometheus 'http://prom:90x' is not a URL: use http://HOST:PORT"),
+    ],
+)
+def test_a_prometheus_url_is_http_or_https_with_a_host(url: str, message: str) -> None:
+    with pytest.raises(BadInput) as exc:
+        load_settings({"prometheus_url": url}, env={"KREA_OPS_CONFIG": "/nonexistent"})
+    assert str(exc.value) == message
+
+
+def test_a_url_from_env_or_file_names_where_it_came_from(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    env = {"KREA_OPS_CONFIG": "/nonexistent", "KREA_OPS_PROMETHEUS_URL": "prom:9090"}
+    with pytest.raises(BadInput, match=r"^KREA_OPS_PROMETHEUS_URL 'prom:9090' has no scheme"):
+        load_settings(env=env)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("prometheus_url: prom:9090\n")
+    with pytest.raises(BadInput, match=rf"^setting prometheus_url in {cfg}: 'prom:9090' has no"):
+        load_settings(env={"KREA_OPS_CONFIG": str(cfg)})
+    # a flag replaces a bad value from below it, so only what is used is judged
+    assert load_settings({"prometheus_url": "https://prom:9090"}, env=env).prometheus_url == (
+        "https://prom:9090"
+    )
