@@ -1,8 +1,10 @@
 """Connect to a cluster: kubeconfig (flag, $KUBECONFIG, ~/.kube/config) or in-cluster.
 
-Every failure to connect is a ``BadInput`` with one line saying what was wrong and what
-to do, never a traceback: a missing or corrupt kubeconfig, an unknown context, an API
-server that does not answer.
+Every failure to connect is one line saying what was wrong and what to do, never a
+traceback. What the operator named and we cannot use (no kubeconfig at all, a missing or
+corrupt file, a context it does not have) is ``BadInput`` (exit 2); an API server that
+does not answer or refuses the credentials, and an in-cluster configuration that does not
+load, are ``Unavailable`` (exit 1), as every read command reports them.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from krea_ops.errors import BadInput
+from krea_ops.errors import BadInput, Unavailable
 
 
 def _kubeconfig_path(explicit: str | None) -> str | None:
@@ -35,7 +37,7 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
             try:
                 config.load_incluster_config()
             except ConfigException as exc:
-                raise BadInput(f"in-cluster configuration failed: {exc}") from None
+                raise Unavailable(f"in-cluster configuration failed: {exc}") from None
             return client.ApiClient()
         raise BadInput(
             "no kubeconfig: pass --kubeconfig, set KUBECONFIG, or create "
@@ -54,21 +56,23 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
 
 
 def check_reachable(api: Any, timeout_s: float = 5.0) -> None:
-    """Fail with one line if the API server does not answer."""
+    """Unavailable (exit 1) with one line if the API server does not answer or refuses."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
+    host = api.configuration.host
     try:
         client.VersionApi(api).get_code(_request_timeout=timeout_s)
     except ApiException as exc:
         if exc.status in (401, 403):
-            raise BadInput(
-                f"API server {api.configuration.host} refused the credentials (HTTP {exc.status})"
+            raise Unavailable(
+                f"the API server at {host} refused the credentials (HTTP {exc.status}); "
+                "refresh the kubeconfig's token"
             ) from None
-        raise BadInput(f"API server {api.configuration.host} answered HTTP {exc.status}") from None
+        raise Unavailable(f"the API server at {host} answered HTTP {exc.status}") from None
     except Exception as exc:
         reason = getattr(exc, "reason", None) or exc
-        raise BadInput(
-            f"cannot reach the API server at {api.configuration.host}: "
-            f"{str(reason).splitlines()[0][:200]}"
+        raise Unavailable(
+            f"cannot reach the API server at {host}: {str(reason).splitlines()[0][:200]}; "
+            "check --kubeconfig/--context"
         ) from None

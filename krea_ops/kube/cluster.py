@@ -21,6 +21,7 @@ from krea_ops.errors import BadInput, Unavailable
 from krea_ops.kube.quantity import as_int
 from krea_ops.kube.times import parse_time
 from krea_ops.model import NodeInfo, PodInfo, Taint
+from krea_ops.settings import check_url
 
 PAGE_SIZE = 500
 CONNECT_TIMEOUT_S = 5.0
@@ -207,6 +208,14 @@ class Cluster:
     def get(self, what: str, path: str, **query: str | int | None) -> Any:
         """GET ``path`` (``/api/v1/nodes``) with query parameters; the decoded JSON."""
         answer = self.request(what, "GET", path, query=query)
+        selector = query.get("labelSelector")
+        if answer.status == 400 and selector is not None:
+            # The API server parses the selector with the real grammar and says what is
+            # wrong; kubectl shows the same text after naming the selector. Bad input (2),
+            # not a failure: the command's own part of the request is well-formed.
+            raise BadInput(
+                f"invalid label selector {str(selector)!r}: {answer.message or 'HTTP 400'}"
+            )
         if not answer.ok:
             raise self.refusal(what, answer)
         if answer.body is None:
@@ -320,8 +329,12 @@ class Cluster:
                     "object of node name -> URL"
                 )
             exporters = {str(k): str(v) for k, v in loaded.items()}
+        prometheus_url = (data.get("prometheusURL") or "").strip() or None
+        if prometheus_url is not None:
+            where = f"ConfigMap {OPS_NAMESPACE}/{OPS_CONFIGMAP} key prometheusURL"
+            prometheus_url = check_url(prometheus_url, where)
         return OpsConfig(
-            prometheus_url=(data.get("prometheusURL") or "").strip() or None,
+            prometheus_url=prometheus_url,
             exporters=exporters,
             found=True,
         )

@@ -1,11 +1,13 @@
-"""Connecting to a cluster fails with one clear line, never a traceback."""
+"""Connecting to a cluster fails with one clear line, never a traceback: what the
+operator named and cannot be used is bad input (2), a server that does not answer or
+refuses is unavailable (1)."""
 
 from __future__ import annotations
 
 import pytest
 import yaml
 
-from krea_ops.errors import BadInput
+from krea_ops.errors import EXIT_FAILED, BadInput, Unavailable
 from krea_ops.kube.client import api_client, check_reachable
 from krea_ops.sim.local import LocalApiServer
 from tests.conftest import free_port
@@ -38,10 +40,11 @@ def test_unreachable_server_and_wrong_token(tmp_path) -> None:  # type: ignore[n
         config["users"][0]["user"]["token"] = "wrong"
         bad_token = tmp_path / "bad-token"
         bad_token.write_text(yaml.safe_dump(config))
-        with api_client(str(bad_token)) as api, pytest.raises(BadInput, match="refused"):
+        with api_client(str(bad_token)) as api, pytest.raises(Unavailable, match="refused"):
             check_reachable(api)
         config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{free_port()}"
         dead = tmp_path / "dead"
         dead.write_text(yaml.safe_dump(config))
-    with api_client(str(dead)) as api, pytest.raises(BadInput, match="cannot reach"):
+    with api_client(str(dead)) as api, pytest.raises(Unavailable, match="cannot reach") as exc:
         check_reachable(api, timeout_s=2)
+    assert exc.value.exit_code == EXIT_FAILED
