@@ -20,6 +20,7 @@ OutputOption = typer.Option(
     OutputFormat.table,
     "--output",
     "-o",
+    metavar="FORMAT",
     help="table, wide, json, yaml or csv",
     case_sensitive=False,
 )

@@ -58,17 +58,15 @@ def register(app: typer.Typer) -> None:
     @app.command("demo", rich_help_panel="Dashboard")
     def demo(
         ctx: typer.Context,
-        nodes: int = typer.Option(64, "--nodes", min=1, help="GPU nodes (default: 64)"),
-        seed: int = typer.Option(0, "--seed", help="random seed of the world (default: 0)"),
-        speed: float = typer.Option(
-            60.0, "--speed", help="simulated seconds per real second (default: 60)"
-        ),
+        nodes: int = typer.Option(64, "--nodes", min=1, help="GPU nodes"),
+        seed: int = typer.Option(0, "--seed", help="random seed of the world"),
+        speed: float = typer.Option(60.0, "--speed", help="simulated seconds per real second"),
         state: Path = typer.Option(
             None, "--state", help="simulator state directory (default: a new temp dir)"
         ),
         read_only: bool = typer.Option(False, "--read-only", help="hide every action"),
         refresh: float = typer.Option(
-            2.0, "--refresh", min=0.5, help="refresh interval in seconds (default: 2)"
+            2.0, "--refresh", min=0.5, help="refresh interval in seconds"
         ),
     ) -> None:
         """Start the simulator (an API server, a world of GPU nodes, exporters and, when

@@ -114,7 +114,10 @@ def register(app: typer.Typer) -> None:
             None, "--selector", "-l", help="only nodes matching this label selector"
         ),
         kind: FabricKind = typer.Option(
-            FabricKind.all, "--kind", help="ib, nvlink or all (default: all)", case_sensitive=False
+            FabricKind.all,
+            "--kind",
+            help="InfiniBand ports, NVLink links or both",
+            case_sensitive=False,
         ),
         top: int = typer.Option(0, "--top", min=0, help="only the N worst rows (0: all)"),
         output: OutputFormat = OutputOption,

@@ -246,9 +246,10 @@ def register(app: typer.Typer) -> None:
         sort: GpuSort = typer.Option(
             GpuSort.verdict,
             "--sort",
+            metavar="KEY",
             help="verdict (worst first), temperature (hottest first), tensor (busy time "
             "furthest above tensor activity first: the wasted GPUs), util (busiest first) "
-            "or node (default: verdict)",
+            "or node",
             case_sensitive=False,
         ),
         output: OutputFormat = OutputOption,

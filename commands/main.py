@@ -1,18 +1,35 @@
 """The ``krea-ops`` command: global options, command groups, one-line errors.
 
 Errors print one line on stderr and exit with the contract's codes (2 bad input or
-refused, 1 failed, 3 blocked); ``--debug`` shows the traceback instead.
+refused, 1 failed, 3 blocked); ``--debug`` shows the traceback instead. A command group
+given without its subcommand (``krea-ops nodes``) prints its help and exits 0, as
+``krea-ops`` alone does. The conventions every command shares (global options after the
+subcommand, click-style help) are in ``commands.conventions``.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import Any
 
 import typer
 
-from commands import burst, dashboard, exporter, fabric, gpus, nodes, queue, sim, train, version
+from commands import (
+    burst,
+    conventions,
+    dashboard,
+    exporter,
+    fabric,
+    gpus,
+    nodes,
+    queue,
+    sim,
+    train,
+    version,
+)
 from krea_ops.errors import EXIT_BAD_INPUT, EXIT_FAILED, KreaError
 
 # Typer may vendor click; reach its exception classes through the public BadParameter.
@@ -34,16 +51,20 @@ def main_callback(
     kubeconfig: str = typer.Option(
         None,
         "--kubeconfig",
+        metavar="PATH",
         help="kubeconfig path (default: $KUBECONFIG, ~/.kube/config, in-cluster)",
     ),
-    context: str = typer.Option(None, "--context", help="kubeconfig context"),
+    context: str = typer.Option(None, "--context", metavar="NAME", help="kubeconfig context"),
     prometheus: str = typer.Option(
         None,
         "--prometheus",
-        help="Prometheus URL (default: $KREA_OPS_PROMETHEUS_URL, cluster ConfigMap)",
+        metavar="URL",
+        help="Prometheus URL, http://HOST:PORT (default: $KREA_OPS_PROMETHEUS_URL, then "
+        "ConfigMap krea-ops/krea-ops-config)",
     ),
     debug: bool = typer.Option(False, "--debug", help="show tracebacks on errors"),
 ) -> None:
+    """Options here may also follow the subcommand (``krea-ops gpus --context c``)."""
     ctx.obj = {
         "kubeconfig": kubeconfig,
         "context": context,
@@ -64,14 +85,28 @@ app.add_typer(exporter.app, name="exporter", rich_help_panel="Services")
 app.add_typer(sim.app, name="sim", rich_help_panel="Simulator")
 
 
+@functools.cache
+def command() -> Any:
+    """The click command tree of ``app`` with the shared conventions applied (built once:
+    every ``invoke`` in a process, the tests' included, uses the same tree)."""
+    return conventions.apply(typer.main.get_command(app))
+
+
 def invoke(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit code, turning every error into one line."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
-    command = typer.main.get_command(app)
     try:
-        result = command.main(args=args, prog_name="krea-ops", standalone_mode=False)
+        result = command().main(args=args, prog_name="krea-ops", standalone_mode=False)
     except UsageError as exc:
+        # A group without its subcommand: the help is already on stdout (Typer prints it
+        # while raising; it tells this case apart by the class name too). It answered
+        # what was asked, so it is no error line and exit 0, as for `krea-ops` alone.
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            message = exc.format_message()  # type: ignore[attr-defined]
+            if message:  # a formatter that returns the help instead of printing it
+                print(message)
+            return 0
         ctx = getattr(exc, "ctx", None)
         path = ctx.command_path if ctx is not None else "krea-ops"
         print(f"error: {exc.format_message()} (see {path} --help)", file=sys.stderr)  # type: ignore[attr-defined]

@@ -245,7 +245,7 @@ def advise_cmd(
     restart_minutes: float = typer.Option(
         0.0,
         "--restart-minutes",
-        help="detection + rescheduling + loading time per failure (default: 0)",
+        help="detection + rescheduling + loading time per failure",
     ),
     current_interval_minutes: float = typer.Option(
         None, "--current-interval-minutes", help="also cost the interval in use now"
