@@ -11,6 +11,7 @@ import typer
 
 from commands.common import OutputOption, console_of
 from commands.output import OutputFormat, emit, render
+from krea_ops.errors import BadInput
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -399,10 +400,28 @@ def _queue_json_one(cq: Any) -> dict[str, Any]:
     }
 
 
+def split_workload(text: str, namespace: str | None) -> tuple[str | None, str]:
+    """(namespace, name) of ``NAME`` or ``NAMESPACE/NAME``. Neither part of a Kubernetes
+    name can hold a ``/``, so the first one splits them; a namespace that disagrees with
+    ``--namespace`` is bad input rather than a silent pick of one."""
+    if "/" not in text:
+        return namespace, text
+    ns, _, name = text.partition("/")
+    if not ns or not name or "/" in name:
+        raise BadInput(f"workload {text!r}: give NAME or NAMESPACE/NAME")
+    if namespace is not None and namespace != ns:
+        raise BadInput(f"workload {text} is in namespace {ns}, not --namespace {namespace}")
+    return ns, name
+
+
 @app.command("why")
 def why(
     ctx: typer.Context,
-    workload: str = typer.Argument(..., help="Workload name, or the JobSet/Job it runs"),
+    workload: str = typer.Argument(
+        ...,
+        help="the Workload, or the JobSet/Job it runs: NAME, or NAMESPACE/NAME as the "
+        "dashboard and queue workloads show it",
+    ),
     namespace: str = NamespaceOption,
     output: OutputFormat = OutputOption,
 ) -> None:
@@ -410,7 +429,8 @@ def why(
 
     Gang size, quota and borrowing in the cohort, free GPUs on healthy nodes of the
     flavor, cordoned, tainted or unhealthy nodes, and Kueue's own reason verbatim."""
-    report = console_of(ctx).why(workload, namespace)
+    scope, name = split_workload(workload, namespace)
+    report = console_of(ctx).why(name, scope)
     _warn_without_health(report.health_error)
     if output in (OutputFormat.json, OutputFormat.yaml):
         emit(render([_why_row(report)], output))

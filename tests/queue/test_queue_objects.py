@@ -358,6 +358,21 @@ def test_unknown_and_ambiguous_workloads_are_bad_input(
     )
 
 
+def test_why_takes_the_namespace_slash_name_the_dashboard_shows(
+    kueue: LocalApiServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (one,) = _json(kueue.kubeconfig, capsys, "why", "team-b/w-low")
+    assert (one["workload"]["namespace"], one["workload"]["name"]) == ("team-b", "w-low")
+    (same,) = _json(kueue.kubeconfig, capsys, "why", "team-b/w-low", "-n", "team-b")
+    assert same["workload"]["namespace"] == "team-b"
+    rc, out, err = _run(kueue.kubeconfig, capsys, "why", "team-a/w-low", "-n", "team-b")
+    assert (rc, out) == (2, "")
+    assert err == "error: workload team-a/w-low is in namespace team-a, not --namespace team-b\n"
+    for bad in ("team-a/", "/w-low", "team-a/w-low/x"):
+        rc, _, err = _run(kueue.kubeconfig, capsys, "why", bad)
+        assert rc == 2 and err == f"error: workload {bad!r}: give NAME or NAMESPACE/NAME\n"
+
+
 def _v1beta1_only(crd: dict[str, Any]) -> dict[str, Any]:
     crd = copy.deepcopy(crd)
     crd["spec"]["versions"] = [
