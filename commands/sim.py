@@ -3,6 +3,7 @@ simulated GPU cluster world acting on it."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import signal
 import sys
@@ -112,6 +113,8 @@ def serve(
 
 
 FAULT_KINDS = ("hot-gpu", "nvlink-errors", "ib-flap", "gpu-lost", "crash")
+VALUE_PICKS = {"nvlink-errors": "NVLink", "ib-flap": "HCA"}  # what --value selects
+APPLY_TIMEOUT_S = 30.0  # the fault loop runs every 2 simulated s (at 0.1x: 20 s of wall time)
 
 
 @app.command("inject")
@@ -119,16 +122,24 @@ def inject(
     ctx: typer.Context,
     kind: str = typer.Argument(..., help="hot-gpu | nvlink-errors | ib-flap | gpu-lost | crash"),
     node: str = typer.Argument(..., help="node to fail, e.g. gpu-node-007"),
-    gpu: int = typer.Option(None, "--gpu", help="GPU index (hot-gpu, nvlink-errors, gpu-lost)"),
+    gpu: int = typer.Option(
+        None,
+        "--gpu",
+        help="GPU index (hot-gpu, nvlink-errors, gpu-lost; default: the simulator picks one "
+        "and says which)",
+    ),
     value: str = typer.Option(
         None,
         "--value",
-        help="fault parameter, e.g. target °C for hot-gpu or the HCA index for ib-flap",
+        help="hot-gpu: target °C; nvlink-errors: the link; ib-flap: the HCA index; crash: "
+        "the cause (host, gpu-hbm, ib-link...)",
     ),
 ) -> None:
     """Make a fault happen now in a running simulator (found through the kubeconfig).
 
     The fault is a ConfigMap in namespace krea-sim, so injecting is itself an API call.
+    The command waits until the simulator has applied it and prints what it hit: the GPU,
+    NVLink or HCA it chose where --gpu or --value left that open.
     """
     if kind not in FAULT_KINDS:
         raise BadInput(f"unknown fault {kind!r}: choose one of {', '.join(FAULT_KINDS)}")
@@ -140,4 +151,59 @@ def inject(
     with api:
         check_reachable(api)
         name = inject_fault(api, kind, node, gpu=gpu, value=value)
-    print(f"fault {name}: {kind} on {node}" + (f" gpu {gpu}" if gpu is not None else ""))
+        target = _wait_applied(api, name)
+    print(
+        f"fault {name}: {kind} on {node}"
+        + (f" {target}{_chosen(kind, target, gpu, value)}" if target else "")
+    )
+
+
+def _chosen(kind: str, target: str, gpu: int | None, value: str | None) -> str:
+    """`` (the simulator chose the GPU; --gpu picks the GPU)`` for the parts of ``target``
+    (``GPU 4, NVLink 14``) that the command line left open; "" when it named them all."""
+    by_value = VALUE_PICKS.get(kind)
+    flags = {"GPU": "--gpu", **({by_value: "--value"} if by_value else {})}
+    given = {"GPU": gpu is not None, **({by_value: value is not None} if by_value else {})}
+    hit = [part.partition(" ")[0] for part in target.split(", ")]
+    chosen = [what for what in hit if not given.get(what, False)]
+    if not chosen:
+        return ""
+    how = ", ".join(f"{flags[what]} picks the {what}" for what in chosen if what in flags)
+    return f" (the simulator chose the {' and '.join(chosen)}" + (f"; {how})" if how else ")")
+
+
+def _wait_applied(api: Any, name: str) -> str | None:
+    """What the simulator's fault loop says fault ``name`` hit, once it has applied it.
+    A fault it could not apply, or did not apply in time, is deleted again (nothing is
+    left to happen later, unasked) and reported."""
+    import json
+    import time
+
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from krea_ops.errors import Unavailable
+    from krea_ops.sim.world.faults import APPLIED, ERROR, FAULT_NAMESPACE, TARGET
+
+    core = client.CoreV1Api(api)
+    deadline = time.monotonic() + APPLY_TIMEOUT_S
+    while True:
+        try:
+            resp: Any = core.read_namespaced_config_map(
+                name, FAULT_NAMESPACE, _preload_content=False
+            )
+        except ApiException as exc:
+            raise Unavailable(f"fault {name}: reading it back failed (HTTP {exc.status})") from None
+        annotations = (json.loads(resp.data).get("metadata") or {}).get("annotations") or {}
+        if annotations.get(APPLIED) and not annotations.get(ERROR):
+            return annotations.get(TARGET) or None
+        if annotations.get(ERROR) or time.monotonic() > deadline:
+            with contextlib.suppress(ApiException):
+                core.delete_namespaced_config_map(name, FAULT_NAMESPACE)
+            if annotations.get(ERROR):
+                raise BadInput(f"the simulator could not apply {name}: {annotations[ERROR]}")
+            raise Unavailable(
+                f"the simulator did not apply fault {name} within {APPLY_TIMEOUT_S:g} s "
+                "(removed again): is its world running? sim serve --api-only has none"
+            )
+        time.sleep(0.2)

@@ -791,13 +791,16 @@ class DeviceService:
 
     # -- faults ---------------------------------------------------------------------------
 
-    def _pick(self, nd: NodeDevices, index: int | None, count: int, fault: str, what: str) -> int:
+    def _pick(self, nd: NodeDevices, index: int | None, count: int, fault: Fault, what: str) -> int:
+        """``index``, or one chosen from the fault's name; recorded in ``fault.targets``
+        (the fault's annotation tells ``sim inject`` which GPU, link or HCA it hit)."""
         if count <= 0:
             raise ValueError(f"node {nd.name} has no {what}s")
         if index is None:
-            return int(_h(fault, what) * count)
-        if not 0 <= index < count:
+            index = int(_h(fault.name, what) * count)
+        elif not 0 <= index < count:
             raise ValueError(f"node {nd.name} has {count} {what}s: no {what} {index}")
+        fault.targets[what] = index
         return index
 
     def apply_fault(self, fault: Fault, now: float, restore: bool = False) -> float | None:
@@ -828,7 +831,7 @@ class DeviceService:
     ) -> Callable[[], None]:
         kind, n_gpus, n_hcas = fault.kind, len(nd.gpus), len(nd.ib.ports)
         if kind == "hot-gpu":
-            g = self._pick(nd, fault.gpu, n_gpus, fault.name, "GPU")
+            g = self._pick(nd, fault.gpu, n_gpus, fault, "GPU")
             model = nd.models[g]
             before = model.hot_target_c
             model.hot_target_c = float(fault.value) if fault.value else _HOT_DEFAULT_C
@@ -838,10 +841,10 @@ class DeviceService:
 
             return undo_hot
         if kind == "nvlink-errors":
-            g = self._pick(nd, fault.gpu, n_gpus, fault.name, "GPU")
+            g = self._pick(nd, fault.gpu, n_gpus, fault, "GPU")
             links = len(nd.gpus[g].nvlinks)
             link_index = int(fault.value) if fault.value and fault.value.isdigit() else None
-            link = self._pick(nd, link_index, links, fault.name, "NVLink")
+            link = self._pick(nd, link_index, links, fault, "NVLink")
             nd.nvlink_faults[fault.name] = (g, link)
 
             def undo_nvlink_errors() -> None:
@@ -850,11 +853,11 @@ class DeviceService:
             return undo_nvlink_errors
         if kind == "ib-flap":
             hca_index = int(fault.value) if fault.value and fault.value.isdigit() else None
-            h = self._pick(nd, hca_index, n_hcas, fault.name, "HCA")
+            h = self._pick(nd, hca_index, n_hcas, fault, "HCA")
             nd.port_hold(h, True)
             return lambda: nd.port_hold(h, False)
         if kind == "gpu-lost" or (kind == "crash" and fault.cause in ("gpu-lost", "faulty-gpu")):
-            g = self._pick(nd, fault.gpu, n_gpus, fault.name, "GPU")
+            g = self._pick(nd, fault.gpu, n_gpus, fault, "GPU")
             nd.gpu_lost(g, True)
             if not restore:
                 nd.nvml.inject_xid(g, 79)
@@ -862,11 +865,12 @@ class DeviceService:
         if kind == "crash":
             cause = fault.cause or "host"
             if cause in _XID:
-                g = self._pick(nd, fault.gpu, n_gpus, fault.name, "GPU")
+                g = self._pick(nd, fault.gpu, n_gpus, fault, "GPU")
                 if not restore:
                     self._gpu_failure(nd, g, cause)
                 if cause == "nvlink":
                     link = int(_h(fault.name, "link") * len(nd.gpus[g].nvlinks))
+                    fault.targets["NVLink"] = link
                     nd.gpus[g].nvlinks[link].active = False
 
                     def undo_nvlink() -> None:
@@ -876,7 +880,7 @@ class DeviceService:
                     return undo_nvlink
                 return lambda: self._reboot_gpu(nd, g, lost=False)
             if cause == "ib-link":
-                h = self._pick(nd, fault.hca, n_hcas, fault.name, "HCA")
+                h = self._pick(nd, fault.hca, n_hcas, fault, "HCA")
                 nd.port_hold(h, True)
                 return lambda: nd.port_hold(h, False)
             nd.host_failed(True)

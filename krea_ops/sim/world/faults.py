@@ -26,9 +26,11 @@ of a failure), ``hca`` (the HCA of an ib-link crash) and ``source`` (``inject`` 
 ``random``).
 
 The device actor's fault loop applies each fault once and records it in annotations:
-``sim.krea.ai/applied`` (simulated RFC 3339 time), ``sim.krea.ai/resolve-at`` (when it
-will end, if it ends by itself), ``sim.krea.ai/resolved`` once it has ended, or
-``sim.krea.ai/error`` if it could not be applied. ``hot-gpu`` and ``nvlink-errors``
+``sim.krea.ai/applied`` (simulated RFC 3339 time), ``sim.krea.ai/target`` (what it hit,
+``GPU 5, NVLink 7`` or ``HCA 3``, including what it chose where the fault left it open),
+``sim.krea.ai/resolve-at`` (when it will end, if it ends by itself),
+``sim.krea.ai/resolved`` once it has ended, or ``sim.krea.ai/error`` if it could not be
+applied. ``hot-gpu`` and ``nvlink-errors``
 last until their ConfigMap is deleted (or ``duration_s`` passes). A failure is
 repaired after its repair time by removing the node's ``sim.krea.ai/failed`` annotation
 (or setting it to the cause of another failure still open on that node).
@@ -48,7 +50,7 @@ import json
 import math
 import re
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from krea_ops.errors import BadInput
@@ -73,6 +75,7 @@ FAULT_KINDS = ("hot-gpu", "nvlink-errors", "ib-flap", "gpu-lost", "crash")
 FAULT_LABEL = "sim.krea.ai/fault"
 FAILED_ANNOTATION = "sim.krea.ai/failed"
 APPLIED = "sim.krea.ai/applied"
+TARGET = "sim.krea.ai/target"
 RESOLVE_AT = "sim.krea.ai/resolve-at"
 RESOLVED = "sim.krea.ai/resolved"
 ERROR = "sim.krea.ai/error"
@@ -143,6 +146,7 @@ class Fault:
     resolve_at: float | None = None
     resolved: bool = False
     error: str | None = None
+    targets: dict[str, int] = field(default_factory=dict)  # "GPU"/"NVLink"/"HCA" -> index
 
     @property
     def cause(self) -> str | None:
@@ -372,6 +376,8 @@ class FaultActor(Actor):
             self._annotate(fault.name, {ERROR: str(exc)})
             return
         ann = {APPLIED: _rfc3339(now)}
+        if fault.targets:
+            ann[TARGET] = ", ".join(f"{what} {i}" for what, i in fault.targets.items())
         if resolve_at is not None:
             ann[RESOLVE_AT] = _rfc3339(math.ceil(resolve_at))
         self._annotate(fault.name, ann)
