@@ -12,6 +12,7 @@ import pytest
 
 from commands.conventions import GLOBAL_OPTIONS
 from commands.main import command, invoke
+from tests.conftest import cli
 
 
 def _paths(cmd, prefix=()):  # type: ignore[no-untyped-def]
@@ -116,3 +117,15 @@ def test_prose_is_filled_to_the_width(path, help_of) -> None:  # type: ignore[no
     for line, after in itertools.pairwise(out_lines):
         if line and after:  # not a paragraph's last line
             assert len(line) >= 60, (line, after)
+
+
+def test_the_console_script_at_80_columns(help_of) -> None:  # type: ignore[no-untyped-def]
+    # As a user runs it: COLUMNS=80 krea-ops train advise --help (the longest flag of the
+    # contract), and a group alone, in a fresh process.
+    result = cli("train", "advise", "--help", env={"COLUMNS": "80"})
+    assert result.returncode == 0 and result.stderr == ""
+    assert result.stdout.rstrip() == help_of(("train", "advise")).rstrip()
+    assert "--failures-per-1000-node-days " in result.stdout
+    alone = cli("nodes", env={"COLUMNS": "80"})
+    assert (alone.returncode, alone.stderr) == (0, "")
+    assert alone.stdout.rstrip() == help_of(("nodes",)).rstrip()
