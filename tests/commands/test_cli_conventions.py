@@ -107,6 +107,35 @@ def test_the_later_of_two_global_options_wins(kc: str, capsys: pytest.CaptureFix
     assert code == 2 and "prod" in one_error(err)
 
 
+def test_the_later_context_wins_as_in_kubectl(
+    world: SimWorld, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # One kubeconfig, two contexts: the simulator and a server that does not answer.
+    config = yaml.safe_load(world.kubeconfig.read_text())
+    dead = dict(config["clusters"][0], name="dead")
+    dead["cluster"] = dict(dead["cluster"], server=f"https://127.0.0.1:{free_port()}")
+    config["clusters"].append(dead)
+    config["contexts"].append(
+        {"name": "dead", "context": {"cluster": "dead", "user": config["users"][0]["name"]}}
+    )
+    two = tmp_path / "two-contexts"
+    two.write_text(yaml.safe_dump(config))
+    kubectl = require_binary("kubectl")
+    for first, later in (("dead", "krea-sim"), ("krea-sim", "dead")):
+        picked = subprocess.run(
+            [kubectl, "--kubeconfig", str(two), "--context", first, "config", "view",
+             "--minify", "--context", later, "-o", "jsonpath={.contexts[0].name}"],
+            capture_output=True, text=True, timeout=60, check=True,
+        ).stdout  # fmt: skip
+        assert picked == later  # kubectl: the later flag wins
+        code, out, err = run(capsys, "--kubeconfig", str(two), "--context", first,
+                             "nodes", "list", "-o", "json", "--context", later)  # fmt: skip
+        if later == "krea-sim":
+            assert code == 0 and "gpu-node-000" in out, err
+        else:
+            assert code == 1 and "cannot reach the API server" in one_error(err)
+
+
 def test_prometheus_after_the_subcommand_is_the_one_read(
     kc: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
