@@ -105,8 +105,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimWorld]:
         providers=(CHEAP, MID),
         extra={"slow_burners": False, "inference_services": ()},
     )
-    modules = ("krea_ops.sim.world.cluster", "krea_ops.sim.world.burst")
-    with SimWorld(config, tmp_path_factory.mktemp("world"), modules=modules) as w:
+    with SimWorld(config, tmp_path_factory.mktemp("world"), parts=("cluster", "burst")) as w:
         core = client.CoreV1Api(w.client)
         client.AppsV1Api(w.client).create_namespaced_deployment(
             "inference", body(offsite_deployment(3)), _preload_content=False

@@ -1,14 +1,13 @@
 """The inference autoscaler and the burst virtual kubelet, through the official client.
 
-Pods are bound to ``burst-vk`` through the binding subresource here (the scheduler of
-``cluster.py`` is not needed for the virtual kubelet's own behaviour); the last test runs
-with the cluster module when it exists.
+Pods are bound to ``burst-vk`` through the binding subresource here (the cluster's
+scheduler is not needed for the virtual kubelet's own behaviour); the last test runs with
+the cluster part of the world.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import itertools
 import json
 import time
@@ -47,7 +46,7 @@ def start(tmp_path: Path, **config: Any) -> SimWorld:
     config.setdefault("nodes", 4)
     config.setdefault("speed", 600)
     config.setdefault("providers", (CHEAP, MID, PRICEY))
-    world = SimWorld(WorldConfig(**config), tmp_path, modules=("krea_ops.sim.world.burst",))
+    world = SimWorld(WorldConfig(**config), tmp_path, parts=("burst",))
     core = client.CoreV1Api(world.client)
     core.create_namespace(body({"metadata": {"name": NS}}), _preload_content=False)
     return world
@@ -472,14 +471,9 @@ def test_demand_curve_is_seeded_and_diurnal() -> None:
 # -- with the cluster's scheduler --------------------------------------------------------
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("krea_ops.sim.world.cluster") is None,
-    reason="krea_ops.sim.world.cluster does not exist yet",
-)
 def test_scheduler_binds_tolerating_pods_to_the_virtual_node(tmp_path: Path) -> None:
     config = WorldConfig(nodes=4, speed=120, providers=(CHEAP, MID), extra=NO_DEPLOYMENTS)
-    modules = ("krea_ops.sim.world.cluster", "krea_ops.sim.world.burst")
-    with SimWorld(config, tmp_path, modules=modules) as world:
+    with SimWorld(config, tmp_path, parts=("cluster", "burst")) as world:
         core_api(world).create_namespace(body({"metadata": {"name": NS}}), _preload_content=False)
         wait_for(lambda: get_node_or_none(world), timeout=20)
         make_pod(world, "offsite", bind=False)

@@ -13,12 +13,12 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from krea_ops.sim.world import cluster
+from krea_ops.sim.world import kubelet, nodes, objects, scheduler
 from krea_ops.sim.world.actor import WorldConfig
 from krea_ops.sim.world.world import SimWorld
 from tests.conftest import wait_for
 
-MODULES = ("krea_ops.sim.world.cluster",)
+PARTS = ("cluster",)
 SPEED = 60.0
 
 
@@ -106,7 +106,7 @@ def make_cluster(tmp_path) -> Iterator[Callable[..., Cluster]]:  # type: ignore[
 
     def make(nodes: int = 4, speed: float = SPEED) -> Cluster:
         world = SimWorld(
-            WorldConfig(nodes=nodes, speed=speed), tmp_path / f"state{len(worlds)}", modules=MODULES
+            WorldConfig(nodes=nodes, speed=speed), tmp_path / f"state{len(worlds)}", parts=PARTS
         )
         worlds.append(world)
         return Cluster(world)
@@ -120,15 +120,15 @@ def make_cluster(tmp_path) -> Iterator[Callable[..., Cluster]]:  # type: ignore[
 
 
 def test_quantities_and_template_hash() -> None:
-    assert cluster.quantity("100m") == pytest.approx(0.1)
-    assert cluster.quantity("2Ti") == 2 * 2**40
-    assert cluster.quantity("2147483648Ki") == 2 * 2**40
-    assert cluster.quantity("1e3") == 1000
-    assert cluster.quantity("8") == 8
-    assert cluster.quantity("1.5G") == 1.5e9
-    h = cluster.template_hash({"spec": {"containers": [{"name": "a", "image": "x"}]}})
+    assert objects.quantity("100m") == pytest.approx(0.1)
+    assert objects.quantity("2Ti") == 2 * 2**40
+    assert objects.quantity("2147483648Ki") == 2 * 2**40
+    assert objects.quantity("1e3") == 1000
+    assert objects.quantity("8") == 8
+    assert objects.quantity("1.5G") == 1.5e9
+    h = objects.template_hash({"spec": {"containers": [{"name": "a", "image": "x"}]}})
     assert h and set(h) <= set("bcdfghjklmnpqrstvwxz2456789")
-    assert h == cluster.template_hash({"spec": {"containers": [{"image": "x", "name": "a"}]}})
+    assert h == objects.template_hash({"spec": {"containers": [{"image": "x", "name": "a"}]}})
 
 
 def test_pod_requests_fall_back_to_limits_and_take_init_peaks() -> None:
@@ -142,16 +142,16 @@ def test_pod_requests_fall_back_to_limits_and_take_init_peaks() -> None:
             "initContainers": [{"resources": {"requests": {"cpu": "4"}}}],
         },
     }
-    assert cluster.pod_requests(pod) == {"nvidia.com/gpu": 8, "cpu": 4, "memory": 2**30}
+    assert scheduler.pod_requests(pod) == {"nvidia.com/gpu": 8, "cpu": 4, "memory": 2**30}
 
 
 def test_tolerations_and_affinity() -> None:
     taint = {"key": "krea.ai/unhealthy", "value": "xid-79", "effect": "NoSchedule"}
-    assert cluster.tolerates({"operator": "Exists"}, taint)
-    assert cluster.tolerates({"key": "krea.ai/unhealthy", "operator": "Exists"}, taint)
-    assert cluster.tolerates({"key": "krea.ai/unhealthy", "value": "xid-79"}, taint)
-    assert not cluster.tolerates({"key": "krea.ai/unhealthy", "value": "xid-48"}, taint)
-    assert not cluster.tolerates(
+    assert scheduler.tolerates({"operator": "Exists"}, taint)
+    assert scheduler.tolerates({"key": "krea.ai/unhealthy", "operator": "Exists"}, taint)
+    assert scheduler.tolerates({"key": "krea.ai/unhealthy", "value": "xid-79"}, taint)
+    assert not scheduler.tolerates({"key": "krea.ai/unhealthy", "value": "xid-48"}, taint)
+    assert not scheduler.tolerates(
         {"key": "krea.ai/unhealthy", "operator": "Exists", "effect": "NoExecute"}, taint
     )
     node = {"metadata": {"name": "n", "labels": {"krea.ai/rack": "rack-01", "gpus": "8"}}}
@@ -165,18 +165,18 @@ def test_tolerations_and_affinity() -> None:
             }
         }
 
-    assert cluster.node_matches_pod(
+    assert scheduler.node_matches_pod(
         affinity({"key": "krea.ai/rack", "operator": "In", "values": ["rack-01"]}), node
     )
-    assert not cluster.node_matches_pod(
+    assert not scheduler.node_matches_pod(
         affinity({"key": "krea.ai/rack", "operator": "NotIn", "values": ["rack-01"]}), node
     )
-    assert cluster.node_matches_pod(
+    assert scheduler.node_matches_pod(
         affinity({"key": "gpus", "operator": "Gt", "values": ["4"]}), node
     )
-    assert cluster.node_matches_pod(affinity({"key": "x", "operator": "DoesNotExist"}), node)
-    assert not cluster.node_matches_pod(affinity({"key": "x", "operator": "Exists"}), node)
-    assert not cluster.node_matches_pod({"nodeSelector": {"krea.ai/rack": "rack-02"}}, node)
+    assert scheduler.node_matches_pod(affinity({"key": "x", "operator": "DoesNotExist"}), node)
+    assert not scheduler.node_matches_pod(affinity({"key": "x", "operator": "Exists"}), node)
+    assert not scheduler.node_matches_pod({"nodeSelector": {"krea.ai/rack": "rack-02"}}, node)
     preferred = {
         "affinity": {
             "nodeAffinity": {
@@ -189,9 +189,9 @@ def test_tolerations_and_affinity() -> None:
             }
         }
     }  # fmt: skip
-    assert cluster.preferred_affinity_score(preferred, node) == 100
+    assert scheduler.preferred_affinity_score(preferred, node) == 100
     virtual = {"metadata": {"name": "burst-vk", "labels": {"type": "virtual-kubelet"}}}
-    assert cluster.preferred_affinity_score(preferred, virtual) == 0
+    assert scheduler.preferred_affinity_score(preferred, virtual) == 0
 
 
 # -- the world ------------------------------------------------------------------------------
@@ -233,7 +233,7 @@ def test_nodes_leases_and_daemonsets(make_cluster: Callable[..., Cluster]) -> No
             return False
         for lease in leases:
             spec = lease["spec"]
-            age = c.now() - cluster.parse_time(spec["renewTime"])
+            age = c.now() - objects.parse_time(spec["renewTime"])
             assert spec["leaseDurationSeconds"] >= 40
             if not 0 <= age < spec["leaseDurationSeconds"]:
                 return False
@@ -563,20 +563,20 @@ def test_completions_by_annotation(make_cluster: Callable[..., Cluster]) -> None
     c.create_pod(
         "done",
         spec={"restartPolicy": "Never"},
-        annotations={cluster.RUN_SECONDS_ANNOTATION: "120"},
+        annotations={kubelet.RUN_SECONDS_ANNOTATION: "120"},
     )
     c.create_pod(
         "crashes",
         spec={"restartPolicy": "OnFailure"},
-        annotations={cluster.RUN_SECONDS_ANNOTATION: "60", cluster.EXIT_CODE_ANNOTATION: "3"},
+        annotations={kubelet.RUN_SECONDS_ANNOTATION: "60", kubelet.EXIT_CODE_ANNOTATION: "3"},
     )
-    c.create_pod("forever", annotations={cluster.RUN_SECONDS_ANNOTATION: "60"})  # Always
+    c.create_pod("forever", annotations={kubelet.RUN_SECONDS_ANNOTATION: "60"})  # Always
     wait_for(lambda: c.phase("done") == "Succeeded", timeout=15)
     done = c.pod("done")
     assert done is not None
     term = done["status"]["containerStatuses"][0]["state"]["terminated"]
     assert term["exitCode"] == 0 and term["reason"] == "Completed"
-    assert cluster.parse_time(term["finishedAt"]) - cluster.parse_time(term["startedAt"]) >= 120
+    assert objects.parse_time(term["finishedAt"]) - objects.parse_time(term["startedAt"]) >= 120
     wait_for(lambda: c.phase("crashes") == "Failed", timeout=15)
     crashed = c.pod("crashes")
     assert crashed is not None
@@ -595,7 +595,7 @@ def test_node_failure_and_repair(make_cluster: Callable[..., Cluster]) -> None:
     wait_for(lambda: c.running("victim") and c.running("bystander"), timeout=15)
     wait_for(lambda: len([p for p in c.pods("kube-system") if _ready(p)]) == 4, timeout=15)
     c.core.patch_node(
-        "gpu-node-000", {"metadata": {"annotations": {cluster.FAILED_ANNOTATION: "gpu"}}}
+        "gpu-node-000", {"metadata": {"annotations": {nodes.FAILED_ANNOTATION: "gpu"}}}
     )
 
     def not_ready() -> dict[str, Any] | None:
@@ -625,7 +625,7 @@ def test_node_failure_and_repair(make_cluster: Callable[..., Cluster]) -> None:
     # Its Lease is no longer renewed.
     lease = c.raw(c.coord.read_namespaced_lease, "gpu-node-000", "kube-node-lease")
     renewed = lease["spec"]["renewTime"]
-    wait_for(lambda: c.now() - cluster.parse_time(renewed) > 2 * 60, timeout=5)
+    wait_for(lambda: c.now() - objects.parse_time(renewed) > 2 * 60, timeout=5)
     lease = c.raw(c.coord.read_namespaced_lease, "gpu-node-000", "kube-node-lease")
     assert lease["spec"]["renewTime"] == renewed
     # Nothing new is scheduled there.
@@ -640,7 +640,7 @@ def test_node_failure_and_repair(make_cluster: Callable[..., Cluster]) -> None:
 
     # Repair.
     c.core.patch_node(
-        "gpu-node-000", {"metadata": {"annotations": {cluster.FAILED_ANNOTATION: None}}}
+        "gpu-node-000", {"metadata": {"annotations": {nodes.FAILED_ANNOTATION: None}}}
     )
     wait_for(
         lambda: _ready(c.node("gpu-node-000")) and not c.node("gpu-node-000")["spec"].get("taints"),
@@ -695,7 +695,7 @@ def test_taint_manager_evicts_after_toleration_seconds(
                     {
                         "key": "krea.ai/drain",
                         "effect": "NoExecute",
-                        "timeAdded": cluster.rfc3339(tainted_at),
+                        "timeAdded": objects.rfc3339(tainted_at),
                     }
                 ]
             }

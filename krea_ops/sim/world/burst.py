@@ -1131,12 +1131,3 @@ class VirtualKubelet(Actor):
         usage.failures += 1
         self._recent_failure[provider] = now
         return True
-
-
-def actors(world: World) -> list[Actor]:
-    extra = world.config.extra
-    out: list[Actor] = [VirtualKubelet(world)]
-    services = extra.get("inference_services")
-    if services is not False:
-        out.append(InferenceAutoscaler(world, services))
-    return out

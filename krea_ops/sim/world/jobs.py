@@ -328,6 +328,10 @@ class Recorder:
 
 # -- the snapshot one tick works on ----------------------------------------------------
 
+# Where the Kueue actor publishes each tick's Snapshot (``world.services``): the training
+# actor works on the same objects instead of listing them again.
+SNAPSHOT_SERVICE = "kueue.snapshot"
+
 
 @dataclass
 class Snapshot:

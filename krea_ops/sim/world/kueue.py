@@ -51,6 +51,7 @@ from krea_ops.sim.world.jobs import (
     JOBSET_VERSION,
     JS_RESTART,
     QUEUE_LABEL,
+    SNAPSHOT_SERVICE,
     Api,
     JobController,
     JobSetController,
@@ -88,7 +89,6 @@ JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 COMPONENT = "kueue-admission"
 GPU = "nvidia.com/gpu"
 COHORT = "gpu"
-SNAPSHOT_SERVICE = "kueue.snapshot"
 
 FIT, PREEMPT, NOFIT = 2, 1, 0
 
@@ -1510,18 +1510,11 @@ class KueueActor(Actor):
         self.world.services[SNAPSHOT_SERVICE] = snap
 
 
-def actors(world: World) -> list[Actor]:
-    from krea_ops.sim.world.training import TrainingActor
-
-    return [KueueActor(world), TrainingActor(world)]
-
-
 __all__ = [
     "ADMISSION_GATE",
     "KUEUE_API",
     "PRIORITY_LABEL",
     "KueueActor",
-    "actors",
     "kueue_objects",
     "quota_split",
     "workload_name",
