@@ -49,13 +49,10 @@ import math
 import re
 import secrets
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from krea_ops.errors import BadInput
 from krea_ops.sim.world.actor import Actor, World
-
-if TYPE_CHECKING:
-    from krea_ops.sim.world.devices import DeviceService
 
 __all__ = [
     "CAUSES",
@@ -65,6 +62,7 @@ __all__ = [
     "FailureActor",
     "Fault",
     "FaultActor",
+    "FaultTarget",
     "inject_fault",
 ]
 
@@ -317,12 +315,26 @@ def inject_fault(
     raise BadInput(f"could not find a free name for fault {base}")  # pragma: no cover
 
 
+class FaultTarget(Protocol):
+    """What the fault and failure actors act on: the world's devices
+    (``devices.DeviceService``), which import this module, not the other way round."""
+
+    active_faults: dict[str, Fault]
+    lemon: str | None
+
+    def apply_fault(self, fault: Fault, now: float, restore: bool = False) -> float | None: ...
+
+    def resolve_fault(self, name: str) -> None: ...
+
+    def failure_candidates(self) -> list[str]: ...
+
+
 class FaultActor(Actor):
     """Applies fault ConfigMaps to the devices and fails/repairs nodes (one list a tick)."""
 
     name = "faults"
 
-    def __init__(self, world: World, service: DeviceService) -> None:
+    def __init__(self, world: World, service: FaultTarget) -> None:
         super().__init__(world)
         self.service = service
         # Injection should show within about a quarter of a wall second.
@@ -433,7 +445,7 @@ class FailureActor(Actor):
 
     name = "failures"
 
-    def __init__(self, world: World, service: DeviceService) -> None:
+    def __init__(self, world: World, service: FaultTarget) -> None:
         super().__init__(world)
         self.service = service
         self.period_s = max(60.0, float(world.config.speed))
