@@ -13,8 +13,12 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from krea_ops.sim.world import kubelet, nodes, objects, scheduler
+from krea_ops.kube.quantity import as_float
+from krea_ops.kube.times import parse_time, rfc3339
+from krea_ops.sim.world import objects, scheduler
 from krea_ops.sim.world.actor import WorldConfig
+from krea_ops.sim.world.kubelet import EXIT_CODE_ANNOTATION, RUN_SECONDS_ANNOTATION
+from krea_ops.sim.world.nodes import FAILED_ANNOTATION
 from krea_ops.sim.world.world import SimWorld
 from tests.conftest import wait_for
 
@@ -100,6 +104,13 @@ def _ready(obj: dict[str, Any]) -> bool:
     return _condition(obj, "Ready").get("status") == "True"
 
 
+def stamp(text: str) -> float:
+    """An API timestamp as epoch seconds (the test fails on one that is not RFC 3339)."""
+    t = parse_time(text)
+    assert t is not None, f"not an RFC 3339 timestamp: {text!r}"
+    return t
+
+
 @pytest.fixture
 def make_cluster(tmp_path) -> Iterator[Callable[..., Cluster]]:  # type: ignore[no-untyped-def]
     worlds: list[SimWorld] = []
@@ -120,12 +131,13 @@ def make_cluster(tmp_path) -> Iterator[Callable[..., Cluster]]:  # type: ignore[
 
 
 def test_quantities_and_template_hash() -> None:
-    assert objects.quantity("100m") == pytest.approx(0.1)
-    assert objects.quantity("2Ti") == 2 * 2**40
-    assert objects.quantity("2147483648Ki") == 2 * 2**40
-    assert objects.quantity("1e3") == 1000
-    assert objects.quantity("8") == 8
-    assert objects.quantity("1.5G") == 1.5e9
+    # the quantities the scheduler reads requests and allocatable with
+    assert as_float("100m") == pytest.approx(0.1)
+    assert as_float("2Ti") == 2 * 2**40
+    assert as_float("2147483648Ki") == 2 * 2**40
+    assert as_float("1e3") == 1000
+    assert as_float("8") == 8
+    assert as_float("1.5G") == 1.5e9
     h = objects.template_hash({"spec": {"containers": [{"name": "a", "image": "x"}]}})
     assert h and set(h) <= set("bcdfghjklmnpqrstvwxz2456789")
     assert h == objects.template_hash({"spec": {"containers": [{"image": "x", "name": "a"}]}})
@@ -233,7 +245,7 @@ def test_nodes_leases_and_daemonsets(make_cluster: Callable[..., Cluster]) -> No
             return False
         for lease in leases:
             spec = lease["spec"]
-            age = c.now() - objects.parse_time(spec["renewTime"])
+            age = c.now() - stamp(spec["renewTime"])
             assert spec["leaseDurationSeconds"] >= 40
             if not 0 <= age < spec["leaseDurationSeconds"]:
                 return False
@@ -563,20 +575,20 @@ def test_completions_by_annotation(make_cluster: Callable[..., Cluster]) -> None
     c.create_pod(
         "done",
         spec={"restartPolicy": "Never"},
-        annotations={kubelet.RUN_SECONDS_ANNOTATION: "120"},
+        annotations={RUN_SECONDS_ANNOTATION: "120"},
     )
     c.create_pod(
         "crashes",
         spec={"restartPolicy": "OnFailure"},
-        annotations={kubelet.RUN_SECONDS_ANNOTATION: "60", kubelet.EXIT_CODE_ANNOTATION: "3"},
+        annotations={RUN_SECONDS_ANNOTATION: "60", EXIT_CODE_ANNOTATION: "3"},
     )
-    c.create_pod("forever", annotations={kubelet.RUN_SECONDS_ANNOTATION: "60"})  # Always
+    c.create_pod("forever", annotations={RUN_SECONDS_ANNOTATION: "60"})  # Always
     wait_for(lambda: c.phase("done") == "Succeeded", timeout=15)
     done = c.pod("done")
     assert done is not None
     term = done["status"]["containerStatuses"][0]["state"]["terminated"]
     assert term["exitCode"] == 0 and term["reason"] == "Completed"
-    assert objects.parse_time(term["finishedAt"]) - objects.parse_time(term["startedAt"]) >= 120
+    assert stamp(term["finishedAt"]) - stamp(term["startedAt"]) >= 120
     wait_for(lambda: c.phase("crashes") == "Failed", timeout=15)
     crashed = c.pod("crashes")
     assert crashed is not None
@@ -594,9 +606,7 @@ def test_node_failure_and_repair(make_cluster: Callable[..., Cluster]) -> None:
     )
     wait_for(lambda: c.running("victim") and c.running("bystander"), timeout=15)
     wait_for(lambda: len([p for p in c.pods("kube-system") if _ready(p)]) == 4, timeout=15)
-    c.core.patch_node(
-        "gpu-node-000", {"metadata": {"annotations": {nodes.FAILED_ANNOTATION: "gpu"}}}
-    )
+    c.core.patch_node("gpu-node-000", {"metadata": {"annotations": {FAILED_ANNOTATION: "gpu"}}})
 
     def not_ready() -> dict[str, Any] | None:
         node = c.node("gpu-node-000")
@@ -625,7 +635,7 @@ def test_node_failure_and_repair(make_cluster: Callable[..., Cluster]) -> None:
     # Its Lease is no longer renewed.
     lease = c.raw(c.coord.read_namespaced_lease, "gpu-node-000", "kube-node-lease")
     renewed = lease["spec"]["renewTime"]
-    wait_for(lambda: c.now() - objects.parse_time(renewed) > 2 * 60, timeout=5)
+    wait_for(lambda: c.now() - stamp(renewed) > 2 * 60, timeout=5)
     lease = c.raw(c.coord.read_namespaced_lease, "gpu-node-000", "kube-node-lease")
     assert lease["spec"]["renewTime"] == renewed
     # Nothing new is scheduled there.
@@ -639,9 +649,7 @@ def test_node_failure_and_repair(make_cluster: Callable[..., Cluster]) -> None:
     )
 
     # Repair.
-    c.core.patch_node(
-        "gpu-node-000", {"metadata": {"annotations": {nodes.FAILED_ANNOTATION: None}}}
-    )
+    c.core.patch_node("gpu-node-000", {"metadata": {"annotations": {FAILED_ANNOTATION: None}}})
     wait_for(
         lambda: _ready(c.node("gpu-node-000")) and not c.node("gpu-node-000")["spec"].get("taints"),
         timeout=15,
@@ -695,7 +703,7 @@ def test_taint_manager_evicts_after_toleration_seconds(
                     {
                         "key": "krea.ai/drain",
                         "effect": "NoExecute",
-                        "timeAdded": objects.rfc3339(tainted_at),
+                        "timeAdded": rfc3339(tainted_at),
                     }
                 ]
             }

@@ -1,4 +1,4 @@
-"""The simulated world's modules: no import cycles, one owner of the actors.
+"""The simulated world's modules: no import cycles, one owner of the actors, one parser.
 
 Read from the source with ``ast`` (every import counts, also those inside functions and
 under ``TYPE_CHECKING``: a cycle hidden in a function is still a cycle).
@@ -107,3 +107,24 @@ def test_only_world_py_assembles_the_actors() -> None:
     named = {n.id for n in ast.walk(_tree(WORLD / "world.py")) if isinstance(n, ast.Name)}
     assert actor_classes, "the world has actors"
     assert actor_classes - named == set()
+
+
+def test_world_modules_use_the_products_time_and_quantity_parsers() -> None:
+    """Timestamps and quantities go through ``krea_ops.kube.times`` and
+    ``krea_ops.kube.quantity``: no module formats or parses them on its own."""
+    own = {"strftime", "strptime", "fromisoformat"}
+    offenders = sorted(
+        f"{p.name}:{node.lineno} {node.attr}"
+        for p in WORLD.glob("*.py")
+        for node in ast.walk(_tree(p))
+        if isinstance(node, ast.Attribute) and node.attr in own
+    )
+    assert offenders == []
+    copies = {"quantity", "_quantity", "parse_time", "_parse_time", "rfc3339", "_rfc3339"}
+    defined = sorted(
+        f"{p.name} {node.name}"
+        for p in WORLD.glob("*.py")
+        for node in _tree(p).body
+        if isinstance(node, ast.FunctionDef) and node.name in copies | {"micro_time", "_stamp"}
+    )
+    assert defined == []

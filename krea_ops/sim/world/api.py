@@ -19,8 +19,9 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from krea_ops.kube.times import rfc3339
 from krea_ops.sim.world.actor import World
-from krea_ops.sim.world.objects import _meta, rfc3339
+from krea_ops.sim.world.objects import meta_of
 
 VIEW_TTL_WALL_S = 0.5
 
@@ -115,7 +116,7 @@ class Events:
         host: str | None = None,
         api_version: str = "v1",
     ) -> None:
-        meta = _meta(obj)
+        meta = meta_of(obj)
         name = str(meta.get("name"))
         ns = meta.get("namespace") or "default"
         t = self.clock.time()

@@ -37,7 +37,6 @@ in ``inference`` that carries the autoscale annotation).
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
 import random
@@ -49,6 +48,8 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from krea_ops.kube.quantity import as_float
+from krea_ops.kube.times import micro_time, parse_time, rfc3339
 from krea_ops.sim.world.actor import Actor, Provider, World
 
 NAMESPACE = "inference"
@@ -86,8 +87,6 @@ BURST_PAUSED = "BurstPaused"
 
 GPU = "nvidia.com/gpu"
 VK_IP = "10.255.0.1"
-MICRO = "%Y-%m-%dT%H:%M:%S.%fZ"
-SECONDS = "%Y-%m-%dT%H:%M:%SZ"
 
 
 # -- helpers ---------------------------------------------------------------------------
@@ -103,39 +102,13 @@ def _body(obj: dict[str, Any]) -> Any:
     return obj
 
 
-def _stamp(t: float, fmt: str = SECONDS) -> str:
-    return dt.datetime.fromtimestamp(t, dt.UTC).strftime(fmt)
-
-
-def _parse_time(value: Any) -> float | None:
-    if not value:
-        return None
-    try:
-        return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def _quantity(value: Any) -> float:
-    """A Kubernetes quantity as a number (enough for GPU counts and plain integers)."""
-    text = str(value).strip()
-    if not text:
-        return 0.0
-    if text.endswith("m"):
-        return float(text[:-1]) / 1000
-    try:
-        return float(text)
-    except ValueError:
-        return 0.0
-
-
 def pod_gpus(pod: dict[str, Any]) -> int:
     """GPUs a pod asks for: the sum over its containers (requests, else limits)."""
     total = 0.0
     for c in (pod.get("spec") or {}).get("containers") or []:
         res = (c or {}).get("resources") or {}
         value = (res.get("requests") or {}).get(GPU, (res.get("limits") or {}).get(GPU, 0))
-        total += _quantity(value)
+        total += as_float(value)
     return math.ceil(total)
 
 
@@ -452,7 +425,7 @@ class InferenceAutoscaler(Actor):
         if desired < current:
             desired = min(current, max(r for _, r in history))
         cooldown = float(spec.get("cooldownS", self.default_cooldown_s))
-        scaled_at = _parse_time(annotations.get(ANN_SCALED_AT)) or 0.0
+        scaled_at = parse_time(annotations.get(ANN_SCALED_AT)) or 0.0
         replicas = current
         if desired != current and now - scaled_at >= cooldown:
             replicas = desired
@@ -468,7 +441,7 @@ class InferenceAutoscaler(Actor):
             patch_ann[ANN_DEMAND] = demand_text
         body: dict[str, Any] = {}
         if replicas != current:
-            patch_ann[ANN_SCALED_AT] = _stamp(now)
+            patch_ann[ANN_SCALED_AT] = rfc3339(now)
             body["spec"] = {"replicas": replicas}
         if patch_ann:
             body["metadata"] = {"annotations": patch_ann}
@@ -578,7 +551,7 @@ class VirtualKubelet(Actor):
             "pods": "10000",
             GPU: str(gpus),
         }
-        stamp = _stamp(now)
+        stamp = rfc3339(now)
 
         def condition(kind: str, status: str, reason: str, message: str) -> dict[str, Any]:
             return {
@@ -633,7 +606,7 @@ class VirtualKubelet(Actor):
         gpus = sum(u.gpus_in_use for u in self.usage.values())
         return json.dumps(
             {
-                "updatedAt": _stamp(now),
+                "updatedAt": rfc3339(now),
                 "providers": {name: u.to_json() for name, u in self.usage.items()},
                 "totals": {
                     "gpusInUse": gpus,
@@ -712,7 +685,7 @@ class VirtualKubelet(Actor):
         return node
 
     def _renew_lease(self, now: float, node: dict[str, Any] | None = None) -> None:
-        renew = _stamp(now, MICRO)
+        renew = micro_time(now)
         try:
             self.coordination.patch_namespaced_lease(
                 VK_NODE,
@@ -884,7 +857,7 @@ class VirtualKubelet(Actor):
         uid = meta["uid"]
         first = self._deleting_seen.setdefault(uid, now)
         grace = float(meta.get("deletionGracePeriodSeconds") or 0)
-        requested = _parse_time(meta.get("deletionTimestamp"))
+        requested = parse_time(meta.get("deletionTimestamp"))
         deadline = first + grace
         if requested is not None:
             deadline = min(deadline, requested + grace)
@@ -966,7 +939,7 @@ class VirtualKubelet(Actor):
                         "annotations": {
                             ANN_PROVIDER: provider.name,
                             ANN_PRICE: f"{provider.usd_per_gpu_hour:.2f}",
-                            ANN_PLACED_AT: _stamp(now),
+                            ANN_PLACED_AT: rfc3339(now),
                             DELETION_COST: "-100",
                         }
                     }
@@ -985,7 +958,7 @@ class VirtualKubelet(Actor):
                 "message": None,
                 "hostIP": VK_IP,
                 "hostIPs": [{"ip": VK_IP}],
-                "startTime": _stamp(now),
+                "startTime": rfc3339(now),
                 "conditions": [
                     self._condition("Initialized", "True", now),
                     self._condition("Ready", "False", now, "ContainersNotReady"),
@@ -1022,7 +995,7 @@ class VirtualKubelet(Actor):
             "type": kind,
             "status": status,
             "lastProbeTime": None,
-            "lastTransitionTime": _stamp(now),
+            "lastTransitionTime": rfc3339(now),
         }
         if reason:
             cond["reason"] = reason
@@ -1039,10 +1012,10 @@ class VirtualKubelet(Actor):
 
     def _maybe_start(self, pod: dict[str, Any], provider: str, now: float) -> None:
         annotations = pod["metadata"].get("annotations") or {}
-        placed = _parse_time(annotations.get(ANN_PLACED_AT)) or now
+        placed = parse_time(annotations.get(ANN_PLACED_AT)) or now
         if now < placed + self.startup_s(pod, provider):
             return
-        started = _stamp(now)
+        started = rfc3339(now)
         uid = pod["metadata"].get("uid", "")
         h = _hash(uid)
         ip = f"100.96.{(h >> 8) % 256}.{h % 254 + 1}"
@@ -1084,7 +1057,7 @@ class VirtualKubelet(Actor):
             return False
         meta = pod["metadata"]
         message = f"provider {provider} lost the instance running this pod"
-        finished = _stamp(now)
+        finished = rfc3339(now)
         ok = self._patch_status(
             pod,
             {

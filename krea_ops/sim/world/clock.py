@@ -6,6 +6,8 @@ import datetime as dt
 import threading
 import time
 
+from krea_ops.kube.times import rfc3339
+
 
 class SimClock:
     """A clock that runs ``speed`` times faster than wall time, from ``start``.
@@ -41,4 +43,4 @@ class SimClock:
         return self.stop.wait(max(sim_seconds, 0.0) / self.speed)
 
     def rfc3339(self) -> str:
-        return self.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        return rfc3339(self.time())

@@ -16,25 +16,25 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
+from krea_ops.kube.times import rfc3339
 from krea_ops.sim.world.actor import Actor, World
 from krea_ops.sim.world.api import Api, ClusterView, Events
 from krea_ops.sim.world.nodes import NOT_READY, UNREACHABLE, UNSCHEDULABLE
 from krea_ops.sim.world.objects import (
-    _active,
-    _annotations,
-    _cond,
-    _condition,
-    _controller_uid,
-    _int_or_percent,
-    _labels,
-    _m,
-    _meta,
-    _pod_ready,
-    _spec,
-    _status,
-    _time_or,
-    rfc3339,
+    annotations_of,
+    as_dict,
+    condition_of,
+    controller_uid,
+    int_or_percent,
+    is_active,
+    labels_of,
+    meta_of,
+    pod_condition,
+    pod_ready,
+    spec_of,
+    status_of,
     template_hash,
+    time_or,
 )
 from krea_ops.sim.world.scheduler import node_matches_pod, tolerates, untolerated_taint
 
@@ -51,7 +51,7 @@ REVISION = "deployment.kubernetes.io/revision"
 
 
 def _owner_ref(obj: dict[str, Any], kind: str, api_version: str = "apps/v1") -> dict[str, Any]:
-    meta = _meta(obj)
+    meta = meta_of(obj)
     return {
         "apiVersion": api_version,
         "kind": kind,
@@ -65,18 +65,18 @@ def _owner_ref(obj: dict[str, Any], kind: str, api_version: str = "apps/v1") -> 
 def _pod_rank(pod: dict[str, Any]) -> tuple[Any, ...]:
     """Which pod of a ReplicaSet goes first when it scales down (ActivePodsWithRanks):
     unscheduled, then pending, then not ready, then the more restarted, then the newer."""
-    status = _status(pod)
+    status = status_of(pod)
     phase_rank = {"Pending": 0, "Unknown": 1, "Running": 2}.get(status.get("phase") or "", 0)
     restarts = sum(
-        int(_m(c).get("restartCount") or 0) for c in status.get("containerStatuses") or []
+        int(as_dict(c).get("restartCount") or 0) for c in status.get("containerStatuses") or []
     )
     return (
-        1 if _spec(pod).get("nodeName") else 0,
+        1 if spec_of(pod).get("nodeName") else 0,
         phase_rank,
-        1 if _pod_ready(pod) else 0,
+        1 if pod_ready(pod) else 0,
         -restarts,
         # newer first: negate the creation time
-        -_time_or(_meta(pod).get("creationTimestamp"), 0.0),
+        -time_or(meta_of(pod).get("creationTimestamp"), 0.0),
     )
 
 
@@ -111,7 +111,7 @@ class Controllers(Actor):
         pods = self.view.pods(self._wrote)
         owned: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for pod in pods:
-            uid = _controller_uid(pod)
+            uid = controller_uid(pod)
             if uid:
                 owned[uid].append(pod)
         # One list of ReplicaSets for both controllers: the Deployment controller's scaling
@@ -133,31 +133,33 @@ class Controllers(Actor):
         self, nodes: list[dict[str, Any]], owned: dict[str, list[dict[str, Any]]]
     ) -> None:
         for ds in self._items(self.api.apps.list_daemon_set_for_all_namespaces):
-            if not _meta(ds).get("deletionTimestamp"):
-                self._sync_daemonset(ds, nodes, owned.get(_meta(ds)["uid"], []))
+            if not meta_of(ds).get("deletionTimestamp"):
+                self._sync_daemonset(ds, nodes, owned.get(meta_of(ds)["uid"], []))
 
     def _ds_eligible(self, ds: dict[str, Any], node: dict[str, Any]) -> bool:
-        spec = _m(_m(_spec(ds).get("template")).get("spec"))
-        tolerations = [_m(t) for t in spec.get("tolerations") or []] + list(_DS_TOLERATIONS)
-        if untolerated_taint([_m(t) for t in _spec(node).get("taints") or []], tolerations):
+        spec = as_dict(as_dict(spec_of(ds).get("template")).get("spec"))
+        tolerations = [as_dict(t) for t in spec.get("tolerations") or []] + list(_DS_TOLERATIONS)
+        if untolerated_taint([as_dict(t) for t in spec_of(node).get("taints") or []], tolerations):
             return False
         return node_matches_pod(spec, node)
 
     def _sync_daemonset(
         self, ds: dict[str, Any], nodes: list[dict[str, Any]], pods: list[dict[str, Any]]
     ) -> None:
-        meta, spec = _meta(ds), _spec(ds)
+        meta, spec = meta_of(ds), spec_of(ds)
         generation = int(meta.get("generation") or 1)
-        template = _m(spec.get("template"))
+        template = as_dict(spec.get("template"))
         revision = template_hash(template)
-        eligible = {_meta(n)["name"]: n for n in nodes if self._ds_eligible(ds, n)}
+        eligible = {meta_of(n)["name"]: n for n in nodes if self._ds_eligible(ds, n)}
         by_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for pod in pods:
-            by_node[str(_spec(pod).get("nodeName") or "")].append(pod)
+            by_node[str(spec_of(pod).get("nodeName") or "")].append(pod)
         max_unavailable = max(
             1,
-            _int_or_percent(
-                _m(_m(spec.get("updateStrategy")).get("rollingUpdate")).get("maxUnavailable", 1),
+            int_or_percent(
+                as_dict(as_dict(spec.get("updateStrategy")).get("rollingUpdate")).get(
+                    "maxUnavailable", 1
+                ),
                 len(eligible),
                 round_up=True,
             ),
@@ -168,13 +170,14 @@ class Controllers(Actor):
         for name, node_pods in by_node.items():
             if name not in eligible:
                 for pod in node_pods:
-                    if _active(pod):
+                    if is_active(pod):
                         status["misscheduled"] += 1
                         self._delete_pod(pod, self.ds_events, "DaemonSet", ds)
         for name in eligible:
             node_pods = by_node.get(name, [])
             for pod in node_pods:
-                if _status(pod).get("phase") == "Failed" and not _meta(pod).get(
+                pod_meta = meta_of(pod)
+                if status_of(pod).get("phase") == "Failed" and not pod_meta.get(
                     "deletionTimestamp"
                 ):
                     self.ds_events.emit(
@@ -182,37 +185,37 @@ class Controllers(Actor):
                         "DaemonSet",
                         "Warning",
                         "FailedDaemonPod",
-                        f"Found failed daemon pod {_meta(pod)['namespace']}/{_meta(pod)['name']} "
+                        f"Found failed daemon pod {pod_meta['namespace']}/{pod_meta['name']} "
                         f"on node {name}, will try to kill it",
                         api_version="apps/v1",
                     )
                     self._delete_pod(pod, self.ds_events, "DaemonSet", ds)
-            active = [p for p in node_pods if _active(p)]
+            active = [p for p in node_pods if is_active(p)]
             if not active:
-                if not any(_meta(p).get("deletionTimestamp") for p in node_pods):
+                if not any(meta_of(p).get("deletionTimestamp") for p in node_pods):
                     self._create_daemon_pod(ds, template, name, revision, generation)
                 unavailable += 1
                 continue
-            active.sort(key=lambda p: _meta(p).get("creationTimestamp") or "")
+            active.sort(key=lambda p: meta_of(p).get("creationTimestamp") or "")
             for extra in active[1:]:
                 self._delete_pod(extra, self.ds_events, "DaemonSet", ds)
             pod = active[0]
             status["current"] += 1
-            if _pod_ready(pod):
+            if pod_ready(pod):
                 status["ready"] += 1
             else:
                 unavailable += 1
-            if _labels(pod).get("pod-template-generation") == str(generation) or (
-                _labels(pod).get("controller-revision-hash") == revision
+            if labels_of(pod).get("pod-template-generation") == str(generation) or (
+                labels_of(pod).get("controller-revision-hash") == revision
             ):
                 status["updated"] += 1
             else:
                 outdated.append(pod)
         if (
             outdated
-            and _m(spec.get("updateStrategy")).get("type", "RollingUpdate") == "RollingUpdate"
+            and as_dict(spec.get("updateStrategy")).get("type", "RollingUpdate") == "RollingUpdate"
         ):
-            outdated.sort(key=lambda p: (_pod_ready(p), _meta(p).get("name")))
+            outdated.sort(key=lambda p: (pod_ready(p), meta_of(p).get("name")))
             for pod in outdated[: max(0, max_unavailable - unavailable)]:
                 self._delete_pod(pod, self.ds_events, "DaemonSet", ds)
         new_status = {
@@ -225,7 +228,7 @@ class Controllers(Actor):
             "updatedNumberScheduled": status["updated"],
             "observedGeneration": generation,
         }
-        old = _status(ds)
+        old = status_of(ds)
         if any((old.get(k) or 0) != v for k, v in new_status.items()):
             self._write(
                 self.api.apps.patch_namespaced_daemon_set_status,
@@ -242,21 +245,21 @@ class Controllers(Actor):
         revision: str,
         generation: int,
     ) -> None:
-        meta = _meta(ds)
-        pod_meta = _m(template.get("metadata"))
-        spec = json.loads(json.dumps(_m(template.get("spec"))))
+        meta = meta_of(ds)
+        pod_meta = as_dict(template.get("metadata"))
+        spec = json.loads(json.dumps(as_dict(template.get("spec"))))
         tolerations = list(spec.get("tolerations") or [])
         for t in _DS_TOLERATIONS:
             if not any(
-                _m(x).get("key") == t["key"] and _m(x).get("effect") == t["effect"]
+                as_dict(x).get("key") == t["key"] and as_dict(x).get("effect") == t["effect"]
                 for x in tolerations
             ):
                 tolerations.append(dict(t))
         spec["tolerations"] = tolerations
-        affinity = _m(spec.get("affinity"))
-        node_affinity = _m(affinity.get("nodeAffinity"))
-        required = _m(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
-        terms = [dict(_m(t)) for t in required.get("nodeSelectorTerms") or []] or [{}]
+        affinity = as_dict(spec.get("affinity"))
+        node_affinity = as_dict(affinity.get("nodeAffinity"))
+        required = as_dict(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
+        terms = [dict(as_dict(t)) for t in required.get("nodeSelectorTerms") or []] or [{}]
         name_req = {"key": "metadata.name", "operator": "In", "values": [node]}
         for term in terms:
             term["matchFields"] = [name_req]
@@ -268,7 +271,7 @@ class Controllers(Actor):
             },
         }
         spec["nodeName"] = node
-        labels = dict(_m(pod_meta.get("labels")))
+        labels = dict(as_dict(pod_meta.get("labels")))
         labels.update(
             {"controller-revision-hash": revision, "pod-template-generation": str(generation)}
         )
@@ -279,7 +282,7 @@ class Controllers(Actor):
                 "generateName": f"{meta['name']}-",
                 "namespace": meta["namespace"],
                 "labels": labels,
-                "annotations": dict(_m(pod_meta.get("annotations"))),
+                "annotations": dict(as_dict(pod_meta.get("annotations"))),
                 "ownerReferences": [_owner_ref(ds, "DaemonSet")],
             },
             "spec": spec,
@@ -291,14 +294,14 @@ class Controllers(Actor):
                 "DaemonSet",
                 "Normal",
                 "SuccessfulCreate",
-                f"Created pod: {_meta(created)['name']}",
+                f"Created pod: {meta_of(created)['name']}",
                 api_version="apps/v1",
             )
 
     def _delete_pod(
         self, pod: dict[str, Any], events: Events, kind: str, owner: dict[str, Any]
     ) -> None:
-        meta = _meta(pod)
+        meta = meta_of(pod)
         if meta.get("deletionTimestamp"):
             return
         deleted = self._write(
@@ -326,13 +329,13 @@ class Controllers(Actor):
         self, sets: list[dict[str, Any]], owned: dict[str, list[dict[str, Any]]]
     ) -> None:
         for rs in list(sets):
-            if not _meta(rs).get("deletionTimestamp"):
-                self._sync_replicaset(rs, owned.get(_meta(rs)["uid"], []))
+            if not meta_of(rs).get("deletionTimestamp"):
+                self._sync_replicaset(rs, owned.get(meta_of(rs)["uid"], []))
 
     def _sync_replicaset(self, rs: dict[str, Any], pods: list[dict[str, Any]]) -> None:
-        meta, spec = _meta(rs), _spec(rs)
+        meta, spec = meta_of(rs), spec_of(rs)
         want = _replicas(spec)
-        active = [p for p in pods if _active(p)]
+        active = [p for p in pods if is_active(p)]
         diff = len(active) - want
         if diff < 0:
             for _ in range(min(-diff, 500)):
@@ -345,16 +348,16 @@ class Controllers(Actor):
             for pod in active[:diff]:
                 self._delete_pod(pod, self.rs_events, "ReplicaSet", rs)
             active = active[diff:]
-        ready = sum(1 for p in active if _pod_ready(p))
+        ready = sum(1 for p in active if pod_ready(p))
         min_ready = int(spec.get("minReadySeconds") or 0)
         now = self.clock.time()
         available = 0
         for p in active:
-            cond = _condition(p, "Ready")
+            cond = condition_of(p, "Ready")
             if (
                 cond
                 and cond.get("status") == "True"
-                and (now - _time_or(cond.get("lastTransitionTime"), now) >= min_ready)
+                and (now - time_or(cond.get("lastTransitionTime"), now) >= min_ready)
             ):
                 available += 1
         new_status: dict[str, Any] = {
@@ -364,7 +367,7 @@ class Controllers(Actor):
             "availableReplicas": available,
             "observedGeneration": int(meta.get("generation") or 1),
         }
-        old = _status(rs)
+        old = status_of(rs)
         if any((old.get(k) or 0) != v for k, v in new_status.items()):
             self._write(
                 self.api.apps.patch_namespaced_replica_set_status,
@@ -374,20 +377,20 @@ class Controllers(Actor):
             )
 
     def _create_rs_pod(self, rs: dict[str, Any]) -> dict[str, Any] | None:
-        meta = _meta(rs)
-        template = _m(_spec(rs).get("template"))
-        pod_meta = _m(template.get("metadata"))
+        meta = meta_of(rs)
+        template = as_dict(spec_of(rs).get("template"))
+        pod_meta = as_dict(template.get("metadata"))
         body = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {
                 "generateName": f"{meta['name']}-",
                 "namespace": meta["namespace"],
-                "labels": dict(_m(pod_meta.get("labels"))),
-                "annotations": dict(_m(pod_meta.get("annotations"))),
+                "labels": dict(as_dict(pod_meta.get("labels"))),
+                "annotations": dict(as_dict(pod_meta.get("annotations"))),
                 "ownerReferences": [_owner_ref(rs, "ReplicaSet")],
             },
-            "spec": _m(template.get("spec")),
+            "spec": as_dict(template.get("spec")),
         }
         self.writes += 1
         try:
@@ -411,7 +414,7 @@ class Controllers(Actor):
             "ReplicaSet",
             "Normal",
             "SuccessfulCreate",
-            f"Created pod: {_meta(created)['name']}",
+            f"Created pod: {meta_of(created)['name']}",
             api_version="apps/v1",
         )
         return dict(created)
@@ -424,20 +427,20 @@ class Controllers(Actor):
             return
         by_owner: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for rs in sets:
-            uid = _controller_uid(rs)
+            uid = controller_uid(rs)
             if uid:
                 by_owner[uid].append(rs)
         for d in deploys:
-            if not _meta(d).get("deletionTimestamp"):
+            if not meta_of(d).get("deletionTimestamp"):
                 self._guard(
                     lambda d=d: self._sync_deployment(
-                        d, by_owner.get(_meta(d)["uid"], []), sets, now
+                        d, by_owner.get(meta_of(d)["uid"], []), sets, now
                     )
                 )
 
     def _scale(self, d: dict[str, Any], rs: dict[str, Any], replicas: int) -> None:
-        meta = _meta(rs)
-        old = int(_spec(rs).get("replicas") or 0)
+        meta = meta_of(rs)
+        old = int(spec_of(rs).get("replicas") or 0)
         if old == replicas:
             return
         result = self._write(
@@ -448,7 +451,7 @@ class Controllers(Actor):
                 "metadata": {
                     "annotations": {
                         "deployment.kubernetes.io/desired-replicas": str(
-                            _spec(d).get("replicas", 1)
+                            spec_of(d).get("replicas", 1)
                         ),
                     }
                 },
@@ -474,27 +477,29 @@ class Controllers(Actor):
         all_sets: list[dict[str, Any]],
         now: float,
     ) -> None:
-        meta, spec = _meta(d), _spec(d)
+        meta, spec = meta_of(d), spec_of(d)
         replicas = _replicas(spec)
-        template = _m(spec.get("template"))
+        template = as_dict(spec.get("template"))
         h = template_hash(template)
-        new_rs = next((rs for rs in sets if _labels(rs).get("pod-template-hash") == h), None)
+        new_rs = next((rs for rs in sets if labels_of(rs).get("pod-template-hash") == h), None)
         old_sets = [rs for rs in sets if rs is not new_rs]
-        revisions = [int(_annotations(rs).get(REVISION, "0") or 0) for rs in sets]
+        revisions = [int(annotations_of(rs).get(REVISION, "0") or 0) for rs in sets]
         created_new = False
-        strategy = _m(spec.get("strategy"))
+        strategy = as_dict(spec.get("strategy"))
         rolling = strategy.get("type", "RollingUpdate") == "RollingUpdate"
-        surge = _int_or_percent(
-            _m(strategy.get("rollingUpdate")).get("maxSurge", "25%"), replicas, round_up=True
+        surge = int_or_percent(
+            as_dict(strategy.get("rollingUpdate")).get("maxSurge", "25%"), replicas, round_up=True
         )
-        unavailable = _int_or_percent(
-            _m(strategy.get("rollingUpdate")).get("maxUnavailable", "25%"), replicas, round_up=False
+        unavailable = int_or_percent(
+            as_dict(strategy.get("rollingUpdate")).get("maxUnavailable", "25%"),
+            replicas,
+            round_up=False,
         )
         if rolling and surge == 0 and unavailable == 0:
             unavailable = 1
         if not rolling:
             surge, unavailable = 0, replicas
-        old_total = sum(int(_spec(rs).get("replicas") or 0) for rs in old_sets)
+        old_total = sum(int(spec_of(rs).get("replicas") or 0) for rs in old_sets)
         if new_rs is None and not spec.get("paused"):
             new_rs = self._create_new_rs(
                 d, template, h, replicas, old_total, surge, rolling, revisions
@@ -506,8 +511,8 @@ class Controllers(Actor):
             self._rollout(d, new_rs, old_sets, replicas, surge, unavailable, rolling)
             self._cleanup(d, old_sets)
         if new_rs is not None:
-            rev = _annotations(new_rs).get(REVISION)
-            if rev and _annotations(d).get(REVISION) != rev:
+            rev = annotations_of(new_rs).get(REVISION)
+            if rev and annotations_of(d).get(REVISION) != rev:
                 self._write(
                     self.api.apps.patch_namespaced_deployment,
                     meta["name"],
@@ -527,11 +532,14 @@ class Controllers(Actor):
         rolling: bool,
         revisions: list[int],
     ) -> dict[str, Any] | None:
-        meta, spec = _meta(d), _spec(d)
-        labels = {**_m(_m(template.get("metadata")).get("labels")), "pod-template-hash": h}
+        meta, spec = meta_of(d), spec_of(d)
+        labels = {
+            **as_dict(as_dict(template.get("metadata")).get("labels")),
+            "pod-template-hash": h,
+        }
         tmpl = json.loads(json.dumps(template))
         tmpl.setdefault("metadata", {})["labels"] = labels
-        selector = json.loads(json.dumps(_m(spec.get("selector"))))
+        selector = json.loads(json.dumps(as_dict(spec.get("selector"))))
         selector.setdefault("matchLabels", {})["pod-template-hash"] = h
         if old_total == 0:
             start = replicas
@@ -568,7 +576,7 @@ class Controllers(Actor):
             "Deployment",
             "Normal",
             "ScalingReplicaSet",
-            f"Scaled up replica set {_meta(created)['name']} from 0 to {start}",
+            f"Scaled up replica set {meta_of(created)['name']} from 0 to {start}",
             api_version="apps/v1",
         )
         return dict(created)
@@ -584,7 +592,7 @@ class Controllers(Actor):
         rolling: bool,
     ) -> None:
         def count(rs: dict[str, Any]) -> int:
-            return int(_spec(rs).get("replicas") or 0)
+            return int(spec_of(rs).get("replicas") or 0)
 
         old_active = [rs for rs in old_sets if count(rs) > 0]
         if not old_active:
@@ -593,7 +601,7 @@ class Controllers(Actor):
         if not rolling:  # Recreate: the old pods go first, then the new ones come
             for rs in old_active:
                 self._scale(d, rs, 0)
-            if all(int(_status(rs).get("replicas") or 0) == 0 for rs in old_sets):
+            if all(int(status_of(rs).get("replicas") or 0) == 0 for rs in old_sets):
                 self._scale(d, new_rs, replicas)
             return
         total = count(new_rs) + sum(count(rs) for rs in old_active)
@@ -605,20 +613,22 @@ class Controllers(Actor):
         # (as far as the new ones' unavailability allows), then as many as keep
         # replicas - maxUnavailable available.
         min_available = replicas - unavailable
-        new_unavailable = max(0, count(new_rs) - int(_status(new_rs).get("availableReplicas") or 0))
+        new_unavailable = max(
+            0, count(new_rs) - int(status_of(new_rs).get("availableReplicas") or 0)
+        )
         all_pods = count(new_rs) + sum(count(rs) for rs in old_active)
         cleanup = all_pods - min_available - new_unavailable
         if cleanup <= 0:
             return
-        oldest_first = sorted(old_active, key=lambda r: _meta(r).get("creationTimestamp") or "")
+        oldest_first = sorted(old_active, key=lambda r: meta_of(r).get("creationTimestamp") or "")
         for rs in oldest_first:
-            unhealthy = count(rs) - int(_status(rs).get("availableReplicas") or 0)
+            unhealthy = count(rs) - int(status_of(rs).get("availableReplicas") or 0)
             step = min(cleanup, unhealthy)
             if step > 0:
                 self._scale(d, rs, count(rs) - step)
                 cleanup -= step
         available = sum(
-            int(_status(rs).get("availableReplicas") or 0) for rs in [new_rs, *old_sets]
+            int(status_of(rs).get("availableReplicas") or 0) for rs in [new_rs, *old_sets]
         )
         budget = available - min_available
         for rs in oldest_first:
@@ -630,20 +640,20 @@ class Controllers(Actor):
                 budget -= step
 
     def _cleanup(self, d: dict[str, Any], old_sets: list[dict[str, Any]]) -> None:
-        limit = int(_spec(d).get("revisionHistoryLimit", 10))
+        limit = int(spec_of(d).get("revisionHistoryLimit", 10))
         idle = [
             rs
             for rs in old_sets
-            if int(_spec(rs).get("replicas") or 0) == 0
-            and int(_status(rs).get("replicas") or 0) == 0
-            and not _meta(rs).get("deletionTimestamp")
+            if int(spec_of(rs).get("replicas") or 0) == 0
+            and int(status_of(rs).get("replicas") or 0) == 0
+            and not meta_of(rs).get("deletionTimestamp")
         ]
-        idle.sort(key=lambda r: int(_annotations(r).get(REVISION, "0") or 0))
+        idle.sort(key=lambda r: int(annotations_of(r).get(REVISION, "0") or 0))
         for rs in idle[: max(0, len(idle) - limit)]:
             self._write(
                 self.api.apps.delete_namespaced_replica_set,
-                _meta(rs)["name"],
-                _meta(rs)["namespace"],
+                meta_of(rs)["name"],
+                meta_of(rs)["namespace"],
             )
 
     def _deployment_status(
@@ -656,15 +666,15 @@ class Controllers(Actor):
         created_new: bool,
         now: float,
     ) -> None:
-        meta, spec, old = _meta(d), _spec(d), _status(d)
+        meta, spec, old = meta_of(d), spec_of(d), status_of(d)
         sets = ([new_rs] if new_rs else []) + old_sets
 
         def total(key: str) -> int:
-            return sum(int(_status(rs).get(key) or 0) for rs in sets)
+            return sum(int(status_of(rs).get(key) or 0) for rs in sets)
 
-        spec_total = sum(int(_spec(rs).get("replicas") or 0) for rs in sets)
+        spec_total = sum(int(spec_of(rs).get("replicas") or 0) for rs in sets)
         available = total("availableReplicas")
-        updated = int(_status(new_rs).get("replicas") or 0) if new_rs else 0
+        updated = int(status_of(new_rs).get("replicas") or 0) if new_rs else 0
         counts = {
             "replicas": total("replicas"),
             "updatedReplicas": updated,
@@ -673,7 +683,7 @@ class Controllers(Actor):
             "unavailableReplicas": max(0, spec_total - available),
         }
         stamp = rfc3339(now)
-        conditions = {c.get("type"): dict(_m(c)) for c in old.get("conditions") or []}
+        conditions = {c.get("type"): dict(as_dict(c)) for c in old.get("conditions") or []}
 
         def set_condition(
             kind: str, status: str, reason: str, message: str, progress: bool
@@ -709,8 +719,8 @@ class Controllers(Actor):
                 "Deployment does not have minimum availability.",
                 False,
             )
-        rs_name = _meta(new_rs)["name"] if new_rs else meta["name"]
-        old_pods = sum(int(_status(rs).get("replicas") or 0) for rs in old_sets)
+        rs_name = meta_of(new_rs)["name"] if new_rs else meta["name"]
+        old_pods = sum(int(status_of(rs).get("replicas") or 0) for rs in old_sets)
         complete = (
             updated == replicas
             and available >= replicas
@@ -748,7 +758,7 @@ class Controllers(Actor):
                 True,
             )
         elif progressing.get("reason") != "ProgressDeadlineExceeded" and (
-            now - _time_or(progressing.get("lastUpdateTime"), now) > deadline
+            now - time_or(progressing.get("lastUpdateTime"), now) > deadline
         ):
             set_condition(
                 "Progressing",
@@ -781,21 +791,23 @@ class Controllers(Actor):
         tainted = {}
         for node in nodes:
             taints = [
-                _m(t) for t in _spec(node).get("taints") or [] if _m(t).get("effect") == "NoExecute"
+                as_dict(t)
+                for t in spec_of(node).get("taints") or []
+                if as_dict(t).get("effect") == "NoExecute"
             ]
             if taints:
-                tainted[_meta(node)["name"]] = taints
+                tainted[meta_of(node)["name"]] = taints
         if not tainted:
             self._evicted.clear()
             return
         for pod in pods:
-            node_taints = tainted.get(str(_spec(pod).get("nodeName") or ""))
-            if not node_taints or not _active(pod):
+            node_taints = tainted.get(str(spec_of(pod).get("nodeName") or ""))
+            if not node_taints or not is_active(pod):
                 continue
-            uid = str(_meta(pod).get("uid"))
+            uid = str(meta_of(pod).get("uid"))
             if uid in self._evicted:
                 continue
-            tolerations = [_m(t) for t in _spec(pod).get("tolerations") or []]
+            tolerations = [as_dict(t) for t in spec_of(pod).get("tolerations") or []]
             evict = False
             for taint in node_taints:
                 matching = [t for t in tolerations if tolerates(t, taint)]
@@ -805,7 +817,7 @@ class Controllers(Actor):
                 if any(t.get("tolerationSeconds") is None for t in matching):
                     continue
                 seconds = min(float(t["tolerationSeconds"]) for t in matching)
-                deadline = _time_or(taint.get("timeAdded"), now) + seconds
+                deadline = time_or(taint.get("timeAdded"), now) + seconds
                 if deadline <= now:
                     evict = True
                     break
@@ -813,7 +825,7 @@ class Controllers(Actor):
                 self._evict(pod, now)
 
     def _evict(self, pod: dict[str, Any], now: float) -> None:
-        meta = _meta(pod)
+        meta = meta_of(pod)
         self._evicted.add(str(meta.get("uid")))
         self._write(
             self.api.core.patch_namespaced_pod_status,
@@ -822,7 +834,7 @@ class Controllers(Actor):
             {
                 "status": {
                     "conditions": [
-                        _cond(
+                        pod_condition(
                             "DisruptionTarget",
                             "True",
                             rfc3339(now),
@@ -855,6 +867,6 @@ def _replicas(spec: dict[str, Any]) -> int:
 
 def _strip_times(conditions: Any) -> list[dict[str, Any]]:
     return [
-        {k: v for k, v in _m(c).items() if k not in ("lastUpdateTime", "lastTransitionTime")}
+        {k: v for k, v in as_dict(c).items() if k not in ("lastUpdateTime", "lastTransitionTime")}
         for c in conditions or []
     ]

@@ -43,7 +43,6 @@ as ``krea-ops sim inject`` would.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
 import re
@@ -52,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from krea_ops.errors import BadInput
+from krea_ops.kube.times import parse_time, rfc3339
 from krea_ops.sim.world.actor import Actor, World
 
 __all__ = [
@@ -168,7 +168,7 @@ class Fault:
 
         resolve_at = None
         if ann.get(RESOLVE_AT):
-            resolve_at = _parse_time(ann[RESOLVE_AT])
+            resolve_at = parse_time(ann[RESOLVE_AT])
         return cls(
             name=str(meta.get("name", "")),
             kind=str(data.get("kind", "")),
@@ -184,17 +184,6 @@ class Fault:
             resolved=bool(ann.get(RESOLVED)),
             error=ann.get(ERROR) or None,
         )
-
-
-def _parse_time(text: str) -> float | None:
-    try:
-        return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
-    except ValueError:
-        return None
-
-
-def _rfc3339(epoch: float) -> str:
-    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _core(api_client: Any) -> Any:
@@ -383,9 +372,9 @@ class FaultActor(Actor):
         except ValueError as exc:
             self._annotate(fault.name, {ERROR: str(exc)})
             return
-        ann = {APPLIED: _rfc3339(now)}
+        ann = {APPLIED: rfc3339(now)}
         if resolve_at is not None:
-            ann[RESOLVE_AT] = _rfc3339(math.ceil(resolve_at))
+            ann[RESOLVE_AT] = rfc3339(math.ceil(resolve_at))
         self._annotate(fault.name, ann)
         self._track(fault, touched)
 
@@ -401,7 +390,7 @@ class FaultActor(Actor):
 
     def _resolve(self, name: str, node: str, now: float, touched: set[str]) -> None:
         self.service.resolve_fault(name)
-        self._annotate(name, {RESOLVED: _rfc3339(now)})
+        self._annotate(name, {RESOLVED: rfc3339(now)})
         self._untrack(name, node, touched)
 
     def _annotate(self, name: str, annotations: dict[str, str]) -> None:

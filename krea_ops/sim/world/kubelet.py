@@ -61,6 +61,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
+from krea_ops.kube.times import micro_time, rfc3339
 from krea_ops.sim.world.actor import Actor, World
 from krea_ops.sim.world.api import Api, ClusterView, Events
 from krea_ops.sim.world.nodes import (
@@ -69,25 +70,23 @@ from krea_ops.sim.world.nodes import (
     NODE_CONDITIONS,
     NOT_READY,
     UNREACHABLE,
-    _conditions,
-    _is_virtual,
-    _node_ready,
+    healthy_node_conditions,
+    is_virtual,
     lease_body,
+    node_ready,
 )
 from krea_ops.sim.world.objects import (
-    _annotations,
-    _cond,
-    _condition,
-    _m,
-    _meta,
-    _pod_ready,
-    _sha,
-    _spec,
-    _status,
-    _terminal,
-    _time_or,
-    micro_time,
-    rfc3339,
+    annotations_of,
+    as_dict,
+    condition_of,
+    is_terminal,
+    meta_of,
+    pod_condition,
+    pod_ready,
+    sha256_hex,
+    spec_of,
+    status_of,
+    time_or,
 )
 
 RUN_SECONDS_ANNOTATION = "sim.krea.ai/run-seconds"
@@ -136,27 +135,27 @@ class Kubelet(Actor):
         now = self.clock.time()
         nodes = self.view.nodes(self._wrote)
         pods = self.view.pods(self._wrote)
-        mine = {_meta(n)["name"]: n for n in nodes if not _is_virtual(n)}
+        mine = {meta_of(n)["name"]: n for n in nodes if not is_virtual(n)}
         failed: set[str] = set()
         for i, (name, node) in enumerate(sorted(mine.items())):
             if self._sync_node(node, now, i, len(mine)):
                 failed.add(name)
         by_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for pod in pods:
-            node_name_ = str(_spec(pod).get("nodeName") or "")
+            node_name_ = str(spec_of(pod).get("nodeName") or "")
             if node_name_ in mine:
                 by_node[node_name_].append(pod)
         live: set[str] = set()
         for name, node_pods in by_node.items():
             node = mine[name]
             if name in failed:
-                cause = _annotations(node).get(FAILED_ANNOTATION, "")
+                cause = annotations_of(node).get(FAILED_ANNOTATION, "")
                 for pod in node_pods:
                     self._fail_pod(pod, name, cause, now)
                 continue
-            used_ips = {_status(p).get("podIP") for p in node_pods if _status(p).get("podIP")}
+            used_ips = {status_of(p).get("podIP") for p in node_pods if status_of(p).get("podIP")}
             for pod in node_pods:
-                live.add(str(_meta(pod).get("uid")))
+                live.add(str(meta_of(pod).get("uid")))
                 self._sync_pod(pod, node, now, used_ips)
         for memo in (self._due, self._ready_at):
             for uid in [u for u in memo if u not in live]:
@@ -174,10 +173,10 @@ class Kubelet(Actor):
 
     def _sync_node(self, node: dict[str, Any], now: float, index: int, count: int) -> bool:
         """Lease, heartbeat, failure and repair of one node; True while it is failed."""
-        name = _meta(node)["name"]
-        cause = _annotations(node).get(FAILED_ANNOTATION)
-        ready = _condition(node, "Ready") or {}
-        taints = [_m(t) for t in _spec(node).get("taints") or []]
+        name = meta_of(node)["name"]
+        cause = annotations_of(node).get(FAILED_ANNOTATION)
+        ready = condition_of(node, "Ready") or {}
+        taints = [as_dict(t) for t in spec_of(node).get("taints") or []]
         ours = [t for t in taints if t.get("key") == UNREACHABLE]
         if cause is not None:
             if ready.get("status") != "Unknown" or len(ours) < 2:
@@ -199,7 +198,7 @@ class Kubelet(Actor):
         return False
 
     def _renew(self, node: dict[str, Any], now: float) -> None:
-        name = _meta(node)["name"]
+        name = meta_of(node)["name"]
         self._next_renew[name] = now + self.renew_s
         body = {
             "spec": {
@@ -223,16 +222,16 @@ class Kubelet(Actor):
             self.api.quiet(
                 self.api.coord.create_namespaced_lease,
                 "kube-node-lease",
-                lease_body(name, _meta(node).get("uid"), now, self.lease_duration_s),
+                lease_body(name, meta_of(node).get("uid"), now, self.lease_duration_s),
                 ok=(409,),
             )
 
     def _heartbeat(self, node: dict[str, Any], now: float) -> None:
-        name = _meta(node)["name"]
+        name = meta_of(node)["name"]
         self._next_status[name] = now + self.status_s
         conditions = []
         for kind in NODE_CONDITIONS:
-            current = _condition(node, kind)
+            current = condition_of(node, kind)
             status, reason, message = HEALTHY_CONDITIONS[kind]
             conditions.append(
                 {
@@ -250,7 +249,7 @@ class Kubelet(Actor):
         )
 
     def _set_taints(self, node: dict[str, Any], taints: list[dict[str, Any]]) -> None:
-        meta = _meta(node)
+        meta = meta_of(node)
         self._write(
             self.api.core.patch_node,
             meta["name"],
@@ -268,7 +267,7 @@ class Kubelet(Actor):
 
         The taints go first: their patch carries the node's resourceVersion, which the
         status patch would change."""
-        name = _meta(node)["name"]
+        name = meta_of(node)["name"]
         if sum(1 for t in taints if t.get("key") == UNREACHABLE) < 2:
             kept = [t for t in taints if t.get("key") not in (UNREACHABLE, NOT_READY)]
             stamp = rfc3339(now)
@@ -280,11 +279,11 @@ class Kubelet(Actor):
                     {"key": UNREACHABLE, "effect": "NoExecute", "timeAdded": stamp},
                 ],
             )
-        if (_condition(node, "Ready") or {}).get("status") == "Unknown":
+        if (condition_of(node, "Ready") or {}).get("status") == "Unknown":
             return
         conditions = []
         for kind in NODE_CONDITIONS:
-            current = _condition(node, kind) or {}
+            current = condition_of(node, kind) or {}
             conditions.append(
                 {
                     "type": kind,
@@ -301,13 +300,15 @@ class Kubelet(Actor):
         )
 
     def _mark_ready(self, node: dict[str, Any], now: float, taints: list[dict[str, Any]]) -> None:
-        name = _meta(node)["name"]
+        name = meta_of(node)["name"]
         kept = [t for t in taints if t.get("key") not in (UNREACHABLE, NOT_READY)]
         if len(kept) != len(taints):
             self._set_taints(node, kept)
-        if not _node_ready(node):
+        if not node_ready(node):
             self._write(
-                self.api.core.patch_node_status, name, {"status": {"conditions": _conditions(now)}}
+                self.api.core.patch_node_status,
+                name,
+                {"status": {"conditions": healthy_node_conditions(now)}},
             )
             self.events.emit(
                 node,
@@ -322,7 +323,7 @@ class Kubelet(Actor):
     # -- pods ---------------------------------------------------------------------------
 
     def _patch_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
-        meta = _meta(pod)
+        meta = meta_of(pod)
         self._write(
             self.api.core.patch_namespaced_pod_status,
             meta["name"],
@@ -333,7 +334,7 @@ class Kubelet(Actor):
     def _sync_pod(
         self, pod: dict[str, Any], node: dict[str, Any], now: float, used_ips: set[Any]
     ) -> None:
-        meta, status = _meta(pod), _status(pod)
+        meta, status = meta_of(pod), status_of(pod)
         uid = str(meta.get("uid"))
         phase = status.get("phase") or "Pending"
         if meta.get("deletionTimestamp"):
@@ -344,18 +345,18 @@ class Kubelet(Actor):
         if phase == "Pending":
             if not status.get("containerStatuses"):
                 self._create_containers(pod, node, now)
-            elif now >= self._due.get(uid, _time_or(status.get("startTime"), now) + 4.0):
+            elif now >= self._due.get(uid, time_or(status.get("startTime"), now) + 4.0):
                 self._start_containers(pod, node, now, used_ips)
             return
         # Running
-        annotations = _annotations(pod)
+        annotations = annotations_of(pod)
         started = self._started_at(pod, now)
         ready_after = self._ready_at.get(uid)
         if ready_after is None and READY_SECONDS_ANNOTATION in annotations:
             ready_after = started + _float(annotations[READY_SECONDS_ANNOTATION])
-        if ready_after is not None and not _pod_ready(pod) and now >= ready_after:
+        if ready_after is not None and not pod_ready(pod) and now >= ready_after:
             self._set_ready(pod, now)
-        runs = _spec(pod).get("restartPolicy", "Always") != "Always" and (
+        runs = spec_of(pod).get("restartPolicy", "Always") != "Always" and (
             RUN_SECONDS_ANNOTATION in annotations
         )
         if runs and now >= started + _float(annotations[RUN_SECONDS_ANNOTATION]):
@@ -363,29 +364,31 @@ class Kubelet(Actor):
             self._finish(pod, now, code)
 
     def _started_at(self, pod: dict[str, Any], default: float) -> float:
-        for cs in _status(pod).get("containerStatuses") or []:
-            running = _m(_m(_m(cs).get("state")).get("running"))
+        for cs in status_of(pod).get("containerStatuses") or []:
+            running = as_dict(as_dict(as_dict(cs).get("state")).get("running"))
             if running.get("startedAt"):
-                return _time_or(running["startedAt"], default)
-        return _time_or(_status(pod).get("startTime"), default)
+                return time_or(running["startedAt"], default)
+        return time_or(status_of(pod).get("startTime"), default)
 
     @staticmethod
     def _host_ip(node: dict[str, Any]) -> str:
-        for a in _status(node).get("addresses") or []:
-            if _m(a).get("type") == "InternalIP":
+        for a in status_of(node).get("addresses") or []:
+            if as_dict(a).get("type") == "InternalIP":
                 return str(a.get("address"))
         return ""
 
     @staticmethod
     def _containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
-        return [_m(c) for c in _spec(pod).get("containers") or []]
+        return [as_dict(c) for c in spec_of(pod).get("containers") or []]
 
     def _create_containers(self, pod: dict[str, Any], node: dict[str, Any], now: float) -> None:
-        uid = str(_meta(pod).get("uid"))
-        node_name_ = _meta(node)["name"]
+        uid = str(meta_of(pod).get("uid"))
+        node_name_ = meta_of(node)["name"]
         pulled = self._images[node_name_]
         delay = 0.0
-        for c in self._containers(pod) + [_m(c) for c in _spec(pod).get("initContainers") or []]:
+        for c in self._containers(pod) + [
+            as_dict(c) for c in spec_of(pod).get("initContainers") or []
+        ]:
             image = str(c.get("image", ""))
             if image in pulled:
                 delay = max(delay, self.rng.uniform(1.0, 3.0))
@@ -396,17 +399,17 @@ class Kubelet(Actor):
         self._due[uid] = now + delay
         stamp = rfc3339(now)
         names = [str(c.get("name")) for c in self._containers(pod)]
-        inits = [_m(c) for c in _spec(pod).get("initContainers") or []]
+        inits = [as_dict(c) for c in spec_of(pod).get("initContainers") or []]
         conditions: list[dict[str, Any]] = [
-            _cond("PodReadyToStartContainers", "False", stamp),
-            _cond(
+            pod_condition("PodReadyToStartContainers", "False", stamp),
+            pod_condition(
                 "Ready",
                 "False",
                 stamp,
                 "ContainersNotReady",
                 f"containers with unready status: [{' '.join(names)}]",
             ),
-            _cond(
+            pod_condition(
                 "ContainersReady",
                 "False",
                 stamp,
@@ -417,7 +420,7 @@ class Kubelet(Actor):
         if inits:
             init_names = " ".join(str(c.get("name")) for c in inits)
             conditions.append(
-                _cond(
+                pod_condition(
                     "Initialized",
                     "False",
                     stamp,
@@ -426,9 +429,9 @@ class Kubelet(Actor):
                 )
             )
         else:
-            conditions.append(_cond("Initialized", "True", stamp))
-        if _condition(pod, "PodScheduled") is None:
-            conditions.append(_cond("PodScheduled", "True", stamp))
+            conditions.append(pod_condition("Initialized", "True", stamp))
+        if condition_of(pod, "PodScheduled") is None:
+            conditions.append(pod_condition("PodScheduled", "True", stamp))
         host_ip = self._host_ip(node)
         status: dict[str, Any] = {
             "phase": "Pending",
@@ -469,11 +472,11 @@ class Kubelet(Actor):
         self._patch_status(pod, status)
 
     def _pod_ip(self, pod: dict[str, Any], node: dict[str, Any], used: set[Any]) -> str:
-        if _spec(pod).get("hostNetwork"):
+        if spec_of(pod).get("hostNetwork"):
             return self._host_ip(node)
-        cidr = str(_spec(node).get("podCIDR") or "")
+        cidr = str(spec_of(node).get("podCIDR") or "")
         prefix = cidr.rsplit(".", 1)[0] if cidr.count(".") == 3 else "10.244.0"
-        name = _meta(node)["name"]
+        name = meta_of(node)["name"]
         for _ in range(253):
             octet = self._ip_next[name]
             self._ip_next[name] = octet + 1 if octet < 254 else 2
@@ -488,22 +491,22 @@ class Kubelet(Actor):
         tag_sep = repo.rfind(":")
         if tag_sep > repo.rfind("/"):
             repo = repo[:tag_sep]
-        return f"{repo}@sha256:{_sha('image', image)}"
+        return f"{repo}@sha256:{sha256_hex('image', image)}"
 
     def _start_containers(
         self, pod: dict[str, Any], node: dict[str, Any], now: float, used_ips: set[Any]
     ) -> None:
-        meta = _meta(pod)
+        meta = meta_of(pod)
         uid = str(meta.get("uid"))
-        node_name_ = _meta(node)["name"]
+        node_name_ = meta_of(node)["name"]
         stamp = rfc3339(now)
-        annotations = _annotations(pod)
+        annotations = annotations_of(pod)
         ready_delay = _float(annotations.get(READY_SECONDS_ANNOTATION, "0"))
         ready = ready_delay <= 0
         if not ready:
             self._ready_at[uid] = now + ready_delay
         names = [str(c.get("name")) for c in self._containers(pod)]
-        ip = _status(pod).get("podIP") or self._pod_ip(pod, node, used_ips)
+        ip = status_of(pod).get("podIP") or self._pod_ip(pod, node, used_ips)
         statuses = []
         for c in self._containers(pod):
             image = str(c.get("image"))
@@ -513,7 +516,8 @@ class Kubelet(Actor):
                     "name": str(c.get("name")),
                     "image": image,
                     "imageID": self._image_id(image),
-                    "containerID": "containerd://" + _sha("container", uid, str(c.get("name"))),
+                    "containerID": "containerd://"
+                    + sha256_hex("container", uid, str(c.get("name"))),
                     "ready": ready,
                     "restartCount": 0,
                     "started": True,
@@ -526,12 +530,14 @@ class Kubelet(Actor):
             f"containers with unready status: [{' '.join(names)}]",
         )
         conditions = [
-            _cond("PodReadyToStartContainers", "True", stamp),
-            _cond("Initialized", "True", stamp),
-            _cond(
+            pod_condition("PodReadyToStartContainers", "True", stamp),
+            pod_condition("Initialized", "True", stamp),
+            pod_condition(
                 "ContainersReady", "True" if ready else "False", stamp, *(() if ready else unready)
             ),
-            _cond("Ready", "True" if ready else "False", stamp, *(() if ready else unready)),
+            pod_condition(
+                "Ready", "True" if ready else "False", stamp, *(() if ready else unready)
+            ),
         ]
         status: dict[str, Any] = {
             "phase": "Running",
@@ -540,14 +546,14 @@ class Kubelet(Actor):
             "conditions": conditions,
             "containerStatuses": statuses,
         }
-        inits = [_m(c) for c in _spec(pod).get("initContainers") or []]
+        inits = [as_dict(c) for c in spec_of(pod).get("initContainers") or []]
         if inits:
             status["initContainerStatuses"] = [
                 {
                     "name": str(c.get("name")),
                     "image": str(c.get("image")),
                     "imageID": self._image_id(str(c.get("image"))),
-                    "containerID": "containerd://" + _sha("init", uid, str(c.get("name"))),
+                    "containerID": "containerd://" + sha256_hex("init", uid, str(c.get("name"))),
                     "ready": True,
                     "restartCount": 0,
                     "started": False,
@@ -556,7 +562,7 @@ class Kubelet(Actor):
                         "terminated": {
                             "exitCode": 0,
                             "reason": "Completed",
-                            "startedAt": _status(pod).get("startTime") or stamp,
+                            "startedAt": status_of(pod).get("startTime") or stamp,
                             "finishedAt": stamp,
                         }
                     },
@@ -577,30 +583,30 @@ class Kubelet(Actor):
     def _set_ready(self, pod: dict[str, Any], now: float) -> None:
         stamp = rfc3339(now)
         statuses = []
-        for cs in _status(pod).get("containerStatuses") or []:
-            cs = dict(_m(cs))
+        for cs in status_of(pod).get("containerStatuses") or []:
+            cs = dict(as_dict(cs))
             cs["ready"] = True
             statuses.append(cs)
         self._patch_status(
             pod,
             {
                 "conditions": [
-                    _cond("ContainersReady", "True", stamp),
-                    _cond("Ready", "True", stamp),
+                    pod_condition("ContainersReady", "True", stamp),
+                    pod_condition("Ready", "True", stamp),
                 ],
                 "containerStatuses": statuses,
             },
         )
-        self._ready_at.pop(str(_meta(pod).get("uid")), None)
+        self._ready_at.pop(str(meta_of(pod).get("uid")), None)
 
     def _terminated_statuses(
         self, pod: dict[str, Any], now: float, code: int, reason: str, message: str | None = None
     ) -> list[dict[str, Any]]:
         stamp = rfc3339(now)
         out = []
-        for cs in _status(pod).get("containerStatuses") or []:
-            cs = dict(_m(cs))
-            running = _m(_m(cs.get("state")).get("running"))
+        for cs in status_of(pod).get("containerStatuses") or []:
+            cs = dict(as_dict(cs))
+            running = as_dict(as_dict(cs.get("state")).get("running"))
             terminated: dict[str, Any] = {
                 "exitCode": code,
                 "reason": reason,
@@ -625,9 +631,9 @@ class Kubelet(Actor):
             {
                 "phase": "Succeeded" if ok else "Failed",
                 "conditions": [
-                    _cond("Ready", "False", stamp, reason),
-                    _cond("ContainersReady", "False", stamp, reason),
-                    _cond("PodReadyToStartContainers", "False", stamp),
+                    pod_condition("Ready", "False", stamp, reason),
+                    pod_condition("ContainersReady", "False", stamp, reason),
+                    pod_condition("PodReadyToStartContainers", "False", stamp),
                 ],
                 "containerStatuses": self._terminated_statuses(
                     pod, now, code, "Completed" if ok else "Error"
@@ -639,11 +645,11 @@ class Kubelet(Actor):
         """Graceful deletion: stop the containers once the grace period is over, report the
         pod terminal (containers exit 143 after SIGTERM) where finalizers will keep it
         around or it had started, then delete it with grace 0."""
-        meta, status = _meta(pod), _status(pod)
+        meta, status = meta_of(pod), status_of(pod)
         uid = str(meta.get("uid"))
         grace = meta.get("deletionGracePeriodSeconds")
         finalizers = bool(meta.get("finalizers"))
-        deadline = _time_or(meta.get("deletionTimestamp"), now) + float(grace or 0)
+        deadline = time_or(meta.get("deletionTimestamp"), now) + float(grace or 0)
         started = status.get("phase") == "Running"
         if started and uid not in self._killing:
             self._killing.add(uid)
@@ -654,20 +660,20 @@ class Kubelet(Actor):
                 "Normal",
                 "Killing",
                 f"Stopping container {', '.join(names)}",
-                host=_meta(node)["name"],
+                host=meta_of(node)["name"],
             )
         if started and now < deadline:
             return
-        if not _terminal(pod) and (started or finalizers):
+        if not is_terminal(pod) and (started or finalizers):
             stamp = rfc3339(now)
             self._patch_status(
                 pod,
                 {
                     "phase": "Failed",
                     "conditions": [
-                        _cond("Ready", "False", stamp, "PodFailed"),
-                        _cond("ContainersReady", "False", stamp, "PodFailed"),
-                        _cond("PodReadyToStartContainers", "False", stamp),
+                        pod_condition("Ready", "False", stamp, "PodFailed"),
+                        pod_condition("ContainersReady", "False", stamp, "PodFailed"),
+                        pod_condition("PodReadyToStartContainers", "False", stamp),
                     ],
                     "containerStatuses": self._terminated_statuses(pod, now, 143, "Error"),
                 },
@@ -684,8 +690,8 @@ class Kubelet(Actor):
 
     def _fail_pod(self, pod: dict[str, Any], node_name_: str, cause: str, now: float) -> None:
         """The node died under a pod that had started."""
-        status = _status(pod)
-        if _terminal(pod):
+        status = status_of(pod)
+        if is_terminal(pod):
             return
         if status.get("phase") != "Running" and not status.get("containerStatuses"):
             return  # never started: it waits for the node to come back
@@ -701,10 +707,12 @@ class Kubelet(Actor):
                 "reason": "NodeFailure",
                 "message": message,
                 "conditions": [
-                    _cond("DisruptionTarget", "True", stamp, "TerminationByKubelet", message),
-                    _cond("Ready", "False", stamp, "PodFailed"),
-                    _cond("ContainersReady", "False", stamp, "PodFailed"),
-                    _cond("PodReadyToStartContainers", "False", stamp),
+                    pod_condition(
+                        "DisruptionTarget", "True", stamp, "TerminationByKubelet", message
+                    ),
+                    pod_condition("Ready", "False", stamp, "PodFailed"),
+                    pod_condition("ContainersReady", "False", stamp, "PodFailed"),
+                    pod_condition("PodReadyToStartContainers", "False", stamp),
                 ],
                 "containerStatuses": self._terminated_statuses(
                     pod,

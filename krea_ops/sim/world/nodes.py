@@ -14,9 +14,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from krea_ops.kube.times import micro_time, rfc3339
 from krea_ops.sim.world.actor import World
 from krea_ops.sim.world.api import Api
-from krea_ops.sim.world.objects import _condition, _labels, _meta, _sha, micro_time, rfc3339
+from krea_ops.sim.world.objects import (
+    condition_of,
+    labels_of,
+    meta_of,
+    sha256_hex,
+)
 
 FAILED_ANNOTATION = "sim.krea.ai/failed"
 
@@ -48,12 +54,12 @@ KERNEL_VERSION = "5.15.0-131-generic"
 CONTAINER_RUNTIME = "containerd://1.7.24"
 
 
-def _is_virtual(node: dict[str, Any]) -> bool:
-    return _labels(node).get(VIRTUAL_KUBELET_LABEL[0]) == VIRTUAL_KUBELET_LABEL[1]
+def is_virtual(node: dict[str, Any]) -> bool:
+    return labels_of(node).get(VIRTUAL_KUBELET_LABEL[0]) == VIRTUAL_KUBELET_LABEL[1]
 
 
-def _node_ready(node: dict[str, Any]) -> bool:
-    c = _condition(node, "Ready")
+def node_ready(node: dict[str, Any]) -> bool:
+    c = condition_of(node, "Ready")
     return c is not None and c.get("status") == "True"
 
 
@@ -94,7 +100,7 @@ def node_labels(i: int, gpus: int) -> dict[str, str]:
     }
 
 
-def _conditions(t: float, heartbeat: float | None = None) -> list[dict[str, Any]]:
+def healthy_node_conditions(t: float, heartbeat: float | None = None) -> list[dict[str, Any]]:
     hb = rfc3339(heartbeat if heartbeat is not None else t)
     out = []
     for kind in NODE_CONDITIONS:
@@ -114,7 +120,7 @@ def _conditions(t: float, heartbeat: float | None = None) -> list[dict[str, Any]
 
 def make_node(i: int, gpus: int, t: float) -> dict[str, Any]:
     name = node_name(i)
-    machine = _sha("machine", name)[:32]
+    machine = sha256_hex("machine", name)[:32]
     capacity = {
         "cpu": "224",
         "memory": "2147483648Ki",  # 2 TiB
@@ -143,7 +149,7 @@ def make_node(i: int, gpus: int, t: float) -> dict[str, Any]:
         "status": {
             "capacity": capacity,
             "allocatable": allocatable,
-            "conditions": _conditions(t),
+            "conditions": healthy_node_conditions(t),
             "addresses": [
                 {"type": "InternalIP", "address": node_ip(i)},
                 {"type": "Hostname", "address": name},
@@ -153,7 +159,7 @@ def make_node(i: int, gpus: int, t: float) -> dict[str, Any]:
                 "machineID": machine,
                 "systemUUID": f"{machine[:8]}-{machine[8:12]}-{machine[12:16]}-"
                 f"{machine[16:20]}-{machine[20:32]}",
-                "bootID": _sha("boot", name)[:36],
+                "bootID": sha256_hex("boot", name)[:36],
                 "kernelVersion": KERNEL_VERSION,
                 "osImage": OS_IMAGE,
                 "containerRuntimeVersion": CONTAINER_RUNTIME,
@@ -284,7 +290,7 @@ def bootstrap(world: World, api: Api, lease_duration_s: int) -> None:
     gpus = world.config.gpus_per_node
     for i in range(world.config.nodes):
         created = api.quiet(api.core.create_node, make_node(i, gpus, t), ok=(409,))
-        uid = _meta(created).get("uid") if created else None
+        uid = meta_of(created).get("uid") if created else None
         api.quiet(
             api.coord.create_namespaced_lease,
             "kube-node-lease",

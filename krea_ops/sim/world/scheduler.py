@@ -16,19 +16,19 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
+from krea_ops.kube.quantity import as_float, quantity_or_none
+from krea_ops.kube.times import rfc3339
 from krea_ops.sim.world.actor import Actor, World
 from krea_ops.sim.world.api import Api, ClusterView, Events
-from krea_ops.sim.world.nodes import GPU, NOT_READY, UNREACHABLE, UNSCHEDULABLE, _node_ready
+from krea_ops.sim.world.nodes import GPU, NOT_READY, UNREACHABLE, UNSCHEDULABLE, node_ready
 from krea_ops.sim.world.objects import (
-    _condition,
-    _labels,
-    _m,
-    _meta,
-    _spec,
-    _status,
-    _terminal,
-    quantity,
-    rfc3339,
+    as_dict,
+    condition_of,
+    is_terminal,
+    labels_of,
+    meta_of,
+    spec_of,
+    status_of,
 )
 
 GANG_LABELS = ("jobset.sigs.k8s.io/jobset-name", "batch.kubernetes.io/job-name")
@@ -57,7 +57,7 @@ def untolerated_taint(
     for taint in taints:
         if taint.get("effect") not in effects:
             continue
-        if not any(tolerates(_m(t), taint) for t in tolerations):
+        if not any(tolerates(as_dict(t), taint) for t in tolerations):
             return taint
     return None
 
@@ -84,27 +84,31 @@ def _expression_matches(expr: dict[str, Any], value: str | None) -> bool:
 
 def node_matches_pod(spec: dict[str, Any], node: dict[str, Any]) -> bool:
     """``spec.nodeSelector`` and required node affinity."""
-    labels = _labels(node)
-    for k, v in _m(spec.get("nodeSelector")).items():
+    labels = labels_of(node)
+    for k, v in as_dict(spec.get("nodeSelector")).items():
         if labels.get(k) != v:
             return False
-    required = _m(
-        _m(_m(spec.get("affinity")).get("nodeAffinity")).get(
+    required = as_dict(
+        as_dict(as_dict(spec.get("affinity")).get("nodeAffinity")).get(
             "requiredDuringSchedulingIgnoredDuringExecution"
         )
     )
     terms = required.get("nodeSelectorTerms")
     if not required or terms is None:
         return True
-    name = _meta(node).get("name")
+    name = meta_of(node).get("name")
     for term in terms:
-        term = _m(term)
+        term = as_dict(term)
         exprs = term.get("matchExpressions") or []
         fields = term.get("matchFields") or []
         if not exprs and not fields:
             continue  # an empty term matches no node
-        if all(_expression_matches(_m(e), labels.get(_m(e).get("key", ""))) for e in exprs) and all(
-            _expression_matches(_m(f), name if _m(f).get("key") == "metadata.name" else None)
+        if all(
+            _expression_matches(as_dict(e), labels.get(as_dict(e).get("key", ""))) for e in exprs
+        ) and all(
+            _expression_matches(
+                as_dict(f), name if as_dict(f).get("key") == "metadata.name" else None
+            )
             for f in fields
         ):
             return True
@@ -113,20 +117,20 @@ def node_matches_pod(spec: dict[str, Any], node: dict[str, Any]) -> bool:
 
 def preferred_affinity_score(spec: dict[str, Any], node: dict[str, Any]) -> int:
     """The summed weights of the preferred node-affinity terms the node matches."""
-    preferred = _m(_m(spec.get("affinity")).get("nodeAffinity")).get(
+    preferred = as_dict(as_dict(spec.get("affinity")).get("nodeAffinity")).get(
         "preferredDuringSchedulingIgnoredDuringExecution"
     )
     if not preferred:
         return 0
-    labels = _labels(node)
+    labels = labels_of(node)
     score = 0
     for term in preferred:
-        pref = _m(_m(term).get("preference"))
+        pref = as_dict(as_dict(term).get("preference"))
         exprs = pref.get("matchExpressions") or []
         if exprs and all(
-            _expression_matches(_m(e), labels.get(_m(e).get("key", ""))) for e in exprs
+            _expression_matches(as_dict(e), labels.get(as_dict(e).get("key", ""))) for e in exprs
         ):
-            score += int(_m(term).get("weight") or 0)
+            score += int(as_dict(term).get("weight") or 0)
     return score
 
 
@@ -136,32 +140,27 @@ _requests_cache: dict[str, dict[str, float]] = {}
 def pod_requests(pod: dict[str, Any]) -> dict[str, float]:
     """What a pod asks of its node: containers' requests (or limits where a request is
     unset) summed, init containers' taken at their peak, plus the overhead."""
-    uid = str(_meta(pod).get("uid") or "")
+    uid = str(meta_of(pod).get("uid") or "")
     cached = _requests_cache.get(uid) if uid else None
     if cached is not None:
         return cached
-    spec = _spec(pod)
+    spec = spec_of(pod)
 
     def one(c: dict[str, Any]) -> dict[str, float]:
-        res = _m(c.get("resources"))
-        merged = {**_m(res.get("limits")), **_m(res.get("requests"))}
-        out = {}
-        for k, v in merged.items():
-            try:
-                out[k] = quantity(str(v))
-            except ValueError:
-                continue
-        return out
+        res = as_dict(c.get("resources"))
+        merged = {**as_dict(res.get("limits")), **as_dict(res.get("requests"))}
+        # an unparsable quantity asks for nothing (the server would have refused it)
+        return {k: as_float(v) for k, v in merged.items()}
 
     total: dict[str, float] = defaultdict(float)
     for c in spec.get("containers") or []:
-        for k, v in one(_m(c)).items():
+        for k, v in one(as_dict(c)).items():
             total[k] += v
     for c in spec.get("initContainers") or []:
-        for k, v in one(_m(c)).items():
+        for k, v in one(as_dict(c)).items():
             total[k] = max(total[k], v)
-    for k, v in _m(spec.get("overhead")).items():
-        total[k] += quantity(str(v))
+    for k, v in as_dict(spec.get("overhead")).items():
+        total[k] += as_float(v)
     result = {k: v for k, v in total.items() if v}
     if uid:
         if len(_requests_cache) > 20000:
@@ -172,19 +171,18 @@ def pod_requests(pod: dict[str, Any]) -> dict[str, float]:
 
 def _allocatable(node: dict[str, Any]) -> dict[str, float]:
     out = {}
-    for k, v in _m(_status(node).get("allocatable")).items():
-        try:
-            out[k] = quantity(str(v))
-        except ValueError:
-            continue
+    for k, v in as_dict(status_of(node).get("allocatable")).items():
+        q = quantity_or_none(v)
+        if q is not None:  # else the filters' defaults apply (110 pods, 0 of the rest)
+            out[k] = float(q)
     return out
 
 
 def _effective_taints(node: dict[str, Any]) -> list[dict[str, Any]]:
     """The node's taints, plus ``not-ready`` for a node not Ready that carries none of the
     node lifecycle taints yet."""
-    taints = [_m(t) for t in _spec(node).get("taints") or []]
-    if not _node_ready(node) and not any(t.get("key") in (UNREACHABLE, NOT_READY) for t in taints):
+    taints = [as_dict(t) for t in spec_of(node).get("taints") or []]
+    if not node_ready(node) and not any(t.get("key") in (UNREACHABLE, NOT_READY) for t in taints):
         taints.append({"key": NOT_READY, "effect": "NoSchedule"})
     return taints
 
@@ -209,10 +207,10 @@ class _Gang:
 
 
 def _gang_key(pod: dict[str, Any]) -> tuple[str, str, str] | None:
-    labels = _labels(pod)
+    labels = labels_of(pod)
     for key in GANG_LABELS:
         if labels.get(key):
-            return (_meta(pod).get("namespace") or "", key, labels[key])
+            return (meta_of(pod).get("namespace") or "", key, labels[key])
     return None
 
 
@@ -254,17 +252,17 @@ class Scheduler(Actor):
             return
         # A pod seen for the first time may have been created right after a node was
         # cordoned or tainted: decide on nodes listed after the pods were.
-        new = any(str(_meta(p).get("uid")) not in self._tried for p in pending)
+        new = any(str(meta_of(p).get("uid")) not in self._tried for p in pending)
         nodes = self.view.nodes(self.view.fetched("pods") if new else 0.0)
         infos = self._node_infos(nodes)
         gangs: dict[tuple[str, str, str], _Gang] = defaultdict(_Gang)
         seen: set[str] = set()
         active_bound = []
         for pod in pods:
-            uid = str(_meta(pod).get("uid"))
+            uid = str(meta_of(pod).get("uid"))
             seen.add(uid)
-            name = _spec(pod).get("nodeName")
-            if not name or _terminal(pod):
+            name = spec_of(pod).get("nodeName")
+            if not name or is_terminal(pod):
                 continue
             active_bound.append(uid)
             self._assumed.pop(uid, None)
@@ -283,21 +281,21 @@ class Scheduler(Actor):
             )
         )
         now = self.clock.time()
-        pending_uids = {str(_meta(p).get("uid")) for p in pending}
+        pending_uids = {str(meta_of(p).get("uid")) for p in pending}
         for uid in [u for u in self._tried if u not in pending_uids]:
             del self._tried[uid]
         # The active queue: priority, then arrival (creation, the resourceVersion within
         # the second creationTimestamp resolves).
         pending.sort(
             key=lambda p: (
-                -int(_spec(p).get("priority") or 0),
-                _meta(p).get("creationTimestamp") or "",
-                int(_meta(p).get("resourceVersion") or 0),
+                -int(spec_of(p).get("priority") or 0),
+                meta_of(p).get("creationTimestamp") or "",
+                int(meta_of(p).get("resourceVersion") or 0),
             )
         )
         rack_free = self._rack_free(infos)
         for pod in pending:
-            uid = str(_meta(pod).get("uid"))
+            uid = str(meta_of(pod).get("uid"))
             if uid in self._assumed:
                 continue
             tried = self._tried.get(uid)
@@ -307,27 +305,27 @@ class Scheduler(Actor):
 
     @staticmethod
     def _wants_scheduling(pod: dict[str, Any]) -> bool:
-        spec = _spec(pod)
+        spec = spec_of(pod)
         return (
             not spec.get("nodeName")
             and (spec.get("schedulerName") or "default-scheduler") == "default-scheduler"
             and not spec.get("schedulingGates")
-            and not _meta(pod).get("deletionTimestamp")
-            and (_status(pod).get("phase") or "Pending") == "Pending"
+            and not meta_of(pod).get("deletionTimestamp")
+            and (status_of(pod).get("phase") or "Pending") == "Pending"
         )
 
     @staticmethod
     def _node_infos(nodes: list[dict[str, Any]]) -> dict[str, _NodeInfo]:
         infos = {}
         for node in nodes:
-            labels = _labels(node)
-            name = _meta(node)["name"]
+            labels = labels_of(node)
+            name = meta_of(node)["name"]
             infos[name] = _NodeInfo(
                 name=name,
                 node=node,
                 alloc=_allocatable(node),
                 taints=_effective_taints(node),
-                unschedulable=bool(_spec(node).get("unschedulable")),
+                unschedulable=bool(spec_of(node).get("unschedulable")),
                 rack=labels.get("krea.ai/rack", ""),
                 spine=labels.get("krea.ai/spine", ""),
             )
@@ -340,7 +338,7 @@ class Scheduler(Actor):
             repr(info.taints),
             info.unschedulable,
             repr(sorted(info.alloc.items())),
-            repr(sorted(_labels(info.node).items())),
+            repr(sorted(labels_of(info.node).items())),
         )
 
     @staticmethod
@@ -373,8 +371,8 @@ class Scheduler(Actor):
     @staticmethod
     def filter(pod: dict[str, Any], reqs: dict[str, float], info: _NodeInfo) -> list[str]:
         """Why the pod can't go to the node, in the scheduler's words ([] if it can)."""
-        spec = _spec(pod)
-        tolerations = [_m(t) for t in spec.get("tolerations") or []]
+        spec = spec_of(pod)
+        tolerations = [as_dict(t) for t in spec.get("tolerations") or []]
         if info.unschedulable and not any(
             tolerates(t, {"key": UNSCHEDULABLE, "effect": "NoSchedule"}) for t in tolerations
         ):
@@ -421,7 +419,7 @@ class Scheduler(Actor):
             gpu_cap = info.alloc.get(GPU, 0.0)
             cpu_cap = info.alloc.get("cpu", 0.0)
             score = (
-                preferred_affinity_score(_spec(pod), info.node),
+                preferred_affinity_score(spec_of(pod), info.node),
                 gang.racks[info.rack] if gang else 0,
                 gang.spines[info.spine] if gang else 0,
                 rack_free.get(info.rack, 0.0) if gang_key else 0.0,
@@ -444,7 +442,7 @@ class Scheduler(Actor):
         gangs: dict[tuple[str, str, str], _Gang],
         rack_free: dict[str, float],
     ) -> None:
-        meta = _meta(pod)
+        meta = meta_of(pod)
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
@@ -497,12 +495,12 @@ class Scheduler(Actor):
                 f"0/{count} nodes are available: {parts}. "
                 f"preemption: 0/{count} nodes are available: {pre}."
             )
-        uid = str(_meta(pod).get("uid"))
+        uid = str(meta_of(pod).get("uid"))
         self._tried[uid] = (signature, now, message)
-        current = _condition(pod, "PodScheduled") or {}
+        current = condition_of(pod, "PodScheduled") or {}
         if current.get("status") == "False" and current.get("message") == message:
             return
-        meta = _meta(pod)
+        meta = meta_of(pod)
         self.writes += 1
         self.api.quiet(
             self.api.core.patch_namespaced_pod_status,
