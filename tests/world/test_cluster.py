@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -39,7 +41,8 @@ class Cluster:
     def raw(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return json.loads(fn(*args, _preload_content=False, **kwargs).data)
 
-    def now(self) -> float:
+    def sim_time(self) -> float:
+        """The world's simulated clock (what its processes take); API stamps are wall time."""
         return self.world.clock.time()
 
     def pod(self, name: str, ns: str = "training") -> dict[str, Any] | None:
@@ -115,9 +118,11 @@ def stamp(text: str) -> float:
 def make_cluster(tmp_path) -> Iterator[Callable[..., Cluster]]:  # type: ignore[no-untyped-def]
     worlds: list[SimWorld] = []
 
-    def make(nodes: int = 4, speed: float = SPEED) -> Cluster:
+    def make(nodes: int = 4, speed: float = SPEED, **extra: Any) -> Cluster:
         world = SimWorld(
-            WorldConfig(nodes=nodes, speed=speed), tmp_path / f"state{len(worlds)}", parts=PARTS
+            WorldConfig(nodes=nodes, speed=speed, extra=extra),
+            tmp_path / f"state{len(worlds)}",
+            parts=PARTS,
         )
         worlds.append(world)
         return Cluster(world)
@@ -245,15 +250,17 @@ def test_nodes_leases_and_daemonsets(make_cluster: Callable[..., Cluster]) -> No
             return False
         for lease in leases:
             spec = lease["spec"]
-            age = c.now() - stamp(spec["renewTime"])
+            age = time.time() - stamp(spec["renewTime"])
             assert spec["leaseDurationSeconds"] >= 40
             if not 0 <= age < spec["leaseDurationSeconds"]:
                 return False
         return True
 
-    # Renewed, not just created: wait past one renewal period and check again.
+    # Renewed, not just created: wait past one renewal period (10 wall seconds, as a real
+    # kubelet's, whatever the speed) and check again.
     assert leases_fresh()
     first = c.raw(c.coord.read_namespaced_lease, "gpu-node-005", "kube-node-lease")
+    assert first["spec"]["leaseDurationSeconds"] == 40
     wait_for(
         lambda: (
             c.raw(c.coord.read_namespaced_lease, "gpu-node-005", "kube-node-lease")["spec"][
@@ -261,7 +268,7 @@ def test_nodes_leases_and_daemonsets(make_cluster: Callable[..., Cluster]) -> No
             ]
             != first["spec"]["renewTime"]
         ),
-        timeout=10,
+        timeout=20,
     )
     assert leases_fresh()
 
@@ -536,16 +543,16 @@ def test_graceful_deletion_takes_the_grace_period(make_cluster: Callable[..., Cl
     c.create_pod("slow-stop", spec={"terminationGracePeriodSeconds": 180})
     wait_for(lambda: c.running("slow-stop"), timeout=15)
     c.core.delete_namespaced_pod("slow-stop", "training")
-    deleted_at = c.now()
+    deleted_at = c.sim_time()
     pod = c.pod("slow-stop")
     assert pod is not None and pod["metadata"]["deletionTimestamp"]
     assert pod["metadata"]["deletionGracePeriodSeconds"] == 180
     # Still terminating a simulated minute later (kubectl shows Terminating) ...
-    wait_for(lambda: c.now() - deleted_at > 90, timeout=5)
+    wait_for(lambda: c.sim_time() - deleted_at > 90, timeout=5)
     assert c.pod("slow-stop") is not None
     # ... and gone once the grace period is over.
     wait_for(lambda: c.pod("slow-stop") is None, timeout=15)
-    assert c.now() - deleted_at >= 180
+    assert c.sim_time() - deleted_at >= 180
     events = c.raw(c.core.list_namespaced_event, "training")["items"]
     assert any(e["reason"] == "Killing" for e in events)
 
@@ -588,7 +595,8 @@ def test_completions_by_annotation(make_cluster: Callable[..., Cluster]) -> None
     assert done is not None
     term = done["status"]["containerStatuses"][0]["state"]["terminated"]
     assert term["exitCode"] == 0 and term["reason"] == "Completed"
-    assert stamp(term["finishedAt"]) - stamp(term["startedAt"]) >= 120
+    # 120 simulated seconds between the wall-clock stamps: 1 s at speed 120
+    assert stamp(term["finishedAt"]) - stamp(term["startedAt"]) >= c.world.clock.to_wall(120)
     wait_for(lambda: c.phase("crashes") == "Failed", timeout=15)
     crashed = c.pod("crashes")
     assert crashed is not None
@@ -597,7 +605,7 @@ def test_completions_by_annotation(make_cluster: Callable[..., Cluster]) -> None
 
 
 def test_node_failure_and_repair(make_cluster: Callable[..., Cluster]) -> None:
-    c = make_cluster(nodes=2)
+    c = make_cluster(nodes=2, lease_renew_s=0.5)  # so that a missed renewal shows soon
     c.create_pod(
         "victim", gpus=8, spec={"nodeSelector": {"kubernetes.io/hostname": "gpu-node-000"}}
     )
@@ -635,7 +643,7 @@ def test_node_failure_and_repair(make_cluster: Callable[..., Cluster]) -> None:
     # Its Lease is no longer renewed.
     lease = c.raw(c.coord.read_namespaced_lease, "gpu-node-000", "kube-node-lease")
     renewed = lease["spec"]["renewTime"]
-    wait_for(lambda: c.now() - stamp(renewed) > 2 * 60, timeout=5)
+    wait_for(lambda: time.time() - stamp(renewed) > 4 * 0.5, timeout=5)
     lease = c.raw(c.coord.read_namespaced_lease, "gpu-node-000", "kube-node-lease")
     assert lease["spec"]["renewTime"] == renewed
     # Nothing new is scheduled there.
@@ -687,14 +695,15 @@ def test_taint_manager_evicts_after_toleration_seconds(
                     "key": "krea.ai/drain",
                     "operator": "Exists",
                     "effect": "NoExecute",
-                    "tolerationSeconds": 300,
+                    # the control plane's timer: wall seconds, whatever the speed
+                    "tolerationSeconds": 8,
                 }
             ]
         },
     )
     wait_for(lambda: c.running("intolerant") and c.running("patient"), timeout=15)
     wait_for(lambda: len([p for p in c.pods("kube-system") if _ready(p)]) == 2, timeout=15)
-    tainted_at = c.now()
+    tainted_at = math.floor(time.time())  # timeAdded has whole seconds
     c.core.patch_node(
         "gpu-node-000",
         {
@@ -712,7 +721,7 @@ def test_taint_manager_evicts_after_toleration_seconds(
     wait_for(lambda: c.pod("intolerant") is None, timeout=15)
     assert c.pod("patient") is not None
     wait_for(lambda: c.pod("patient") is None, timeout=20)
-    assert c.now() - tainted_at >= 300
+    assert time.time() - tainted_at >= 8
     # The DaemonSet pods tolerate everything and stay.
     assert len([p for p in c.pods("kube-system") if _ready(p)]) == 2
 

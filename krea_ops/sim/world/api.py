@@ -119,7 +119,7 @@ class Events:
         meta = meta_of(obj)
         name = str(meta.get("name"))
         ns = meta.get("namespace") or "default"
-        t = self.clock.time()
+        t = self.clock.wall()
         self._seq += 1
         stamp = rfc3339(t)
         source: dict[str, Any] = {"component": self.component}

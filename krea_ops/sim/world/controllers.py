@@ -4,6 +4,11 @@ controllers and the taint manager (NoExecute evictions).
 The taint manager marks pods it evicts with ``DisruptionTarget`` (reason
 ``DeletionByTaintManager``) and deletes them. Each tick lists DaemonSets, Deployments and
 ReplicaSets once, besides the shared view of pods and nodes.
+
+Their timers are the control plane's, on the wall clock like the stamps they compare
+(as in a real kube-controller-manager): ``tolerationSeconds`` from a taint's
+``timeAdded``, ``minReadySeconds`` from a pod's Ready transition,
+``progressDeadlineSeconds`` from a Deployment's last progress.
 """
 
 from __future__ import annotations
@@ -106,7 +111,7 @@ class Controllers(Actor):
             self._wrote = time.monotonic()
 
     def tick(self) -> None:
-        now = self.clock.time()
+        now = self.clock.wall()
         nodes = self.view.nodes(self._wrote)
         pods = self.view.pods(self._wrote)
         owned: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -350,7 +355,7 @@ class Controllers(Actor):
             active = active[diff:]
         ready = sum(1 for p in active if pod_ready(p))
         min_ready = int(spec.get("minReadySeconds") or 0)
-        now = self.clock.time()
+        now = self.clock.wall()
         available = 0
         for p in active:
             cond = condition_of(p, "Ready")

@@ -26,8 +26,9 @@ of a failure), ``hca`` (the HCA of an ib-link crash) and ``source`` (``inject`` 
 ``random``).
 
 The device actor's fault loop applies each fault once and records it in annotations:
-``sim.krea.ai/applied`` (simulated RFC 3339 time), ``sim.krea.ai/resolve-at`` (when it
-will end, if it ends by itself), ``sim.krea.ai/resolved`` once it has ended, or
+``sim.krea.ai/applied`` (RFC 3339, wall time like every API stamp),
+``sim.krea.ai/resolve-at`` (when it will end, if it ends by itself: its simulated
+duration converted to wall time), ``sim.krea.ai/resolved`` once it has ended, or
 ``sim.krea.ai/error`` if it could not be applied. ``hot-gpu`` and ``nvlink-errors``
 last until their ConfigMap is deleted (or ``duration_s`` passes). A failure is
 repaired after its repair time by removing the node's ``sim.krea.ai/failed`` annotation
@@ -306,7 +307,8 @@ def inject_fault(
 
 class FaultTarget(Protocol):
     """What the fault and failure actors act on: the world's devices
-    (``devices.DeviceService``), which import this module, not the other way round."""
+    (``devices.DeviceService``), which import this module, not the other way round.
+    ``apply_fault`` takes and answers simulated time (the devices' processes run on it)."""
 
     active_faults: dict[str, Fault]
     lemon: str | None
@@ -340,7 +342,7 @@ class FaultActor(Actor):
             FAULT_NAMESPACE, label_selector=f"{FAULT_LABEL}=true", _preload_content=False
         )
         items = json.loads(resp.data).get("items") or []
-        now = self.clock.time()
+        now = self.clock.wall()  # the annotations' stamps are API stamps: wall time
         seen: set[str] = set()
         touched: set[str] = set()
         for obj in sorted(items, key=lambda o: (o.get("metadata") or {}).get("name", "")):
@@ -355,7 +357,7 @@ class FaultActor(Actor):
             else:
                 if fault.name not in self.service.active_faults:
                     # The world restarted: restore what the fault did to the devices.
-                    self.service.apply_fault(fault, now, restore=True)
+                    self.service.apply_fault(fault, self.clock.time(), restore=True)
                     self._track(fault, touched)
                 if fault.resolve_at is not None and now >= fault.resolve_at:
                     self._resolve(fault.name, fault.node, now, touched)
@@ -367,13 +369,17 @@ class FaultActor(Actor):
             self._sync_node(node)
 
     def _apply(self, fault: Fault, now: float, touched: set[str]) -> None:
+        sim_now = self.clock.time()
         try:
-            resolve_at = self.service.apply_fault(fault, now)
+            ends = self.service.apply_fault(fault, sim_now)
         except ValueError as exc:
             self._annotate(fault.name, {ERROR: str(exc)})
             return
         ann = {APPLIED: rfc3339(now)}
-        if resolve_at is not None:
+        if ends is not None:
+            # The devices say when it ends in simulated time (a repair of 2 simulated
+            # hours is 2 wall minutes at speed 60); the annotation is a wall stamp.
+            resolve_at = now + self.clock.to_wall(ends - sim_now)
             ann[RESOLVE_AT] = rfc3339(math.ceil(resolve_at))
         self._annotate(fault.name, ann)
         self._track(fault, touched)

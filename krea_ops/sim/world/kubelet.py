@@ -6,6 +6,12 @@ through their phases, finishes graceful deletions and plays a node's failure and
 (annotation ``sim.krea.ai/failed``), including the node lifecycle controller's part
 (``Ready=Unknown``, the ``unreachable`` taints).
 
+Times. Every stamp the kubelet writes (conditions, start and finish times, Lease
+``renewTime``, node heartbeats, Events) and every stamp it compares (``startTime``,
+``deletionTimestamp``) is wall time, like the API server's; what the pods' processes
+take (image pulls, container start, the annotations below, shutting down) is simulated
+time, ``speed`` times faster.
+
 Pods the simulation should complete carry annotations the kubelet reads:
 
 ``sim.krea.ai/run-seconds``
@@ -27,11 +33,13 @@ containers were lost``, with a ``DisruptionTarget`` condition (reason
 with their node, so ``kubectl get pods`` shows ``ContainerStatusUnknown``). Pods bound
 to a failed node that had not started stay ``Pending`` until it is repaired.
 
-Deletion: a pod with ``deletionTimestamp`` that had started is stopped once
-``deletionTimestamp + deletionGracePeriodSeconds`` (simulated) has passed: its
-containers are reported ``terminated`` (exit 143, phase ``Failed``), then it is deleted
-with grace 0; one that never started goes at once. A pod held by finalizers is left
-terminal for their owner to release.
+Deletion: the containers of a pod with ``deletionTimestamp`` that had started take
+their whole ``deletionGracePeriodSeconds`` to stop from when the kubelet sees the
+deletion, in simulated seconds (never longer than the grace period on the wall clock,
+when the kubelet would kill them): then they
+are reported ``terminated`` (exit 143, phase ``Failed``) and the pod is deleted with
+grace 0; one that never started goes at once. A pod held by finalizers is left terminal
+for their owner to release.
 
 Periods and traffic of the cluster's actors (this kubelet, ``scheduler.py``,
 ``controllers.py``). Periods are simulated seconds, stretched so that no actor ticks more
@@ -43,12 +51,10 @@ DaemonSets, Deployments and ReplicaSets a tick, the scheduler lists nothing more
 writes nothing while no pod waits. Writes are strategic merge patches of what changed:
 two per pod start, one per completion or failure, one or two per deletion, a binding and
 an Event per scheduled pod. Lease renewals, the bulk of the steady-state writes, come
-every ``max(10, speed * max(0.5, nodes / LEASE_WRITES_PER_WALL_S))`` simulated seconds
-per node, spread over the nodes, with ``leaseDurationSeconds`` four times that (at least
-40); node status heartbeats every ``max(300, 5 x renewal)``. At 64 nodes and ``--speed
-60`` that is 32 Lease and 6.4 node-status writes a wall second, about 4 shared lists a
-second, and about a tenth of one core for these actors and the API server together with
-224 running pods.
+every ``max(10, nodes / LEASE_WRITES_PER_WALL_S)`` wall seconds per node whatever the
+speed, spread over the nodes, with ``leaseDurationSeconds`` four times that (at least
+40, as a real kubelet's); node status heartbeats every ``max(300, 5 x renewal)`` wall
+seconds. At 64 nodes that is 6.4 Lease and 0.2 node-status writes a wall second.
 """
 
 from __future__ import annotations
@@ -93,10 +99,16 @@ RUN_SECONDS_ANNOTATION = "sim.krea.ai/run-seconds"
 EXIT_CODE_ANNOTATION = "sim.krea.ai/exit-code"
 READY_SECONDS_ANNOTATION = "sim.krea.ai/ready-seconds"
 
-# Lease renewals are the bulk of the steady-state writes: keep them near this many per
-# wall second however fast the clock runs (64 nodes at --speed 60: one renewal per node
-# every 120 simulated seconds, leaseDurationSeconds 480).
+# A real kubelet renews its Lease every 10 s (leaseDurationSeconds 40). Renewals are the
+# bulk of the steady-state writes: with more nodes than this many per wall second they
+# come less often, so the rate stays there (4,096 nodes: every 128 s, duration 512).
+LEASE_RENEW_S = 10.0
 LEASE_WRITES_PER_WALL_S = 32.0
+# Without a change to report, a real kubelet writes its node status every 5 minutes.
+NODE_STATUS_REPORT_S = 300.0
+# A pod whose container start was not planned by this kubelet (a restart of the world)
+# starts this many simulated seconds after its startTime.
+DEFAULT_START_S = 4.0
 
 
 _BIG_IMAGES = ("pytorch", "nemo", "vllm", "cuda", "tensorrt", "triton", "sglang")
@@ -116,23 +128,32 @@ class Kubelet(Actor):
         self.events = Events(api, world, "kubelet")
         self.node_events = Events(api, world, "node-controller")
         self.period_s = max(2.0, 0.5 * speed)
-        self.renew_s = max(10.0, speed * max(0.5, nodes / LEASE_WRITES_PER_WALL_S))
+        # Lease and node status are the API's business: wall seconds, whatever the speed
+        # (``lease_renew_s`` in ``WorldConfig.extra`` overrides the renewal: tests).
+        self.renew_s = float(world.config.extra.get("lease_renew_s", 0) or 0) or max(
+            LEASE_RENEW_S, nodes / LEASE_WRITES_PER_WALL_S
+        )
         self.lease_duration_s = int(max(40, math.ceil(4 * self.renew_s)))
-        self.status_s = max(300.0, 5 * self.renew_s)
+        self.status_s = max(NODE_STATUS_REPORT_S, 5 * self.renew_s)
         self.writes = 0
         self._wrote = 0.0
+        # All times kept here are wall times, like the API stamps they are compared with.
         self._next_renew: dict[str, float] = {}
         self._next_status: dict[str, float] = {}
         self._due: dict[str, float] = {}  # pod uid -> when its containers start
         self._ready_at: dict[str, float] = {}  # pod uid -> when its containers turn ready
         self._images: dict[str, set[str]] = defaultdict(set)  # node -> pulled images
         self._ip_next: dict[str, int] = defaultdict(lambda: 2)
-        self._killing: set[str] = set()
+        # API stamps have whole seconds, more than a pod's processes last at high speed:
+        # when this kubelet started a pod's containers and when it began stopping them
+        # (the stamps stand in after a restart of the world).
+        self._started: dict[str, float] = {}
+        self._killing: dict[str, float] = {}
 
     # -- the loop -----------------------------------------------------------------------
 
     def tick(self) -> None:
-        now = self.clock.time()
+        now = self.clock.wall()
         nodes = self.view.nodes(self._wrote)
         pods = self.view.pods(self._wrote)
         mine = {meta_of(n)["name"]: n for n in nodes if not is_virtual(n)}
@@ -157,10 +178,9 @@ class Kubelet(Actor):
             for pod in node_pods:
                 live.add(str(meta_of(pod).get("uid")))
                 self._sync_pod(pod, node, now, used_ips)
-        for memo in (self._due, self._ready_at):
+        for memo in (self._due, self._ready_at, self._started, self._killing):
             for uid in [u for u in memo if u not in live]:
                 del memo[uid]
-        self._killing &= live
 
     def _write(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         self.writes += 1
@@ -345,7 +365,9 @@ class Kubelet(Actor):
         if phase == "Pending":
             if not status.get("containerStatuses"):
                 self._create_containers(pod, node, now)
-            elif now >= self._due.get(uid, time_or(status.get("startTime"), now) + 4.0):
+            elif now >= self._due.get(
+                uid, time_or(status.get("startTime"), now) + self.clock.to_wall(DEFAULT_START_S)
+            ):
                 self._start_containers(pod, node, now, used_ips)
             return
         # Running
@@ -353,17 +375,23 @@ class Kubelet(Actor):
         started = self._started_at(pod, now)
         ready_after = self._ready_at.get(uid)
         if ready_after is None and READY_SECONDS_ANNOTATION in annotations:
-            ready_after = started + _float(annotations[READY_SECONDS_ANNOTATION])
+            ready_after = started + self.clock.to_wall(
+                _float(annotations[READY_SECONDS_ANNOTATION])
+            )
         if ready_after is not None and not pod_ready(pod) and now >= ready_after:
             self._set_ready(pod, now)
         runs = spec_of(pod).get("restartPolicy", "Always") != "Always" and (
             RUN_SECONDS_ANNOTATION in annotations
         )
-        if runs and now >= started + _float(annotations[RUN_SECONDS_ANNOTATION]):
+        run_s = _float(annotations.get(RUN_SECONDS_ANNOTATION))
+        if runs and now >= started + self.clock.to_wall(run_s):
             code = int(_float(annotations.get(EXIT_CODE_ANNOTATION, "0")))
             self._finish(pod, now, code)
 
     def _started_at(self, pod: dict[str, Any], default: float) -> float:
+        known = self._started.get(str(meta_of(pod).get("uid")))
+        if known is not None:
+            return known
         for cs in status_of(pod).get("containerStatuses") or []:
             running = as_dict(as_dict(as_dict(cs).get("state")).get("running"))
             if running.get("startedAt"):
@@ -396,7 +424,7 @@ class Kubelet(Actor):
                 delay = max(delay, self.rng.uniform(20.0, 90.0))
             else:
                 delay = max(delay, self.rng.uniform(2.0, 8.0))
-        self._due[uid] = now + delay
+        self._due[uid] = now + self.clock.to_wall(delay)  # the pulls take simulated time
         stamp = rfc3339(now)
         names = [str(c.get("name")) for c in self._containers(pod)]
         inits = [as_dict(c) for c in spec_of(pod).get("initContainers") or []]
@@ -504,7 +532,7 @@ class Kubelet(Actor):
         ready_delay = _float(annotations.get(READY_SECONDS_ANNOTATION, "0"))
         ready = ready_delay <= 0
         if not ready:
-            self._ready_at[uid] = now + ready_delay
+            self._ready_at[uid] = now + self.clock.to_wall(ready_delay)
         names = [str(c.get("name")) for c in self._containers(pod)]
         ip = status_of(pod).get("podIP") or self._pod_ip(pod, node, used_ips)
         statuses = []
@@ -571,6 +599,7 @@ class Kubelet(Actor):
             ]
         self._patch_status(pod, status)
         self._due.pop(uid, None)
+        self._started[uid] = now
         self.events.emit(
             pod,
             "Pod",
@@ -649,10 +678,9 @@ class Kubelet(Actor):
         uid = str(meta.get("uid"))
         grace = meta.get("deletionGracePeriodSeconds")
         finalizers = bool(meta.get("finalizers"))
-        deadline = time_or(meta.get("deletionTimestamp"), now) + float(grace or 0)
         started = status.get("phase") == "Running"
         if started and uid not in self._killing:
-            self._killing.add(uid)
+            self._killing[uid] = now  # SIGTERM: the grace period runs from here
             names = [str(c.get("name")) for c in self._containers(pod)]
             self.events.emit(
                 pod,
@@ -662,6 +690,10 @@ class Kubelet(Actor):
                 f"Stopping container {', '.join(names)}",
                 host=meta_of(node)["name"],
             )
+        # The containers take their whole grace period to stop, in simulated seconds; the
+        # kill at the end of the grace period on the wall clock comes first below speed 1.
+        grace_s = float(grace or 0)
+        deadline = self._killing.get(uid, now) + min(grace_s, self.clock.to_wall(grace_s))
         if started and now < deadline:
             return
         if not is_terminal(pod) and (started or finalizers):

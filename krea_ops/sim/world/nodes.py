@@ -286,7 +286,7 @@ def bootstrap(world: World, api: Api, lease_duration_s: int) -> None:
     """Namespaces, nodes, their Leases and the system DaemonSets; what exists is kept."""
     for ns in NAMESPACES:
         api.quiet(api.core.create_namespace, {"metadata": {"name": ns}}, ok=(409,))
-    t = world.clock.time()
+    t = world.clock.wall()
     gpus = world.config.gpus_per_node
     for i in range(world.config.nodes):
         created = api.quiet(api.core.create_node, make_node(i, gpus, t), ok=(409,))

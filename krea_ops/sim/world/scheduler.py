@@ -228,7 +228,9 @@ class Scheduler(Actor):
     Scores, in order: preferred node affinity weights; for a gang (pods sharing a
     ``jobset.sigs.k8s.io/jobset-name`` or ``batch.kubernetes.io/job-name``), peers in
     the node's rack, then in its spine, then free GPUs in the rack; then GPUs most
-    allocated (packing), then CPU most allocated; ties go to the first node by name."""
+    allocated (packing), then CPU most allocated; ties go to the first node by name.
+    A pod that did not fit is tried again when the nodes or the bound pods change, or
+    after ``RETRY_S`` wall seconds (stamps and timers are wall time, as the API's)."""
 
     name = "scheduler"
     RETRY_S = 300.0
@@ -280,7 +282,7 @@ class Scheduler(Actor):
                 frozenset(active_bound),
             )
         )
-        now = self.clock.time()
+        now = self.clock.wall()
         pending_uids = {str(meta_of(p).get("uid")) for p in pending}
         for uid in [u for u in self._tried if u not in pending_uids]:
             del self._tried[uid]

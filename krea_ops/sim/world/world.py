@@ -94,9 +94,8 @@ class SimWorld:
         if unknown:
             raise ValueError(f"unknown world parts {unknown}: choose from {', '.join(PARTS)}")
         self.clock = SimClock(config.speed)
-        self.sim = LocalApiServer(
-            state_dir, host=host, port=port, kubeconfig_out=kubeconfig_out, clock=self.clock.now
-        )
+        # The API server stamps with the wall clock (its default), whatever the speed.
+        self.sim = LocalApiServer(state_dir, host=host, port=port, kubeconfig_out=kubeconfig_out)
         self.client = self.sim.api_client()
         self.world = World(config, self.clock, self.client, self.sim.state_dir)
         self.actors: list[Actor] = []
