@@ -238,17 +238,14 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         "exporters": args.exporters == "on",
     }
 
-    # Time each module's ``actors(world)`` (cluster bootstrap, device models, ...).
-    import importlib
-
-    from krea_ops.sim.world.world import ACTOR_MODULES
+    # Time each part's actor builder (cluster bootstrap, device models, ...).
+    from krea_ops.sim.world.world import PARTS
 
     startup: dict[str, float] = {}
     out["startup_by_module_s"] = startup
-    for name in ACTOR_MODULES:
-        module: Any = importlib.import_module(name)
+    for name, build in list(PARTS.items()):
 
-        def timed(world: Any, _fn: Any = module.actors, _short: str = name.split(".")[-1]) -> Any:
+        def timed(world: Any, _fn: Any = build, _short: str = name) -> Any:
             t = time.perf_counter()
             try:
                 return _fn(world)
@@ -258,7 +255,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
                 with (state / PROGRESS).open("a") as f:
                     f.write(json.dumps({"module": _short, "s": startup[_short]}) + "\n")
 
-        module.actors = timed
+        PARTS[name] = timed
 
     config = WorldConfig(
         nodes=nodes,

@@ -262,16 +262,10 @@ class QueueScreen(DataScreen):
         for widget in self.query(".queue-data"):
             widget.set_class(True, "stale")
 
-    def _now(self) -> float:
-        """Our clock, or the cluster's when it runs ahead (a workload created "in the
-        future" would otherwise read 0s forever)."""
-        stamps = [w.created_at for w in self.workloads.values() if w.created_at is not None]
-        return max([self.krea.clock(), *stamps])
-
     def _render_workloads(self) -> None:
         table = self.query_one("#wl-table", DataTable)
         needle = self.filter_text.lower()
-        now = self._now()
+        now = self.krea.clock()
         rows = {}
         for key, wl in self.workloads.items():
             cells = workload_cells(wl, now)

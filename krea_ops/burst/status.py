@@ -21,9 +21,9 @@ GPU-hours and cost from the node's ``burst.krea.ai/usage`` annotation when it ha
 provider (it also counts pods that already left) and sum the current pods otherwise; the
 ``source`` field says which. Pod and GPU counts are always today's pods.
 
-"Now" is the local clock, or the newest timestamp the cluster wrote into what was read if
-that is later: a cluster clock ahead of ours (or the simulator running faster than real
-time) must not turn GPU-hours negative.
+"Now" is the local clock, as for every age the product shows: the API server's stamps
+follow the wall clock (the simulator's too, whatever its speed). A stamp a little ahead
+of ours (clock skew) counts as no time passed, never as negative GPU-hours.
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def burst_status(
         label_selector=inference_selector, field_selector="status.phase=Pending,spec.nodeName="
     )
     if now is None:
-        now = max(time.time(), _newest(found, pods.values(), pending))
+        now = time.time()
     nodes = tuple(virtual_node(node, selector, pods[node.name], now) for node, selector in found)
     return BurstStatus(collected_at=now, nodes=nodes, pending_inference_pods=len(pending))
 
@@ -353,26 +353,6 @@ def provider_totals(
 
 
 # -- helpers ------------------------------------------------------------------------------
-
-
-def _newest(
-    found: list[tuple[NodeInfo, str]],
-    pod_lists: Iterable[list[PodInfo]],
-    pending: list[PodInfo],
-) -> float:
-    stamps: list[float | None] = []
-    for node, _ in found:
-        stamps.append(node.created_at)
-        stamps.append(parse_time(_str(read_usage(node.annotations).get("updatedAt"))))
-    for pods in (*pod_lists, pending):
-        for pod in pods:
-            stamps += [
-                pod.created_at,
-                pod.started_at,
-                parse_time(pod.annotations.get(ANN_PLACED_AT)),
-                parse_time(pod.annotations.get(ANN_FAILED_AT)),
-            ]
-    return max((s for s in stamps if s is not None), default=0.0)
 
 
 def _str(value: Any) -> str | None:

@@ -431,8 +431,9 @@ class ApiServer:
     ) -> None:
         """``users`` (token -> user, groups) and ``policies`` (ABAC) add credentials
         besides the admin ``token``; see ``krea_ops.sim.authz``."""
-        # Every timestamp the server writes comes from clock() (a UTC datetime): wall time,
-        # or the simulated world's clock so ages and leases follow simulated time.
+        # Every timestamp the server writes comes from clock() (a UTC datetime): the wall
+        # clock, as on a real server (the simulated world's speed never changes it), or a
+        # fixed one where a test needs the same bytes every run.
         self.clock = clock or wall_clock
         db = None if state_dir is None else Path(state_dir) / "objects.db"
         self.store = Store(db, history=history)

@@ -26,7 +26,7 @@ from tests.conftest import wait_for
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 JOBSET = ("jobset.x-k8s.io", "v1alpha2", "training", "jobsets")
-MODULES = ("krea_ops.sim.world.cluster", "krea_ops.sim.world.kueue")
+PARTS = ("cluster", "kueue")
 NODES = [f"gpu-node-{i:03d}" for i in range(4)]
 
 
@@ -91,7 +91,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimWorld]:
     config = WorldConfig(
         nodes=4, speed=120, exporters=False, prometheus=False, extra={"slow_burners": False}
     )
-    with SimWorld(config, tmp_path_factory.mktemp("world"), modules=MODULES) as w:
+    with SimWorld(config, tmp_path_factory.mktemp("world"), parts=PARTS) as w:
         submit_training(w.client, "big", nodes=2)
         wait_for(lambda: _running(w, "training", "krea.ai/training=big", 2), timeout=30)
         _core(w).create_namespaced_pod("inference", _inference_pod())

@@ -11,6 +11,7 @@ refreshes, and a failing read greying the screen.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from textual.css.query import NoMatches
@@ -22,6 +23,7 @@ from screens.app import KreaOpsApp
 from screens.fabric import FabricScreen
 from screens.fleet import FleetScreen
 from screens.node import NodeScreen
+from screens.text import age
 from screens.widgets.heatmap import GpuHeatmap
 from tests.screens.conftest import make_app, wait_until
 
@@ -81,6 +83,23 @@ def all_nodes_reporting(app: KreaOpsApp) -> bool:
     )
 
 
+def pod_ages_follow_the_wall_clock(app: KreaOpsApp, on_node: list[Any]) -> bool:
+    """Each pod's AGE is what ``age`` prints for the wall time since its start, within a
+    couple of refreshes, and the DaemonSet pods' (up since the world started) is not 0s."""
+    shown = rows(app, "pods")
+    now = time.time()
+    for p in on_node:
+        cell = shown.get(f"{p.namespace}/{p.name}", {}).get("age")
+        if cell is None or p.started_at is None:
+            return False
+        since = now - p.started_at
+        if cell not in {age(since - lag) for lag in range(0, 4)}:
+            return False
+        if p.namespace == "kube-system" and cell == age(0):
+            return False
+    return True
+
+
 # --- the simulated world ---------------------------------------------------------------------
 
 
@@ -119,6 +138,9 @@ def test_enter_on_heatmap_opens_node_with_gpus_history_and_pods(dashboard_world:
             assert set(pods) == {f"{p.namespace}/{p.name}" for p in on_node}
             daemons = [r for r in pods.values() if r["owner"].startswith("DaemonSet/")]
             assert daemons and all(r["namespace"] == "kube-system" for r in daemons)
+            # their ages count from their start on the wall clock, which the simulator's
+            # stamps follow at any speed: seconds after the world started, not 0s
+            await wait_until(pilot, lambda: pod_ages_follow_the_wall_clock(app, on_node))
 
             # 8 IB ports with live rates
             ib = await wait_until(pilot, lambda: len(rows(app, "ib")) == 8 and rows(app, "ib"))

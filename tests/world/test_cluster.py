@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,12 +15,16 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from krea_ops.sim.world import cluster
+from krea_ops.kube.quantity import as_float
+from krea_ops.kube.times import parse_time, rfc3339
+from krea_ops.sim.world import objects, scheduler
 from krea_ops.sim.world.actor import WorldConfig
+from krea_ops.sim.world.kubelet import EXIT_CODE_ANNOTATION, RUN_SECONDS_ANNOTATION
+from krea_ops.sim.world.nodes import FAILED_ANNOTATION
 from krea_ops.sim.world.world import SimWorld
 from tests.conftest import wait_for
 
-MODULES = ("krea_ops.sim.world.cluster",)
+PARTS = ("cluster",)
 SPEED = 60.0
 
 
@@ -35,7 +41,8 @@ class Cluster:
     def raw(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return json.loads(fn(*args, _preload_content=False, **kwargs).data)
 
-    def now(self) -> float:
+    def sim_time(self) -> float:
+        """The world's simulated clock (what its processes take); API stamps are wall time."""
         return self.world.clock.time()
 
     def pod(self, name: str, ns: str = "training") -> dict[str, Any] | None:
@@ -100,13 +107,22 @@ def _ready(obj: dict[str, Any]) -> bool:
     return _condition(obj, "Ready").get("status") == "True"
 
 
+def stamp(text: str) -> float:
+    """An API timestamp as epoch seconds (the test fails on one that is not RFC 3339)."""
+    t = parse_time(text)
+    assert t is not None, f"not an RFC 3339 timestamp: {text!r}"
+    return t
+
+
 @pytest.fixture
 def make_cluster(tmp_path) -> Iterator[Callable[..., Cluster]]:  # type: ignore[no-untyped-def]
     worlds: list[SimWorld] = []
 
-    def make(nodes: int = 4, speed: float = SPEED) -> Cluster:
+    def make(nodes: int = 4, speed: float = SPEED, **extra: Any) -> Cluster:
         world = SimWorld(
-            WorldConfig(nodes=nodes, speed=speed), tmp_path / f"state{len(worlds)}", modules=MODULES
+            WorldConfig(nodes=nodes, speed=speed, extra=extra),
+            tmp_path / f"state{len(worlds)}",
+            parts=PARTS,
         )
         worlds.append(world)
         return Cluster(world)
@@ -120,15 +136,16 @@ def make_cluster(tmp_path) -> Iterator[Callable[..., Cluster]]:  # type: ignore[
 
 
 def test_quantities_and_template_hash() -> None:
-    assert cluster.quantity("100m") == pytest.approx(0.1)
-    assert cluster.quantity("2Ti") == 2 * 2**40
-    assert cluster.quantity("2147483648Ki") == 2 * 2**40
-    assert cluster.quantity("1e3") == 1000
-    assert cluster.quantity("8") == 8
-    assert cluster.quantity("1.5G") == 1.5e9
-    h = cluster.template_hash({"spec": {"containers": [{"name": "a", "image": "x"}]}})
+    # the quantities the scheduler reads requests and allocatable with
+    assert as_float("100m") == pytest.approx(0.1)
+    assert as_float("2Ti") == 2 * 2**40
+    assert as_float("2147483648Ki") == 2 * 2**40
+    assert as_float("1e3") == 1000
+    assert as_float("8") == 8
+    assert as_float("1.5G") == 1.5e9
+    h = objects.template_hash({"spec": {"containers": [{"name": "a", "image": "x"}]}})
     assert h and set(h) <= set("bcdfghjklmnpqrstvwxz2456789")
-    assert h == cluster.template_hash({"spec": {"containers": [{"image": "x", "name": "a"}]}})
+    assert h == objects.template_hash({"spec": {"containers": [{"image": "x", "name": "a"}]}})
 
 
 def test_pod_requests_fall_back_to_limits_and_take_init_peaks() -> None:
@@ -142,16 +159,16 @@ def test_pod_requests_fall_back_to_limits_and_take_init_peaks() -> None:
             "initContainers": [{"resources": {"requests": {"cpu": "4"}}}],
         },
     }
-    assert cluster.pod_requests(pod) == {"nvidia.com/gpu": 8, "cpu": 4, "memory": 2**30}
+    assert scheduler.pod_requests(pod) == {"nvidia.com/gpu": 8, "cpu": 4, "memory": 2**30}
 
 
 def test_tolerations_and_affinity() -> None:
     taint = {"key": "krea.ai/unhealthy", "value": "xid-79", "effect": "NoSchedule"}
-    assert cluster.tolerates({"operator": "Exists"}, taint)
-    assert cluster.tolerates({"key": "krea.ai/unhealthy", "operator": "Exists"}, taint)
-    assert cluster.tolerates({"key": "krea.ai/unhealthy", "value": "xid-79"}, taint)
-    assert not cluster.tolerates({"key": "krea.ai/unhealthy", "value": "xid-48"}, taint)
-    assert not cluster.tolerates(
+    assert scheduler.tolerates({"operator": "Exists"}, taint)
+    assert scheduler.tolerates({"key": "krea.ai/unhealthy", "operator": "Exists"}, taint)
+    assert scheduler.tolerates({"key": "krea.ai/unhealthy", "value": "xid-79"}, taint)
+    assert not scheduler.tolerates({"key": "krea.ai/unhealthy", "value": "xid-48"}, taint)
+    assert not scheduler.tolerates(
         {"key": "krea.ai/unhealthy", "operator": "Exists", "effect": "NoExecute"}, taint
     )
     node = {"metadata": {"name": "n", "labels": {"krea.ai/rack": "rack-01", "gpus": "8"}}}
@@ -165,18 +182,18 @@ def test_tolerations_and_affinity() -> None:
             }
         }
 
-    assert cluster.node_matches_pod(
+    assert scheduler.node_matches_pod(
         affinity({"key": "krea.ai/rack", "operator": "In", "values": ["rack-01"]}), node
     )
-    assert not cluster.node_matches_pod(
+    assert not scheduler.node_matches_pod(
         affinity({"key": "krea.ai/rack", "operator": "NotIn", "values": ["rack-01"]}), node
     )
-    assert cluster.node_matches_pod(
+    assert scheduler.node_matches_pod(
         affinity({"key": "gpus", "operator": "Gt", "values": ["4"]}), node
     )
-    assert cluster.node_matches_pod(affinity({"key": "x", "operator": "DoesNotExist"}), node)
-    assert not cluster.node_matches_pod(affinity({"key": "x", "operator": "Exists"}), node)
-    assert not cluster.node_matches_pod({"nodeSelector": {"krea.ai/rack": "rack-02"}}, node)
+    assert scheduler.node_matches_pod(affinity({"key": "x", "operator": "DoesNotExist"}), node)
+    assert not scheduler.node_matches_pod(affinity({"key": "x", "operator": "Exists"}), node)
+    assert not scheduler.node_matches_pod({"nodeSelector": {"krea.ai/rack": "rack-02"}}, node)
     preferred = {
         "affinity": {
             "nodeAffinity": {
@@ -189,9 +206,9 @@ def test_tolerations_and_affinity() -> None:
             }
         }
     }  # fmt: skip
-    assert cluster.preferred_affinity_score(preferred, node) == 100
+    assert scheduler.preferred_affinity_score(preferred, node) == 100
     virtual = {"metadata": {"name": "burst-vk", "labels": {"type": "virtual-kubelet"}}}
-    assert cluster.preferred_affinity_score(preferred, virtual) == 0
+    assert scheduler.preferred_affinity_score(preferred, virtual) == 0
 
 
 # -- the world ------------------------------------------------------------------------------
@@ -233,15 +250,17 @@ def test_nodes_leases_and_daemonsets(make_cluster: Callable[..., Cluster]) -> No
             return False
         for lease in leases:
             spec = lease["spec"]
-            age = c.now() - cluster.parse_time(spec["renewTime"])
+            age = time.time() - stamp(spec["renewTime"])
             assert spec["leaseDurationSeconds"] >= 40
             if not 0 <= age < spec["leaseDurationSeconds"]:
                 return False
         return True
 
-    # Renewed, not just created: wait past one renewal period and check again.
+    # Renewed, not just created: wait past one renewal period (10 wall seconds, as a real
+    # kubelet's, whatever the speed) and check again.
     assert leases_fresh()
     first = c.raw(c.coord.read_namespaced_lease, "gpu-node-005", "kube-node-lease")
+    assert first["spec"]["leaseDurationSeconds"] == 40
     wait_for(
         lambda: (
             c.raw(c.coord.read_namespaced_lease, "gpu-node-005", "kube-node-lease")["spec"][
@@ -249,7 +268,7 @@ def test_nodes_leases_and_daemonsets(make_cluster: Callable[..., Cluster]) -> No
             ]
             != first["spec"]["renewTime"]
         ),
-        timeout=10,
+        timeout=20,
     )
     assert leases_fresh()
 
@@ -524,16 +543,16 @@ def test_graceful_deletion_takes_the_grace_period(make_cluster: Callable[..., Cl
     c.create_pod("slow-stop", spec={"terminationGracePeriodSeconds": 180})
     wait_for(lambda: c.running("slow-stop"), timeout=15)
     c.core.delete_namespaced_pod("slow-stop", "training")
-    deleted_at = c.now()
+    deleted_at = c.sim_time()
     pod = c.pod("slow-stop")
     assert pod is not None and pod["metadata"]["deletionTimestamp"]
     assert pod["metadata"]["deletionGracePeriodSeconds"] == 180
     # Still terminating a simulated minute later (kubectl shows Terminating) ...
-    wait_for(lambda: c.now() - deleted_at > 90, timeout=5)
+    wait_for(lambda: c.sim_time() - deleted_at > 90, timeout=5)
     assert c.pod("slow-stop") is not None
     # ... and gone once the grace period is over.
     wait_for(lambda: c.pod("slow-stop") is None, timeout=15)
-    assert c.now() - deleted_at >= 180
+    assert c.sim_time() - deleted_at >= 180
     events = c.raw(c.core.list_namespaced_event, "training")["items"]
     assert any(e["reason"] == "Killing" for e in events)
 
@@ -563,20 +582,21 @@ def test_completions_by_annotation(make_cluster: Callable[..., Cluster]) -> None
     c.create_pod(
         "done",
         spec={"restartPolicy": "Never"},
-        annotations={cluster.RUN_SECONDS_ANNOTATION: "120"},
+        annotations={RUN_SECONDS_ANNOTATION: "120"},
     )
     c.create_pod(
         "crashes",
         spec={"restartPolicy": "OnFailure"},
-        annotations={cluster.RUN_SECONDS_ANNOTATION: "60", cluster.EXIT_CODE_ANNOTATION: "3"},
+        annotations={RUN_SECONDS_ANNOTATION: "60", EXIT_CODE_ANNOTATION: "3"},
     )
-    c.create_pod("forever", annotations={cluster.RUN_SECONDS_ANNOTATION: "60"})  # Always
+    c.create_pod("forever", annotations={RUN_SECONDS_ANNOTATION: "60"})  # Always
     wait_for(lambda: c.phase("done") == "Succeeded", timeout=15)
     done = c.pod("done")
     assert done is not None
     term = done["status"]["containerStatuses"][0]["state"]["terminated"]
     assert term["exitCode"] == 0 and term["reason"] == "Completed"
-    assert cluster.parse_time(term["finishedAt"]) - cluster.parse_time(term["startedAt"]) >= 120
+    # 120 simulated seconds between the wall-clock stamps: 1 s at speed 120
+    assert stamp(term["finishedAt"]) - stamp(term["startedAt"]) >= c.world.clock.to_wall(120)
     wait_for(lambda: c.phase("crashes") == "Failed", timeout=15)
     crashed = c.pod("crashes")
     assert crashed is not None
@@ -585,7 +605,7 @@ def test_completions_by_annotation(make_cluster: Callable[..., Cluster]) -> None
 
 
 def test_node_failure_and_repair(make_cluster: Callable[..., Cluster]) -> None:
-    c = make_cluster(nodes=2)
+    c = make_cluster(nodes=2, lease_renew_s=0.5)  # so that a missed renewal shows soon
     c.create_pod(
         "victim", gpus=8, spec={"nodeSelector": {"kubernetes.io/hostname": "gpu-node-000"}}
     )
@@ -594,9 +614,7 @@ def test_node_failure_and_repair(make_cluster: Callable[..., Cluster]) -> None:
     )
     wait_for(lambda: c.running("victim") and c.running("bystander"), timeout=15)
     wait_for(lambda: len([p for p in c.pods("kube-system") if _ready(p)]) == 4, timeout=15)
-    c.core.patch_node(
-        "gpu-node-000", {"metadata": {"annotations": {cluster.FAILED_ANNOTATION: "gpu"}}}
-    )
+    c.core.patch_node("gpu-node-000", {"metadata": {"annotations": {FAILED_ANNOTATION: "gpu"}}})
 
     def not_ready() -> dict[str, Any] | None:
         node = c.node("gpu-node-000")
@@ -625,7 +643,7 @@ def test_node_failure_and_repair(make_cluster: Callable[..., Cluster]) -> None:
     # Its Lease is no longer renewed.
     lease = c.raw(c.coord.read_namespaced_lease, "gpu-node-000", "kube-node-lease")
     renewed = lease["spec"]["renewTime"]
-    wait_for(lambda: c.now() - cluster.parse_time(renewed) > 2 * 60, timeout=5)
+    wait_for(lambda: time.time() - stamp(renewed) > 4 * 0.5, timeout=5)
     lease = c.raw(c.coord.read_namespaced_lease, "gpu-node-000", "kube-node-lease")
     assert lease["spec"]["renewTime"] == renewed
     # Nothing new is scheduled there.
@@ -639,9 +657,7 @@ def test_node_failure_and_repair(make_cluster: Callable[..., Cluster]) -> None:
     )
 
     # Repair.
-    c.core.patch_node(
-        "gpu-node-000", {"metadata": {"annotations": {cluster.FAILED_ANNOTATION: None}}}
-    )
+    c.core.patch_node("gpu-node-000", {"metadata": {"annotations": {FAILED_ANNOTATION: None}}})
     wait_for(
         lambda: _ready(c.node("gpu-node-000")) and not c.node("gpu-node-000")["spec"].get("taints"),
         timeout=15,
@@ -679,14 +695,15 @@ def test_taint_manager_evicts_after_toleration_seconds(
                     "key": "krea.ai/drain",
                     "operator": "Exists",
                     "effect": "NoExecute",
-                    "tolerationSeconds": 300,
+                    # the control plane's timer: wall seconds, whatever the speed
+                    "tolerationSeconds": 8,
                 }
             ]
         },
     )
     wait_for(lambda: c.running("intolerant") and c.running("patient"), timeout=15)
     wait_for(lambda: len([p for p in c.pods("kube-system") if _ready(p)]) == 2, timeout=15)
-    tainted_at = c.now()
+    tainted_at = math.floor(time.time())  # timeAdded has whole seconds
     c.core.patch_node(
         "gpu-node-000",
         {
@@ -695,7 +712,7 @@ def test_taint_manager_evicts_after_toleration_seconds(
                     {
                         "key": "krea.ai/drain",
                         "effect": "NoExecute",
-                        "timeAdded": cluster.rfc3339(tainted_at),
+                        "timeAdded": rfc3339(tainted_at),
                     }
                 ]
             }
@@ -704,7 +721,7 @@ def test_taint_manager_evicts_after_toleration_seconds(
     wait_for(lambda: c.pod("intolerant") is None, timeout=15)
     assert c.pod("patient") is not None
     wait_for(lambda: c.pod("patient") is None, timeout=20)
-    assert c.now() - tainted_at >= 300
+    assert time.time() - tainted_at >= 8
     # The DaemonSet pods tolerate everything and stay.
     assert len([p for p in c.pods("kube-system") if _ready(p)]) == 2
 

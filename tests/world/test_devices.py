@@ -31,7 +31,7 @@ from krea_ops.sim.world.thermal import GpuModel, Load
 from krea_ops.sim.world.world import SimWorld
 from tests.conftest import require_binary, wait_for
 
-MODULES = ("krea_ops.sim.world.cluster", "krea_ops.sim.world.devices")
+PARTS = ("cluster", "devices")
 FAST = {
     "devices_period_s": 15.0,  # a quarter of a wall second at 60x
     "ib_flush_s": 0.3,
@@ -109,7 +109,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimWorld]:
     config = WorldConfig(
         nodes=5, speed=60, prometheus=False, failure_multiplier=0.0, extra=dict(FAST)
     )
-    with SimWorld(config, tmp_path_factory.mktemp("world"), modules=MODULES) as w:
+    with SimWorld(config, tmp_path_factory.mktemp("world"), parts=PARTS) as w:
         core = client.CoreV1Api(w.client)
         wait_for(lambda: len(core.list_node().items) >= 5, timeout=20)
         yield w
@@ -500,7 +500,7 @@ def test_sim_prometheus_scrapes_the_exporters(tmp_path: Path) -> None:
     from prometheus_api_client import PrometheusConnect
 
     config = WorldConfig(nodes=2, speed=60, prometheus=True, failure_multiplier=0.0, extra=FAST)
-    with SimWorld(config, tmp_path, modules=MODULES) as w:
+    with SimWorld(config, tmp_path, parts=PARTS) as w:
         core = client.CoreV1Api(w.client)
 
         def published() -> str | None:

@@ -35,7 +35,7 @@ from tests.training.dcp_fixture import write_dcp_checkpoint
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 
 JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
-MODULES = ("krea_ops.sim.world.cluster", "krea_ops.sim.world.kueue")
+PARTS = ("cluster", "kueue")
 
 # -- checkpoints on disk (pure) ---------------------------------------------------------
 
@@ -120,7 +120,7 @@ def world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[SimWorld]:
         prometheus=False,
         extra=extra,
     )
-    with SimWorld(config, tmp_path, modules=MODULES) as w:
+    with SimWorld(config, tmp_path, parts=PARTS) as w:
         yield w
         mine = [a for a in w.actors if a.name in ("kueue", "training")]
         assert mine and all(a.errors == 0 for a in mine), [(a.name, a.errors) for a in mine]

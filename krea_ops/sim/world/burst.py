@@ -30,6 +30,12 @@ created: taints others add later (the pause switch) are never touched. Placed po
 get ``controller.kubernetes.io/pod-deletion-cost: "-100"`` so scale-in removes offsite
 pods first. A Deployment scaled to 0 by hand is left alone, as the HPA does.
 
+Times: every stamp (placed-at, failed-at, scaled-at, ``startTime``, conditions, the Lease,
+the usage's ``updatedAt``) is wall time, as the API server's are; the demand curve, the
+autoscaler's window and cooldown, cold starts, provider failures and grace periods run on
+simulated time. GPU-hours and cost are wall hours: ``krea-ops burst status`` counts them
+from the stamps, and the usage annotation agrees with it.
+
 ``WorldConfig.extra["inference_services"]``: a sequence of ``InferenceService`` to create
 instead of the defaults (``()`` creates none; the autoscaler still scales any Deployment
 in ``inference`` that carries the autoscale annotation).
@@ -37,7 +43,6 @@ in ``inference`` that carries the autoscale annotation).
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
 import random
@@ -49,6 +54,8 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from krea_ops.kube.quantity import as_float
+from krea_ops.kube.times import micro_time, parse_time, rfc3339
 from krea_ops.sim.world.actor import Actor, Provider, World
 
 NAMESPACE = "inference"
@@ -86,8 +93,6 @@ BURST_PAUSED = "BurstPaused"
 
 GPU = "nvidia.com/gpu"
 VK_IP = "10.255.0.1"
-MICRO = "%Y-%m-%dT%H:%M:%S.%fZ"
-SECONDS = "%Y-%m-%dT%H:%M:%SZ"
 
 
 # -- helpers ---------------------------------------------------------------------------
@@ -103,39 +108,13 @@ def _body(obj: dict[str, Any]) -> Any:
     return obj
 
 
-def _stamp(t: float, fmt: str = SECONDS) -> str:
-    return dt.datetime.fromtimestamp(t, dt.UTC).strftime(fmt)
-
-
-def _parse_time(value: Any) -> float | None:
-    if not value:
-        return None
-    try:
-        return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def _quantity(value: Any) -> float:
-    """A Kubernetes quantity as a number (enough for GPU counts and plain integers)."""
-    text = str(value).strip()
-    if not text:
-        return 0.0
-    if text.endswith("m"):
-        return float(text[:-1]) / 1000
-    try:
-        return float(text)
-    except ValueError:
-        return 0.0
-
-
 def pod_gpus(pod: dict[str, Any]) -> int:
     """GPUs a pod asks for: the sum over its containers (requests, else limits)."""
     total = 0.0
     for c in (pod.get("spec") or {}).get("containers") or []:
         res = (c or {}).get("resources") or {}
         value = (res.get("requests") or {}).get(GPU, (res.get("limits") or {}).get(GPU, 0))
-        total += _quantity(value)
+        total += as_float(value)
     return math.ceil(total)
 
 
@@ -429,6 +408,8 @@ class InferenceAutoscaler(Actor):
             self._scale(dep, now)
 
     def _scale(self, dep: dict[str, Any], now: float) -> None:
+        """``now`` is simulated time: demand, its window and the cooldown follow the
+        world's diurnal load; the scaled-at annotation is a wall stamp."""
         meta = dep["metadata"]
         annotations = meta.get("annotations") or {}
         try:
@@ -452,9 +433,10 @@ class InferenceAutoscaler(Actor):
         if desired < current:
             desired = min(current, max(r for _, r in history))
         cooldown = float(spec.get("cooldownS", self.default_cooldown_s))
-        scaled_at = _parse_time(annotations.get(ANN_SCALED_AT)) or 0.0
+        wall = self.clock.wall()
+        since_scaled = self.clock.to_sim(wall - (parse_time(annotations.get(ANN_SCALED_AT)) or 0.0))
         replicas = current
-        if desired != current and now - scaled_at >= cooldown:
+        if desired != current and since_scaled >= cooldown:
             replicas = desired
         patch_ann: dict[str, str] = {}
         if annotations.get(ANN_DESIRED) != str(desired):
@@ -468,7 +450,9 @@ class InferenceAutoscaler(Actor):
             patch_ann[ANN_DEMAND] = demand_text
         body: dict[str, Any] = {}
         if replicas != current:
-            patch_ann[ANN_SCALED_AT] = _stamp(now)
+            # to the microsecond: the cooldown is simulated seconds, less than one wall
+            # second at high speed
+            patch_ann[ANN_SCALED_AT] = micro_time(wall)
             body["spec"] = {"replicas": replicas}
         if patch_ann:
             body["metadata"] = {"annotations": patch_ann}
@@ -537,12 +521,16 @@ class VirtualKubelet(Actor):
     """The ``burst-vk`` node: places its pods at external providers and runs them there."""
 
     name = "burst-vk"
-    period_s = 10.0  # virtual-kubelet's ping interval
-    lease_renew_s = 60.0
-    lease_duration_s = 240
-    status_report_s = 300.0  # the kubelet's nodeStatusReportFrequency with leases
-    usage_report_s = 60.0
-    failure_cooldown_s = 600.0  # a provider that just failed a pod is tried last
+    period_s = 10.0  # virtual-kubelet's ping interval (simulated seconds)
+    # The node's Lease and status are the API's business: wall seconds, virtual-kubelet's
+    # defaults (a 40 s Lease renewed every quarter of it) and the kubelet's
+    # nodeStatusReportFrequency.
+    lease_renew_s = 10.0
+    lease_duration_s = 40
+    status_report_s = 300.0
+    usage_report_s = 60.0  # the usage annotation's refresh, in simulated seconds
+    # A provider that just failed a pod is tried last, for this many simulated seconds.
+    failure_cooldown_s = 600.0
 
     def __init__(self, world: World, providers: Iterable[Provider] | None = None) -> None:
         super().__init__(world)
@@ -560,7 +548,10 @@ class VirtualKubelet(Actor):
         self._last_status = -math.inf
         self._last_usage = -math.inf
         self._reported: str | None = None
+        # Wall times this VK saw a pod's deletion and placed a pod: finer than the stamps'
+        # whole seconds, which stand in after a restart of the world.
         self._deleting_seen: dict[str, float] = {}
+        self._placed: dict[str, float] = {}
         self._recent_failure: dict[str, float] = {}
 
     @property
@@ -578,7 +569,7 @@ class VirtualKubelet(Actor):
             "pods": "10000",
             GPU: str(gpus),
         }
-        stamp = _stamp(now)
+        stamp = rfc3339(now)
 
         def condition(kind: str, status: str, reason: str, message: str) -> dict[str, Any]:
             return {
@@ -633,7 +624,7 @@ class VirtualKubelet(Actor):
         gpus = sum(u.gpus_in_use for u in self.usage.values())
         return json.dumps(
             {
-                "updatedAt": _stamp(now),
+                "updatedAt": rfc3339(now),
                 "providers": {name: u.to_json() for name, u in self.usage.items()},
                 "totals": {
                     "gpusInUse": gpus,
@@ -664,7 +655,7 @@ class VirtualKubelet(Actor):
 
     def register(self) -> dict[str, Any]:
         """Create the node (or refresh labels and status of an existing one) and its lease."""
-        now = self.clock.time()
+        now = self.clock.wall()
         try:
             node = _data(self.core.read_node(VK_NODE, _preload_content=False))
         except ApiException as exc:
@@ -712,7 +703,7 @@ class VirtualKubelet(Actor):
         return node
 
     def _renew_lease(self, now: float, node: dict[str, Any] | None = None) -> None:
-        renew = _stamp(now, MICRO)
+        renew = micro_time(now)
         try:
             self.coordination.patch_namespaced_lease(
                 VK_NODE,
@@ -758,8 +749,8 @@ class VirtualKubelet(Actor):
     # -- the loop -------------------------------------------------------------------------
 
     def tick(self) -> None:
-        now = self.clock.time()
-        try:
+        now = self.clock.wall()  # stamps, Lease and reports; the providers' processes
+        try:  # (cold starts, failures) take simulated time, converted where they meet
             node = _data(self.core.read_node(VK_NODE, _preload_content=False))
         except ApiException as exc:
             if exc.status != 404:
@@ -781,6 +772,8 @@ class VirtualKubelet(Actor):
             ).get("items")
             or []
         )
+        # GPU-hours are billed in wall hours: the product counts them from the placed-at
+        # stamps to now, and the usage annotation must agree with it.
         dt_s = 0.0 if self._last_tick is None else max(now - self._last_tick, 0.0)
         self._last_tick = now
         self._run_pods(pods, now, dt_s, paused)
@@ -804,10 +797,12 @@ class VirtualKubelet(Actor):
             usage.gpu_hours += hours
             usage.cost_usd += hours * usage.usd_per_gpu_hour
         seen_deleting: set[str] = set()
+        seen_pods: set[str] = set()
         for pod in pods:
             meta = pod["metadata"]
             provider = self._provider_of(pod)
             gpus = pod_gpus(pod)
+            seen_pods.add(meta["uid"])
             if meta.get("deletionTimestamp"):
                 seen_deleting.add(meta["uid"])
                 if self._finish_deletion(pod, now) and provider and not self._terminal(pod):
@@ -822,7 +817,7 @@ class VirtualKubelet(Actor):
                     in_use[chosen] = in_use.get(chosen, 0) + gpus
                     pod_count[chosen] = pod_count.get(chosen, 0) + 1
                 continue
-            if self._maybe_fail(pod, provider, now, dt_s):
+            if self._maybe_fail(pod, provider, now, self.clock.to_sim(dt_s)):
                 in_use[provider] -= gpus
                 pod_count[provider] -= 1
                 continue
@@ -831,6 +826,7 @@ class VirtualKubelet(Actor):
         self._deleting_seen = {
             uid: t for uid, t in self._deleting_seen.items() if uid in seen_deleting
         }
+        self._placed = {uid: t for uid, t in self._placed.items() if uid in seen_pods}
         for name, usage in self.usage.items():
             usage.gpus_in_use = max(in_use.get(name, 0), 0)
             usage.pods = max(pod_count.get(name, 0), 0)
@@ -856,8 +852,8 @@ class VirtualKubelet(Actor):
         )
         if shape == self._reported:
             idle = not any(u.gpus_in_use for u in self.usage.values())
-            if idle or now - self._last_usage < self.usage_report_s:
-                return  # GPU-hours grow only while something runs: refresh once a minute
+            if idle or self.clock.to_sim(now - self._last_usage) < self.usage_report_s:
+                return  # GPU-hours grow only while something runs: once a simulated minute
         text = self._usage_json(now)
         self.core.patch_node(
             VK_NODE, {"metadata": {"annotations": {ANN_USAGE: text}}}, _preload_content=False
@@ -883,11 +879,11 @@ class VirtualKubelet(Actor):
         meta = pod["metadata"]
         uid = meta["uid"]
         first = self._deleting_seen.setdefault(uid, now)
-        grace = float(meta.get("deletionGracePeriodSeconds") or 0)
-        requested = _parse_time(meta.get("deletionTimestamp"))
-        deadline = first + grace
-        if requested is not None:
-            deadline = min(deadline, requested + grace)
+        # The pod takes its whole grace period to stop from when this VK saw the deletion,
+        # in simulated seconds (no longer than the grace period on the wall clock), as on
+        # the cluster's kubelet.
+        grace_s = float(meta.get("deletionGracePeriodSeconds") or 0)
+        deadline = first + min(grace_s, self.clock.to_wall(grace_s))
         running = self._provider_of(pod) is not None and not self._terminal(pod)
         if running and now < deadline:
             return False
@@ -922,7 +918,8 @@ class VirtualKubelet(Actor):
 
     def choose(self, pod: dict[str, Any], in_use: dict[str, int], now: float) -> Provider | None:
         """The provider for a pod: among those it allows with room for its GPUs, the
-        cheapest, except that a provider which failed a pod recently goes last."""
+        cheapest, except that a provider which failed a pod recently (``now`` is
+        simulated time) goes last."""
         gpus = pod_gpus(pod)
         fits = [p for p in self._allowed(pod) if p.capacity_gpus - in_use.get(p.name, 0) >= gpus]
         if not fits:
@@ -945,7 +942,7 @@ class VirtualKubelet(Actor):
             if status.get("reason") != BURST_PAUSED or status.get("message") != message:
                 self._patch_status(pod, {"reason": BURST_PAUSED, "message": message})
             return None
-        provider = self.choose(pod, in_use, now)
+        provider = self.choose(pod, in_use, self.clock.time())
         if provider is None:
             gpus = pod_gpus(pod)
             free = ", ".join(
@@ -966,7 +963,7 @@ class VirtualKubelet(Actor):
                         "annotations": {
                             ANN_PROVIDER: provider.name,
                             ANN_PRICE: f"{provider.usd_per_gpu_hour:.2f}",
-                            ANN_PLACED_AT: _stamp(now),
+                            ANN_PLACED_AT: rfc3339(now),
                             DELETION_COST: "-100",
                         }
                     }
@@ -985,7 +982,7 @@ class VirtualKubelet(Actor):
                 "message": None,
                 "hostIP": VK_IP,
                 "hostIPs": [{"ip": VK_IP}],
-                "startTime": _stamp(now),
+                "startTime": rfc3339(now),
                 "conditions": [
                     self._condition("Initialized", "True", now),
                     self._condition("Ready", "False", now, "ContainersNotReady"),
@@ -1012,6 +1009,7 @@ class VirtualKubelet(Actor):
             },
         )
         self._usage_for(provider.name).placements += 1
+        self._placed[meta["uid"]] = now
         return provider.name
 
     @staticmethod
@@ -1022,7 +1020,7 @@ class VirtualKubelet(Actor):
             "type": kind,
             "status": status,
             "lastProbeTime": None,
-            "lastTransitionTime": _stamp(now),
+            "lastTransitionTime": rfc3339(now),
         }
         if reason:
             cond["reason"] = reason
@@ -1039,10 +1037,12 @@ class VirtualKubelet(Actor):
 
     def _maybe_start(self, pod: dict[str, Any], provider: str, now: float) -> None:
         annotations = pod["metadata"].get("annotations") or {}
-        placed = _parse_time(annotations.get(ANN_PLACED_AT)) or now
-        if now < placed + self.startup_s(pod, provider):
+        placed = self._placed.get(pod["metadata"].get("uid", ""))
+        if placed is None:
+            placed = parse_time(annotations.get(ANN_PLACED_AT)) or now
+        if now < placed + self.clock.to_wall(self.startup_s(pod, provider)):
             return
-        started = _stamp(now)
+        started = rfc3339(now)
         uid = pod["metadata"].get("uid", "")
         h = _hash(uid)
         ip = f"100.96.{(h >> 8) % 256}.{h % 254 + 1}"
@@ -1076,6 +1076,7 @@ class VirtualKubelet(Actor):
         )
 
     def _maybe_fail(self, pod: dict[str, Any], provider: str, now: float, dt_s: float) -> bool:
+        """Fail the pod at its provider's rate over the last ``dt_s`` simulated seconds."""
         usage = self._usage_for(provider)
         rate = usage.failures_per_1000_pod_hours / 1000.0 / 3600.0
         if rate <= 0 or dt_s <= 0:
@@ -1084,7 +1085,7 @@ class VirtualKubelet(Actor):
             return False
         meta = pod["metadata"]
         message = f"provider {provider} lost the instance running this pod"
-        finished = _stamp(now)
+        finished = rfc3339(now)
         ok = self._patch_status(
             pod,
             {
@@ -1129,14 +1130,5 @@ class VirtualKubelet(Actor):
         except ApiException as exc:
             _ignore_missing(exc)
         usage.failures += 1
-        self._recent_failure[provider] = now
+        self._recent_failure[provider] = self.clock.time()
         return True
-
-
-def actors(world: World) -> list[Actor]:
-    extra = world.config.extra
-    out: list[Actor] = [VirtualKubelet(world)]
-    services = extra.get("inference_services")
-    if services is not False:
-        out.append(InferenceAutoscaler(world, services))
-    return out

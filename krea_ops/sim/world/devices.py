@@ -94,16 +94,14 @@ from krea_ops.sim.world.faults import (
     FAILED_ANNOTATION,
     FAULT_NAMESPACE,
     MERGE_PATCH,
-    FailureActor,
     Fault,
-    FaultActor,
     ensure_namespace,
     repair_time,
 )
 from krea_ops.sim.world.thermal import IDLE, GpuModel, Load
 from krea_ops.telemetry.summary import rule_text
 
-__all__ = ["DeviceActor", "DeviceService", "NodeDevices", "actors"]
+__all__ = ["DeviceActor", "DeviceService", "NodeDevices"]
 
 OPS_NAMESPACE = "krea-ops"
 OPS_CONFIGMAP = "krea-ops-config"
@@ -1046,17 +1044,3 @@ class DeviceActor(Actor):
         svc.advance(now, dt, pods)
         svc.poll_prometheus()
         svc.publish()
-
-
-def actors(world: World) -> list[Actor]:
-    """The device, fault and failure actors; creates the devices and their exporters now."""
-    service = DeviceService(world)
-    world.services["devices"] = service
-    service.start()
-    service.publish()  # krea-ops-config exists when the world has started
-    devices = DeviceActor(world, service)
-    return [
-        devices,
-        FaultActor(world, service),
-        FailureActor(world, service),
-    ]

@@ -26,11 +26,11 @@ of a failure), ``hca`` (the HCA of an ib-link crash) and ``source`` (``inject`` 
 ``random``).
 
 The device actor's fault loop applies each fault once and records it in annotations:
-``sim.krea.ai/applied`` (simulated RFC 3339 time), ``sim.krea.ai/target`` (what it hit,
-``GPU 5, NVLink 7`` or ``HCA 3``, including what it chose where the fault left it open),
-``sim.krea.ai/resolve-at`` (when it will end, if it ends by itself),
-``sim.krea.ai/resolved`` once it has ended, or ``sim.krea.ai/error`` if it could not be
-applied. ``hot-gpu`` and ``nvlink-errors``
+``sim.krea.ai/applied`` (RFC 3339, wall time like every API stamp), ``sim.krea.ai/target``
+(what it hit, ``GPU 5, NVLink 7`` or ``HCA 3``, including what it chose where the fault
+left it open), ``sim.krea.ai/resolve-at`` (when it will end, if it ends by itself: its
+simulated duration converted to wall time), ``sim.krea.ai/resolved`` once it has ended,
+or ``sim.krea.ai/error`` if it could not be applied. ``hot-gpu`` and ``nvlink-errors``
 last until their ConfigMap is deleted (or ``duration_s`` passes). A failure is
 repaired after its repair time by removing the node's ``sim.krea.ai/failed`` annotation
 (or setting it to the cause of another failure still open on that node).
@@ -45,19 +45,16 @@ as ``krea-ops sim inject`` would.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
 import re
 import secrets
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from krea_ops.errors import BadInput
+from krea_ops.kube.times import parse_time, rfc3339
 from krea_ops.sim.world.actor import Actor, World
-
-if TYPE_CHECKING:
-    from krea_ops.sim.world.devices import DeviceService
 
 __all__ = [
     "CAUSES",
@@ -67,6 +64,7 @@ __all__ = [
     "FailureActor",
     "Fault",
     "FaultActor",
+    "FaultTarget",
     "inject_fault",
 ]
 
@@ -174,7 +172,7 @@ class Fault:
 
         resolve_at = None
         if ann.get(RESOLVE_AT):
-            resolve_at = _parse_time(ann[RESOLVE_AT])
+            resolve_at = parse_time(ann[RESOLVE_AT])
         return cls(
             name=str(meta.get("name", "")),
             kind=str(data.get("kind", "")),
@@ -190,17 +188,6 @@ class Fault:
             resolved=bool(ann.get(RESOLVED)),
             error=ann.get(ERROR) or None,
         )
-
-
-def _parse_time(text: str) -> float | None:
-    try:
-        return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
-    except ValueError:
-        return None
-
-
-def _rfc3339(epoch: float) -> str:
-    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _core(api_client: Any) -> Any:
@@ -321,12 +308,27 @@ def inject_fault(
     raise BadInput(f"could not find a free name for fault {base}")  # pragma: no cover
 
 
+class FaultTarget(Protocol):
+    """What the fault and failure actors act on: the world's devices
+    (``devices.DeviceService``), which import this module, not the other way round.
+    ``apply_fault`` takes and answers simulated time (the devices' processes run on it)."""
+
+    active_faults: dict[str, Fault]
+    lemon: str | None
+
+    def apply_fault(self, fault: Fault, now: float, restore: bool = False) -> float | None: ...
+
+    def resolve_fault(self, name: str) -> None: ...
+
+    def failure_candidates(self) -> list[str]: ...
+
+
 class FaultActor(Actor):
     """Applies fault ConfigMaps to the devices and fails/repairs nodes (one list a tick)."""
 
     name = "faults"
 
-    def __init__(self, world: World, service: DeviceService) -> None:
+    def __init__(self, world: World, service: FaultTarget) -> None:
         super().__init__(world)
         self.service = service
         # Injection should show within about a quarter of a wall second.
@@ -343,7 +345,7 @@ class FaultActor(Actor):
             FAULT_NAMESPACE, label_selector=f"{FAULT_LABEL}=true", _preload_content=False
         )
         items = json.loads(resp.data).get("items") or []
-        now = self.clock.time()
+        now = self.clock.wall()  # the annotations' stamps are API stamps: wall time
         seen: set[str] = set()
         touched: set[str] = set()
         for obj in sorted(items, key=lambda o: (o.get("metadata") or {}).get("name", "")):
@@ -358,7 +360,7 @@ class FaultActor(Actor):
             else:
                 if fault.name not in self.service.active_faults:
                     # The world restarted: restore what the fault did to the devices.
-                    self.service.apply_fault(fault, now, restore=True)
+                    self.service.apply_fault(fault, self.clock.time(), restore=True)
                     self._track(fault, touched)
                 if fault.resolve_at is not None and now >= fault.resolve_at:
                     self._resolve(fault.name, fault.node, now, touched)
@@ -370,16 +372,20 @@ class FaultActor(Actor):
             self._sync_node(node)
 
     def _apply(self, fault: Fault, now: float, touched: set[str]) -> None:
+        sim_now = self.clock.time()
         try:
-            resolve_at = self.service.apply_fault(fault, now)
+            ends = self.service.apply_fault(fault, sim_now)
         except ValueError as exc:
             self._annotate(fault.name, {ERROR: str(exc)})
             return
-        ann = {APPLIED: _rfc3339(now)}
+        ann = {APPLIED: rfc3339(now)}
         if fault.targets:
             ann[TARGET] = ", ".join(f"{what} {i}" for what, i in fault.targets.items())
-        if resolve_at is not None:
-            ann[RESOLVE_AT] = _rfc3339(math.ceil(resolve_at))
+        if ends is not None:
+            # The devices say when it ends in simulated time (a repair of 2 simulated
+            # hours is 2 wall minutes at speed 60); the annotation is a wall stamp.
+            resolve_at = now + self.clock.to_wall(ends - sim_now)
+            ann[RESOLVE_AT] = rfc3339(math.ceil(resolve_at))
         self._annotate(fault.name, ann)
         self._track(fault, touched)
 
@@ -395,7 +401,7 @@ class FaultActor(Actor):
 
     def _resolve(self, name: str, node: str, now: float, touched: set[str]) -> None:
         self.service.resolve_fault(name)
-        self._annotate(name, {RESOLVED: _rfc3339(now)})
+        self._annotate(name, {RESOLVED: rfc3339(now)})
         self._untrack(name, node, touched)
 
     def _annotate(self, name: str, annotations: dict[str, str]) -> None:
@@ -439,7 +445,7 @@ class FailureActor(Actor):
 
     name = "failures"
 
-    def __init__(self, world: World, service: DeviceService) -> None:
+    def __init__(self, world: World, service: FaultTarget) -> None:
         super().__init__(world)
         self.service = service
         self.period_s = max(60.0, float(world.config.speed))

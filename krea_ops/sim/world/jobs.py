@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import datetime as dt
 import hashlib
 import json
 import secrets
@@ -30,8 +29,10 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
+
+from krea_ops.kube.quantity import quantity_or_none
 
 JOBSET_GROUP = "jobset.x-k8s.io"
 JOBSET_VERSION = "v1alpha2"
@@ -138,44 +139,6 @@ def set_condition(
     return True
 
 
-def parse_time(stamp: str | None) -> float:
-    if not stamp:
-        return 0.0
-    try:
-        return dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
-
-
-_SUFFIXES: dict[str, Decimal | int] = {
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
-    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-}  # fmt: skip
-
-
-def quantity(value: Any) -> Decimal:
-    """A Kubernetes quantity ("8", 8, "500m", "1Gi") as a Decimal; 0 when unparsable."""
-    text = str(value).strip()
-    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
-        if text.endswith(suffix) and text[: -len(suffix)]:
-            try:
-                return Decimal(text[: -len(suffix)]) * Decimal(_SUFFIXES[suffix])
-            except InvalidOperation:
-                return Decimal(0)
-    try:
-        return Decimal(text)
-    except InvalidOperation:
-        return Decimal(0)
-
-
-def format_quantity(value: Decimal) -> str:
-    if value == value.to_integral_value():
-        return str(int(value))
-    milli = (value * 1000).to_integral_value()
-    return f"{int(milli)}m"
-
-
 def pod_requests(spec: Obj) -> dict[str, Decimal]:
     """Effective requests of one pod: containers summed (limits stand in for missing
     requests, as the API server defaults them), at least each init container's."""
@@ -183,7 +146,8 @@ def pod_requests(spec: Obj) -> dict[str, Decimal]:
     def of(container: Obj) -> dict[str, Decimal]:
         res = container.get("resources") or {}
         merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
-        return {name: quantity(v) for name, v in merged.items()}
+        # an unparsable quantity asks for nothing (the server would have refused it)
+        return {name: quantity_or_none(v) or Decimal(0) for name, v in merged.items()}
 
     total: dict[str, Decimal] = defaultdict(Decimal)
     for c in spec.get("containers") or []:
@@ -327,6 +291,10 @@ class Recorder:
 
 
 # -- the snapshot one tick works on ----------------------------------------------------
+
+# Where the Kueue actor publishes each tick's Snapshot (``world.services``): the training
+# actor works on the same objects instead of listing them again.
+SNAPSHOT_SERVICE = "kueue.snapshot"
 
 
 @dataclass

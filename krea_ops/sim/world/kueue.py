@@ -44,6 +44,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from krea_ops.kube.quantity import format_quantity, quantity_or_none
+from krea_ops.kube.times import parse_time
 from krea_ops.sim.world.actor import Actor, World, WorldConfig
 from krea_ops.sim.world.jobs import (
     JOB_UID,
@@ -51,6 +53,7 @@ from krea_ops.sim.world.jobs import (
     JOBSET_VERSION,
     JS_RESTART,
     QUEUE_LABEL,
+    SNAPSHOT_SERVICE,
     Api,
     JobController,
     JobSetController,
@@ -61,18 +64,15 @@ from krea_ops.sim.world.jobs import (
     condition,
     controller_ref,
     deleting,
-    format_quantity,
     ignore_gone,
     is_true,
     jobset_pod_count,
     key,
     labels,
     meta,
-    parse_time,
     phase,
     pod_ready,
     pod_requests,
-    quantity,
     replace_in,
     set_condition,
 )
@@ -88,7 +88,6 @@ JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 COMPONENT = "kueue-admission"
 GPU = "nvidia.com/gpu"
 COHORT = "gpu"
-SNAPSHOT_SERVICE = "kueue.snapshot"
 
 FIT, PREEMPT, NOFIT = 2, 1, 0
 
@@ -334,12 +333,12 @@ class WL:
             flavors = psa.get("flavors") or {}
             for res, qty in (psa.get("resourceUsage") or {}).items():
                 if res in flavors:
-                    out[(flavors[res], res)] += quantity(qty)
+                    out[(flavors[res], res)] += quantity_or_none(qty) or Decimal(0)
         return dict(out)
 
     def reserved_at(self) -> float:
         c = self.cond("QuotaReserved")
-        return parse_time(c.get("lastTransitionTime")) if c else 0.0
+        return (parse_time(c.get("lastTransitionTime")) or 0.0) if c else 0.0
 
     def podsets(self) -> list[PodSet]:
         out = []
@@ -382,9 +381,9 @@ class Quota:
                 for fl in rg.get("flavors") or []:
                     for res in fl.get("resources") or []:
                         fr = (fl["name"], res["name"])
-                        nominal[fr] = quantity(res.get("nominalQuota", 0))
+                        nominal[fr] = quantity_or_none(res.get("nominalQuota", 0)) or Decimal(0)
                         bl = res.get("borrowingLimit")
-                        limits[fr] = quantity(bl) if bl is not None else None
+                        limits[fr] = None if bl is None else quantity_or_none(bl) or Decimal(0)
             self.nominal[name] = nominal
             self.borrow_limit[name] = limits
 
@@ -767,7 +766,7 @@ class Kueue:
             status=obj.get("status") or {},
             owner=owner,
             priority=int(spec.get("priority", 0) or 0),
-            created=parse_time(meta(obj).get("creationTimestamp")),
+            created=parse_time(meta(obj).get("creationTimestamp")) or 0.0,
             orphan=ref is not None and owner is None,
         )
 
@@ -1162,8 +1161,8 @@ class Kueue:
         queued_since = wl.created
         requeued = wl.cond("Requeued")
         if requeued is not None:
-            queued_since = parse_time(requeued.get("lastTransitionTime"))
-        wait = max(parse_time(now) - queued_since, 0.0)
+            queued_since = parse_time(requeued.get("lastTransitionTime")) or 0.0
+        wait = max((parse_time(now) or 0.0) - queued_since, 0.0)
         wl.edit()["admission"] = {
             "clusterQueue": wl.cq,
             "podSetAssignments": [
@@ -1510,18 +1509,11 @@ class KueueActor(Actor):
         self.world.services[SNAPSHOT_SERVICE] = snap
 
 
-def actors(world: World) -> list[Actor]:
-    from krea_ops.sim.world.training import TrainingActor
-
-    return [KueueActor(world), TrainingActor(world)]
-
-
 __all__ = [
     "ADMISSION_GATE",
     "KUEUE_API",
     "PRIORITY_LABEL",
     "KueueActor",
-    "actors",
     "kueue_objects",
     "quota_split",
     "workload_name",

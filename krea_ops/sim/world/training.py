@@ -41,6 +41,7 @@ from krea_ops.sim.world.jobs import (
     JOBSET_VERSION,
     JS_RESTART,
     QUEUE_LABEL,
+    SNAPSHOT_SERVICE,
     Api,
     Obj,
     Recorder,
@@ -340,8 +341,6 @@ class TrainingActor(Actor):
         self.runs: dict[str, Run] = {}
 
     def tick(self) -> None:
-        from krea_ops.sim.world.kueue import SNAPSHOT_SERVICE
-
         snap: Snapshot | None = self.world.services.get(SNAPSHOT_SERVICE)
         if snap is None:
             return
