@@ -23,7 +23,7 @@ from krea_ops.sim.world.faults import FAULT_NAMESPACE
 from krea_ops.sim.world.world import SimWorld
 from tests.conftest import NODE_EXPORTER_TREE, free_port, require_binary, wait_for
 
-MODULES = ("krea_ops.sim.world.cluster", "krea_ops.sim.world.devices")
+PARTS = ("cluster", "devices")
 FAST = {"devices_period_s": 15.0, "gpm_interval_s": 0.5, "slow_burners": False}
 
 
@@ -39,7 +39,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimWorld]:
     """Two GPU nodes and their exporters, no Prometheus: telemetry is a direct scrape of
     the exporters the world publishes in ConfigMap krea-ops-config."""
     config = WorldConfig(nodes=2, speed=60, prometheus=False, failure_multiplier=0.0, extra=FAST)
-    with SimWorld(config, tmp_path_factory.mktemp("conventions"), modules=MODULES) as w:
+    with SimWorld(config, tmp_path_factory.mktemp("conventions"), parts=PARTS) as w:
         core = client.CoreV1Api(w.client)
         wait_for(lambda: len(core.list_node().items) == 2, timeout=30)
         wait_for(lambda: len(w.world.services["devices"].exporter_urls()) == 2, timeout=30)
