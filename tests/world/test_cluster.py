@@ -344,6 +344,13 @@ def test_scheduling_resources_and_running_pod(make_cluster: Callable[..., Cluste
         e for e in events if e["reason"] == "Scheduled" and e["involvedObject"]["name"] == "big-a"
     )
     assert scheduled["message"] == f"Successfully assigned training/big-a to {node}"
+    # kube-scheduler writes through the events API: an action, the reporting controller,
+    # eventTime (MicroTime), no legacy source/count
+    assert scheduled["action"] == "Binding"
+    assert scheduled["reportingComponent"] == "default-scheduler"
+    assert scheduled["eventTime"] and not scheduled.get("source", {}).get("component")
+    failed = next(e for e in events if e["reason"] == "FailedScheduling")
+    assert failed["action"] == "Scheduling" and failed["type"] == "Warning"
 
     # Freeing a node lets the waiting pod in.
     c.core.delete_namespaced_pod("big-a", "training", grace_period_seconds=0)

@@ -97,9 +97,13 @@ class ClusterView:
 
 
 class Events:
-    """Writes core/v1 Events the way the components they speak for do."""
+    """Writes core/v1 Events the way the components they speak for do: the kubelet, the
+    controller manager's controllers and controller-runtime's recorder (Kueue, JobSet)
+    still write the old shape (source, firstTimestamp, count); the scheduler, which
+    writes through the events API, records with ``krea_ops.kube.events.EventRecorder``.
+    ``api`` is anything with the official client's ``core`` (``CoreV1Api``)."""
 
-    def __init__(self, api: Api, world: World, component: str) -> None:
+    def __init__(self, api: Any, world: World, component: str) -> None:
         self.api = api
         self.clock = world.clock
         self.component = component
@@ -136,7 +140,7 @@ class Events:
                 "resourceVersion": meta.get("resourceVersion") or "",
             },
             "reason": reason,
-            "message": message,
+            "message": message[:1024],  # what the API server accepts of a note
             "type": type_,
             "source": source,
             "firstTimestamp": stamp,
@@ -146,4 +150,25 @@ class Events:
             "reportingInstance": host or self.component,
         }
         with contextlib.suppress(ApiException):  # an event is best effort, as in Kubernetes
-            self.api.call(self.api.core.create_namespaced_event, ns, body)
+            self.api.core.create_namespaced_event(ns, body, _preload_content=False)
+
+    def event(
+        self,
+        obj: dict[str, Any],
+        reason: str,
+        message: str,
+        *,
+        type_: str = "Normal",
+        api_version: str | None = None,
+        kind: str | None = None,
+    ) -> None:
+        """``emit`` for an object that says its own kind and apiVersion (a custom
+        object as the API returned it), as controller-runtime's recorder is called."""
+        self.emit(
+            obj,
+            kind or str(obj.get("kind", "")),
+            type_,
+            reason,
+            message,
+            api_version=api_version or str(obj.get("apiVersion", "v1")),
+        )

@@ -20,11 +20,9 @@ The controllers are phases of the Kueue actor's tick (see ``kueue.py``): they re
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import json
-import secrets
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -33,6 +31,8 @@ from decimal import Decimal
 from typing import Any
 
 from krea_ops.kube.quantity import quantity_or_none
+from krea_ops.sim.world.actor import World
+from krea_ops.sim.world.api import Events
 
 JOBSET_GROUP = "jobset.x-k8s.io"
 JOBSET_VERSION = "v1alpha2"
@@ -243,53 +243,6 @@ def ignore_gone(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise
 
 
-class Recorder:
-    """core/v1 Events as client-go's event recorder writes them."""
-
-    def __init__(self, api: Api, now: Callable[[], str]) -> None:
-        self.api = api
-        self.now = now
-
-    def event(
-        self,
-        obj: Obj,
-        reason: str,
-        message: str,
-        *,
-        component: str,
-        type_: str = "Normal",
-        api_version: str | None = None,
-        kind: str | None = None,
-    ) -> None:
-        from kubernetes.client.rest import ApiException
-
-        m = meta(obj)
-        ns = m.get("namespace") or "default"
-        stamp = self.now()
-        body = {
-            "metadata": {"name": f"{m.get('name', 'object')}.{secrets.token_hex(8)}"},
-            "involvedObject": {
-                "apiVersion": api_version or obj.get("apiVersion", "v1"),
-                "kind": kind or obj.get("kind", ""),
-                "name": m.get("name", ""),
-                "namespace": m.get("namespace", ""),
-                "uid": m.get("uid", ""),
-                "resourceVersion": m.get("resourceVersion", ""),
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": type_,
-            "source": {"component": component},
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-            "reportingComponent": component,
-            "reportingInstance": f"{component}-sim",
-        }
-        with contextlib.suppress(ApiException):  # events are best effort, as in client-go
-            self.api.core.create_namespaced_event(ns, body, _preload_content=False)
-
-
 # -- the snapshot one tick works on ----------------------------------------------------
 
 # Where the Kueue actor publishes each tick's Snapshot (``world.services``): the training
@@ -377,9 +330,9 @@ class JobController:
 
     component = "job-controller"
 
-    def __init__(self, api: Api, recorder: Recorder, now: Callable[[], str]) -> None:
+    def __init__(self, api: Api, world: World, now: Callable[[], str]) -> None:
         self.api = api
-        self.recorder = recorder
+        self.recorder = Events(api, world, self.component)
         self.now = now
 
     def reconcile(self, snap: Snapshot, held: Callable[[Obj], bool]) -> None:
@@ -536,7 +489,7 @@ class JobController:
         if not conditions:
             status.pop("conditions")
         for reason_type, reason, message in events:
-            self.recorder.event(job, reason, message, component=self.component,
+            self.recorder.event(job, reason, message,
                                 type_=reason_type, api_version="batch/v1", kind="Job")  # fmt: skip
         if status == old_status:
             return None
@@ -579,9 +532,9 @@ class JobSetController:
 
     component = "jobset-controller"
 
-    def __init__(self, api: Api, recorder: Recorder, now: Callable[[], str]) -> None:
+    def __init__(self, api: Api, world: World, now: Callable[[], str]) -> None:
         self.api = api
-        self.recorder = recorder
+        self.recorder = Events(api, world, self.component)
         self.now = now
 
     def reconcile(self, snap: Snapshot) -> None:
@@ -632,7 +585,7 @@ class JobSetController:
 
     def _event(self, js: Obj, reason: str, message: str, type_: str = "Normal") -> None:
         api_version = f"{JOBSET_GROUP}/{JOBSET_VERSION}"
-        self.recorder.event(js, reason, message, component=self.component, type_=type_,
+        self.recorder.event(js, reason, message, type_=type_,
                             api_version=api_version, kind="JobSet")  # fmt: skip
 
     def _delete_jobs(self, jobs: list[Obj]) -> None:

@@ -47,6 +47,7 @@ from decimal import Decimal
 from krea_ops.kube.quantity import format_quantity, quantity_or_none
 from krea_ops.kube.times import parse_time
 from krea_ops.sim.world.actor import Actor, World, WorldConfig
+from krea_ops.sim.world.api import Events
 from krea_ops.sim.world.jobs import (
     JOB_UID,
     JOBSET_GROUP,
@@ -58,7 +59,6 @@ from krea_ops.sim.world.jobs import (
     JobController,
     JobSetController,
     Obj,
-    Recorder,
     Snapshot,
     annots,
     condition,
@@ -471,9 +471,9 @@ def _selector_fits(template: Obj, flavor: Obj) -> bool:
 class Kueue:
     """Kueue's scheduler, workload controller and Job/JobSet/Pod integrations."""
 
-    def __init__(self, api: Api, recorder: Recorder, now: Callable[[], str]) -> None:
+    def __init__(self, api: Api, world: World, now: Callable[[], str]) -> None:
         self.api = api
-        self.recorder = recorder
+        self.recorder = Events(api, world, COMPONENT)
         self.now = now
         self.flavors: dict[str, Obj] = {}
         self.wpcs: dict[str, int] = {}
@@ -637,7 +637,6 @@ class Kueue:
                     owner.obj,
                     "WorkloadPriorityClassNotFound",
                     f'workloadPriorityClass "{wpc}" not found',
-                    component=COMPONENT,
                     type_="Warning",
                     api_version=owner.api_version,
                     kind=owner.kind,
@@ -687,7 +686,6 @@ class Kueue:
             owner.obj,
             "CreatedWorkload",
             f"Created Workload: {m['namespace']}/{meta(created)['name']}",
-            component=COMPONENT,
             api_version=owner.api_version,
             kind=owner.kind,
         )
@@ -794,7 +792,7 @@ class Kueue:
         return set_condition(conds, ctype, status, reason, message, now, generation=gen)
 
     def _event(self, wl: WL, reason: str, message: str, type_: str = "Normal") -> None:
-        self.recorder.event(wl.obj, reason, message, component=COMPONENT, type_=type_,
+        self.recorder.event(wl.obj, reason, message, type_=type_,
                             api_version=KUEUE_API, kind="Workload")  # fmt: skip
 
     def _follow_owner(
@@ -1283,7 +1281,7 @@ class Kueue:
                     self.recorder.event(
                         owner.obj, "UngateWithoutNodeSelector",
                         "the API server refused nodeSelector on a gated pod; ungated with "
-                        "tolerations only", component=COMPONENT, type_="Warning",
+                        "tolerations only", type_="Warning",
                         api_version="v1", kind="Pod",
                     )  # fmt: skip
                     return
@@ -1292,7 +1290,7 @@ class Kueue:
                 raise
             replace_in(snap.queue_pods, json.loads(out.data))
         self.recorder.event(owner.obj, "Started", f"Admitted by clusterQueue {cq}",
-                            component=COMPONENT, api_version=owner.api_version,
+                            api_version=owner.api_version,
                             kind=owner.kind)  # fmt: skip
 
     def _stop_owner(self, owner: Owner, wl: WL | None, snap: Snapshot, message: str) -> None:
@@ -1321,8 +1319,9 @@ class Kueue:
             self.api.wrote_pods()
             ignore_gone(self.api.core.delete_namespaced_pod, name, ns)
         if message:
-            self.recorder.event(owner.obj, "Stopped", message, component=COMPONENT,
-                                api_version=owner.api_version, kind=owner.kind)  # fmt: skip
+            self.recorder.event(
+                owner.obj, "Stopped", message, api_version=owner.api_version, kind=owner.kind
+            )
 
     # -- writing ------------------------------------------------------------------------
 
@@ -1462,10 +1461,9 @@ class KueueActor(Actor):
         default = max(self.period_s, 0.5 * world.config.speed)
         self.period_s = float(world.config.extra.get("kueue_period_s", default))
         self.api = Api(world.client)
-        self.recorder = Recorder(self.api, world.clock.rfc3339)
-        self.kueue = Kueue(self.api, self.recorder, world.clock.rfc3339)
-        self.jobsets = JobSetController(self.api, self.recorder, world.clock.rfc3339)
-        self.jobs = JobController(self.api, self.recorder, world.clock.rfc3339)
+        self.kueue = Kueue(self.api, world, world.clock.rfc3339)
+        self.jobsets = JobSetController(self.api, world, world.clock.rfc3339)
+        self.jobs = JobController(self.api, world, world.clock.rfc3339)
         self._installed = False
 
     def setup(self) -> None:

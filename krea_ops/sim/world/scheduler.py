@@ -16,10 +16,12 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
+from krea_ops.kube.cluster import Cluster
+from krea_ops.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef
 from krea_ops.kube.quantity import as_float, quantity_or_none
 from krea_ops.kube.times import rfc3339
 from krea_ops.sim.world.actor import Actor, World
-from krea_ops.sim.world.api import Api, ClusterView, Events
+from krea_ops.sim.world.api import Api, ClusterView
 from krea_ops.sim.world.nodes import GPU, NOT_READY, UNREACHABLE, UNSCHEDULABLE, node_ready
 from krea_ops.sim.world.objects import (
     as_dict,
@@ -239,7 +241,13 @@ class Scheduler(Actor):
         super().__init__(world)
         self.view = view
         self.api = api
-        self.events = Events(api, world, "default-scheduler")
+        # kube-scheduler records through the events API (events.k8s.io/v1), with an action
+        self.events = EventRecorder(
+            Cluster(api.core.api_client),
+            controller="default-scheduler",
+            instance="default-scheduler",
+            clock=world.clock.wall,
+        )
         self.period_s = max(1.0, 0.5 * world.config.speed)
         self.writes = 0
         self._wrote = 0.0
@@ -471,11 +479,11 @@ class Scheduler(Actor):
         self._tried.pop(uid, None)
         self._account(info, reqs, gang_key, gangs)
         rack_free[info.rack] = max(0.0, rack_free.get(info.rack, 0.0) - reqs.get(GPU, 0.0))
-        self.events.emit(
-            pod,
-            "Pod",
-            "Normal",
+        self.events.record(
+            ObjectRef.of(pod, kind="Pod"),
+            NORMAL,
             "Scheduled",
+            "Binding",
             f"Successfully assigned {meta['namespace']}/{meta['name']} to {info.name}",
         )
 
@@ -524,4 +532,6 @@ class Scheduler(Actor):
             },
         )
         self._wrote = time.monotonic()
-        self.events.emit(pod, "Pod", "Warning", "FailedScheduling", message)
+        self.events.record(
+            ObjectRef.of(pod, kind="Pod"), WARNING, "FailedScheduling", "Scheduling", message
+        )

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from krea_ops.sim.world.actor import Actor, World
+from krea_ops.sim.world.api import Events
 from krea_ops.sim.world.jobs import (
     JOBSET_GROUP,
     JOBSET_PLURAL,
@@ -44,7 +45,6 @@ from krea_ops.sim.world.jobs import (
     SNAPSHOT_SERVICE,
     Api,
     Obj,
-    Recorder,
     Snapshot,
     annots,
     deleting,
@@ -337,7 +337,7 @@ class TrainingActor(Actor):
         self.shard_size = int(extra.get("checkpoint_shard_bytes", 1024))
         self.keep = max(int(extra.get("checkpoint_keep", 5)), 1)
         self.api = Api(world.client)
-        self.recorder = Recorder(self.api, world.clock.rfc3339)
+        self.recorder = Events(self.api, world, COMPONENT)
         self.runs: dict[str, Run] = {}
 
     def tick(self) -> None:
@@ -367,7 +367,7 @@ class TrainingActor(Actor):
 
     def _event(self, js: Obj, reason: str, message: str, type_: str = "Normal") -> None:
         api_version = f"{JOBSET_GROUP}/{JOBSET_VERSION}"
-        self.recorder.event(js, reason, message, component=COMPONENT, type_=type_,
+        self.recorder.event(js, reason, message, type_=type_,
                             api_version=api_version, kind="JobSet")  # fmt: skip
 
     def _annotate(self, js: Obj, values: dict[str, str | None]) -> None:
