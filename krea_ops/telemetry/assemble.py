@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from krea_ops import units
 from krea_ops.model import (
     FleetTelemetry,
     GpuSample,
@@ -540,7 +541,7 @@ class Assembler:
         stale = age is not None and age > self.stale_s
         errors = [t.error for t in down]
         if stale:
-            errors.append(f"last sample {age:.0f} s ago")
+            errors.append(f"last sample {units.age(age)} ago")
         has_data = bool(acc.gpus or acc.ports or acc.links)
         if down or stale:
             exporter_up: bool | None = False
