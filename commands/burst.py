@@ -12,6 +12,7 @@ import typer
 
 from commands.common import OutputOption, console_of
 from commands.output import OutputFormat, emit, render
+from krea_ops import units
 
 if TYPE_CHECKING:  # (imported by the command that uses it: start-up of every command)
     from krea_ops.burst.status import BurstPod, BurstStatus, VirtualNode
@@ -135,24 +136,6 @@ def status_rows(report: BurstStatus) -> list[dict[str, Any]]:
 # -- tables -------------------------------------------------------------------------------
 
 
-def money(value: float | None) -> str | None:
-    return f"{value:,.2f}" if value is not None else None
-
-
-def age(seconds: float | None) -> str | None:
-    """Compact age like kubectl's: 45s, 12m, 3h05m, 2d04h."""
-    if seconds is None:
-        return None
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
-
-
 def _node_status(node: VirtualNode) -> str:
     text = {True: "Ready", False: "NotReady", None: "Unknown"}[node.ready]
     return f"{text},SchedulingDisabled" if node.cordoned else text
@@ -195,9 +178,9 @@ def status_tables(report: BurstStatus, fmt: OutputFormat) -> str:
             "provider": p.provider,
             "pods": p.pods,
             "gpus": p.gpus_in_use,
-            "gpu-h": money(p.gpu_hours),
-            "usd": money(p.cost_usd),
-            "usd/gpu-h": money(p.usd_per_gpu_hour),
+            "gpu-h": units.number(p.gpu_hours, 2),
+            "usd": units.usd(p.cost_usd),
+            "usd/gpu-h": units.usd(p.usd_per_gpu_hour),
             "capacity": p.capacity_gpus,
             "source": p.source,
         }
@@ -213,11 +196,11 @@ def status_tables(report: BurstStatus, fmt: OutputFormat) -> str:
             "phase": p.phase,
             "gpus": p.gpus,
             "provider": p.provider,
-            "usd/gpu-h": money(p.usd_per_gpu_hour),
+            "usd/gpu-h": units.usd(p.usd_per_gpu_hour),
             "placed": iso(p.placed_at),
-            "age": age(p.age_s),
-            "gpu-h": money(p.gpu_hours),
-            "usd": money(p.cost_usd),
+            "age": units.age(p.age_s),
+            "gpu-h": units.number(p.gpu_hours, 2),
+            "usd": units.usd(p.cost_usd),
         }
         for n in report.nodes
         for p in n.pods

@@ -11,6 +11,7 @@ from commands import fmt
 from commands.common import OutputOption, read_fleet
 from commands.gpus import attention_lines, source_line
 from commands.output import Formatter, OutputFormat, emit, render
+from krea_ops import units
 from krea_ops.errors import Unavailable
 from krea_ops.fleet import FabricEntry, FleetSnapshot, fabric_entries
 
@@ -28,7 +29,6 @@ COLUMNS = [
     "state",
     "errors_in_window",
     "error_rate_per_s",
-    "xmit_wait_per_s",
     "xmit_wait_ratio",
     "verdict",
 ]
@@ -45,36 +45,42 @@ WIDE = [
     "errors_in_window",
     "error_rate_per_s",
     "link_downed_in_window",
-    "xmit_wait_per_s",
+    "xmit_wait_bytes_per_s",
     "xmit_wait_ratio",
     "saturated",
     "verdict",
     "reasons",
 ]
-HEADERS = {
-    "errors_in_window": "ERRORS",
-    "error_rate_per_s": "ERR-RATE",
-    "xmit_wait_per_s": "WAIT",
-    "xmit_wait_ratio": "WAIT%",
-    "rate_bytes_per_s": "SPEED",
-    "rx_bytes_per_s": "RX",
-    "tx_bytes_per_s": "TX",
-    "errors_total": "ERRORS-TOTAL",
-    "link_downed_in_window": "DOWNED",
-    "phys_state": "PHYS",
-}
 FORMATS: dict[str, Formatter] = {
-    "errors_in_window": fmt.count,
-    "errors_total": fmt.count,
-    "link_downed_in_window": fmt.count,
-    "error_rate_per_s": fmt.rate,
-    "xmit_wait_per_s": fmt.rate,
-    "xmit_wait_ratio": fmt.percent,
-    "rate_bytes_per_s": fmt.bytes_rate,
-    "rx_bytes_per_s": fmt.bytes_rate,
-    "tx_bytes_per_s": fmt.bytes_rate,
+    "errors_in_window": units.count,
+    "errors_total": units.count,
+    "link_downed_in_window": units.count,
+    "error_rate_per_s": units.rate,
+    "xmit_wait_bytes_per_s": units.bit_rate,
+    "xmit_wait_ratio": units.percent,
+    "rate_bytes_per_s": units.bit_rate,
+    "rx_bytes_per_s": units.bit_rate,
+    "tx_bytes_per_s": units.bit_rate,
     "reasons": fmt.first_reason,
 }
+LEGEND = "WAIT%: share of time with data to send but no credit (port_xmit_wait x 8 B / link speed)"
+
+
+def headers(window_s: float) -> dict[str, str]:
+    """Column headers; the window counts name their window (``ERRORS/5m``)."""
+    window = units.duration(window_s)
+    return {
+        "errors_in_window": f"ERRORS/{window}",
+        "error_rate_per_s": "ERR-RATE",
+        "xmit_wait_bytes_per_s": "WAIT-BW",
+        "xmit_wait_ratio": "WAIT%",
+        "rate_bytes_per_s": "SPEED",
+        "rx_bytes_per_s": "RX",
+        "tx_bytes_per_s": "TX",
+        "errors_total": "ERRORS-TOTAL",
+        "link_downed_in_window": f"DOWNED/{window}",
+        "phys_state": "PHYS",
+    }
 
 
 def fabric_row(e: FabricEntry) -> dict[str, Any]:
@@ -93,6 +99,7 @@ def fabric_row(e: FabricEntry) -> dict[str, Any]:
         "error_rate_per_s": e.error_rate_per_s,
         "link_downed_in_window": p.error_increase.get("link_downed") if p else None,
         "xmit_wait_per_s": e.xmit_wait_per_s,
+        "xmit_wait_bytes_per_s": e.xmit_wait_bytes_per_s,
         "xmit_wait_ratio": e.xmit_wait_ratio,
         "counters": dict(p.errors_total if p else e.nvlink.errors_total if e.nvlink else {}),
         "saturated": sorted(p.saturated) if p else [],
@@ -122,8 +129,9 @@ def register(app: typer.Typer) -> None:
         top: int = typer.Option(0, "--top", min=0, help="only the N worst rows (0: all)"),
         output: OutputFormat = OutputOption,
     ) -> None:
-        """One row per InfiniBand port and NVLink link, worst first: error counts and
-        rates over the telemetry window, and the xmit-wait (fabric wait) rate."""
+        """One row per InfiniBand port and NVLink link, worst first: errors over the
+        telemetry window (never more than the counters hold), their rate, and the share
+        of the time each IB port waited for credit to send (congestion)."""
         snapshot = read_fleet(ctx, node=node, selector=selector, families=None)
         if snapshot.telemetry_error:
             raise Unavailable(snapshot.telemetry_error)
@@ -135,11 +143,16 @@ def register(app: typer.Typer) -> None:
             output,
             columns=COLUMNS,
             wide_columns=WIDE,
-            headers=HEADERS,
+            headers=headers(snapshot.policy.window_s),
             formats=FORMATS,
             styles={"verdict": fmt.verdict_style()},
         )
         if output is OutputFormat.table:
             text = source_line(snapshot) + text
+        if output in (OutputFormat.table, OutputFormat.wide) and any(
+            r["kind"] == "ib" for r in rows
+        ):
+            text += LEGEND + "\n"
+        if output is OutputFormat.table:
             text += attention_lines(rows, lambda r: f"{r['node']} {r['port']}")
         emit(text)

@@ -12,6 +12,7 @@ import typer
 from commands import fmt
 from commands.common import OutputOption, read_fleet
 from commands.output import Formatter, OutputFormat, emit, render
+from krea_ops import units
 from krea_ops.errors import Unavailable
 from krea_ops.fleet import FleetSnapshot, GpuEntry, gpu_entries
 from krea_ops.health import busy_idle_gap
@@ -76,17 +77,17 @@ HEADERS = {
     "age_s": "AGE",
 }
 FORMATS: dict[str, Formatter] = {
-    "temperature_c": fmt.celsius,
-    "temperature_min_window_c": fmt.celsius,
-    "slowdown_margin_c": fmt.celsius,
-    "power_w": fmt.watts,
-    "power_limit_w": fmt.watts,
-    "util_ratio": fmt.percent,
-    "tensor_active_ratio": fmt.percent,
-    "sm_active_ratio": fmt.percent,
-    "memory_used_bytes": fmt.gib,
-    "nvlink_errors": fmt.count,
-    "age_s": fmt.age,
+    "temperature_c": units.celsius,
+    "temperature_min_window_c": units.celsius,
+    "slowdown_margin_c": units.celsius,
+    "power_w": units.watts,
+    "power_limit_w": units.watts,
+    "util_ratio": units.percent,
+    "tensor_active_ratio": units.percent,
+    "sm_active_ratio": units.percent,
+    "memory_used_bytes": units.size,
+    "nvlink_errors": units.count,
+    "age_s": units.age,
     "reasons": fmt.first_reason,
 }
 

@@ -13,12 +13,16 @@ import typer
 
 from commands import fmt
 from commands.common import OutputOption, console_of, gc_paused, read_fleet
+from commands.fabric import FORMATS as FABRIC_FORMATS
+from commands.fabric import LEGEND as FABRIC_LEGEND
 from commands.fabric import FabricKind, fabric_rows
+from commands.fabric import headers as fabric_headers
 from commands.gpus import COLUMNS as GPU_COLUMNS
 from commands.gpus import FORMATS as GPU_FORMATS
 from commands.gpus import HEADERS as GPU_HEADERS
 from commands.gpus import attention_lines, gpu_rows, source_line
 from commands.output import Formatter, OutputFormat, emit, render
+from krea_ops import units
 from krea_ops.errors import Unavailable
 from krea_ops.fleet import FleetSnapshot
 from krea_ops.model import NodeView
@@ -60,7 +64,7 @@ FORMATS: dict[str, Formatter] = {
     "schedulable": _yes_no,
     "cordoned": _yes_no,
     "taints": _taints,
-    "telemetry_age_s": fmt.age,
+    "telemetry_age_s": units.age,
     "reasons": fmt.first_reason,
 }
 
@@ -222,26 +226,19 @@ def _describe(row: dict[str, Any], snap: FleetSnapshot, output: OutputFormat) ->
                 columns=[
                     "port",
                     "state",
+                    "rate_bytes_per_s",
                     "rx_bytes_per_s",
                     "tx_bytes_per_s",
                     "errors_in_window",
                     "xmit_wait_ratio",
                     "verdict",
                 ],
-                headers={
-                    "rx_bytes_per_s": "RX",
-                    "tx_bytes_per_s": "TX",
-                    "errors_in_window": "ERRORS",
-                    "xmit_wait_ratio": "WAIT%",
-                },
-                formats={
-                    "rx_bytes_per_s": fmt.bytes_rate,
-                    "tx_bytes_per_s": fmt.bytes_rate,
-                    "errors_in_window": fmt.count,
-                    "xmit_wait_ratio": fmt.percent,
-                },
+                headers=fabric_headers(policy.window_s),
+                formats=FABRIC_FORMATS,
                 styles={"verdict": fmt.verdict_style()},
             )
+            + FABRIC_LEGEND
+            + "\n"
         )
     bad_links = row["nvlink_links_with_errors"]
     out.append(f"NVLink: {row['nvlink_links_down']} links down, {len(bad_links)} links with errors")

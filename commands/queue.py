@@ -11,6 +11,7 @@ import typer
 
 from commands.common import OutputOption, console_of
 from commands.output import OutputFormat, emit, render
+from krea_ops import units
 from krea_ops.errors import BadInput
 
 app = typer.Typer(
@@ -300,16 +301,6 @@ def _workload_json(wl: Any) -> dict[str, Any]:
     }
 
 
-def _age(since: float | None, now: float) -> str | None:
-    if since is None:
-        return None
-    s = max(now - since, 0.0)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if s >= 2 * size:
-            return f"{s / size:.0f}{unit}"
-    return f"{s:.0f}s"
-
-
 def _workload_display(wl: Any, now: float) -> dict[str, Any]:
     return {
         **_workload_json(wl),
@@ -318,7 +309,7 @@ def _workload_display(wl: Any, now: float) -> dict[str, Any]:
         "gpus": wl.gang,
         "position": wl.position_text,
         "reason": wl.reason,
-        "age": _age(wl.created_at, now),
+        "age": units.since(wl.created_at, now),
         "message": wl.message,
     }
 

@@ -13,6 +13,7 @@ import typer
 
 from commands.common import OutputOption
 from commands.output import OutputFormat, emit, render
+from krea_ops import units
 
 if TYPE_CHECKING:  # (imported by the commands that use them: start-up of every command)
     from krea_ops.training.advice import Advice, IntervalCost
@@ -36,30 +37,6 @@ CHECKPOINT_WIDE = (
     "note",
 )
 TABLE_WIDTH = 80
-
-
-# -- formatting ------------------------------------------------------------------------
-
-
-def human_size(size: int | None) -> str:
-    if size is None:
-        return "-"
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{size} B"
-
-
-def relative_age(mtime: float | None, now: float) -> str:
-    if mtime is None:
-        return "-"
-    seconds = max(now - mtime, 0.0)
-    for limit, div, unit in ((120, 1, "s"), (3600, 60, "m"), (172800, 3600, "h")):
-        if seconds < limit:
-            return f"{int(seconds // div)}{unit} ago"
-    return f"{int(seconds // 86400)}d ago"
 
 
 def _iso(ts: float | None) -> str | None:
@@ -108,8 +85,8 @@ def _checkpoint_table(found: list[Checkpoint], root: str, now: float) -> str:
         table.add_row(
             _display_name(cp, root),
             "-" if cp.step is None else str(cp.step),
-            relative_age(cp.mtime, now),
-            human_size(cp.size_bytes),
+            units.since(cp.mtime, now),
+            units.size(cp.size_bytes),
             "yes" if cp.complete else "no",
             "; ".join(notes) or "",
         )
@@ -193,34 +170,29 @@ def advice_row(advice: Advice) -> dict[str, Any]:
     }
 
 
-def _pct(value: float) -> str:
-    return f"{value * 100:.1f}%"
-
-
 def _cost_line(cost: IntervalCost) -> str:
-    return (
-        f"waste {_pct(cost.waste_ratio)} (Daly {_pct(cost.waste_ratio_daly)}), "
-        f"{cost.lost_s_per_failure / 60:.1f} min lost per failure"
-    )
+    waste, daly = units.percent(cost.waste_ratio, 1), units.percent(cost.waste_ratio_daly, 1)
+    lost = units.duration(cost.lost_s_per_failure)
+    return f"waste {waste} (Daly {daly}), {lost} lost per failure"
 
 
 def advice_summary(advice: Advice) -> str:
-    m_h = advice.mtbf_s / 3600.0
     if advice.mtbf_source == "nodes":
         rate = advice.failures_per_1000_node_days
         source = f"{advice.nodes} nodes at {rate:g} failures/1000 node-days"
     else:
         source = "given"
+    d = units.duration
     lines = [
-        f"Checkpoint every {advice.daly_interval_s / 60:.1f} min of compute "
-        f"(Daly; Young: {advice.young_interval_s / 60:.1f} min).",
-        f"  checkpoint {advice.checkpoint_s:g} s, MTBF {m_h:.2f} h ({source}),",
-        f"  {advice.failures_per_day:.2f} failures/day, restart {advice.restart_s / 60:g} min",
-        f"  at {advice.recommended.interval_s / 60:.1f} min: {_cost_line(advice.recommended)}",
+        f"Checkpoint every {d(advice.daly_interval_s)} of compute "
+        f"(Daly; Young: {d(advice.young_interval_s)}).",
+        f"  checkpoint {d(advice.checkpoint_s)}, MTBF {d(advice.mtbf_s)} ({source}),",
+        f"  {advice.failures_per_day:.2f} failures/day, restart {d(advice.restart_s)}",
+        f"  at {d(advice.recommended.interval_s)}: {_cost_line(advice.recommended)}",
     ]
     if advice.current is not None:
         current = advice.current
-        lines.append(f"  at {current.interval_s / 60:g} min (now): {_cost_line(current)}")
+        lines.append(f"  at {d(current.interval_s)} (now): {_cost_line(current)}")
     if advice.checkpoint_s >= 2 * advice.mtbf_s:
         lines.append("  warning: one checkpoint takes longer than two MTBFs; make saves cheaper")
     return "\n".join(lines) + "\n"

@@ -24,6 +24,7 @@ from krea_ops.health import (
     gpus_with_links_up,
     ib_port_reasons,
     nvlink_reasons,
+    xmit_wait_bytes_per_s,
     xmit_wait_ratio,
 )
 from krea_ops.model import (
@@ -38,6 +39,7 @@ from krea_ops.model import (
     Reason,
     Severity,
     Verdict,
+    window_increase,
 )
 
 if TYPE_CHECKING:
@@ -291,7 +293,19 @@ def _sum(values: Mapping[str, float], keys: tuple[str, ...]) -> float | None:
 
 @dataclass(frozen=True)
 class FabricEntry:
-    """One InfiniBand port or NVLink link, with its error totals over the window."""
+    """One InfiniBand port or NVLink link. Each quantity has one derivation, and every
+    table (``fabric``, ``nodes show``, the dashboard's fabric and node screens) prints it
+    from here:
+
+    * ``errors_total``: the error counters summed, as read (since they were cleared);
+    * ``errors_in_window``: their increase over the telemetry window, never more than
+      ``errors_total`` (``model.window_increase``); ``error_rate_per_s`` is the same
+      number per second (count = rate x window);
+    * ``xmit_wait_ratio`` (IB): the share of the time the port had data to send and
+      sent nothing for want of credit (``health.xmit_wait_ratio``);
+      ``xmit_wait_bytes_per_s`` is the same wait as the bandwidth the port could have
+      sent meanwhile (its share of the link speed is the ratio).
+    """
 
     node: str
     kind: str  # "ib" | "nvlink"
@@ -301,16 +315,28 @@ class FabricEntry:
     errors_total: float | None
     errors_in_window: float | None
     error_rate_per_s: float | None
-    xmit_wait_per_s: float | None = None
+    xmit_wait_per_s: float | None = None  # PortXmitWait ticks per second, as read
+    xmit_wait_bytes_per_s: float | None = None
     xmit_wait_ratio: float | None = None
     ib: IbPortSample | None = None
     nvlink: NvLinkSample | None = None
 
 
+def _link_errors(link: NvLinkSample, window_s: float) -> float | None:
+    counted = [c for c in NVLINK_FAULT_COUNTERS if c in link.error_rate_per_s]
+    if not counted:
+        return None
+    totals = link.errors_total
+    return sum(window_increase(link.error_rate_per_s[c], totals.get(c), window_s) for c in counted)
+
+
 def fabric_entries(snapshot: FleetSnapshot, kind: str = "all") -> list[FabricEntry]:
     """Ports and links of nodes with usable telemetry, worst first (verdict, error rate,
-    xmit wait)."""
+    share of time waiting for credit)."""
     policy = snapshot.policy
+    # the window the rates were taken over: the policy's, or a direct scrape's shorter
+    # span while it has few scrapes (the assembler counts IB ports over the same)
+    window_s = snapshot.telemetry.window_s if snapshot.telemetry else policy.window_s
     out: list[FabricEntry] = []
     for view in snapshot.views:
         tel = view.telemetry
@@ -330,6 +356,7 @@ def fabric_entries(snapshot: FleetSnapshot, kind: str = "all") -> list[FabricEnt
                         errors_in_window=_sum(p.error_increase, IB_COUNTED),
                         error_rate_per_s=_sum(p.error_rate_per_s, IB_COUNTED),
                         xmit_wait_per_s=p.xmit_wait_per_s,
+                        xmit_wait_bytes_per_s=xmit_wait_bytes_per_s(p),
                         xmit_wait_ratio=xmit_wait_ratio(p),
                         ib=p,
                     )
@@ -337,7 +364,6 @@ def fabric_entries(snapshot: FleetSnapshot, kind: str = "all") -> list[FabricEnt
         if kind in ("all", "nvlink"):
             up_by_gpu = gpus_with_links_up(tel)
             for link in tel.nvlinks:
-                rate = _sum(link.error_rate_per_s, NVLINK_FAULT_COUNTERS)
                 out.append(
                     FabricEntry(
                         node=name,
@@ -348,8 +374,8 @@ def fabric_entries(snapshot: FleetSnapshot, kind: str = "all") -> list[FabricEnt
                             nvlink_reasons(link, up_by_gpu.get(link.gpu, False), policy)
                         ),
                         errors_total=_sum(link.errors_total, NVLINK_FAULT_COUNTERS),
-                        errors_in_window=None if rate is None else rate * policy.window_s,
-                        error_rate_per_s=rate,
+                        errors_in_window=_link_errors(link, window_s),
+                        error_rate_per_s=_sum(link.error_rate_per_s, NVLINK_FAULT_COUNTERS),
                         nvlink=link,
                     )
                 )
@@ -357,6 +383,7 @@ def fabric_entries(snapshot: FleetSnapshot, kind: str = "all") -> list[FabricEnt
         key=lambda e: (
             -e.verdict.severity,
             -(e.error_rate_per_s or 0.0),
+            -(e.xmit_wait_ratio or 0.0),
             -(e.xmit_wait_per_s or 0.0),
             e.node,
             e.port,

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from krea_ops import units
 from krea_ops.model import (
     NVLINK_FAULT_COUNTERS,
     FleetTelemetry,
@@ -74,7 +75,10 @@ IB_ERROR_COUNTERS = (
     "local_link_integrity_errors",
     "excessive_buffer_overrun_errors",
 )
-# IB PortXmitWait: bandwidth lost is estimated as ticks x 64 bits (NVIDIA/ib-traffic-monitor#3)
+# IB PortXmitWait counts ticks in which the port had data to send and sent none; NVIDIA's
+# hardware ticks once per 8 bytes the port could have sent, whatever its width ("Lost
+# bytes per port = Counter*(tick+1)", tick 7: ibdiagnet manual, "Congestion Assessment
+# on InfiniBand Links"; also NVIDIA/ib-traffic-monitor#3)
 XMIT_WAIT_BYTES_PER_TICK = 8.0
 
 
@@ -296,18 +300,30 @@ def ib_port_reasons(port: IbPortSample, p: HealthPolicy) -> list[Reason]:
             Reason(
                 SUSPECT,
                 "ib_congestion",
-                f"IB {name}: waiting for credits ~{ratio:.0%} of its bandwidth (congestion)",
+                f"IB {name}: waiting for credit ~{ratio:.0%} of the time (congestion)",
                 port=name,
             )
         )
     return out
 
 
-def xmit_wait_ratio(port: IbPortSample) -> float | None:
-    """Estimated share of the link's bandwidth lost to waiting for credits."""
-    if port.xmit_wait_per_s is None or not port.rate_bytes_per_s:
+def xmit_wait_bytes_per_s(port: IbPortSample) -> float | None:
+    """The bandwidth the port could have sent in the ticks it waited (PortXmitWait x 8
+    bytes per tick): NVIDIA's "lost bandwidth" of the port, in bytes/s."""
+    if port.xmit_wait_per_s is None:
         return None
-    return port.xmit_wait_per_s * XMIT_WAIT_BYTES_PER_TICK / port.rate_bytes_per_s
+    return port.xmit_wait_per_s * XMIT_WAIT_BYTES_PER_TICK
+
+
+def xmit_wait_ratio(port: IbPortSample) -> float | None:
+    """The share of the time (0-1) the port had data to send and sent nothing for want
+    of credit: the waited ticks' bandwidth over the link speed, a tick being the time
+    the port takes to send 8 bytes. At most 1 (a link that retrained to a lower speed
+    inside the window can read more)."""
+    lost = xmit_wait_bytes_per_s(port)
+    if lost is None or not port.rate_bytes_per_s:
+        return None
+    return min(lost / port.rate_bytes_per_s, 1.0)
 
 
 def nvlink_reasons(
@@ -387,7 +403,7 @@ def node_reasons(
         out.append(Reason(UNKNOWN, "exporter_down", f"exporter down: {tel.error or 'no answer'}"))
         return out
     if tel.stale:
-        age = f"{tel.age_s:,.0f} s ago" if tel.age_s is not None else "too long ago"
+        age = f"{units.age(tel.age_s)} ago" if tel.age_s is not None else "too long ago"
         out.append(Reason(UNKNOWN, "telemetry_stale", f"last sample {age}"))
         return out
     for g in tel.gpus:

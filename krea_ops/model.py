@@ -72,6 +72,21 @@ OK_VERDICT = Verdict(Severity.OK, ())
 NVLINK_FAULT_COUNTERS = ("recovery", "crc_flit", "crc_data")
 
 
+def window_increase(rate_per_s: float, total: float | None, window_s: float) -> float:
+    """A counter's increase over the window, from its rate over the window, and at most
+    its value now (``total``, where it was read).
+
+    Prometheus' rate() and increase() extrapolate the samples in the window to the
+    window's edges, so a counter that did all its counting inside the window (a new
+    one, or one cleared since) reads more "in the window" than it holds at all: 10
+    errors counted, 10.18 in the last 5 min. It cannot have gained more in the window
+    than it holds now: IB PMA counters saturate rather than wrap, and where one was
+    cleared inside the window what it counted before the clear is gone from its value
+    too, so the count is then the count since the clear."""
+    increase = rate_per_s * window_s
+    return total if total is not None and increase > total else increase
+
+
 @dataclass(frozen=True)
 class GpuSample:
     node: str

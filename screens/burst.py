@@ -17,10 +17,11 @@ from textual.binding import BindingType
 from textual.css.query import NoMatches
 from textual.widgets import DataTable, Input, Static
 
+from krea_ops import units
 from krea_ops.burst.status import BurstPod, BurstStatus, BurstTaint, VirtualNode
 from screens.base import DataScreen
 from screens.messages import BurstLoaded, Loaded
-from screens.text import age, sync_table, usd
+from screens.text import sync_table
 
 NODE_COLUMNS = (
     ("NODE", "node"),
@@ -58,14 +59,6 @@ READY = {True: ("Ready", "green"), False: ("NotReady", "bold red"), None: ("Unkn
 PHASE_STYLE = {"Running": "green", "Pending": "yellow", "Failed": "bold red", "Succeeded": "dim"}
 
 
-def _hours(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.2f}"
-
-
-def _price(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
 def taint_text(taints: tuple[BurstTaint, ...]) -> str:
     if not taints:
         return "-"
@@ -100,7 +93,7 @@ def node_cells(node: VirtualNode, now: float) -> tuple[Any, ...]:
         str(sum(1 for p in node.pods if p.active)),
         ours,
         taint_text(node.provider_taints),
-        "-" if usage is None else f"{age(usage)} ago",
+        units.UNKNOWN if usage is None else f"{units.age(usage)} ago",
     )
 
 
@@ -110,10 +103,10 @@ def pod_cells(pod: BurstPod, node: str) -> tuple[Any, ...]:
         Text(pod.phase or "-", style=PHASE_STYLE.get(pod.phase or "", "")),
         pod.provider or "-",
         str(pod.gpus),
-        _price(pod.usd_per_gpu_hour),
-        _hours(pod.gpu_hours),
-        usd(pod.cost_usd),
-        age(pod.age_s),
+        units.usd(pod.usd_per_gpu_hour),
+        units.number(pod.gpu_hours, 2),
+        units.usd(pod.cost_usd),
+        units.age(pod.age_s),
         node,
     )
 
@@ -147,7 +140,7 @@ def summary_text(status: BurstStatus) -> Text:
     out.append(f"  offsite: {len(pods)} pods on {gpus} GPUs")
     out.append("  cost so far: ")
     known = [c for c in costs if c is not None]
-    out.append(usd(sum(known)) if known and len(known) == len(costs) else "-", style="bold")
+    out.append(units.usd(sum(known) if known and len(known) == len(costs) else None), style="bold")
     pending = status.pending_inference_pods
     out.append("  inference pending with no node: ")
     out.append(
@@ -242,9 +235,9 @@ class BurstScreen(DataScreen):
                 n.name,
                 str(t.pods),
                 str(t.gpus_in_use),
-                _hours(t.gpu_hours),
-                usd(t.cost_usd),
-                _price(t.usd_per_gpu_hour),
+                units.number(t.gpu_hours, 2),
+                units.usd(t.cost_usd),
+                units.usd(t.usd_per_gpu_hour),
                 "-" if t.capacity_gpus is None else f"{t.capacity_gpus:,}",
                 t.source,
             )

@@ -21,6 +21,7 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.widgets import DataTable, Input, Static
 
+from krea_ops import units
 from krea_ops.fleet import FabricEntry, FleetSnapshot, fabric_entries, usable
 from krea_ops.health import HealthPolicy
 from krea_ops.model import Severity, Verdict
@@ -32,27 +33,6 @@ MAX_ROWS = 500
 REASON_WIDTH = 70
 
 # --- formatting shared with the node screen -------------------------------------------------
-
-
-def rate_text(v: float | None, unit: str = "/s") -> str:
-    if v is None:
-        return "-"
-    if v == 0:
-        return "0"
-    if abs(v) < 0.01:
-        return f"{v:.1e}{unit}"
-    if abs(v) < 100:
-        return f"{v:,.2f}{unit}"
-    if abs(v) < 1e6:
-        return f"{v:,.0f}{unit}"
-    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M")):
-        if abs(v) >= scale:
-            return f"{v / scale:.1f}{suffix}{unit}"
-    return f"{v:,.0f}{unit}"
-
-
-def count_text(v: float | None) -> str:
-    return "-" if v is None else f"{v:,.0f}"
 
 
 def short(text: str, width: int = REASON_WIDTH) -> str:
@@ -76,13 +56,13 @@ def state_text(state: str | None) -> Text:
 
 def wait_ratio_text(ratio: float | None, policy: HealthPolicy) -> Text:
     if ratio is None:
-        return Text("-", style="dim")
+        return Text(units.UNKNOWN, style="dim")
     style = "yellow" if ratio >= policy.xmit_wait_ratio_suspect else ""
-    return Text(f"{ratio * 100:.1f}%", style=style)
+    return Text(units.percent(ratio), style=style)
 
 
 def errors_text(v: float | None) -> Text:
-    return Text(count_text(v), style="bold red" if v else "")
+    return Text(units.count(v), style="bold red" if v else "")
 
 
 def add_columns(table: DataTable[Any], columns: Sequence[tuple[str, str]]) -> None:
@@ -91,20 +71,29 @@ def add_columns(table: DataTable[Any], columns: Sequence[tuple[str, str]]) -> No
             table.add_column(label, key=key)
 
 
+def window_label(label: str, window_s: float) -> str:
+    """A window count's column label, naming its window: ``errors/5m``."""
+    return f"{label}/{units.duration(window_s)}"
+
+
+LEGEND = "wait %: share of time with data to send but no credit (port_xmit_wait x 8 B / speed)"
+
+
 # --- the screen -----------------------------------------------------------------------------
 
-COLUMNS = (
-    ("node", "node"),
-    ("kind", "kind"),
-    ("port", "port"),
-    ("state", "state"),
-    ("errors", "errors in window"),
-    ("rate", "error rate"),
-    ("wait", "xmit wait/s"),
-    ("wait_pct", "wait %"),
-    ("verdict", "verdict"),
-    ("reason", "first reason"),
-)
+
+def fabric_columns(window_s: float) -> tuple[tuple[str, str], ...]:
+    return (
+        ("node", "node"),
+        ("kind", "kind"),
+        ("port", "port"),
+        ("state", "state"),
+        ("errors", window_label("errors", window_s)),
+        ("rate", "error rate"),
+        ("wait_pct", "wait %"),
+        ("verdict", "verdict"),
+        ("reason", "first reason"),
+    )
 
 
 def fabric_key(e: FabricEntry) -> str:
@@ -119,8 +108,7 @@ def fabric_cells(e: FabricEntry, policy: HealthPolicy) -> tuple[Any, ...]:
         e.port,
         state_text(e.state),
         errors_text(e.errors_in_window),
-        rate_text(e.error_rate_per_s),
-        rate_text(e.xmit_wait_per_s),
+        units.rate(e.error_rate_per_s),
         wait_ratio_text(e.xmit_wait_ratio, policy),
         severity_text(e.verdict.severity),
         first_reason(e.verdict),
@@ -202,6 +190,7 @@ def summary_text(r: Ranking) -> Text:
         out.append(f"showing {len(r.shown):,} of {r.matched:,}, worst first", style="yellow")
     else:
         out.append(f"showing {len(r.shown):,}, worst first (errors, then xmit wait)")
+    out.append(f"\n{LEGEND}", style="dim")
     if r.snapshot.telemetry_error:
         out.append(f"\ntelemetry: {r.snapshot.telemetry_error}", style="bold red")
     return out
@@ -215,7 +204,8 @@ class FabricScreen(DataScreen):
     FILTER_FOCUS = "#fabric"
     HELP = (
         "Every InfiniBand port and NVLink link in the fleet, worst first: errors in the "
-        "telemetry window, error rate, xmit wait (credit stalls) and the verdict."
+        "telemetry window (never more than the port's counters hold), their rate, the share "
+        "of the time each IB port waited for credit (congestion) and the verdict."
     )
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open_node", "Open node", show=False),
@@ -245,7 +235,6 @@ class FabricScreen(DataScreen):
 
     def on_mount(self) -> None:
         table = self.query_one("#fabric", DataTable)
-        add_columns(table, COLUMNS)
         table.focus()
         self._ready = True
         loaded = self.krea.latest("fleet")
@@ -305,6 +294,7 @@ class FabricScreen(DataScreen):
             return
         r = self.ranking = message.ranking
         policy = r.snapshot.policy
+        add_columns(table, fabric_columns(policy.window_s))  # (the first ranking names the window)
         sync_table(table, {fabric_key(e): fabric_cells(e, policy) for e in r.shown})
         summary.update(summary_text(r))
         stale = self.krea.is_stale("fleet") and "fleet" in self.krea.errors

@@ -10,12 +10,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Input, Static
 
+from krea_ops import units
 from krea_ops.fleet import FleetSnapshot, fleet_totals, usable
 from krea_ops.health import busy_idle_gap
 from krea_ops.model import GpuSample, NodeView, Severity
 from screens.base import DataScreen
 from screens.messages import FleetLoaded, Loaded
-from screens.text import SEVERITY_STYLE, pct
+from screens.text import SEVERITY_STYLE
 from screens.widgets.heatmap import METRICS, SORT_MODES, GpuHeatmap, HeatRow
 
 
@@ -71,9 +72,9 @@ def totals_text(snap: FleetSnapshot) -> Text:
     for sev in (Severity.BAD, Severity.UNKNOWN, Severity.SUSPECT, Severity.OK):
         out.append(f"  {sev}: {t.by_severity[sev]}", style=SEVERITY_STYLE[sev])
     out.append("\ntensor activity ")
-    out.append(pct(t.tensor_active_ratio), style="bold")
+    out.append(units.percent(t.tensor_active_ratio), style="bold")
     out.append(" vs GPU utilization (busy time) ")
-    out.append(pct(t.util_ratio), style="bold")
+    out.append(units.percent(t.util_ratio), style="bold")
     if t.averaged:
         out.append(f", mean of {t.averaged:,} GPUs reporting both", style="dim")
     if t.busy_not_work:

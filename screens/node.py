@@ -20,6 +20,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Sparkline, Static
 
+from krea_ops import units
 from krea_ops.console import NodeDetail
 from krea_ops.fleet import FabricEntry, FleetSnapshot, GpuEntry, fabric_entries, gpu_entries
 from krea_ops.health import HealthPolicy, busy_not_work
@@ -27,17 +28,17 @@ from krea_ops.history import GpuHistory
 from krea_ops.model import GpuSample, NodeView, PodInfo, Severity
 from screens.base import DataScreen
 from screens.fabric import (
+    LEGEND,
     add_columns,
-    count_text,
     errors_text,
     first_reason,
-    rate_text,
     short,
     state_text,
     wait_ratio_text,
+    window_label,
 )
 from screens.messages import FleetLoaded, Loaded, NodeLoaded, node_key
-from screens.text import SEVERITY_STYLE, age, pct, severity_text, size, sync_table
+from screens.text import SEVERITY_STYLE, severity_text, sync_table
 
 OUR_ANNOTATIONS = ("krea.ai/", "burst.krea.ai/", "sim.krea.ai/")
 MAX_SPARKLINES = 16  # GPUs with a history row; more than a node has in practice
@@ -56,19 +57,23 @@ GPU_COLUMNS = (
     ("verdict", "verdict"),
     ("reason", "first reason"),
 )
-IB_COLUMNS = (
-    ("port", "port"),
-    ("state", "state"),
-    ("speed", "speed"),
-    ("rx", "rx"),
-    ("tx", "tx"),
-    ("errors", "errors in window"),
-    ("rate", "error rate"),
-    ("wait", "xmit wait/s"),
-    ("wait_pct", "wait %"),
-    ("verdict", "verdict"),
-    ("reason", "first reason"),
-)
+
+
+def ib_columns(window_s: float) -> tuple[tuple[str, str], ...]:
+    return (
+        ("port", "port"),
+        ("state", "state"),
+        ("speed", "speed"),
+        ("rx", "rx"),
+        ("tx", "tx"),
+        ("errors", window_label("errors", window_s)),
+        ("rate", "error rate"),
+        ("wait_pct", "wait %"),
+        ("verdict", "verdict"),
+        ("reason", "first reason"),
+    )
+
+
 POD_COLUMNS = (
     ("namespace", "namespace"),
     ("name", "name"),
@@ -85,27 +90,27 @@ POD_COLUMNS = (
 
 def temperature_text(t: float | None, policy: HealthPolicy) -> Text:
     if t is None:
-        return Text("-", style="dim")
+        return Text(units.UNKNOWN, style="dim")
     style = "bold red" if t >= policy.hot_c else "yellow" if t >= policy.warm_c else "green"
-    return Text(f"{t:.0f}°C", style=style)
+    return Text(units.celsius(t), style=style)
 
 
 def margin_text(m: float | None, policy: HealthPolicy) -> Text:
     if m is None:
-        return Text("-", style="dim")
+        return Text(units.UNKNOWN, style="dim")
     style = "bold red" if m <= 0 else "yellow" if m < policy.slowdown_margin_c else ""
-    return Text(f"{m:.0f}°C", style=style)
+    return Text(units.celsius(m), style=style)
 
 
 def power_text(g: GpuSample) -> str:
-    if g.power_w is None:
-        return "-"
-    limit = f"/{g.power_limit_w:.0f}" if g.power_limit_w is not None else ""
-    return f"{g.power_w:.0f}{limit}W"
+    """Draw over the enforced limit: 650W/700W."""
+    if g.power_w is None or g.power_limit_w is None:
+        return units.watts(g.power_w)
+    return f"{units.watts(g.power_w)}/{units.watts(g.power_limit_w)}"
 
 
 def tensor_text(g: GpuSample, policy: HealthPolicy) -> Text:
-    text = Text(pct(g.tensor_active_ratio))
+    text = Text(units.percent(g.tensor_active_ratio))
     # busy time far above tensor activity: the GPU looks busy but does little math
     if busy_not_work(g.util_ratio, g.tensor_active_ratio, policy):
         text.stylize("yellow")
@@ -113,11 +118,10 @@ def tensor_text(g: GpuSample, policy: HealthPolicy) -> Text:
 
 
 def memory_text(g: GpuSample) -> str:
-    if g.memory_used_bytes is None:
-        return "-"
-    if g.memory_total_bytes is None:
-        return size(g.memory_used_bytes)
-    return f"{g.memory_used_bytes / 2**30:.1f}/{size(g.memory_total_bytes)}"
+    """Used over total: 80GiB/140GiB."""
+    if g.memory_used_bytes is None or g.memory_total_bytes is None:
+        return units.size(g.memory_used_bytes)
+    return f"{units.size(g.memory_used_bytes)}/{units.size(g.memory_total_bytes)}"
 
 
 def xid_text(g: GpuSample) -> Text:
@@ -141,7 +145,7 @@ def gpu_cells(e: GpuEntry, policy: HealthPolicy) -> tuple[Any, ...]:
             temperature_text(g.temperature_c, policy),
             margin_text(g.slowdown_margin_c, policy),
             power_text(g),
-            pct(g.util_ratio),
+            units.percent(g.util_ratio),
             tensor_text(g, policy),
             memory_text(g),
             xid_text(g),
@@ -155,12 +159,11 @@ def ib_cells(e: FabricEntry, policy: HealthPolicy) -> tuple[Any, ...]:
     return (
         e.port,
         state_text(e.state if p is None or not p.phys_state else f"{e.state} {p.phys_state}"),
-        rate_text(p.rate_bytes_per_s if p else None, "B/s"),
-        rate_text(p.rx_bytes_per_s if p else None, "B/s"),
-        rate_text(p.tx_bytes_per_s if p else None, "B/s"),
+        units.bit_rate(p.rate_bytes_per_s if p else None),
+        units.bit_rate(p.rx_bytes_per_s if p else None),
+        units.bit_rate(p.tx_bytes_per_s if p else None),
         errors_text(e.errors_in_window),
-        rate_text(e.error_rate_per_s),
-        rate_text(e.xmit_wait_per_s),
+        units.rate(e.error_rate_per_s),
         wait_ratio_text(e.xmit_wait_ratio, policy),
         severity_text(e.verdict.severity),
         first_reason(e.verdict),
@@ -177,7 +180,7 @@ def pod_cells(p: PodInfo, now: float) -> tuple[Any, ...]:
         str(p.gpus) if p.gpus else "-",
         p.labels.get("krea.ai/workload") or "-",
         p.owner or "-",
-        age(None if p.started_at is None else now - p.started_at),
+        units.since(p.started_at, now),
     )
 
 
@@ -233,12 +236,12 @@ def header_text(view: NodeView, snapshot: FleetSnapshot) -> Text:
     elif tel.stale:
         out.append(f"stale: {tel.error or 'old samples'}", style="magenta")
     else:
-        out.append(f"{age(tel.age_s)} old", style="green")
+        out.append(f"{units.age(tel.age_s)} old", style="green")
         out.append(f" from {snapshot.source or '-'}, window {snapshot.policy.window_text}")
     return out
 
 
-def nvlink_text(entries: Sequence[FabricEntry], gpus: Sequence[GpuEntry]) -> Text:
+def nvlink_text(entries: Sequence[FabricEntry], gpus: Sequence[GpuEntry], window_s: float) -> Text:
     out = Text("NVLink: ", style="bold")
     if not entries:
         total = sum(e.sample.nvlinks_total or 0 for e in gpus if e.sample)
@@ -258,7 +261,10 @@ def nvlink_text(entries: Sequence[FabricEntry], gpus: Sequence[GpuEntry]) -> Tex
     for e in bad[:MAX_NVLINK_LINES]:
         out.append(f"\n  {e.port} {e.state or '-'} ")
         out.append_text(severity_text(e.verdict.severity))
-        out.append(f" errors {count_text(e.errors_in_window)} ({rate_text(e.error_rate_per_s)})")
+        out.append(
+            f" errors {units.count(e.errors_in_window)} in {units.duration(window_s)} "
+            f"({units.rate(e.error_rate_per_s)})"
+        )
         if e.verdict.reasons:
             out.append(": " + "; ".join(r.message for r in e.verdict.reasons))
     if len(bad) > MAX_NVLINK_LINES:
@@ -285,14 +291,6 @@ def history_label(name: str, series: Sequence[float], fmt: Any) -> Text:
     out.append("-" if math.isnan(now) else fmt(now), style="bold")
     out.append(f" {fmt(min(points))}–{fmt(max(points))}", style="dim")
     return out
-
-
-def celsius(v: float) -> str:
-    return f"{v:.0f}°C"
-
-
-def percent(v: float) -> str:
-    return f"{v * 100:.0f}%"
 
 
 class NodeScreen(DataScreen):
@@ -348,7 +346,6 @@ class NodeScreen(DataScreen):
 
     def on_mount(self) -> None:
         add_columns(self.query_one("#gpus", DataTable), GPU_COLUMNS)
-        add_columns(self.query_one("#ib", DataTable), IB_COLUMNS)
         add_columns(self.query_one("#pods", DataTable), POD_COLUMNS)
         self.query_one("#gpus", DataTable).focus()
         self._ready = True
@@ -411,10 +408,14 @@ class NodeScreen(DataScreen):
             {str(e.index): gpu_cells(e, policy) for e in sorted(gpus, key=lambda e: e.index)},
         )
         self.query_one("#gpus-title", Static).update(f"GPUs ({len(gpus)})")
-        sync_table(self.query_one("#ib", DataTable), {e.port: ib_cells(e, policy) for e in ib})
-        ib_title = f"InfiniBand ports ({len(ib)})" if ib else "InfiniBand: no port data"
+        ib_table = self.query_one("#ib", DataTable)
+        add_columns(ib_table, ib_columns(policy.window_s))  # (the first read names the window)
+        sync_table(ib_table, {e.port: ib_cells(e, policy) for e in ib})
+        ib_title = Text(f"InfiniBand ports ({len(ib)})" if ib else "InfiniBand: no port data")
+        if ib:
+            ib_title.append(f"   {LEGEND}", style="dim not bold")
         self.query_one("#ib-title", Static).update(ib_title)
-        self.query_one("#nvlink", Static).update(nvlink_text(links, gpus))
+        self.query_one("#nvlink", Static).update(nvlink_text(links, gpus, policy.window_s))
         if not view.info.virtual:
             self._show_history(self.krea.session.history(self.node), [e.index for e in gpus])
         for wid in ("#node-header", "#gpus", "#history", "#ib", "#nvlink"):
@@ -442,7 +443,7 @@ class NodeScreen(DataScreen):
             return
         span = history.times[-1] - history.times[0]
         title.update(
-            f"Recent history: temperature and tensor activity, last {age(span)} "
+            f"Recent history: temperature and tensor activity, last {units.duration(span)} "
             f"({points} refreshes)"
         )
         note.display = False
@@ -451,8 +452,8 @@ class NodeScreen(DataScreen):
         for i in wanted:
             temps = history.temperature_c.get(i, ())
             tensor = history.tensor_active_ratio.get(i, ())
-            temp_label = history_label(f"GPU {i:<2} temp", temps, celsius)
-            tensor_label = history_label("tensor", tensor, percent)
+            temp_label = history_label(f"GPU {i:<2} temp", temps, units.celsius)
+            tensor_label = history_label("tensor", tensor, units.percent)
             if i not in self._history_rows:
                 self._history_rows.append(i)
                 box.mount(

@@ -19,10 +19,11 @@ from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
 from textual.widgets import DataTable, Input, Static
 
+from krea_ops import units
 from krea_ops.queue import FlavorCapacity, QueueSnapshot, WorkloadInfo
 from screens.base import DataScreen
 from screens.messages import Loaded, QueueLoaded, WhyFailed, WhyLoaded
-from screens.text import age, quota_bar, signed, sync_table, table_cursor_key
+from screens.text import quota_bar, signed, sync_table, table_cursor_key
 
 STATE_STYLE = {
     "pending": "yellow",
@@ -76,7 +77,6 @@ def workload_cells(wl: WorkloadInfo, now: float) -> tuple[Any, ...]:
         state.append("!", style="bold red")
     if not wl.active:
         state.append(" (inactive)", style="dim")
-    since = None if wl.created_at is None else now - wl.created_at
     return (
         workload_key(wl),
         state,
@@ -84,7 +84,7 @@ def workload_cells(wl: WorkloadInfo, now: float) -> tuple[Any, ...]:
         wl.gang,
         wl.local_queue or wl.cluster_queue or "-",
         wl.position_text or "-",
-        age(since),
+        units.since(wl.created_at, now),
         wl.reason or "",
     )
 

@@ -1,5 +1,6 @@
-"""Formatting for the dashboard: units, ages, the status line. (The CLI has its own in
-``commands/fmt.py``; the two UI layers never import each other.)"""
+"""Colour and layout for the dashboard: severity colours, bars, the status line, keyed
+table updates. Numbers are spelled by ``krea_ops.units``, as in the CLI (the two UI
+layers never import each other; both import the core)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from rich.cells import cell_len
 from rich.text import Text
 
+from krea_ops import units
 from krea_ops.model import Severity
 
 if TYPE_CHECKING:
@@ -20,38 +22,6 @@ SEVERITY_STYLE = {
     Severity.UNKNOWN: "magenta",
     Severity.BAD: "bold red",
 }
-
-
-def age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = max(0.0, seconds)
-    if s < 120:
-        return f"{s:.0f}s"
-    if s < 7200:
-        return f"{s / 60:.0f}m"
-    if s < 172800:
-        return f"{s / 3600:.0f}h"
-    return f"{s / 86400:.0f}d"
-
-
-def num(value: float | None, spec: str = ".0f", unit: str = "") -> str:
-    return "-" if value is None else f"{value:{spec}}{unit}"
-
-
-def pct(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.0f}%"
-
-
-def size(value: float | None) -> str:
-    if value is None:
-        return "-"
-    n = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
-        n /= 1024
-    return f"{n:.1f}TiB"
 
 
 def severity_text(sev: Severity) -> Text:
@@ -84,7 +54,7 @@ def status_text(app: KreaOpsApp) -> Text:
     if fleet_age is None:
         out.append("loading…", style="dim")
     else:
-        out.append(f"{age(fleet_age)} old", style="red" if app.is_stale("fleet") else "")
+        out.append(f"{units.age(fleet_age)} old", style="red" if app.is_stale("fleet") else "")
     fleet = app.fleet_snapshot()
     if fleet is not None:
         counts = {s: 0 for s in Severity}
@@ -99,24 +69,6 @@ def status_text(app: KreaOpsApp) -> Text:
 
 
 # -- queue, burst and training screens -------------------------------------------------
-
-
-def duration(seconds: float | None) -> str:
-    """A span with one decimal where it matters: 30s, 21.6m, 5.4h, 77.0d."""
-    if seconds is None:
-        return "-"
-    s = max(0.0, seconds)
-    if s < 120:
-        return f"{s:.0f}s"
-    if s < 7200:
-        return f"{s / 60:.1f}m"
-    if s < 172800:
-        return f"{s / 3600:.1f}h"
-    return f"{s / 86400:.1f}d"
-
-
-def usd(value: float | None) -> str:
-    return "-" if value is None else f"${value:,.2f}"
 
 
 def signed(value: float | None) -> Text:

@@ -20,12 +20,13 @@ from textual.binding import BindingType
 from textual.css.query import NoMatches
 from textual.widgets import DataTable, Input, Static
 
+from krea_ops import units
 from krea_ops.training.advice import Advice
 from krea_ops.training.checkpoints import Checkpoint
 from krea_ops.training.runs import TrainingRun
 from screens.base import DataScreen
 from screens.messages import Loaded, TrainingLoaded
-from screens.text import age, duration, size, sync_table, table_cursor_key
+from screens.text import sync_table, table_cursor_key
 
 STATE_STYLE = {
     "Running": "green",
@@ -70,7 +71,7 @@ def run_cells(run: TrainingRun, now: float) -> tuple[Any, ...]:
         ckpt_age = "-"
     else:
         step = "-" if latest.step is None else f"{latest.step:,}"
-        ckpt_age = "-" if latest.mtime is None else age(now - latest.mtime)
+        ckpt_age = units.since(latest.mtime, now)
     restarts = Text(f"{_n(run.restarts)}/{_n(run.max_restarts)}")
     if run.restarts and run.max_restarts and run.restarts >= run.max_restarts:
         restarts.stylize("bold red")
@@ -108,12 +109,12 @@ def checkpoint_cells(cp: Checkpoint, run: TrainingRun, now: float) -> tuple[Any,
     written = "-"
     if cp.mtime is not None:
         clock = time.strftime("%H:%M:%S", time.localtime(cp.mtime))
-        written = f"{clock} ({age(now - cp.mtime)} ago)"
+        written = f"{clock} ({units.since(cp.mtime, now)} ago)"
     return (
         checkpoint_name(cp, run),
         "-" if cp.step is None else f"{cp.step:,}",
         written,
-        size(cp.size_bytes),
+        units.size(cp.size_bytes),
         status,
     )
 
@@ -133,23 +134,23 @@ def advice_text(advice: Advice | None, run: TrainingRun) -> Text:
         source = "given"
     rec = advice.recommended
     out.append("\nevery ")
-    out.append(duration(advice.daly_interval_s), style="bold")
-    out.append(f" of compute (Daly; Young {duration(advice.young_interval_s)})")
+    out.append(units.duration(advice.daly_interval_s), style="bold")
+    out.append(f" of compute (Daly; Young {units.duration(advice.young_interval_s)})")
     out.append("   lost per failure ")
-    out.append(duration(rec.lost_s_per_failure), style="bold")
+    out.append(units.duration(rec.lost_s_per_failure), style="bold")
     out.append("   waste ")
-    out.append(f"{rec.waste_ratio * 100:.2f}%", style="bold")
-    out.append(f" (Daly {rec.waste_ratio_daly * 100:.2f}%)")
-    out.append(f"\nMTBF {duration(advice.mtbf_s)} ({source})")
+    out.append(units.percent(rec.waste_ratio, 1), style="bold")
+    out.append(f" (Daly {units.percent(rec.waste_ratio_daly, 1)})")
+    out.append(f"\nMTBF {units.duration(advice.mtbf_s)} ({source})")
     out.append(f", {advice.failures_per_day:.3g} failures/day")
-    out.append(f", one save {duration(advice.checkpoint_s)}")
+    out.append(f", one save {units.duration(advice.checkpoint_s)}")
     if advice.restart_s:
-        out.append(f", restart {duration(advice.restart_s)}")
+        out.append(f", restart {units.duration(advice.restart_s)}")
     if advice.current is not None:
         cur = advice.current
         out.append(
-            f"\nnow every {duration(cur.interval_s)}: lost per failure "
-            f"{duration(cur.lost_s_per_failure)}, waste {cur.waste_ratio * 100:.2f}%"
+            f"\nnow every {units.duration(cur.interval_s)}: lost per failure "
+            f"{units.duration(cur.lost_s_per_failure)}, waste {units.percent(cur.waste_ratio, 1)}"
         )
     return out
 

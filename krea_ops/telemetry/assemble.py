@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from krea_ops import units
 from krea_ops.model import (
     FleetTelemetry,
     GpuSample,
@@ -21,6 +22,7 @@ from krea_ops.model import (
     NodeTelemetry,
     NvLinkSample,
     gpu_sample,
+    window_increase,
 )
 from krea_ops.telemetry.dialects import (
     DCGM,
@@ -539,7 +541,7 @@ class Assembler:
         stale = age is not None and age > self.stale_s
         errors = [t.error for t in down]
         if stale:
-            errors.append(f"last sample {age:.0f} s ago")
+            errors.append(f"last sample {units.age(age)} ago")
         has_data = bool(acc.gpus or acc.ports or acc.links)
         if down or stale:
             exporter_up: bool | None = False
@@ -561,7 +563,9 @@ class Assembler:
         nvlinks: tuple[NvLinkSample, ...] = ()
         ports: tuple[IbPortSample, ...] = ()
         if readings:
-            nvlinks = tuple(self._link(name, key, acc.links[key], acc) for key in sorted(acc.links))
+            nvlinks = tuple(
+                self._link(name, key, acc.links[key], acc, window) for key in sorted(acc.links)
+            )
             ports = tuple(
                 self._port(name, key, acc.ports[key], window) for key in sorted(acc.ports)
             )
@@ -754,7 +758,9 @@ class Assembler:
             increase = dict(sorted(increase.items()))
         return total, increase
 
-    def _link(self, node: str, key: tuple[int, int], obj: _Obj, acc: _NodeAcc) -> NvLinkSample:
+    def _link(
+        self, node: str, key: tuple[int, int], obj: _Obj, acc: _NodeAcc, window: float
+    ) -> NvLinkSample:
         gpu, link = key
         totals = dict(self._best(obj.dicts.get("link_total")) or {})
         rates = dict(self._best(obj.dicts.get("link_rate")) or {})
@@ -770,6 +776,10 @@ class Assembler:
                     totals.setdefault(counter, 0.0)
                 if self._got("link_rate"):
                     rates.setdefault(counter, 0.0)
+        if totals and window > 0:  # as for IB ports: the window's rate, at most the value
+            rates = {
+                c: window_increase(r, totals.get(c), window) / window for c, r in rates.items()
+            }
         up: bool | None = None
         if "link_down" in obj.values:
             up = obj.values["link_down"] >= 0.5
@@ -818,6 +828,12 @@ class Assembler:
                 if c in counters
             )
         saturated = self._best(obj.dicts.get("ib_saturated")) or {}
+        # the window's count and rate of a counter are one number (count = rate x window),
+        # and never more than the counter holds (most counters of a fleet count nothing)
+        increase = {c: v * window for c, v in sorted(rates.items())}
+        for c, n in increase.items():
+            if n and (held := window_increase(rates[c], totals.get(c), window)) < n:
+                increase[c], rates[c] = held, held / window
         return IbPortSample(
             node=node,
             device=device,
@@ -830,6 +846,6 @@ class Assembler:
             xmit_wait_per_s=p.get("ib_xmit_wait"),
             errors_total=MappingProxyType(dict(sorted(totals.items()))),
             error_rate_per_s=MappingProxyType(dict(sorted(rates.items()))),
-            error_increase=MappingProxyType({c: v * window for c, v in sorted(rates.items())}),
+            error_increase=MappingProxyType(increase),
             saturated=frozenset(c for c, v in saturated.items() if v > 0),
         )

@@ -48,6 +48,7 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
+from krea_ops import units
 from krea_ops.errors import Unavailable
 from krea_ops.health import HealthPolicy
 from krea_ops.model import FleetTelemetry, NodeTelemetry
@@ -584,7 +585,7 @@ class PrometheusSource(TelemetrySource):
             elif mine is None or when is None:
                 why = "no summary"
             elif at - when > stale_s:
-                why = f"summary recorded {at - when:.0f} s ago"
+                why = f"summary recorded {units.age(at - when)} ago"
             else:
                 why = summary.unclean(mine, policy)
             if why is None and tel is not None and mine is not None:

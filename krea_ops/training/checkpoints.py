@@ -66,6 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from krea_ops import units
 from krea_ops.errors import BadInput
 
 METADATA = ".metadata"
@@ -353,17 +354,13 @@ def _walk(top: Path) -> _Files:
     return _Files(sizes, mtimes, dir_mtime, error, truncated)
 
 
-def _age(seconds: float) -> str:
-    return f"{max(int(seconds), 0)} s"
-
-
 def _uncommitted(files: _Files, now: float) -> str:
     if METADATA_TMP in files.sizes:
         return f"still being written: {METADATA_TMP} present"
     data = {k: v for k, v in files.mtimes.items() if k != METADATA_TMP}
     newest = max(data.values(), default=None)
     if newest is not None and now - newest < WRITING_WINDOW_S:
-        ago = _age(now - newest)
+        ago = units.age(now - newest)
         return f"still being written: newest file modified {ago} ago, no {METADATA} yet"
     return f"{METADATA} missing (still being written or crashed mid-save)"
 

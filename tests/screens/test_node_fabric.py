@@ -17,13 +17,13 @@ from typing import Any
 from textual.css.query import NoMatches
 from textual.widgets import DataTable, Sparkline, Static
 
+from krea_ops import units
 from krea_ops.sim.fixtures import FixedConsole, synthetic_fleet
 from krea_ops.sim.world.faults import inject_fault
 from screens.app import KreaOpsApp
 from screens.fabric import FabricScreen
 from screens.fleet import FleetScreen
 from screens.node import NodeScreen
-from screens.text import age
 from screens.widgets.heatmap import GpuHeatmap
 from tests.screens.conftest import make_app, wait_until
 
@@ -84,7 +84,7 @@ def all_nodes_reporting(app: KreaOpsApp) -> bool:
 
 
 def pod_ages_follow_the_wall_clock(app: KreaOpsApp, on_node: list[Any]) -> bool:
-    """Each pod's AGE is what ``age`` prints for the wall time since its start, within a
+    """Each pod's AGE is what ``units.age`` prints for the wall time since its start, within a
     couple of refreshes, and the DaemonSet pods' (up since the world started) is not 0s."""
     shown = rows(app, "pods")
     now = time.time()
@@ -93,9 +93,9 @@ def pod_ages_follow_the_wall_clock(app: KreaOpsApp, on_node: list[Any]) -> bool:
         if cell is None or p.started_at is None:
             return False
         since = now - p.started_at
-        if cell not in {age(since - lag) for lag in range(0, 4)}:
+        if cell not in {units.age(since - lag) for lag in range(0, 4)}:
             return False
-        if p.namespace == "kube-system" and cell == age(0):
+        if p.namespace == "kube-system" and cell == units.age(0):
             return False
     return True
 

@@ -22,12 +22,13 @@ from kubernetes.client.exceptions import ApiException
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Static
 
+from krea_ops import units
 from krea_ops.burst import PAUSE_TAINT_KEY
 from krea_ops.errors import KreaError
 from krea_ops.queue import BLOCKERS
 from screens.burst import BurstScreen
 from screens.queue import QueueScreen
-from screens.text import duration, table_cursor_key
+from screens.text import table_cursor_key
 from screens.training import TrainingScreen
 from tests.screens.conftest import make_app, wait_until
 
@@ -289,10 +290,10 @@ def test_training_lists_runs_checkpoints_and_advice(dashboard_world: Any) -> Non
 
             advice = text(screen.query_one("#advice", Static))
             assert run.advice is not None
-            assert duration(run.advice.daly_interval_s) in advice
-            assert duration(run.advice.young_interval_s) in advice
-            assert duration(run.advice.recommended.lost_s_per_failure) in advice
-            assert f"{run.advice.recommended.waste_ratio * 100:.2f}%" in advice
+            assert units.duration(run.advice.daly_interval_s) in advice
+            assert units.duration(run.advice.young_interval_s) in advice
+            assert units.duration(run.advice.recommended.lost_s_per_failure) in advice
+            assert f"waste {units.percent(run.advice.recommended.waste_ratio, 1)}" in advice
             assert f"{run.advice.nodes} nodes x 6.5 failures" in advice
 
             # the other run: its own (empty or not) list and its own advice
@@ -304,7 +305,7 @@ def test_training_lists_runs_checkpoints_and_advice(dashboard_world: Any) -> Non
             assert other_run.advice is not None and other_run.advice.nodes != run.advice.nodes
             advice = text(screen.query_one("#advice", Static))
             assert f"{other_run.advice.nodes} nodes x 6.5 failures" in advice
-            assert duration(other_run.advice.daly_interval_s) in advice
+            assert units.duration(other_run.advice.daly_interval_s) in advice
 
             await quiet(pilot, app)
 

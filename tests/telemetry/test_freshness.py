@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from krea_ops import units
 from krea_ops.errors import Unavailable
 from krea_ops.telemetry import PrometheusSource
 from tests.conftest import Exporter, free_port
@@ -69,7 +70,7 @@ def test_a_stopped_exporter_is_down_then_stale_never_healthy(
         node = source.collect().nodes["gone"]
         assert node.stale is True and node.exporter_up is False
         assert node.age_s is not None and node.age_s > STALE_S
-        assert f"last sample {node.age_s:.0f} s ago" in (node.error or "")
+        assert f"last sample {units.age(node.age_s)} ago" in (node.error or "")
         assert all(g.temperature_min_window_c is None for g in node.gpus)
         # asking for the node alone says the same
         assert source.collect({"gone"}).nodes["gone"].stale is True
