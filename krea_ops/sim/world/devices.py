@@ -81,6 +81,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,7 +102,7 @@ from krea_ops.sim.world.faults import (
 from krea_ops.sim.world.thermal import IDLE, GpuModel, Load
 from krea_ops.telemetry.summary import rule_text
 
-__all__ = ["DeviceActor", "DeviceService", "NodeDevices"]
+__all__ = ["BusyHold", "DeviceActor", "DeviceService", "NodeDevices"]
 
 OPS_NAMESPACE = "krea-ops"
 OPS_CONFIGMAP = "krea-ops-config"
@@ -141,6 +142,42 @@ def _die_with_parent() -> None:
         libc.prctl(1, _signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+class BusyHold:
+    """Keeps one GPU's busy time at or above the SM activity any GPM reading can still
+    report, so tensor <= SM <= busy holds in every scrape.
+
+    NVML's busy time covers the driver's last sample period (1/6 s), GPM activity the
+    pair of samples the exporter took last (seconds apart, older still at a scrape): on
+    a real GPU whose load drops in between, one scrape reads more SM activity than busy
+    time (the product flags such readings). Here a GPU stays busy for the tail of any
+    work its current GPM window still covers, the way a job's kernels end after its math
+    does: busy time is raised to the highest SM activity in force since the window's
+    start (``FakeNvml.gpm_reported_since``), rounded up to NVML's whole percent. Tensor
+    activity is at most SM activity at every instant (thermal.py), so it is covered too;
+    a rise reaches busy time and GPM together, and a GPM window is never shorter than
+    the busy sample period, so a rise cannot read out of order either.
+    """
+
+    __slots__ = ("log",)
+
+    def __init__(self) -> None:
+        # (since, SM activity in force from then): the tick's rates, oldest first; bounded
+        # in case no GPM reading ever moves the window on
+        self.log: deque[tuple[float, float]] = deque(maxlen=1024)
+
+    def apply(self, fields: dict[str, Any], now: float, since: float | None) -> None:
+        log = self.log
+        if log and log[-1][0] >= now:
+            log.pop()
+        log.append((now, float(fields["sm_active"])))
+        start = now if since is None else since
+        while len(log) > 1 and log[1][0] <= start:  # ended before the window began
+            log.popleft()
+        floor = math.ceil(round(100.0 * max(sm for _, sm in log), 6))
+        if float(fields["util_percent"]) < floor:
+            fields["util_percent"] = float(floor)
 
 
 @dataclass(frozen=True)
@@ -236,6 +273,7 @@ class NodeDevices:
             keep_fds=service.keep_write_fds,
         )
         self.last_fields: list[dict[str, Any]] = [{} for _ in range(gpus)]
+        self.busy_holds = [BusyHold() for _ in range(gpus)]
         self.pending: list[list[float]] = [[0.0, 0.0] for _ in range(cfg.hcas_per_node)]
         self.pending_dt = 0.0
         self.owners: list[str | None] = [None] * gpus
@@ -400,6 +438,7 @@ class NodeDevices:
                 fields["memory_used_bytes"] = gpu.memory_reserved_bytes
             if gpu.lost:
                 continue
+            self.busy_holds[i].apply(fields, now, self.nvml.gpm_reported_since(i))
             # Only what changed: FakeGpu.update integrates GPM rates on every set.
             last = self.last_fields[i]
             changed = {k: v for k, v in fields.items() if last.get(k) != v}
