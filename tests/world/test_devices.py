@@ -554,9 +554,16 @@ def _out_of_order(hold: bool, seed: int) -> tuple[int, int]:
                 if rng.random() < 0.3:
                     load = rng.choice(loads)
                 fields = model.step(load, 15.0, clock.now, rng.uniform(-1, 1))
+                # between the tick's clock reading and the set (its node and pod lists)
+                # simulated seconds pass, and the exporter may take a GPM sample
+                clock.now += rng.uniform(0.0, 1.5)
+                if rng.random() < 0.5:
+                    collector.sample_gpm()
+                clock.now += rng.uniform(0.0, 1.5)
                 if hold:
-                    busy_hold.apply(fields, clock.now, nvml.gpm_reported_since(0))
+                    busy_hold.apply(fields, nvml.gpm_reported_since(0))
                 nvml.gpus[0].update(**fields)
+                busy_hold.took_force(clock.now)
                 tick = clock.now + 15.0
             if clock.now >= gpm:  # the exporter's GPM thread: every 2 wall s at 5-20x
                 collector.sample_gpm()
