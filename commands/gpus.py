@@ -135,6 +135,8 @@ def gpu_row(entry: GpuEntry, now: float) -> dict[str, Any]:
             "age_s": round(tel.age_s, 1) if tel is not None and tel.age_s is not None else None,
             "verdict": verdict.severity.name,
             "reasons": [r.message for r in verdict.reasons],
+            "doubtful": [],
+            "doubt": None,
         }
         row["model"] = entry.view.info.labels.get("nvidia.com/gpu.product")
         return row
@@ -173,7 +175,32 @@ def gpu_row(entry: GpuEntry, now: float) -> dict[str, Any]:
         "age_s": age,
         "verdict": verdict.severity.name,
         "reasons": [r.message for r in verdict.reasons],
+        # readings that contradict each other (health.activity_doubt): not facts
+        "doubtful": sorted(entry.doubt.fields) if entry.doubt else [],
+        "doubt": entry.doubt.message if entry.doubt else None,
     }
+
+
+def marked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Table rows with each doubtful reading printed with a ``?`` (JSON keeps the
+    numbers and says which in ``doubtful``)."""
+    out = []
+    for row in rows:
+        if row.get("doubtful"):
+            row = dict(row)
+            for key in row["doubtful"]:
+                if row.get(key) is not None:
+                    row[key] = f"{FORMATS[key](row[key])}?"
+        out.append(row)
+    return out
+
+
+def _text_or(format_value: Formatter) -> Formatter:
+    return lambda v: v if isinstance(v, str) else format_value(v)
+
+
+# FORMATS for rows that went through marked(): a marked reading is already text
+MARKED_FORMATS: dict[str, Formatter] = {k: _text_or(f) for k, f in FORMATS.items()}
 
 
 def gpu_rows(snapshot: FleetSnapshot) -> list[dict[str, Any]]:
@@ -205,9 +232,13 @@ def _sort(rows: list[dict[str, Any]], by: GpuSort) -> list[dict[str, Any]]:
 
 
 def attention_lines(rows: list[dict[str, Any]], label: Any, limit: int = 20) -> str:
-    """Below a table: the reason for each row that is not OK (the table has no room)."""
-    flagged = [r for r in rows if r["verdict"] != "OK" and r.get("reasons")]
-    lines = [f"{label(r)}: {r['verdict']}: {'; '.join(r['reasons'])}" for r in flagged[:limit]]
+    """Below a table: the reasons for each row that is not OK, and readings that
+    contradict each other (the table has no room)."""
+    flagged = [r for r in rows if (r["verdict"] != "OK" and r.get("reasons")) or r.get("doubt")]
+    lines = []
+    for r in flagged[:limit]:
+        said = [*(r["reasons"] if r["verdict"] != "OK" else ()), *filter(None, [r.get("doubt")])]
+        lines.append(f"{label(r)}: {r['verdict']}: {'; '.join(said)}")
     if len(flagged) > limit:
         lines.append(f"... and {len(flagged) - limit} more (-o wide or -o json shows all)")
     return ("\n" + "\n".join(lines) + "\n") if lines else ""
@@ -262,13 +293,14 @@ def register(app: typer.Typer) -> None:
             raise Unavailable(snapshot.telemetry_error)
         rows = _sort(gpu_rows(snapshot), sort)
         policy = snapshot.policy
+        tabular = output in (OutputFormat.table, OutputFormat.wide)
         text = render(
-            rows,
+            marked(rows) if tabular else rows,
             output,
             columns=COLUMNS,
             wide_columns=WIDE,
             headers=HEADERS,
-            formats=FORMATS,
+            formats=MARKED_FORMATS,
             styles={
                 "verdict": fmt.verdict_style(),
                 "temperature_c": fmt.temperature_style(policy.hot_c, policy.warm_c),

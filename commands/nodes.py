@@ -18,9 +18,9 @@ from commands.fabric import LEGEND as FABRIC_LEGEND
 from commands.fabric import FabricKind, fabric_rows
 from commands.fabric import headers as fabric_headers
 from commands.gpus import COLUMNS as GPU_COLUMNS
-from commands.gpus import FORMATS as GPU_FORMATS
 from commands.gpus import HEADERS as GPU_HEADERS
-from commands.gpus import attention_lines, gpu_rows, source_line
+from commands.gpus import MARKED_FORMATS as GPU_FORMATS
+from commands.gpus import attention_lines, gpu_rows, marked, source_line
 from commands.output import Formatter, OutputFormat, emit, render
 from krea_ops import units
 from krea_ops.errors import Unavailable
@@ -206,7 +206,7 @@ def _describe(row: dict[str, Any], snap: FleetSnapshot, output: OutputFormat) ->
         out.append("GPUs:")
         out.append(
             render(
-                row["gpus"],
+                marked(row["gpus"]),
                 output,
                 columns=[c for c in GPU_COLUMNS if c != "node"],
                 headers=GPU_HEADERS,
@@ -217,6 +217,7 @@ def _describe(row: dict[str, Any], snap: FleetSnapshot, output: OutputFormat) ->
                 },
             )
         )
+        out.extend(f"  ? {g['doubt']}" for g in row["gpus"] if g["doubt"])
     if row["ib_ports"]:
         out.append("InfiniBand:")
         out.append(

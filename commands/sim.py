@@ -131,8 +131,9 @@ def inject(
     value: str = typer.Option(
         None,
         "--value",
-        help="hot-gpu: target °C; nvlink-errors: the link; ib-flap: the HCA index; crash: "
-        "the cause (host, gpu-hbm, ib-link...)",
+        help="hot-gpu: the °C its sensor reads from a simulated minute on, idle or loaded "
+        "(default 84); nvlink-errors: the link; ib-flap: the HCA index; crash: the cause "
+        "(host, gpu-hbm, ib-link...)",
     ),
 ) -> None:
     """Make a fault happen now in a running simulator (found through the kubeconfig).

@@ -19,9 +19,11 @@ from krea_ops.errors import Unavailable
 from krea_ops.health import (
     IB_ERROR_COUNTERS,
     HealthPolicy,
+    activity_doubt,
     busy_not_work,
     fleet_views,
     gpus_with_links_up,
+    has_readings,
     ib_port_reasons,
     nvlink_reasons,
     xmit_wait_bytes_per_s,
@@ -29,6 +31,7 @@ from krea_ops.health import (
 )
 from krea_ops.model import (
     NVLINK_FAULT_COUNTERS,
+    Doubt,
     FleetTelemetry,
     GpuSample,
     IbPortSample,
@@ -179,7 +182,9 @@ class FleetTotals:
     by_severity: Mapping[Severity, int]  # nodes per verdict
     with_temperature: int  # GPUs with a temperature reading
     hot: int  # of those, at or above the policy's hot_c
-    averaged: int  # GPUs with both busy time and tensor activity: the means are over these
+    # GPUs with both busy time and tensor activity that do not contradict each other
+    # (health.activity_doubt): the means are over these
+    averaged: int
     tensor_active_ratio: float | None  # mean tensor-core activity of ``averaged``
     util_ratio: float | None  # mean busy time ("GPU utilization") of ``averaged``
     busy_not_work: bool  # the two means are ``busy_not_work_gap`` or more apart
@@ -207,7 +212,11 @@ def fleet_totals(snap: FleetSnapshot) -> FleetTotals:
                 known += 1
                 if g.temperature_c >= hot_c:
                     hot += 1
-            if g.tensor_active_ratio is not None and g.util_ratio is not None:
+            if (
+                g.tensor_active_ratio is not None
+                and g.util_ratio is not None
+                and activity_doubt(g, snap.policy) is None  # contradicting: no fact to average
+            ):
                 both += 1
                 tensor_sum += g.tensor_active_ratio
                 util_sum += g.util_ratio
@@ -228,21 +237,34 @@ def fleet_totals(snap: FleetSnapshot) -> FleetTotals:
 
 # --- per-GPU and per-port views (``gpus``, ``fabric``, the dashboard's tables) ---------
 
-# node-level reasons that make every GPU on the node unknown or bad
+# node-level reasons a GPU without readings of its own is listed with: why it cannot be
+# seen, and whether its node can run work. A GPU whose readings are fresh is judged by
+# them alone: a NotReady node's healthy GPUs are not made BAD or UNKNOWN by it (the
+# node's verdict says NotReady).
 NODE_WIDE_CODES = frozenset(
-    {"no_telemetry", "exporter_down", "telemetry_stale", "node_not_ready", "node_ready_unknown"}
+    {
+        "no_telemetry",
+        "exporter_down",
+        "telemetry_stale",
+        "gpu_no_readings",
+        "node_not_ready",
+        "node_ready_unknown",
+    }
 )
 
 
 @dataclass(frozen=True)
 class GpuEntry:
     """One GPU as the console lists it. ``sample`` is None when the node has no usable
-    telemetry (then the verdict carries the node's reason, e.g. exporter down)."""
+    telemetry (then the verdict carries the node's reasons, e.g. exporter down and
+    NotReady). ``doubt`` says which of its readings contradict each other (shown
+    marked, not as fact; ``health.activity_doubt``)."""
 
     view: NodeView
     index: int
     sample: GpuSample | None
     verdict: Verdict
+    doubt: Doubt | None = None
 
     @property
     def node(self) -> str:
@@ -260,12 +282,13 @@ def usable(tel: NodeTelemetry | None) -> TypeGuard[NodeTelemetry]:
 
 
 def gpu_entries(snapshot: FleetSnapshot) -> list[GpuEntry]:
-    """Every GPU of every GPU node, in node order; GPUs of nodes without usable telemetry
-    are listed from the node's capacity with an UNKNOWN (or the node's) verdict."""
+    """Every GPU of every GPU node, in node order. A GPU with readings is judged by its
+    own reasons; GPUs of nodes without usable telemetry are listed from the node's
+    capacity with the node's reasons (UNKNOWN when it has none)."""
     out: list[GpuEntry] = []
+    policy = snapshot.policy
     for view in snapshot.views:
         tel = view.telemetry
-        node_wide = [r for r in view.verdict.reasons if r.code in NODE_WIDE_CODES]
         samples = tel.gpus if usable(tel) else ()
         if samples:
             # the node's verdict holds every GPU's reasons (gpu set, no port: the GPU
@@ -274,10 +297,17 @@ def gpu_entries(snapshot: FleetSnapshot) -> list[GpuEntry]:
             for r in view.verdict.reasons:
                 if r.gpu is not None and r.port is None:
                     own.setdefault(r.gpu, []).append(r)
+            node_wide = None
             for g in samples:
-                verdict = Verdict.of([*node_wide, *own.get(g.index, ())])
-                out.append(GpuEntry(view, g.index, g, verdict))
+                if has_readings(g):
+                    verdict = Verdict.of(own.get(g.index, ()))
+                    out.append(GpuEntry(view, g.index, g, verdict, activity_doubt(g, policy)))
+                    continue
+                if node_wide is None:  # no readings of its own: the node's say
+                    node_wide = [r for r in view.verdict.reasons if r.code in NODE_WIDE_CODES]
+                out.append(GpuEntry(view, g.index, g, Verdict.of(node_wide)))
         elif not view.info.virtual and (view.info.gpu_capacity or 0) > 0:
+            node_wide = [r for r in view.verdict.reasons if r.code in NODE_WIDE_CODES]
             verdict = Verdict.of(node_wide) if node_wide else Verdict(Severity.UNKNOWN, ())
             out.extend(GpuEntry(view, i, None, verdict) for i in range(view.info.gpu_capacity or 0))
     return out

@@ -52,10 +52,13 @@ class Verdict:
 
     @staticmethod
     def of(reasons: tuple[Reason, ...] | list[Reason]) -> Verdict:
+        """The worst first: by severity, then what it is about (the node itself, its
+        GPUs in index order, their NVLinks, its InfiniBand ports); reasons that tie keep
+        the order the rules gave them (the sort is stable)."""
         if not reasons:
             return OK_VERDICT  # (most GPUs and nodes of a fleet: no sort, no new object)
-        rs = tuple(sorted(reasons, key=lambda r: (-r.severity, r.code, r.gpu or 0)))
-        return Verdict(max((r.severity for r in rs), default=Severity.OK), rs)
+        rs = tuple(sorted(reasons, key=_reason_order))
+        return Verdict(rs[0].severity, rs)
 
     @property
     def summary(self) -> str:
@@ -63,6 +66,27 @@ class Verdict:
 
 
 OK_VERDICT = Verdict(Severity.OK, ())
+
+
+# what a reason is about, in the order a node's reasons list them: (gpu set, port set) ->
+# the node itself, an InfiniBand port, a GPU, one of its NVLinks
+_SCOPE = {(False, False): 0, (True, False): 1, (True, True): 2, (False, True): 3}
+
+
+def _reason_order(r: Reason) -> tuple[int, int, int, str]:
+    scope = _SCOPE[(r.gpu is not None, r.port is not None)]
+    return (-r.severity, scope, -1 if r.gpu is None else r.gpu, r.port or "")
+
+
+@dataclass(frozen=True)
+class Doubt:
+    """Readings of one GPU that contradict each other (tensor-core activity above SM
+    activity, or either above busy time by more than sampling explains). The values are
+    shown marked, never as fact; the verdict does not change (no health rule reads
+    them). ``fields`` are the ``GpuSample`` fields that disagree."""
+
+    fields: frozenset[str]
+    message: str
 
 
 # --- telemetry -------------------------------------------------------------------------
@@ -267,6 +291,11 @@ class NodeInfo:
     unschedulable: bool = False
     ready: bool | None = None  # None: condition missing or Unknown
     ready_reason: str | None = None
+    # the Ready condition as the API has it: status "True" | "False" | "Unknown" (None:
+    # no condition), its message, and when it last changed (lastTransitionTime, Unix s)
+    ready_status: str | None = None
+    ready_message: str | None = None
+    ready_since: float | None = None
     gpu_capacity: int | None = None
     gpu_allocatable: int | None = None
     virtual: bool = False  # a virtual-kubelet node

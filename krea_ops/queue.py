@@ -339,10 +339,11 @@ def node_capacity(
         if taint.effect in ("NoSchedule", "NoExecute") and not _tolerates(tolerations, taint):
             return NodeCapacity(node.name, gpus, TAINTED, str(taint))
     severity = (node_severity or {}).get(node.name)
+    # the state says it ("bad", "unknown"); the reasons are the nodes view's to give
     if severity is Severity.BAD:
-        return NodeCapacity(node.name, gpus, BAD, "health BAD")
+        return NodeCapacity(node.name, gpus, BAD, None)
     if severity is Severity.UNKNOWN:
-        return NodeCapacity(node.name, gpus, UNKNOWN, "health UNKNOWN")
+        return NodeCapacity(node.name, gpus, UNKNOWN, None)
     return NodeCapacity(node.name, gpus, HEALTHY, None)
 
 

@@ -122,6 +122,10 @@ class Settings:
             "marked busy but not doing math"
         ),
     )
+    health_activity_skew_ratio: float = field(
+        default=0.1,
+        metadata=_doc("SM/tensor activity above busy time by more than this is doubtful, 0-1"),
+    )
 
 
 def config_path(env: Mapping[str, str] | None = None) -> Path:

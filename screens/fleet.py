@@ -12,7 +12,7 @@ from textual.widgets import Input, Static
 
 from krea_ops import units
 from krea_ops.fleet import FleetSnapshot, fleet_totals, usable
-from krea_ops.health import busy_idle_gap
+from krea_ops.health import HealthPolicy, activity_doubt, busy_idle_gap
 from krea_ops.model import GpuSample, NodeView, Severity
 from screens.base import DataScreen
 from screens.messages import FleetLoaded, Loaded
@@ -33,7 +33,7 @@ VALUE_OF = {
 }
 
 
-def heat_row(view: NodeView, metric: str) -> HeatRow | None:
+def heat_row(view: NodeView, metric: str, policy: HealthPolicy | None = None) -> HeatRow | None:
     info = view.info
     if info.virtual or not (info.gpu_capacity or (view.telemetry and view.telemetry.gpus)):
         return None
@@ -45,8 +45,12 @@ def heat_row(view: NodeView, metric: str) -> HeatRow | None:
     tel = view.telemetry
     if usable(tel):
         pick = VALUE_OF[metric]
+        # an activity reading that contradicts its GPU's others is no fact to colour
+        activity = metric in ("tensor", "util")
         for g in tel.gpus:
             if 0 <= g.index < width and g.up is not False:
+                if activity and policy is not None and activity_doubt(g, policy):
+                    continue
                 values[g.index] = pick(g)
                 if ranks is not None:
                     ranks[g.index] = busy_idle_gap(g.util_ratio, g.tensor_active_ratio)
@@ -152,7 +156,11 @@ class FleetScreen(DataScreen):
     def _render_rows(self) -> None:
         if self.snapshot is None:
             return
-        rows = [r for v in self.snapshot.views if (r := heat_row(v, self.metric_name))]
+        rows = [
+            r
+            for v in self.snapshot.views
+            if (r := heat_row(v, self.metric_name, self.snapshot.policy))
+        ]
         self.query_one(GpuHeatmap).set_rows(rows)
 
     def action_metric(self, name: str) -> None:

@@ -25,7 +25,7 @@ from krea_ops.console import NodeDetail
 from krea_ops.fleet import FabricEntry, FleetSnapshot, GpuEntry, fabric_entries, gpu_entries
 from krea_ops.health import HealthPolicy, busy_not_work
 from krea_ops.history import GpuHistory
-from krea_ops.model import GpuSample, NodeView, PodInfo, Severity
+from krea_ops.model import Doubt, GpuSample, NodeView, PodInfo, Severity
 from screens.base import DataScreen
 from screens.fabric import (
     LEGEND,
@@ -109,12 +109,25 @@ def power_text(g: GpuSample) -> str:
     return f"{units.watts(g.power_w)}/{units.watts(g.power_limit_w)}"
 
 
-def tensor_text(g: GpuSample, policy: HealthPolicy) -> Text:
+def tensor_text(g: GpuSample, policy: HealthPolicy, doubt: Doubt | None = None) -> Text:
+    if doubt is not None and "tensor_active_ratio" in doubt.fields:
+        return doubtful_text(g.tensor_active_ratio)
     text = Text(units.percent(g.tensor_active_ratio))
     # busy time far above tensor activity: the GPU looks busy but does little math
     if busy_not_work(g.util_ratio, g.tensor_active_ratio, policy):
         text.stylize("yellow")
     return text
+
+
+def busy_text(g: GpuSample, doubt: Doubt | None = None) -> Text:
+    if doubt is not None and "util_ratio" in doubt.fields:
+        return doubtful_text(g.util_ratio)
+    return Text(units.percent(g.util_ratio))
+
+
+def doubtful_text(value: float | None) -> Text:
+    """A reading that contradicts another of its GPU: marked, in the colour of unknown."""
+    return Text(f"{units.percent(value)}?", style="magenta")
 
 
 def memory_text(g: GpuSample) -> str:
@@ -145,13 +158,16 @@ def gpu_cells(e: GpuEntry, policy: HealthPolicy) -> tuple[Any, ...]:
             temperature_text(g.temperature_c, policy),
             margin_text(g.slowdown_margin_c, policy),
             power_text(g),
-            units.percent(g.util_ratio),
-            tensor_text(g, policy),
+            busy_text(g, e.doubt),
+            tensor_text(g, policy, e.doubt),
             memory_text(g),
             xid_text(g),
             errors_text(e.nvlink_errors),
         )
-    return (str(e.index), *known, severity_text(e.verdict.severity), first_reason(e.verdict))
+    reason = first_reason(e.verdict)
+    if not e.verdict.reasons and e.doubt is not None:
+        reason = Text(short(e.doubt.message), style="magenta")
+    return (str(e.index), *known, severity_text(e.verdict.severity), reason)
 
 
 def ib_cells(e: FabricEntry, policy: HealthPolicy) -> tuple[Any, ...]:

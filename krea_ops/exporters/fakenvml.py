@@ -34,6 +34,14 @@ timestamp and ``nvmlGpmMetricsGet`` returns 100 x (difference of integrals) / (d
 of timestamps), so a new rate shows only in a sample pair taken after the change.
 Energy (``nvmlDeviceGetTotalEnergyConsumption``) is the integral of ``power_w``.
 
+Utilization is honest the same way: ``nvmlDeviceGetUtilizationRates`` is the percent of
+time over the driver's last sample period (NVML: "between 1 second and 1/6 second,
+depending on the product"; ``FakeGpu.utilization_period_s``, 1/6 s of the GPU's clock),
+so busy time and GPM activity cover different windows, as they do on a real GPU: a GPU
+whose load drops between the two can read more SM activity than busy time.
+``FakeNvml.gpm_reported_since`` says how far back the GPM readings can reach, for a
+simulator that must keep its readings consistent across the two windows.
+
 ``FakeGpu.unsupported`` makes calls answer NotSupported the way a GPU that lacks a
 feature does. Its entries are:
 
@@ -199,11 +207,14 @@ class FakeGpu:
     unsupported: set[Any] = field(default_factory=set)
     gpm_supported: bool = True
     clock: Callable[[], float] = time.monotonic
+    # the driver's utilization sample period, in seconds of ``clock``
+    utilization_period_s: float = 1.0 / 6.0
 
     if TYPE_CHECKING:  # per-instance state set in __post_init__, not dataclass fields
         _lock: ClassVar[threading.RLock]
         _integrals: ClassVar[dict[str, float]]
         _t_last: ClassVar[float]
+        _busy_log: ClassVar[deque[tuple[float, float, float]]]
 
     def __post_init__(self) -> None:
         for name in _RATE_FIELDS:
@@ -212,6 +223,10 @@ class FakeGpu:
         d["_integrals"] = dict.fromkeys([*_RATE_FIELDS, "power_w"], 0.0)
         d["_t_last"] = self.clock()
         d["_lock"] = threading.RLock()
+        # (since, util %, memory util %): the rates in force, for the utilization window
+        d["_busy_log"] = deque(
+            [(d["_t_last"], float(self.util_percent), float(self.mem_util_percent))]
+        )
 
     # -- thread-safe mutation ---------------------------------------------------
 
@@ -227,6 +242,10 @@ class FakeGpu:
             object.__setattr__(self, name, value)
             if name == "clock":
                 self.__dict__["_t_last"] = value()
+                self._busy_log.clear()
+                self._log_busy_locked()
+            elif name in ("util_percent", "mem_util_percent"):
+                self._log_busy_locked()
 
     def update(self, **fields: Any) -> None:
         """Set several fields atomically (a reader sees all of them or none)."""
@@ -263,6 +282,36 @@ class FakeGpu:
                 integrals[name] += float(getattr(self, name)) * scale * dt
             integrals["power_w"] += float(self.power_w) * dt
             self.__dict__["_t_last"] = now
+
+    def _log_busy_locked(self) -> None:
+        now = self.clock()
+        log = self._busy_log
+        if log and log[-1][0] >= now:
+            log.pop()  # changed again at the same instant: only the last value was in force
+        log.append((now, float(self.util_percent), float(self.mem_util_percent)))
+        horizon = now - self.utilization_period_s
+        while len(log) > 1 and log[1][0] <= horizon:
+            log.popleft()
+
+    def _utilization(self) -> tuple[float, float]:
+        """(busy %, memory %) averaged over the last ``utilization_period_s``; over what
+        there is of it for a GPU younger than that."""
+        with self._lock:
+            now = self.clock()
+            start = now - self.utilization_period_s
+            log = list(self._busy_log)
+        start = max(start, log[0][0])
+        span = now - start
+        if span <= 0:
+            return log[-1][1], log[-1][2]
+        busy = memory = 0.0
+        for k, (since, util, mem) in enumerate(log):
+            until = log[k + 1][0] if k + 1 < len(log) else now
+            overlap = min(until, now) - max(since, start)
+            if overlap > 0:
+                busy += util * overlap
+                memory += mem * overlap
+        return busy / span, memory / span
 
     def _snapshot(self) -> tuple[float, dict[str, float]]:
         """(clock time, cumulative integrals) for a GPM sample."""
@@ -358,6 +407,8 @@ class FakeNvml:
         self._handles: dict[int, Any] = {}  # gpu index -> buffer the handle points at
         self._handle_index: dict[int, int] = {}  # handle address -> gpu index
         self._samples: dict[int, _Sample] = {}
+        # gpu index -> start of the window the last nvmlGpmMetricsGet on it covered
+        self._gpm_reported: dict[int, float] = {}
         self._event_sets: dict[int, _EventSet] = {}
         self._failures: list[_Failure] = []
         if clock is not None:
@@ -382,6 +433,21 @@ class FakeNvml:
         """Event sets created and not yet freed (a leak check)."""
         with self._lock:
             return len(self._event_sets)
+
+    def gpm_reported_since(self, gpu_index: int) -> float | None:
+        """The earliest time (the GPU's clock) a GPM reading from the samples taken so
+        far can cover: the start of the window the last ``nvmlGpmMetricsGet`` on this
+        GPU computed, or the oldest of its samples still allocated (a later pair starts
+        there). None before its first sample."""
+        with self._lock:
+            times = [
+                s.taken_at
+                for s in self._samples.values()
+                if s.gpu_index == gpu_index and s.integrals is not None
+            ]
+            if gpu_index in self._gpm_reported:
+                times.append(self._gpm_reported[gpu_index])
+        return min(times) if times else None
 
     def inject_xid(self, gpu_index: int, xid: int) -> int:
         """Raise XID ``xid`` on a GPU, as the driver does (e.g. 79: fell off the bus).
@@ -669,9 +735,9 @@ class FakeNvml:
     @_api(device=True)
     def nvmlDeviceGetUtilizationRates(self, handle: FakeGpu) -> pynvml.c_nvmlUtilization_t:
         util = pynvml.c_nvmlUtilization_t()
-        with handle._lock:
-            util.gpu = round(handle.util_percent)
-            util.memory = round(handle.mem_util_percent)
+        busy, memory = handle._utilization()
+        util.gpu = round(busy)
+        util.memory = round(memory)
         return util
 
     @_api(device=True)
@@ -800,6 +866,8 @@ class FakeNvml:
             gpu = self.gpus[s1.gpu_index]
             i1, i2 = s1.integrals, s2.integrals
             dt = s2.taken_at - s1.taken_at
+            if dt >= 0:
+                self._gpm_reported[s1.gpu_index] = min(s1.taken_at, s2.taken_at)
         if dt < 0:
             raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         for i in range(metricsGet.numMetrics):

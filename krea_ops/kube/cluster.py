@@ -38,11 +38,15 @@ def node_info(obj: dict[str, Any]) -> NodeInfo:
     status = obj.get("status") or {}
     labels = dict(meta.get("labels") or {})
     ready: bool | None = None
-    ready_reason = None
+    ready_reason = ready_status = ready_message = None
+    ready_since: float | None = None
     for cond in status.get("conditions") or ():
         if cond.get("type") == "Ready":
-            ready = {"True": True, "False": False}.get(cond.get("status"))
+            ready_status = cond.get("status")
+            ready = {"True": True, "False": False}.get(ready_status)
             ready_reason = cond.get("reason")
+            ready_message = cond.get("message")
+            ready_since = parse_time(cond.get("lastTransitionTime"))
     taints = tuple(
         Taint(t.get("key", ""), t.get("value"), t.get("effect", ""))
         for t in spec.get("taints") or ()
@@ -55,6 +59,9 @@ def node_info(obj: dict[str, Any]) -> NodeInfo:
         unschedulable=bool(spec.get("unschedulable")),
         ready=ready,
         ready_reason=ready_reason,
+        ready_status=ready_status,
+        ready_message=ready_message,
+        ready_since=ready_since,
         gpu_capacity=as_int((status.get("capacity") or {}).get(GPU_RESOURCE)),
         gpu_allocatable=as_int((status.get("allocatable") or {}).get(GPU_RESOURCE)),
         virtual=labels.get(VIRTUAL_NODE_LABEL[0]) == VIRTUAL_NODE_LABEL[1],

@@ -3,7 +3,17 @@ call a problem, with the numbers in the sentence, and never calls missing data h
 
 from __future__ import annotations
 
-from krea_ops.health import HealthPolicy, fleet_views, gpu_verdict, node_verdict
+from datetime import UTC, datetime
+
+from krea_ops.fleet import FleetSnapshot, gpu_entries
+from krea_ops.health import (
+    HealthPolicy,
+    activity_doubt,
+    fleet_views,
+    gpu_verdict,
+    node_verdict,
+)
+from krea_ops.kube.cluster import node_info
 from krea_ops.model import (
     FleetTelemetry,
     GpuSample,
@@ -14,6 +24,7 @@ from krea_ops.model import (
     Severity,
     Taint,
 )
+from krea_ops.settings import Settings
 
 P = HealthPolicy(window_s=300)
 
@@ -233,3 +244,296 @@ def test_taint_text_matches_kubectl() -> None:
         str(Taint("node.kubernetes.io/unreachable", None, "NoExecute"))
         == "node.kubernetes.io/unreachable:NoExecute"
     )
+
+
+# --- one reason per finding, worst first ---------------------------------------------
+
+
+def test_one_hot_gpu_is_one_reason_with_the_details_in_it() -> None:
+    """A GPU at its slowdown temperature trips the hot, margin and four clock-event
+    rules: the user reads one sentence, not five."""
+    g = gpu(
+        index=1,
+        temperature_c=89.0,
+        temperature_min_window_c=86.0,
+        slowdown_margin_c=0.0,
+        clock_events=frozenset({"sw_thermal", "hw_thermal", "hw_slowdown", "sw_power_cap"}),
+    )
+    v = gpu_verdict(g, P)
+    assert v.severity is Severity.BAD
+    assert [r.message for r in v.reasons] == [
+        "GPU 1 at 89 °C, at or above 78 °C for the last 5 min, at its slowdown temperature, "
+        "clocks held down by hardware and software thermal slowdown"
+    ]
+    assert v.reasons[0].code == "gpu_hw_thermal"
+    warm = gpu_verdict(gpu(temperature_c=76.0, slowdown_margin_c=3.0), P)
+    assert [r.message for r in warm.reasons] == [
+        "GPU 0 at 76 °C, warm (at or above 75 °C), 3 °C from thermal slowdown (< 5 °C)"
+    ]
+    assert warm.severity is Severity.SUSPECT
+
+
+def test_a_memory_error_is_one_reason_and_other_findings_stay_apart() -> None:
+    """XID 48, the uncorrectable ECC count and the pending row remap are one memory
+    event; an application XID on the same GPU is a finding of its own."""
+    g = gpu(
+        index=6,
+        xid_increase={48: 1.0, 13: 2.0},
+        ecc_uncorrected_increase=1.0,
+        row_remap_pending=True,
+    )
+    v = gpu_verdict(g, P)
+    assert [(r.severity.name, r.code) for r in v.reasons] == [
+        ("BAD", "gpu_ecc_uncorrected"),
+        ("SUSPECT", "xid_application"),
+    ]
+    memory = v.reasons[0].message
+    assert memory.startswith("GPU 6: 1 uncorrectable ECC errors in the last 5 min")
+    assert "XID 48 (1x): double-bit ECC error" in memory and "row remap is pending" in memory
+    nvlink = gpu_verdict(gpu(xid_increase={74: 1.0}, nvlink_error_increase={"recovery": 3.0}), P)
+    assert [r.message for r in nvlink.reasons] == [
+        "GPU 0: 3 NVLink recovery/CRC errors in the last 5 min, XID 74 (1x): NVLink error"
+    ]
+
+
+def test_a_node_lists_its_reasons_worst_first_without_repeating() -> None:
+    tel = NodeTelemetry(
+        node="n1",
+        exporter_up=True,
+        gpus=(
+            gpu(index=0, slowdown_margin_c=3.0),  # SUSPECT
+            gpu(index=2, up=False, down_reason="gpu_is_lost", xid_increase={79: 1.0}),
+            gpu(index=5, temperature_c=81.0, temperature_min_window_c=80.0),  # BAD
+        ),
+        nvlinks=tuple(
+            NvLinkSample(node="n1", gpu=3, link=k, up=k != 4 and k != 9) for k in range(18)
+        ),
+        ib_ports=(
+            IbPortSample(
+                node="n1",
+                device="mlx5_1",
+                port="1",
+                state="DOWN",
+                phys_state="Polling",
+                error_increase={"link_downed": 1.0, "symbol_error": 7.0},
+            ),
+        ),
+    )
+    v = node_verdict(node(gpu_capacity=3), tel, P)
+    assert [r.message for r in v.reasons] == [
+        "GPU 2 is not answering NVML (gpu is lost, after XID 79)",
+        "GPU 5 at 81 °C, at or above 78 °C for the last 5 min",
+        "NVLink gpu3/link4 and link9 are down while the GPU's other links are up",
+        "IB mlx5_1/1 is DOWN, physical Polling, link went down 1x in the last 5 min, "
+        "7 link errors in the last 5 min (mostly symbol_error)",
+        "GPU 0 at 60 °C, 3 °C from thermal slowdown (< 5 °C)",
+    ]
+    assert len({r.message for r in v.reasons}) == len(v.reasons)
+
+
+# --- NotReady ------------------------------------------------------------------------
+
+
+def test_not_ready_is_bad_for_how_long_from_the_ready_condition() -> None:
+    """A host that crashed: the node lifecycle controller set Ready to Unknown four
+    minutes ago. The node cannot run work: BAD with how long, not UNKNOWN because its
+    exporter went quiet too."""
+    now = 1_800_000_000.0
+    crashed = node(
+        ready=None,
+        ready_status="Unknown",
+        ready_reason="NodeStatusUnknown",
+        ready_message="Kubelet stopped posting node status.",
+        ready_since=now - 245,
+    )
+    down = NodeTelemetry(node="n1", exporter_up=False, error="connection refused")
+    v = node_verdict(crashed, down, P, now=now)
+    assert v.severity is Severity.BAD
+    assert [r.message for r in v.reasons] == [
+        "NotReady for 4 min (kubelet stopped posting node status)",
+        "exporter down: connection refused",
+    ]
+    kubelet = node(
+        ready=False,
+        ready_status="False",
+        ready_reason="KubeletNotReady",
+        ready_message="PLEG is not healthy: pleg was last seen active 3m0s ago",
+        ready_since=now - 30,
+    )
+    assert node_verdict(kubelet, None, P, now=now).reasons[0].message == (
+        "NotReady for 30 s (PLEG is not healthy: pleg was last seen active 3m0s ago)"
+    )
+    # a message that is a page of logs gives way to the reason; a transition after now
+    # (the clocks disagree) gives no duration rather than a wrong one
+    noisy = node(
+        ready=False,
+        ready_status="False",
+        ready_reason="KubeletNotReady",
+        ready_message="container runtime network not ready: " + "x" * 200,
+        ready_since=now + 600,
+    )
+    assert node_verdict(noisy, None, P, now=now).reasons[0].message == "NotReady (KubeletNotReady)"
+    # no Ready condition at all: a kubelet we have not heard from is unknown, not bad
+    new = node_verdict(node(ready=None), None, P, now=now)
+    assert new.severity is Severity.UNKNOWN
+
+
+def test_ready_condition_is_read_from_the_node_object() -> None:
+    info = node_info(
+        {
+            "metadata": {"name": "gpu-node-004"},
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "Unknown",
+                        "reason": "NodeStatusUnknown",
+                        "message": "Kubelet stopped posting node status.",
+                        "lastHeartbeatTime": "2026-11-29T20:56:00Z",
+                        "lastTransitionTime": "2026-11-29T21:00:00Z",
+                    }
+                ]
+            },
+        }
+    )
+    assert info.ready is None and info.ready_status == "Unknown"
+    assert info.ready_since == datetime(2026, 11, 29, 21, tzinfo=UTC).timestamp()
+    v = node_verdict(info, None, P, now=info.ready_since + 4 * 60)
+    assert v.reasons[0].message == "NotReady for 4 min (kubelet stopped posting node status)"
+
+
+def test_a_not_ready_nodes_gpus_with_fresh_readings_keep_their_own_verdicts() -> None:
+    """After a GPU is lost the node is NotReady: the lost GPU is BAD, the seven others
+    keep their readings and verdicts. A node whose exporter is gone lists its GPUs with
+    the node's reasons."""
+    now = 1_800_000_000.0
+    failed = node(name="n1", ready=None, ready_status="Unknown", ready_since=now - 60)
+    tel = NodeTelemetry(
+        node="n1",
+        exporter_up=True,
+        gpus=tuple(
+            gpu(index=i, up=False, down_reason="gpu_is_lost") if i == 2 else gpu(index=i)
+            for i in range(8)
+        ),
+    )
+    dark = node(name="n2", ready=None, ready_status="Unknown", ready_since=now - 300)
+    fleet = FleetTelemetry(
+        source="test",
+        collected_at=now,
+        window_s=300,
+        nodes={"n1": tel, "n2": NodeTelemetry(node="n2", exporter_up=False, error="refused")},
+    )
+    views = fleet_views([failed, dark], fleet, P, now=now)
+    snap = FleetSnapshot(tuple(views), fleet, None, "test", now, P)
+    entries = {(e.node, e.index): e for e in gpu_entries(snap)}
+    assert entries[("n1", 2)].verdict.severity is Severity.BAD
+    assert entries[("n1", 2)].verdict.reasons[0].code == "gpu_lost"
+    assert all(entries[("n1", i)].verdict.severity is Severity.OK for i in range(8) if i != 2)
+    assert entries[("n1", 0)].sample is not None
+    n2 = [entries[("n2", i)] for i in range(8)]
+    assert {e.verdict.severity for e in n2} == {Severity.BAD}
+    assert [r.message for r in n2[0].verdict.reasons] == [
+        "NotReady for 5 min (kubelet stopped posting node status)",
+        "exporter down: refused",
+    ]
+
+
+# --- readings that contradict each other -----------------------------------------------
+
+
+def test_activity_readings_that_contradict_each_other_are_doubtful() -> None:
+    # what a new user saw: no busy time, yet tensor cores at work
+    d = activity_doubt(gpu(util_ratio=0.0, sm_active_ratio=0.3, tensor_active_ratio=0.14), P)
+    assert d is not None
+    assert d.fields == {"util_ratio", "sm_active_ratio"}
+    assert d.message == (
+        "GPU 0: activity readings disagree (SM 30% above busy 0%; sampling skew allows 10 points)"
+    )
+    # without an SM reading, tensor against busy
+    d = activity_doubt(gpu(util_ratio=0.4, tensor_active_ratio=0.56), P)
+    assert d is not None and d.fields == {"util_ratio", "tensor_active_ratio"}
+    # tensor above SM is one GPM window disagreeing with itself: no skew allowed
+    d = activity_doubt(gpu(util_ratio=1.0, sm_active_ratio=0.5, tensor_active_ratio=0.6), P)
+    assert d is not None and d.fields == {"tensor_active_ratio", "sm_active_ratio"}
+    # within what sampling explains, or unknown: no doubt
+    assert (
+        activity_doubt(gpu(util_ratio=0.5, sm_active_ratio=0.58, tensor_active_ratio=0.3), P)
+        is None
+    )
+    assert (
+        activity_doubt(gpu(util_ratio=None, sm_active_ratio=0.9, tensor_active_ratio=0.6), P)
+        is None
+    )
+    assert (
+        activity_doubt(gpu(util_ratio=1.0, sm_active_ratio=0.9, tensor_active_ratio=0.6), P) is None
+    )
+    # the allowance is a setting
+    strict = HealthPolicy.from_settings(Settings(health_activity_skew_ratio=0.05))
+    assert strict.activity_skew_ratio == 0.05
+    assert activity_doubt(gpu(util_ratio=0.5, sm_active_ratio=0.58), strict) is not None
+    # a doubt leaves the verdict alone: no health rule reads activity
+    assert gpu_verdict(gpu(util_ratio=0.0, sm_active_ratio=0.3), P).severity is Severity.OK
+
+
+def test_doubtful_readings_are_marked_where_a_user_reads_them() -> None:
+    """``gpus`` prints a contradicting reading with a ``?`` and says why under the
+    table; JSON keeps the numbers and names them; the dashboard's node screen marks the
+    cells and gives the reason."""
+    from commands.gpus import COLUMNS, HEADERS, MARKED_FORMATS, attention_lines, gpu_rows, marked
+    from commands.output import OutputFormat, render
+    from screens.node import gpu_cells
+
+    now = 1_800_000_000.0
+    odd = gpu(index=3, util_ratio=0.0, sm_active_ratio=0.3, tensor_active_ratio=0.14)
+    fine = gpu(index=4, util_ratio=1.0, sm_active_ratio=0.9, tensor_active_ratio=0.6)
+    tel = NodeTelemetry(node="n1", exporter_up=True, gpus=(odd, fine))
+    fleet = FleetTelemetry(source="test", collected_at=now, window_s=300, nodes={"n1": tel})
+    views = fleet_views([node(gpu_capacity=2)], fleet, P, now=now)
+    snap = FleetSnapshot(tuple(views), fleet, None, "test", now, P)
+    rows = gpu_rows(snap)
+    by = {r["index"]: r for r in rows}
+    assert by[3]["doubtful"] == ["sm_active_ratio", "util_ratio"]
+    assert by[3]["util_ratio"] == 0.0 and by[3]["verdict"] == "OK"  # JSON: the numbers
+    assert by[4]["doubtful"] == [] and by[4]["doubt"] is None
+    table = render(
+        marked(rows), OutputFormat.table, columns=COLUMNS, headers=HEADERS, formats=MARKED_FORMATS
+    )
+    line3 = next(ln for ln in table.splitlines() if ln.startswith("n1    3"))
+    line4 = next(ln for ln in table.splitlines() if ln.startswith("n1    4"))
+    assert " 0%? " in line3 and " 14% " in line3  # tensor agrees with SM: not marked
+    assert "?" not in line4 and " 100% " in line4
+    assert attention_lines(rows, lambda r: f"{r['node']}/gpu{r['index']}").strip() == (
+        "n1/gpu3: OK: GPU 3: activity readings disagree (SM 30% above busy 0%; "
+        "sampling skew allows 10 points)"
+    )
+    entry = next(e for e in gpu_entries(snap) if e.index == 3)
+    cells = gpu_cells(entry, P)
+    assert (str(cells[4]), cells[4].style) == ("0%?", "magenta")  # busy
+    assert str(cells[5]) == "14%"  # tensor
+    assert "activity readings disagree" in str(cells[-1])
+
+
+def test_gpus_listed_without_any_current_reading_are_unknown_not_ok() -> None:
+    """For up to ``telemetry_stale_s`` after a host's exporter target disappears,
+    Prometheus still lists its GPUs (identity, last sample time) with no readings. That
+    is a node we cannot see, not a healthy one."""
+    now = 1_800_000_000.0
+    silent = tuple(GpuSample(node="n1", index=i, sampled_at=now - 40) for i in range(8))
+    tel = NodeTelemetry(
+        node="n1", exporter_up=True, last_sample_at=now - 40, age_s=40.0, gpus=silent
+    )
+    crashed = node(ready=None, ready_status="Unknown", ready_since=now - 60)
+    fleet = FleetTelemetry(source="test", collected_at=now, window_s=300, nodes={"n1": tel})
+    views = fleet_views([crashed], fleet, P, now=now)
+    assert [r.message for r in views[0].verdict.reasons] == [
+        "NotReady for 60 s (kubelet stopped posting node status)",
+        "no current readings from its GPUs (last sample 40 s ago)",
+    ]
+    entries = gpu_entries(FleetSnapshot(tuple(views), fleet, None, "test", now, P))
+    assert {e.verdict.severity for e in entries} == {Severity.BAD}
+    assert entries[0].verdict.reasons[1].code == "gpu_no_readings"
+    # one GPU gone quiet among readers: it alone is unknown
+    some = (*(gpu(index=i) for i in range(7)), GpuSample(node="n1", index=7))
+    v = node_verdict(node(), NodeTelemetry(node="n1", exporter_up=True, gpus=some), P)
+    assert v.severity is Severity.UNKNOWN
+    assert [r.message for r in v.reasons] == ["no current readings from GPU 7"]

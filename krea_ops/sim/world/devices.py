@@ -81,6 +81,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,7 +102,7 @@ from krea_ops.sim.world.faults import (
 from krea_ops.sim.world.thermal import IDLE, GpuModel, Load
 from krea_ops.telemetry.summary import rule_text
 
-__all__ = ["DeviceActor", "DeviceService", "NodeDevices"]
+__all__ = ["BusyHold", "DeviceActor", "DeviceService", "NodeDevices"]
 
 OPS_NAMESPACE = "krea-ops"
 OPS_CONFIGMAP = "krea-ops-config"
@@ -141,6 +142,53 @@ def _die_with_parent() -> None:
         libc.prctl(1, _signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+class BusyHold:
+    """Keeps one GPU's busy time at or above the SM activity any GPM reading can still
+    report, so tensor <= SM <= busy holds in every scrape.
+
+    NVML's busy time covers the driver's last sample period (1/6 s), GPM activity the
+    pair of samples the exporter took last (seconds apart, older still at a scrape): on
+    a real GPU whose load drops in between, one scrape reads more SM activity than busy
+    time (the product flags such readings). Here a GPU stays busy for the tail of any
+    work its current GPM window still covers, the way a job's kernels end after its math
+    does: busy time is raised to the highest SM activity in force since the window's
+    start (``FakeNvml.gpm_reported_since``), to the next whole percent above it. Tensor
+    activity is at most SM activity at every instant (thermal.py), so it is covered too;
+    a rise reaches busy time and GPM together, and a GPM window is never shorter than
+    the busy sample period, so a rise cannot read out of order either.
+    """
+
+    __slots__ = ("log", "next_sm")
+
+    def __init__(self) -> None:
+        # (since, SM activity in force from then): the GPU's rates, oldest first; bounded
+        # in case no GPM reading ever moves the window on
+        self.log: deque[tuple[float, float]] = deque(maxlen=1024)
+        self.next_sm = 0.0
+
+    def apply(self, fields: dict[str, Any], since: float | None) -> None:
+        """Raise ``fields``' busy time before they are set; ``since`` is where the GPM
+        window the exporter can still report begins (None: no sample yet)."""
+        log = self.log
+        start = math.inf if since is None else since
+        while len(log) > 1 and log[1][0] <= start:  # ended before the window began
+            log.popleft()
+        self.next_sm = sm = float(fields["sm_active"])
+        peak = max(sm, max((v for _, v in log), default=0.0))
+        # a whole percent above the peak: GPM's average of a constant rate can come out a
+        # rounding error above it (0.9200000000000004), NVML's busy time is whole percent
+        floor = min(100.0, math.floor(round(100.0 * peak, 6)) + 1.0) if peak > 0 else 0.0
+        if float(fields["util_percent"]) < floor:
+            fields["util_percent"] = floor
+
+    def took_force(self, at: float) -> None:
+        """The fields are set: their SM activity is in force from ``at``, read after the
+        set, so the rate before counts for at least as long as the GPU had it."""
+        if self.log and self.log[-1][0] >= at:
+            self.log.pop()
+        self.log.append((at, self.next_sm))
 
 
 @dataclass(frozen=True)
@@ -236,6 +284,7 @@ class NodeDevices:
             keep_fds=service.keep_write_fds,
         )
         self.last_fields: list[dict[str, Any]] = [{} for _ in range(gpus)]
+        self.busy_holds = [BusyHold() for _ in range(gpus)]
         self.pending: list[list[float]] = [[0.0, 0.0] for _ in range(cfg.hcas_per_node)]
         self.pending_dt = 0.0
         self.owners: list[str | None] = [None] * gpus
@@ -400,12 +449,15 @@ class NodeDevices:
                 fields["memory_used_bytes"] = gpu.memory_reserved_bytes
             if gpu.lost:
                 continue
+            hold = self.busy_holds[i]
+            hold.apply(fields, self.nvml.gpm_reported_since(i))
             # Only what changed: FakeGpu.update integrates GPM rates on every set.
             last = self.last_fields[i]
             changed = {k: v for k, v in fields.items() if last.get(k) != v}
             if changed:
                 gpu.update(**changed)
                 last.update(changed)
+                hold.took_force(gpu.clock())
         self._nvlink_faults(dt, noise)
         self._fabric(dt, gpu_loads, noise, congestion)
         if flush:

@@ -4,8 +4,9 @@ A fault is a ConfigMap in namespace ``krea-sim`` labelled ``sim.krea.ai/fault=tr
 (also ``sim.krea.ai/kind`` and ``sim.krea.ai/node``) with data:
 
 ``kind``
-  ``hot-gpu``: the GPU's cooling fails; it climbs past 78 °C toward slowdown. ``value`` is
-  the idle steady-state target in °C (default 84; ~5 °C more at full load).
+  ``hot-gpu``: the GPU's cooling fails; within a simulated minute its temperature sensor
+  reads ``value`` °C (default 84) and holds it while the fault lasts, idle or under load
+  (past 87 °C that brings thermal slowdown).
   ``nvlink-errors``: replay/recovery/CRC counters climb on one NVLink of the GPU;
   ``value`` is the link (default: one picked by the seeded RNG).
   ``ib-flap``: an HCA port goes down (``1: DOWN``/``3: Disabled``, ``link_downed`` + 1)

@@ -15,8 +15,12 @@ Thermal model
 
   * A *creeping* GPU (slow burner) loses cooling quality linearly over hours (dust,
     a failing fan) and ends past 78 °C under training load.
-  * A *hot-gpu* fault (fan failure) holds the steady state at least at its target
-    (default 84 °C) when idle and ~5 °C above it at full load.
+  * A *hot-gpu* fault (fan failure) holds the GPU at its target temperature (default
+    84 °C), idle or under load: the die gets there within a simulated minute (time
+    constant HOT_TAU_S: without airflow it heats in seconds, not at the heatsink's pace)
+    and the sensor then reads the target for as long as the fault lasts. The slowdown a
+    target past 87 °C causes cuts clocks and power, not the temperature the failed
+    cooling holds.
 
 Slowdown
   At the max operating temperature (87 °C) the GPU starts software thermal slowdown
@@ -35,6 +39,7 @@ __all__ = ["GpuModel", "Load"]
 
 R_C_PER_W = 0.058
 TAU_S = 40.0
+HOT_TAU_S = 10.0
 IDLE_CLOCK_MHZ = 345
 MAX_CLOCK_MHZ = 1980
 MEM_CLOCK_MHZ = 3201
@@ -110,11 +115,9 @@ class GpuModel:
         return self.q + (self.creep_end_q - self.q) * frac
 
     def steady_state(self, power_w: float, now: float) -> float:
-        t_ss = self.inlet_c + R_C_PER_W * power_w / self.cooling(now)
-        if self.hot_target_c is not None:
-            load = max(0.0, power_w - self.idle_w) / max(self.limit_w - self.idle_w, 1.0)
-            t_ss = max(t_ss, self.hot_target_c + 5.0 * load)
-        return t_ss
+        if self.hot_target_c is not None:  # a failed fan: the target, whatever the power
+            return self.hot_target_c
+        return self.inlet_c + R_C_PER_W * power_w / self.cooling(now)
 
     def thermal_factor(self) -> tuple[float, int]:
         """Clock factor and clock-event bits from the current temperature."""
@@ -163,7 +166,8 @@ class GpuModel:
         self.power_w = power
         # First-order thermal step toward the steady state at this power.
         t_ss = self.steady_state(power, now)
-        self.temp_c = t_ss + (self.temp_c - t_ss) * math.exp(-max(dt, 0.0) / TAU_S)
+        tau = TAU_S if self.hot_target_c is None else HOT_TAU_S
+        self.temp_c = t_ss + (self.temp_c - t_ss) * math.exp(-max(dt, 0.0) / tau)
         temp = round(self.temp_c)
         # Clocks and reasons as the GPU reports them now, at its new temperature.
         f_new, thermal_bits = self.thermal_factor()
