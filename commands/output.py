@@ -98,16 +98,29 @@ def render(
     from rich.text import Text
 
     use_color = color_wanted() if color is None else color
-    table = Table(box=None, pad_edge=False, header_style="bold" if use_color else "")
-    for key in shown:
-        table.add_column(headers.get(key, key.upper()), no_wrap=True)
+    body: list[list[Any]] = []
+    widths = [len(headers.get(k, k.upper())) for k in shown]
     for row in rows:
         cells: list[Any] = []
-        for k in shown:
+        for i, k in enumerate(shown):
             value = row.get(k)
             text = "-" if value is None else (formats[k](value) if k in formats else _cell(value))
             style = styles[k](row) if (use_color and k in styles) else None
             cells.append(Text(text, style=style or ""))
+            widths[i] = max(widths[i], len(text))
+        body.append(cells)
+    # Two spaces between columns; one where that makes a table fit an 80-column terminal
+    # that two would not (a table of every GPU on a laptop's split pane)
+    gap = 2 if sum(widths) + 2 * (len(widths) - 1) <= NARROW else 1
+    table = Table(
+        box=None,
+        pad_edge=False,
+        padding=(0, gap, 0, 0),
+        header_style="bold" if use_color else "",
+    )
+    for key in shown:
+        table.add_column(headers.get(key, key.upper()), no_wrap=True)
+    for cells in body:
         table.add_row(*cells)
     console = Console(
         file=io.StringIO(),
@@ -119,6 +132,9 @@ def render(
     console.print(table)
     out = str(console.file.getvalue())  # type: ignore[attr-defined]
     return "\n".join(line.rstrip() for line in out.split("\n"))
+
+
+NARROW = 80  # columns: the terminal a table should still fit where it can
 
 
 def emit(text: str) -> None:

@@ -270,13 +270,13 @@ def test_table_reads_in_80_columns(world: SimWorld, capsys: pytest.CaptureFixtur
         assert title in lines
     pod_lines = [line for line in lines if line.startswith(f"{DEPLOYMENT}-")]
     assert len(pod_lines) == 3
-    # Money and GPU-hours with two decimals: the last two columns of a pod line.
+    # GPU-hours and money with two decimals: the last two columns of a pod line.
     for line in pod_lines:
-        assert re.search(r"\s\d+\.\d\d\s+\d+\.\d\d$", line), line
+        assert re.search(r"\s\d+\.\d\d\s+\$[\d,]+\.\d\d$", line), line
     provider_lines = {
         line.split()[0]: line for line in lines if line.split()[:1] in (["cheap"], ["mid"])
     }
-    assert provider_lines["mid"].split()[-1] == "2.00"  # USD per GPU-hour
+    assert provider_lines["mid"].split()[-1] == "$2.00"  # USD per GPU-hour
     assert "inference pods pending with no node: 1" in lines
     assert "bursting is PAUSED" not in out
 
