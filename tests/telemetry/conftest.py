@@ -186,6 +186,12 @@ class Prometheus:
             result = json.load(response)["data"]["result"]
         return bool(result) and float(result[0]["value"][1]) >= count
 
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        """An instant query at now: the result's series."""
+        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return list(json.load(response)["data"]["result"])
+
     def wait_scrapes(self, job: str, count: int = 3, timeout: float = 40) -> None:
         wait_for(lambda: self.scrapes_done(job, count), timeout=timeout, interval=0.25)
 

@@ -36,7 +36,7 @@ from krea_ops.health import HealthPolicy, node_verdict
 from krea_ops.model import FleetTelemetry, GpuSample, NodeInfo, NodeTelemetry, Severity
 from krea_ops.telemetry import PrometheusSource
 from krea_ops.telemetry.dialects import FAMILY_BY_KEY, Family
-from krea_ops.telemetry.summary import rule_group, rule_text
+from krea_ops.telemetry.summary import record_name, rule_group, rule_text
 from tests.conftest import NODE_EXPORTER_TREE, PROCFS_TREE, wait_for
 from tests.telemetry.conftest import (
     SCRAPE_INTERVAL_S,
@@ -154,7 +154,31 @@ def world() -> Iterator[World]:
         old.nvml.gpus[3].nvlinks[9].replay = 40
         gpus[6].add_ecc_errors(uncorrected=2)
         assert krea.nvml.inject_xid(5, 79) == 1
-        time.sleep(3 * SCRAPE_INTERVAL_S)
+
+        # Pin the reads once Prometheus holds the events: scraped, and folded by the rules
+        # (on a loaded machine a few scrape intervals are not always enough)
+        window = settings().telemetry_window_s
+
+        def recorded(what: str, node: str) -> bool:
+            rows = prom.query(f'{record_name(what, window)}{{node="{node}"}} > 0')
+            return bool(rows)
+
+        wait_for(
+            lambda: (
+                all(
+                    recorded(what, node)
+                    for what, node in (
+                        ("xids_new", "node-a"),
+                        ("ecc_uncorrected_rate", "node-a"),
+                        ("nvlink_faults_rate", "node-a"),
+                    )
+                )
+                and prom.query(
+                    f'rate(krea_nvlink_errors_total{{node="old-node"}}[{window:g}s]) > 0'
+                )
+            ),
+            timeout=60,
+        )
         yield World(prom, krea, dcgm, t0, node_b, old, at=time.time())
     finally:
         prom.stop()
