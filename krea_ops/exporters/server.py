@@ -125,6 +125,14 @@ def nvml_available_metrics(node: str) -> list[Metric]:
 
 
 @dataclass
+class _Flight:
+    """A render in progress and, once ``done``, its body (None: it raised)."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    body: bytes | None = None
+
+
+@dataclass
 class Exporter:
     """The collectors of one node and the registry that serves them."""
 
@@ -136,6 +144,8 @@ class Exporter:
     renderer: CachedTextRenderer = field(init=False)
     aborted_scrapes: int = field(init=False, default=0)
     _aborted_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+    _flight: _Flight | None = field(init=False, default=None)
+    _flight_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
@@ -148,8 +158,30 @@ class Exporter:
             self.aborted_scrapes += 1
 
     def scrape(self) -> bytes:
-        """One scrape in the Prometheus text format."""
-        return self.renderer.render()
+        """One scrape in the Prometheus text format.
+
+        Requests that arrive while a scrape is being rendered get that scrape's answer
+        instead of rendering again: on a starved CPU a scraper that timed out asks again
+        while its first render still runs, and each one started anew made the next
+        slower still (the simulator's 64 exporters ended with thousands of handler
+        threads, every scrape past its timeout)."""
+        with self._flight_lock:
+            flight = self._flight
+            leader = flight is None
+            if flight is None:
+                flight = self._flight = _Flight()
+        if not leader:
+            flight.done.wait()
+            if flight.body is None:
+                raise RuntimeError("the scrape this request waited for failed")
+            return flight.body
+        try:
+            flight.body = self.renderer.render()
+        finally:
+            with self._flight_lock:
+                self._flight = None
+            flight.done.set()
+        return flight.body
 
     def prime_gpm(self, interval_s: float) -> None:
         """For a one-shot scrape without background threads: two GPM samples one interval
