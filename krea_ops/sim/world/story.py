@@ -12,8 +12,9 @@ from it is the world's own machinery:
    which is what makes it the first thing to go when training wants them back.
 2. Once inference serves on-prem (and ``large_after_s`` has passed), the large training
    ``dit-xl-pretrain`` (every other node) is submitted, and once it is admitted a sweep
-   that will have to wait for quota (``dit-l-sweep``, for ``queue why``). Kueue reclaims the borrowed GPUs: it preempts the
-   inference pods (``Preempted``, ``InCohortReclamation``); their ReplicaSets recreate them,
+   that will have to wait for quota (``dit-l-sweep``, for ``queue why``). Kueue reclaims
+   the borrowed GPUs: it preempts the inference pods (``Preempted``,
+   ``InCohortReclamation``); their ReplicaSets recreate them,
    Kueue admits the new pods on flavor ``burst`` (no on-prem quota is left), the scheduler
    binds them to ``burst-vk``, and the virtual kubelet places them at the cheapest
    provider, where their cost accrues.

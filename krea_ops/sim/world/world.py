@@ -218,7 +218,7 @@ class SimWorld:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            raw = k8s.CoreV1Api(self.client).read_namespaced_config_map(
+            raw: Any = k8s.CoreV1Api(self.client).read_namespaced_config_map(
                 "krea-ops-config", "krea-ops", _preload_content=False
             )
         except ApiException:
