@@ -135,7 +135,7 @@ def measure_demo(nodes: int, timeout_s: float = 180.0) -> dict[str, Any]:
     command = (
         f"cd {shlex.quote(str(ROOT))} && KREA_OPS_CONFIG=/nonexistent/krea-ops.yaml "
         f"{shlex.quote(sys.executable)} -m commands demo --nodes {nodes} "
-        f'--state {shlex.quote(state + "/s")}; echo "demo exit status: $?"'
+        f'--state {shlex.quote(state + "/s")}; echo "demo exit status: $?"; sleep 60'
     )
     load = os.getloadavg()[0]
     marks: dict[str, float] = {}
