@@ -17,6 +17,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from krea_ops.sim.local import LocalApiServer
 from krea_ops.sim.world.actor import Actor, World, WorldConfig
