@@ -11,16 +11,31 @@ a Prometheus read and its assembly do). Measured:
 * keypress latency: ``down`` delivered 40 times (as the terminal driver posts it) while
   refreshes run back to back (refresh interval 0.5 s); time until the cursor moved.
 
+``--demo`` measures ``krea-ops demo`` itself instead, as a user meets it: the command in a
+real terminal (tmux, 160x50) on a fresh state, the screen read every 0.1 s. Measured:
+command -> first progress line, -> first paint (the fleet headline ``GPUs on``), -> first
+real readings (the headline without ``no reading:``, every GPU read), and the quit (``q``
+until the shell prints the exit status); the load average beside each run, since the
+machine is shared.
+
     .venv/bin/python benchmarks/bench_dashboard.py [--sizes 64,512,4096] [--presses 40]
+    .venv/bin/python benchmarks/bench_dashboard.py --demo [--nodes 64] [--runs 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import re
+import shlex
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -104,11 +119,84 @@ async def measure(nodes: int, presses: int) -> dict[str, Any]:
     }
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tmux(*args: str) -> str:
+    return subprocess.run(
+        ["tmux", *args], capture_output=True, text=True, timeout=30, check=False
+    ).stdout
+
+
+def measure_demo(nodes: int, timeout_s: float = 180.0) -> dict[str, Any]:
+    """One ``krea-ops demo`` from the command to its first real readings, then quit."""
+    session = f"krea-bench-{uuid.uuid4().hex[:8]}"
+    state = tempfile.mkdtemp(prefix="krea-bench-demo-")
+    command = (
+        f"cd {shlex.quote(str(ROOT))} && KREA_OPS_CONFIG=/nonexistent/krea-ops.yaml "
+        f"{shlex.quote(sys.executable)} -m commands demo --nodes {nodes} "
+        f'--state {shlex.quote(state + "/s")}; echo "demo exit status: $?"; sleep 60'
+    )
+    load = os.getloadavg()[0]
+    marks: dict[str, float] = {}
+    start = time.monotonic()
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "50", command],
+        check=True,
+        env={**os.environ, "TERM": "xterm-256color"},
+    )
+    try:
+        while time.monotonic() - start < timeout_s and "readings" not in marks:
+            text = _tmux("capture-pane", "-p", "-t", session)
+            now = time.monotonic() - start
+            if "progress" not in marks and "starting the simulator" in text:
+                marks["progress"] = now
+            if "GPUs on" in text:
+                marks.setdefault("paint", now)
+                if "no reading:" not in text:
+                    marks["readings"] = now
+            time.sleep(0.1)
+        quit_at = time.monotonic()
+        _tmux("send-keys", "-t", session, "q")
+        while time.monotonic() - quit_at < 60:
+            text = _tmux("capture-pane", "-p", "-t", session)
+            if re.search(r"demo exit status: \d+", text):
+                marks["quit"] = time.monotonic() - quit_at
+                break
+            time.sleep(0.1)
+    finally:
+        _tmux("kill-session", "-t", session)
+        shutil.rmtree(state, ignore_errors=True)
+    return {"nodes": nodes, "load": load, **marks}
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} s"
+
+
+def demo_main(nodes: int, runs: int) -> None:
+    rows = [measure_demo(nodes) for _ in range(runs)]
+    print(f"`{' '.join(['.venv/bin/python', *sys.argv])}` (tmux 160x50)\n")
+    print("| run | load avg (1 min) | progress line | first paint | real readings | quit |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for i, r in enumerate(rows, 1):
+        print(
+            f"| {i} | {r['load']:.1f} | {_s(r.get('progress'))} | {_s(r.get('paint'))} "
+            f"| {_s(r.get('readings'))} | {_s(r.get('quit'))} |"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="64,512,4096")
     parser.add_argument("--presses", type=int, default=40)
+    parser.add_argument("--demo", action="store_true", help="time `krea-ops demo` itself")
+    parser.add_argument("--nodes", type=int, default=64, help="--demo: simulated nodes")
+    parser.add_argument("--runs", type=int, default=3, help="--demo: runs")
     args = parser.parse_args()
+    if args.demo:
+        demo_main(args.nodes, args.runs)
+        return
     rows = [asyncio.run(measure(int(n), args.presses)) for n in args.sizes.split(",")]
     print(f"`{' '.join(['.venv/bin/python', *sys.argv])}` (terminal 160x50, refresh 0.5 s)\n")
     print(

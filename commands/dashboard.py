@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +13,6 @@ import typer
 from commands.common import settings_from
 from krea_ops.errors import BadInput
 from krea_ops.settings import Settings, load_settings
-
-DEMO_TRAININGS = (
-    # (name, share of the nodes): one that runs, one too big to fit (queue why has a story)
-    ("dit-xl-pretrain", 0.5),
-    ("dit-b-ablation", 0.75),
-)
 
 
 def run_dashboard(settings: Settings, *, title: str | None = None) -> None:
@@ -96,10 +89,9 @@ def register(app: typer.Typer) -> None:
 def start_demo_world(
     *, nodes: int, seed: int, speed: float, state: Path | None, wait_s: float = 60.0
 ) -> tuple[Any, Any]:
-    """The simulated world with a training running and one waiting; returns once the
-    exporters are published (and Prometheus, when installed, answers)."""
-    from krea_ops.sim.world.actor import WorldConfig
-    from krea_ops.sim.world.training import submit_training
+    """The simulated world with its story (``krea_ops.sim.world.story``); returns once a
+    reader finds readings for every node, saying on stderr what is coming up meanwhile."""
+    from krea_ops.sim.world.story import story_config
     from krea_ops.sim.world.world import SimWorld
 
     tmp = None
@@ -107,24 +99,21 @@ def start_demo_world(
         tmp = tempfile.TemporaryDirectory(prefix="krea-ops-demo-")
         state = Path(tmp.name)
     print(f"starting the simulator: {nodes} nodes at {speed:g}x in {state}", file=sys.stderr)
-    config = WorldConfig(nodes=nodes, seed=seed, speed=speed, extra={"scrape_interval_s": 5})
-    world = SimWorld(config, state)
+
+    def progress(line: str) -> None:
+        print(f"  {line}", file=sys.stderr, flush=True)
+
+    # Prometheus scrapes every 5 s (not 15): the first readings come sooner.
+    config = story_config(nodes=nodes, seed=seed, speed=speed, scrape_interval_s=5)
     try:
-        for name, share in DEMO_TRAININGS:
-            size = max(1, int(nodes * share))
-            try:
-                submit_training(world.client, name, size, run_seconds=86400.0)
-            except Exception as exc:  # the run exists from an earlier demo on this state
-                if "AlreadyExists" not in str(exc) and "409" not in str(exc):
-                    raise
-        devices = world.world.services.get("devices")
-        deadline = time.monotonic() + wait_s
-        while devices is not None and time.monotonic() < deadline:
-            if devices.exporter_urls() and (
-                devices.prometheus is None or devices.prometheus_url is not None
-            ):
-                break
-            time.sleep(0.5)
+        world = SimWorld(config, state, progress=progress)
+    except BaseException:
+        if tmp is not None:
+            tmp.cleanup()
+        raise
+    try:
+        if not world.wait_for_readings(wait_s):
+            progress(f"no readings from Prometheus within {wait_s:g} s; opening anyway")
     except BaseException:
         world.close()
         if tmp is not None:

@@ -66,13 +66,20 @@ def serve(
         exporters: dict[str, str] = {}
         closer, prometheus = sim, None
     else:
-        from krea_ops.sim.world.actor import WorldConfig
+        from krea_ops.sim.world.story import story_config
         from krea_ops.sim.world.world import SimWorld
 
-        config = WorldConfig(
+        config = story_config(
             nodes=nodes, gpus_per_node=gpus_per_node, seed=0 if seed is None else seed, speed=speed
         )
-        world = SimWorld(config, state, host=host, port=port, kubeconfig_out=kubeconfig_out)
+        world = SimWorld(
+            config,
+            state,
+            host=host,
+            port=port,
+            kubeconfig_out=kubeconfig_out,
+            progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True),
+        )
         sim, closer = world.sim, world
         devices = world.world.services.get("devices")
         exporters = devices.exporter_urls() if devices is not None else {}
@@ -105,6 +112,8 @@ def serve(
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     try:
+        if not api_only:
+            world.wait_for_readings(60.0, cancel=stop.is_set)
         while not stop.wait(1.0):
             pass
     finally:

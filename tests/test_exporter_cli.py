@@ -7,7 +7,7 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import NODE_EXPORTER_TREE, PROCFS_TREE, cli
+from tests.conftest import NODE_EXPORTER_TREE, PROCFS_TREE, cli, wait_for
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -142,3 +142,30 @@ def test_run_serves_over_http_and_stops_cleanly_on_sigterm(running_exporter) -> 
     samples = _samples(body)
     assert len([1 for (n, _), _v in samples.items() if n == "krea_gpu_up"]) == 2
     assert exp.stop() == 0
+
+
+def test_run_counts_a_scraper_hanging_up_mid_response_without_a_traceback(running_exporter) -> None:  # type: ignore[no-untyped-def]
+    """Requests pipelined on one connection whose reader stops reading: the exporter's
+    answers (~180 KB each with 8 GPUs) fill the socket buffers, so it is mid-write when
+    the client closes with unread data (the kernel sends RST)."""
+    exp = running_exporter(
+        "--gpu-backend", "fake", "--fake-gpus", "8", "--sysfs", str(NODE_EXPORTER_TREE)
+    )
+    host, port = exp.address.rsplit(":", 1)
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window
+    client.settimeout(20)
+    client.connect((host, int(port)))
+    client.sendall(b"GET /metrics HTTP/1.1\r\nHost: n1\r\n\r\n" * 64)  # ~11 MB of answers
+    assert client.recv(1024).startswith(b"HTTP/1.1 200")  # it is writing them now
+    client.close()
+
+    def aborted() -> float:
+        body = urllib.request.urlopen(exp.url, timeout=10).read().decode()
+        return _one(_samples(body), "krea_exporter_scrape_aborted_total")
+
+    assert wait_for(lambda: aborted() == 1.0, timeout=30)
+    assert exp.stop() == 0
+    err = exp.proc.stderr.read()
+    assert "Traceback" not in err, err
+    assert "exporter stopped" in err

@@ -1,7 +1,9 @@
 """Assemble the node exporter: collectors, self-metrics, and the HTTP endpoint.
 
 A scrape runs each collector in turn; a collector that raises costs only its own
-families and is reported as ``krea_exporter_collector_success{collector} 0``.
+families and is reported as ``krea_exporter_collector_success{collector} 0``. A scraper
+that hangs up before its answer is written (Prometheus stopping, a timed-out ``curl``) is
+routine: no traceback, one more ``krea_exporter_scrape_aborted_total``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 import krea_ops
 from krea_ops.errors import BadInput
@@ -38,11 +40,13 @@ class Collector(Protocol):
 class _SelfMetrics:
     """Runs the collectors and reports how each one did in the same scrape."""
 
-    def __init__(self, collectors: list[Collector], node: str, notes: list[Metric]) -> None:
+    def __init__(
+        self, collectors: list[Collector], node: str, notes: list[Metric], exporter: Exporter
+    ) -> None:
         self._collectors = collectors
         self._node = node
         self._notes = notes
-        self._lock = threading.Lock()
+        self._exporter = exporter
 
     def describe(self) -> list[Metric]:
         return []
@@ -83,6 +87,13 @@ class _SelfMetrics:
         )
         build.add_metric([self._node, krea_ops.__version__], 1.0)
         yield build
+        aborted = CounterMetricFamily(
+            "krea_exporter_scrape_aborted",
+            "Scrapes whose client hung up before the answer was written.",
+            labels=["node"],
+        )
+        aborted.add_metric([self._node], float(self._exporter.aborted_scrapes))
+        yield aborted
         yield from self._notes
 
 
@@ -114,6 +125,14 @@ def nvml_available_metrics(node: str) -> list[Metric]:
 
 
 @dataclass
+class _Flight:
+    """A render in progress and, once ``done``, its body (None: it raised)."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    body: bytes | None = None
+
+
+@dataclass
 class Exporter:
     """The collectors of one node and the registry that serves them."""
 
@@ -123,15 +142,46 @@ class Exporter:
     warnings: list[str] = field(default_factory=list)
     registry: CollectorRegistry = field(init=False)
     renderer: CachedTextRenderer = field(init=False)
+    aborted_scrapes: int = field(init=False, default=0)
+    _aborted_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+    _flight: _Flight | None = field(init=False, default=None)
+    _flight_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_SelfMetrics(self.collectors, self.node, self.notes))
+        self.registry.register(_SelfMetrics(self.collectors, self.node, self.notes, self))
         self.renderer = CachedTextRenderer(self.registry)
 
+    def scrape_aborted(self) -> None:
+        """Count a scrape whose client went away before its answer was written."""
+        with self._aborted_lock:  # handler threads run in parallel; += is not atomic
+            self.aborted_scrapes += 1
+
     def scrape(self) -> bytes:
-        """One scrape in the Prometheus text format."""
-        return self.renderer.render()
+        """One scrape in the Prometheus text format.
+
+        Requests that arrive while a scrape is being rendered get that scrape's answer
+        instead of rendering again: on a starved CPU a scraper that timed out asks again
+        while its first render still runs, and each one started anew made the next
+        slower still (the simulator's 64 exporters ended with thousands of handler
+        threads, every scrape past its timeout)."""
+        with self._flight_lock:
+            flight = self._flight
+            leader = flight is None
+            if flight is None:
+                flight = self._flight = _Flight()
+        if not leader:
+            flight.done.wait()
+            if flight.body is None:
+                raise RuntimeError("the scrape this request waited for failed")
+            return flight.body
+        try:
+            flight.body = self.renderer.render()
+        finally:
+            with self._flight_lock:
+                self._flight = None
+            flight.done.set()
+        return flight.body
 
     def prime_gpm(self, interval_s: float) -> None:
         """For a one-shot scrape without background threads: two GPM samples one interval
@@ -227,6 +277,12 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body are separate writes (keep-alive)
 
+    def handle(self) -> None:
+        # A client closing an idle keep-alive connection with a reset is routine too; it
+        # is no aborted scrape (nothing was asked), so it is not counted.
+        with contextlib.suppress(ConnectionError):
+            super().handle()
+
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
@@ -236,11 +292,15 @@ class _Handler(BaseHTTPRequestHandler):
             ctype, code = "text/html; charset=utf-8", 200
         else:
             body, ctype, code = b"not found: try /metrics\n", "text/plain; charset=utf-8", 404
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except ConnectionError:  # BrokenPipe, ConnectionReset: the scraper hung up
+            self.close_connection = True
+            self.exporter.scrape_aborted()
 
     def log_message(self, format: str, *args: Any) -> None:  # scrapes are not news
         pass

@@ -45,6 +45,8 @@ class WorldConfig:
     checkpoint_interval_s: float = 600.0
     exporters: bool = True
     prometheus: bool = True
+    # The demo's story (krea_ops.sim.world.story): trainings and faults on a schedule.
+    story: bool = False
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 

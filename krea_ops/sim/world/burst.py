@@ -12,7 +12,7 @@ Two actors, both ordinary clients of the simulated API server:
   ``cooldownS``, ``stabilizationS``); it writes ``sim.krea.ai/desired-replicas``,
   ``sim.krea.ai/demand-rps`` and ``sim.krea.ai/scaled-at`` back for dashboards.
 
-``VirtualKubelet`` (``burst-vk``, every 10 s)
+``VirtualKubelet`` (``burst-vk``, every 10 s; every 2 s below 20x)
   Registers Node ``burst-vk`` (label ``type=virtual-kubelet``, taint
   ``virtual-kubelet.io/provider=burst:NoSchedule``, GPU capacity = the providers' total)
   with its Lease, and runs the pods bound to it: each pod is placed at an external
@@ -231,7 +231,8 @@ def deployment_manifest(service: InferenceService, replicas: int) -> dict[str, A
                     "priorityClassName": PRIORITY_CLASS,
                     "schedulingGates": [{"name": ADMISSION_GATE}],
                     "tolerations": inference_tolerations(),
-                    "terminationGracePeriodSeconds": 60,
+                    # the Kubernetes default: a server drains its requests in that time
+                    "terminationGracePeriodSeconds": 30,
                     "affinity": {
                         # In-cluster first: the virtual node only when nothing else fits.
                         "nodeAffinity": {
@@ -355,9 +356,11 @@ class InferenceAutoscaler(Actor):
                         "apiVersion": "scheduling.k8s.io/v1",
                         "kind": "PriorityClass",
                         "metadata": {"name": PRIORITY_CLASS},
-                        "value": 1000,
+                        # Kueue's installation (kueue.py) creates the same class; who
+                        # comes first must not change the pods' priority.
+                        "value": 100,
                         "preemptionPolicy": "PreemptLowerPriority",
-                        "description": "Inference serving; trainings may preempt it.",
+                        "description": "Inference serving",
                     }
                 ),
                 _preload_content=False,
@@ -534,6 +537,9 @@ class VirtualKubelet(Actor):
 
     def __init__(self, world: World, providers: Iterable[Provider] | None = None) -> None:
         super().__init__(world)
+        # Pods are placed as they come (the real one watches them), so at low speed the
+        # loop runs every 2 s; at high speed the ping interval bounds it as before.
+        self.period_s = max(2.0, min(self.period_s, 0.5 * world.config.speed))
         self.providers = tuple(providers if providers is not None else world.config.providers)
         self.core = k8s.CoreV1Api(world.client)
         self.coordination = k8s.CoordinationV1Api(world.client)

@@ -121,13 +121,16 @@ class Controllers(Actor):
                 owned[uid].append(pod)
         # One list of ReplicaSets for both controllers: the Deployment controller's scaling
         # (and the ReplicaSets it creates) reach the ReplicaSet controller in the same tick.
-        steps: list[Callable[[], None]] = [lambda: self._daemonsets(nodes, owned)]
+        steps: list[Callable[[], None]] = []
         try:
             sets = self._items(self.api.apps.list_replica_set_for_all_namespaces)
         except ApiException:
             pass  # no ReplicaSets to go by: those two controllers wait for the next tick
         else:
             steps += [lambda: self._deployments(sets, now), lambda: self._replicasets(sets, owned)]
+        # DaemonSets after the workloads: at start-up their pods (two per node) are one
+        # create each, and the workloads' first pods waited for all of them.
+        steps.append(lambda: self._daemonsets(nodes, owned))
         steps.append(lambda: self._taint_manager(nodes, pods, now))
         for step in steps:
             self._guard(step)

@@ -941,6 +941,12 @@ class Kueue:
                     usage[wl.cq][fr] += qty
                 continue
             if a.mode == PREEMPT:
+                # Kueue's resourcesToReserve: what is free now is held for the preemptor,
+                # or lower-priority workloads admitted after it in the same cycle take the
+                # capacity its preemptions free, and it waits forever (seen: new inference
+                # pods kept refilling what the large training had reclaimed).
+                for fr, qty in a.needs.items():
+                    usage[wl.cq][fr] += min(qty, quota.available(wl.cq, fr, usage))
                 cohort = quota.cohort[wl.cq]
                 if cohort in preempting:
                     self._pending(wl, "WaitingForQuota", a.message, now)
@@ -1447,14 +1453,15 @@ class KueueActor(Actor):
     snapshot (each seeing the others' writes), and publish the snapshot for the training
     actor (``world.services["kueue.snapshot"]``).
 
-    The period is 10 simulated seconds, stretched at high ``--speed`` to half a wall
-    second as the cluster actors' are (``kueue_period_s`` in ``WorldConfig.extra``
-    overrides it). Pods come from the cluster actors' shared list
+    The period is 2 simulated seconds (Kueue reacts to events within about a second; a
+    chain of admissions, evictions and restarts is several ticks long), stretched at
+    high ``--speed`` to half a wall second as the cluster actors' are (``kueue_period_s``
+    in ``WorldConfig.extra`` overrides it). Pods come from the cluster actors' shared list
     (``world.services["cluster-view"]``) when it exists, refreshed after this actor's own
     pod writes, else from two label-selected lists."""
 
     name = "kueue"
-    period_s = 10.0
+    period_s = 2.0
 
     def __init__(self, world: World) -> None:
         super().__init__(world)

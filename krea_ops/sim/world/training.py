@@ -325,7 +325,9 @@ class TrainingActor(Actor):
     Reads the snapshot the Kueue actor publishes each tick (no listing of its own)."""
 
     name = "training"
-    period_s = 10.0
+    # The ranks notice a broken gang within a tick: shorter than a checkpoint write, or a
+    # crash mid-write would find the checkpoint already committed.
+    period_s = 2.0
 
     def __init__(self, world: World) -> None:
         super().__init__(world)
