@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
@@ -26,6 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 import krea_ops
 from krea_ops.errors import BadInput
 from krea_ops.exporters.exposition import CONTENT_TYPE, CachedTextRenderer
+from krea_ops.serving import ConnectionTrackingServer
 from krea_ops.settings import GPU_BACKENDS, Settings
 
 
@@ -306,39 +307,6 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-class _Server(ThreadingHTTPServer):
-    """Tracks its connections so that stopping closes the keep-alive ones too: a scraper
-    holding a persistent connection must see the endpoint go away, not keep getting
-    answers from a handler thread of a server that was stopped."""
-
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
-        self._open: set[socket.socket] = set()
-        self._open_lock = threading.Lock()
-        super().__init__(address, handler)
-
-    def get_request(self) -> tuple[socket.socket, Any]:
-        conn, addr = super().get_request()
-        with self._open_lock:
-            self._open.add(conn)
-        return conn, addr
-
-    def shutdown_request(self, request: Any) -> None:
-        with self._open_lock:
-            self._open.discard(request)
-        super().shutdown_request(request)
-
-    def close_connections(self) -> None:
-        with self._open_lock:
-            conns, self._open = list(self._open), set()
-        for conn in conns:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-
-
 class HttpEndpoint:
     """The exporter's /metrics endpoint on a background thread."""
 
@@ -346,7 +314,7 @@ class HttpEndpoint:
         host, port = parse_listen(listen)
         handler = type("Handler", (_Handler,), {"exporter": exporter})
         try:
-            self._server = _Server((host, port), handler)
+            self._server = ConnectionTrackingServer((host, port), handler)
         except OSError as exc:
             raise BadInput(
                 f"cannot listen on {listen}: {exc.strerror or exc} "
