@@ -120,14 +120,21 @@ def test_gpus_lists_every_gpu_with_busy_time_next_to_tensor_activity(
 
     # --sort tensor: the wasted GPUs first (busy time furthest above tensor activity),
     # an idle GPU (nothing running) after them; GPUs without both readings last
-    code, ranked, _ = run_json(capsys, *kc(world), "gpus", "--sort", "tensor", "-o", "json")
-    assert code == 0
-    gaps = [
-        r["util_ratio"] - r["tensor_active_ratio"]
-        for r in ranked
-        if r["util_ratio"] is not None and r["tensor_active_ratio"] is not None
-    ]
-    assert gaps and gaps == sorted(gaps, reverse=True)
+    def gaps_of(rows: list[dict[str, Any]]) -> list[float]:
+        return [
+            r["util_ratio"] - r["tensor_active_ratio"]
+            for r in rows
+            if r["util_ratio"] is not None and r["tensor_active_ratio"] is not None
+        ]
+
+    def sorted_by_tensor() -> list[dict[str, Any]] | None:
+        # (tensor activity needs two GPM samples: the first reads may have none yet)
+        code, rows, _ = run_json(capsys, *kc(world), "gpus", "--sort", "tensor", "-o", "json")
+        return rows if code == 0 and gaps_of(rows) else None
+
+    ranked = until(sorted_by_tensor)
+    gaps = gaps_of(ranked)
+    assert gaps == sorted(gaps, reverse=True)
     both = len(gaps)
     assert all(r["util_ratio"] is None or r["tensor_active_ratio"] is None for r in ranked[both:])
 

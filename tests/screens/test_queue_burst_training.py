@@ -26,6 +26,7 @@ from krea_ops import units
 from krea_ops.burst import PAUSE_TAINT_KEY
 from krea_ops.errors import KreaError
 from krea_ops.queue import BLOCKERS
+from krea_ops.sim.world.story import LARGE, QUEUED, SMALL
 from screens.burst import BurstScreen
 from screens.queue import QueueScreen
 from screens.text import table_cursor_key
@@ -33,9 +34,24 @@ from screens.training import TrainingScreen
 from tests.screens.conftest import make_app, wait_until
 
 SIZE = (140, 45)
-TRAININGS = ("dit-xl-pretrain", "dit-b-ablation")
+TRAININGS = (SMALL, LARGE, QUEUED)  # the story's, as the demo runs it
 VK = "burst-vk"
 NODE = "gpu-node-003"
+
+
+def gpu_quota(world: Any, flavor: str) -> dict[str, str]:
+    """ClusterQueue -> its nominal GPU quota on ``flavor``, as its spec says."""
+    custom: Any = client.CustomObjectsApi(world.client)
+    out = {}
+    for cq in custom.list_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues")[
+        "items"
+    ]:
+        for group in cq["spec"]["resourceGroups"]:
+            for fl in group["flavors"]:
+                for res in fl["resources"]:
+                    if fl["name"] == flavor and res["name"] == "nvidia.com/gpu":
+                        out[cq["metadata"]["name"]] = str(res["nominalQuota"])
+    return out
 
 
 def keys(table: DataTable[Any]) -> list[str]:
@@ -138,19 +154,21 @@ def test_queue_shows_quota_workloads_and_why_the_pending_one_waits(dashboard_wor
                     and cell(cqs, "training/h200", "reserved") != "-"
                 ),
             )
-            assert cell(cqs, "training/h200", "nominal") == "24"
-            assert cell(cqs, "inference/h200", "nominal") == "8"
+            # the quota each ClusterQueue's spec gives the flavor
+            for cq, nominal in gpu_quota(dashboard_world, "h200").items():
+                assert cell(cqs, f"{cq}/h200", "nominal") == nominal
             assert int(cell(cqs, "training/h200", "reserved")) > 0
             assert "█" in cell(cqs, "training/h200", "bar")
             assert "flavor h200:" in text(screen.query_one("#flavors", Static))
 
-            # both trainings are workloads; one runs, the other waits with Kueue's reason
+            # the trainings are workloads; some run, the sweep waits with Kueue's reason
+            # (the story's sweep, which waits for quota the running ones hold; the large
+            # training may wait a moment too, while Kueue preempts inference for it)
             def pending() -> str | None:
                 rows = [k for k in keys(wls) if any(t in k for t in TRAININGS)]
-                if len(rows) < 2:
-                    return None
-                waiting = [k for k in rows if cell(wls, k, "state") == "pending"]
-                if len(waiting) == 1 and cell(wls, waiting[0], "reason"):
+                waiting = [k for k in rows if QUEUED in k and cell(wls, k, "state") == "pending"]
+                running = [k for k in rows if cell(wls, k, "state") == "admitted"]
+                if running and len(waiting) == 1 and cell(wls, waiting[0], "reason"):
                     return waiting[0]
                 return None
 
@@ -251,8 +269,10 @@ def test_training_lists_runs_checkpoints_and_advice(dashboard_world: Any) -> Non
             screen = app.screen
             runs = screen.query_one("#run-table", DataTable)
             ckpts = screen.query_one("#ckpt-table", DataTable)
-            await wait_until(pilot, lambda: len(keys(runs)) == 2)
-            assert {k.split("/")[1] for k in keys(runs)} == set(TRAININGS)
+            # the story's trainings, the small and the large one at least (the sweep
+            # joins once the large one is admitted)
+            await wait_until(pilot, lambda: {SMALL, LARGE} <= {k.split("/")[1] for k in keys(runs)})
+            assert {k.split("/")[1] for k in keys(runs)} <= set(TRAININGS)
 
             # the admitted run writes checkpoints (every 600 simulated seconds)
             def checkpointed() -> str | None:
@@ -262,8 +282,10 @@ def test_training_lists_runs_checkpoints_and_advice(dashboard_world: Any) -> Non
                 return None
 
             key = await wait_until(pilot, checkpointed)
-            other = next(k for k in keys(runs) if k != key)
-            run = next(r for r in app.latest("training").runs if f"{r.namespace}/{r.name}" == key)
+            by_key = {f"{r.namespace}/{r.name}": r for r in app.latest("training").runs}
+            run = by_key[key]
+            # another run of another size (its advice must differ)
+            other = next(k for k, r in by_key.items() if k != key and r.nodes != run.nodes)
             assert cell(runs, key, "state") == "Running"
             assert cell(runs, key, "shape").endswith("x8")
 

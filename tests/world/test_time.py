@@ -132,7 +132,9 @@ def test_every_stamp_is_wall_time_after_minutes_at_speed_60(
             if "running" in cs["state"]:
                 stamps.append((f"pod {name} running", cs["state"]["running"]["startedAt"]))
     for event in raw(core.list_event_for_all_namespaces)["items"]:
-        stamps.append((f"event {event['reason']}", event["lastTimestamp"] or event["eventTime"]))
+        # a legacy Event has lastTimestamp, an events-API one (the scheduler's) eventTime
+        when = event.get("lastTimestamp") or event.get("eventTime")
+        stamps.append((f"event {event['reason']}", when))
     leases = raw(client.CoordinationV1Api(world.client).list_namespaced_lease, "kube-node-lease")
     for lease in leases["items"]:
         stamps.append((f"lease {lease['metadata']['name']}", lease["spec"]["renewTime"]))

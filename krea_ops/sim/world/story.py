@@ -98,9 +98,10 @@ def story_config(
 
 
 def sizes(nodes: int) -> dict[str, int]:
-    """Nodes of each story training: the small one an eighth, the large one the rest,
-    the queued sweep a quarter (it waits for one of them to finish)."""
-    small = nodes // 8
+    """Nodes of each story training: the small one an eighth (at least one node where
+    there are two or more), the large one the rest, the queued sweep a quarter (it waits
+    for one of them to finish)."""
+    small = max(1, nodes // 8) if nodes >= 2 else 0
     return {SMALL: small, LARGE: nodes - small, QUEUED: max(1, nodes // 4)}
 
 
