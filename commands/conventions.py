@@ -6,8 +6,8 @@
   processed left to right, level by level, so the later one on the command line wins
   (kubectl's flags are one flat set parsed in order: the last value wins there too).
 - Help shows types the way click does (``TEXT``, ``INTEGER``, ``FLOAT``, ``PATH``, the
-  choice list ``[a|b]``; nothing for a flag) rather than Typer 0.29's ``<str>``,
-  ``<bool>``; arguments read ``NODE`` in the usage line; prose help is reflowed to the
+  choice list ``[a|b]``; nothing for a flag) rather than Typer's rich ``<str>``,
+  ``<int range>``; arguments read ``NODE`` in the usage line; prose help is reflowed to the
   terminal instead of keeping the source's line breaks; the option tables leave one
   space between columns instead of two, so the longest flag of the contract
   (``--failures-per-1000-node-days``) is not cut at 80 columns.
@@ -35,9 +35,8 @@ GLOBAL_OPTIONS = {
     "prometheus": "prometheus_url",
     "debug": "debug",
 }
-# click's names for the types our options take
-_CLICK_TYPES = {str: "TEXT", int: "INTEGER", float: "FLOAT", bool: "BOOLEAN"}
-_PATH_TYPES = {"file": "FILE", "dir": "DIRECTORY", "path": "PATH"}
+# click's names for the types our options take, where the type's own name differs
+_CLICK_NAMES = {"str": "text", "int": "integer", "bool": "boolean"}
 
 
 def apply(root: Any) -> Any:
@@ -96,33 +95,43 @@ def _click_style(command: Any) -> None:
     context = typer.Context(command, info_name=command.name)
     help_option = command.get_help_option(context)  # created once and kept by the command
     for param in [*command.params, *([help_option] if help_option is not None else [])]:
-        descriptor = getattr(param, "type_descriptor", None)
-        if descriptor is None:  # a Typer that still shows click's own names
-            continue
         if isinstance(param, TyperArgument):
             param.__class__ = _ClickStyleArgument
+            param.type = _shown_as(param.type, click_metavar(param.type))
         elif param.metavar is None:
             is_flag = getattr(param, "is_flag", False) or getattr(param, "count", False)
-            param.metavar = "" if is_flag else click_metavar(descriptor)
+            param.metavar = "" if is_flag else click_metavar(param.type)
 
 
-def click_metavar(descriptor: Any) -> str:
+def _shown_as(ptype: Any, metavar: str) -> Any:
+    """A copy of a parameter type that names itself ``metavar`` in help (the rich help
+    asks an argument's type for its metavar); converting is the type's own."""
+    shown = copy.copy(ptype)
+    shown.__class__ = type(
+        f"Shown{type(ptype).__name__}",
+        (type(ptype),),
+        {"get_metavar": lambda self, param, ctx=None: metavar},
+    )
+    return shown
+
+
+def click_metavar(ptype: Any) -> str:
     """What click shows for a value of this type: ``TEXT``, ``INTEGER RANGE``,
-    ``[table|wide]``..."""
-    choices = descriptor.choices
+    ``[table|wide]``, ``PATH``..."""
+    choices = getattr(ptype, "choices", None)
     if choices is not None:
         shown = [str(c.value) if isinstance(c, Enum) else str(c) for c in choices]
-        if not descriptor.case_sensitive:
+        if not getattr(ptype, "case_sensitive", True):
             shown = [c.casefold() for c in shown]
         return "[" + "|".join(shown) + "]"
-    if descriptor.is_path:
-        return _PATH_TYPES.get(descriptor.path_type, "PATH")
-    annotation = descriptor.annotation
-    args = getattr(annotation, "__args__", None)
-    if descriptor.is_list and args:
-        annotation = args[0]
-    name = _CLICK_TYPES.get(annotation) or getattr(annotation, "__name__", "TEXT").upper()
-    return f"{name} RANGE" if descriptor.is_ranged else name
+    if hasattr(ptype, "file_okay") and hasattr(ptype, "dir_okay"):  # a path
+        if ptype.file_okay and not ptype.dir_okay:
+            return "FILE"
+        if ptype.dir_okay and not ptype.file_okay:
+            return "DIRECTORY"
+        return "PATH"
+    first, _, rest = str(ptype.name).partition(" ")  # "int range" -> INTEGER RANGE
+    return " ".join(w for w in (_CLICK_NAMES.get(first, first), rest) if w).upper()
 
 
 class _ClickStyleArgument(TyperArgument):
@@ -130,10 +139,13 @@ class _ClickStyleArgument(TyperArgument):
     optional, ``NODE...`` when it repeats) and its type, ``TEXT``, in the help table."""
 
     def display_type_rich(self, ctx: Any) -> str | None:
-        return click_metavar(self.type_descriptor)
+        return click_metavar(self.type)
+
+    def get_usage_pieces(self, ctx: Any) -> list[str]:
+        return [self._usage_display_name()]
 
     def _usage_display_name(self) -> str:
-        name = self.metavar or self.name.upper()
+        name = self.metavar or (self.name or "").upper()
         if self.nargs != 1:
             name += "..."
         return name if self.required else f"[{name}]"

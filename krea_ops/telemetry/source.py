@@ -64,7 +64,6 @@ def open_source(
     ``policy``: the health rules the caller judges by (the node summaries decide with
     them which nodes need a GPU-by-GPU read); default the settings' own."""
     from krea_ops.telemetry.prometheus import PrometheusSource
-    from krea_ops.telemetry.scrape import ScrapeSource
 
     if settings.prometheus_url:
         return PrometheusSource(settings.prometheus_url, settings, policy=policy)
@@ -73,6 +72,9 @@ def open_source(
         if config.prometheus_url:
             return PrometheusSource(config.prometheus_url, settings, policy=policy)
         if config.exporters:
+            # (the direct scrape and prometheus_client's parser: only where it is used)
+            from krea_ops.telemetry.scrape import ScrapeSource
+
             return ScrapeSource(config.exporters, settings)
     raise Unavailable(NO_SOURCE)
 
