@@ -159,10 +159,13 @@ def test_gpu_and_ib_metrics_move_with_load(
     run_pod(core, "starved", "gpu-node-001", "training", 8, input_bound=True)
 
     def loaded() -> Samples | None:
+        # every GPU of the pod: each samples its GPM window on its own, so one GPU under
+        # load says nothing yet of the other seven (seen on a loaded machine)
         s = scrape(urls["gpu-node-000"])
-        tensor = value(s, "krea_gpu_tensor_active_ratio", gpu="7")
-        power = value(s, "krea_gpu_power_watts", gpu="7")
-        return s if tensor and tensor > 0.4 and power and power > 450 else None
+        tensor = values(s, "krea_gpu_tensor_active_ratio")
+        power = values(s, "krea_gpu_power_watts")
+        ready = len(tensor) == 8 and all(v > 0.4 for v in tensor.values())
+        return s if ready and all(v > 450 for v in power.values()) else None
 
     busy = wait_for(loaded, timeout=20)
     assert set(values(busy, "krea_gpu_utilization_ratio").values()) == {1.0}

@@ -77,10 +77,13 @@ def story_actors(world: World) -> list[Actor]:
     return [StoryActor(world)] if world.config.story else []
 
 
-# The parts of the world, in the order their actors are built and started.
+# The parts of the world, in the order their actors are built and started. The devices
+# come first: their exporters and Prometheus (a process of its own, on the other core) start
+# with every target known, so Prometheus' start-up, its target discovery and its first
+# scrapes overlap the node bootstrap instead of following it (the demo's first readings).
 PARTS: dict[str, Callable[[World], list[Actor]]] = {
-    "cluster": cluster_actors,
     "devices": device_actors,
+    "cluster": cluster_actors,
     "kueue": kueue_actors,
     "burst": burst_actors,
     "story": story_actors,
@@ -245,7 +248,7 @@ class SimWorld:
         deadline = time.monotonic() + grace_s
         for actor in self.actors:
             actor.join(max(deadline - time.monotonic(), 0.0))
-        for service in self.world.services.values():
+        for service in list(self.world.services.values()):
             close = getattr(service, "close", None)
             if close is not None:
                 close()
