@@ -588,6 +588,63 @@ def time_command(argv: list[str], env: dict[str, str], repeat: int, servers: lis
     return t
 
 
+KUEUE_SETUP = """\
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: h200}
+spec: {nodeLabels: {krea.ai/pool: h200}}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: training}
+spec:
+  cohortName: gpu
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: h200
+      resources: [{name: nvidia.com/gpu, nominalQuota: %(gpus)d}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: inference}
+spec:
+  cohortName: gpu
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: h200
+      resources: [{name: nvidia.com/gpu, nominalQuota: 0}]
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: training}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: training, namespace: training}
+spec: {clusterQueue: training}
+"""
+
+
+def kueue_setup(
+    kubectl: str, kc: list[str], tmp: Path, env: dict[str, str], nodes: int
+) -> None:
+    """Kueue's objects for ``queue list`` / ``queue workloads`` to read (a flavor, two
+    ClusterQueues in a cohort, a LocalQueue), applied with kubectl as an operator would.
+    ``burst status`` reads the virtual nodes there are (none here: it lists nothing)."""
+    manifest = tmp / "kueue.yaml"
+    manifest.write_text(KUEUE_SETUP % {"gpus": GPUS * nodes})
+    subprocess.run(
+        [kubectl, *kc, "apply", "-f", str(manifest)],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=4096)
@@ -703,11 +760,18 @@ def main(argv: list[str] | None = None) -> int:
             }
             kc = ["--kubeconfig", str(server.target.kubeconfig)]
             ko = [cli, *kc, "--prometheus", prom.url]
+            kueue_setup(args.kubectl, kc, tmp, env, args.nodes)
+            one = node_name(0)
             runs = [
                 ("kubectl get nodes -o json", [args.kubectl, *kc, "get", "nodes", "-o", "json"]),
                 ("krea-ops gpus -o json", [*ko, "gpus", "-o", "json"]),
                 ("krea-ops nodes list -o json", [*ko, "nodes", "list", "-o", "json"]),
                 ("krea-ops fabric -o json", [*ko, "fabric", "-o", "json"]),
+                (f"krea-ops nodes show {one} -o json", [*ko, "nodes", "show", one, "-o", "json"]),
+                ("krea-ops queue list -o json", [*ko, "queue", "list", "-o", "json"]),
+                ("krea-ops queue workloads -o json", [*ko, "queue", "workloads", "-o", "json"]),
+                ("krea-ops burst status -o json", [*ko, "burst", "status", "-o", "json"]),
+                ("krea-ops version", [cli, "version"]),
             ]
             # (name, timing, the kubectl run of the same phase it is compared with)
             results: list[tuple[str, Timing, Timing]] = []
