@@ -59,6 +59,7 @@ from krea_ops.sim.validation import (
     prune,
     prune_with_report,
     validate_custom_resource,
+    validate_lease,
     validate_object_meta,
 )
 
@@ -957,6 +958,8 @@ class ApiServer:
             problems += validate_custom_resource(obj, rt.schema, old)
         else:
             problems += builtins.validate(rt.group, rt.kind, obj)
+            if rt.group == "coordination.k8s.io" and rt.kind == "Lease":
+                problems += validate_lease(obj)
         if problems:
             raise errors.invalid(rt.group, rt.kind, meta.get("name") or "", problems)
 
