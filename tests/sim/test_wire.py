@@ -19,7 +19,7 @@ from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
 from krea_ops.sim.local import LocalApiServer
-from krea_ops.sim.proto import coordination_v1_pb2, meta_v1_pb2, runtime_pb2
+from krea_ops.sim.proto import coordination_v1_pb2, core_v1_pb2, meta_v1_pb2, runtime_pb2
 from tests.conftest import KUBECTL, Kubectl, wait_for
 
 needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
@@ -119,6 +119,18 @@ def test_an_answer_in_protobuf_for_a_client_that_accepts_only_protobuf(
     assert status.code == 404
     assert status.reason == "NotFound"
     assert status.message == 'leases.coordination.k8s.io "none" not found'
+
+    code, headers, body = _request(
+        conn, sim, "GET", "/api/v1/namespaces/default/configmaps", headers={"Accept": PROTOBUF}
+    )
+    assert code == 200
+    envelope = runtime_pb2.Unknown()
+    envelope.ParseFromString(body[4:])
+    assert envelope.typeMeta.kind == "ConfigMapList"
+    listed = core_v1_pb2.ConfigMapList()
+    listed.ParseFromString(envelope.raw)
+    assert [(i.metadata.name, dict(i.data)) for i in listed.items] == [("c", {"k": "v"})]
+    assert int(listed.metadata.resourceVersion) > 0
 
     # kubectl's Accept (protobuf, then JSON) is answered in JSON
     code, headers, body = _request(
