@@ -37,6 +37,7 @@ from krea_ops.kube import times
 from krea_ops.sim import builtins, errors
 from krea_ops.sim.errors import ApiError
 from krea_ops.sim.patch import PatchError, json_merge_patch, json_patch, strategic_merge_patch
+from krea_ops.sim.proto import codec, gojson
 from krea_ops.sim.resources import BUILTIN, GROUP_ORDER, ResourceType
 from krea_ops.sim.selectors import (
     FIELD_SELECTORS,
@@ -53,10 +54,12 @@ from krea_ops.sim.tables import TableError, to_table
 from krea_ops.sim.validation import (
     FieldError,
     apply_defaults,
+    go_quote,
     load_crd_versions,
     prune,
     prune_with_report,
     validate_custom_resource,
+    validate_lease,
     validate_object_meta,
 )
 
@@ -98,6 +101,9 @@ class Request:
     headers: dict[str, str] = field(default_factory=dict)  # lower-case names
     body: bytes = b""
     user: str = "system:admin"
+    # Warnings for the response's ``Warning`` headers (unknown fields under
+    # fieldValidation=Warn, as the real server's warning recorder).
+    warnings: list[str] = field(default_factory=list)
 
     @classmethod
     def build(
@@ -305,21 +311,109 @@ def _subresource_entries(rt: ResourceType) -> list[dict[str, Any]]:
 # Helpers
 
 
-def _parse_body(req: Request) -> Any:
+# What the real server's negotiated serializers accept as a request body
+# (k8s.io/apiserver pkg/endpoints/handlers/negotiation: the codec factory's media types;
+# custom resources have no protobuf form).
+BUILTIN_MEDIA_TYPES = ("application/json", "application/yaml", codec.MEDIA_TYPE)
+CUSTOM_MEDIA_TYPES = ("application/json", "application/yaml")
+
+
+def _unsupported_body(accepted: Sequence[str]) -> ApiError:
+    # k8s.io/apiserver pkg/endpoints/handlers/negotiation/errors.go, errUnsupportedMediaType
+    return ApiError(
+        415,
+        "UnsupportedMediaType",
+        "the body of the request was in an unknown format - accepted media types include: "
+        + ", ".join(accepted),
+    )
+
+
+def _parse_body(req: Request, rt: ResourceType | None = None) -> Any:
+    """The request body as JSON data, from JSON, YAML or (built-in kinds) protobuf.
+    With ``rt`` (create and update), a media type the kind is not served in is a 415."""
     if len(req.body) > MAX_BODY:
         raise ApiError(
             413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_BODY}"
         )
+    ctype = req.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    if rt is not None:
+        accepted = CUSTOM_MEDIA_TYPES if rt.is_custom else BUILTIN_MEDIA_TYPES
+        if ctype not in accepted:
+            raise _unsupported_body(accepted)
     if not req.body.strip():
         raise errors.bad_request("the request body is empty")
-    ctype = req.headers.get("content-type", "application/json").split(";")[0].strip()
+    if ctype == codec.MEDIA_TYPE:
+        try:
+            return codec.decode(req.body)
+        except codec.ProtoError as exc:
+            raise errors.bad_request(
+                f"the body of the request could not be decoded: {exc}"
+            ) from None
     try:
         if ctype in ("application/yaml", "application/apply-patch+yaml"):
             return yaml.safe_load(req.body)
-        return json.loads(req.body)
+        return json.loads(req.body, object_pairs_hook=gojson.JsonObject.from_pairs)
     except (ValueError, yaml.YAMLError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise errors.bad_request(f"the body of the request could not be decoded: {first}") from None
+
+
+def _accepts_only_protobuf(req: Request) -> bool:
+    """An Accept header that names protobuf and nothing this server writes JSON for
+    (kubectl's ``application/vnd.kubernetes.protobuf,application/json`` gets JSON)."""
+    kinds = [
+        part.split(";")[0].strip().lower()
+        for part in req.headers.get("accept", "").split(",")
+        if part.strip()
+    ]
+    if codec.MEDIA_TYPE not in kinds:
+        return False
+    return not any(k in ("application/json", "application/*", "*/*") for k in kinds)
+
+
+def _warning(text: str) -> str:
+    """One ``Warning`` header value as the real server writes it: code 299, no agent,
+    the text quoted (k8s.io/apiserver pkg/endpoints/filters/warning.go)."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'299 - "{escaped}"'
+
+
+def _as_protobuf(resp: Response) -> Response:
+    """A JSON answer re-encoded for a client that accepts only protobuf; a kind with no
+    protobuf form (custom resources) is 406 as upstream's errNotAcceptable."""
+    try:
+        obj = json.loads(resp.body)
+        body = codec.encode(obj) if isinstance(obj, dict) else None
+    except (ValueError, codec.ProtoError):
+        body = None
+    if body is None:
+        err = ApiError(
+            406,
+            "NotAcceptable",
+            "only the following media types are accepted: "
+            + ", ".join(CUSTOM_MEDIA_TYPES),
+        )
+        return Response.error(err)
+    return Response(resp.code, body, codec.MEDIA_TYPE, resp.headers)
+
+
+def _too_large_resource_version(asked: int, current: int) -> ApiError:
+    """A list at a resourceVersion the store has not reached: the watch cache's answer
+    (k8s.io/apiserver pkg/storage/errors.go NewTooLargeResourceVersionError, through
+    apierrors.NewTimeoutError; the cacher retries after resourceVersionTooHighRetrySeconds,
+    1). The real cache first waits up to 3 s for the version to arrive; the simulator's
+    store is always current, so a version past it will not come."""
+    return ApiError(
+        504,
+        "Timeout",
+        f"Timeout: Too large resource version: {asked}, current: {current}",
+        {
+            "causes": [
+                {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+            ],
+            "retryAfterSeconds": 1,
+        },
+    )
 
 
 def _int_param(query: dict[str, str], name: str) -> int | None:
@@ -497,15 +591,21 @@ class ApiServer:
     def handle(self, req: Request) -> Response | WatchStream:
         try:
             self._authenticate(req)
-            return self._route(req)
+            result = self._route(req)
         except ApiError as exc:
-            return Response.error(exc)
+            result = Response.error(exc)
         except (TableError, SelectorError) as exc:
-            return Response.json(400, errors.bad_request(str(exc)).status())
+            result = Response.json(400, errors.bad_request(str(exc)).status())
         except Exception as exc:  # a simulator bug: answer like a real server would
             traceback.print_exc(file=sys.stderr)
             err = ApiError(500, "InternalError", f"Internal error occurred: {exc!r}")
-            return Response.json(500, err.status())
+            result = Response.json(500, err.status())
+        if isinstance(result, Response):
+            if req.warnings:
+                result.headers["Warning"] = ", ".join(_warning(w) for w in req.warnings)
+            if _accepts_only_protobuf(req) and result.content_type == "application/json":
+                result = _as_protobuf(result)
+        return result
 
     def _authenticate(self, req: Request) -> None:
         if self.token is None:
@@ -660,7 +760,7 @@ class ApiServer:
             if method == "POST":
                 if ns and self.store.get("/namespaces", "", ns) is None:
                     raise errors.not_found("", "namespaces", ns)
-                body = _parse_body(req)
+                body = _parse_body(req, rt)
                 created = self._create(rt, ns, body, dry_run=self._dry_run(req), req=req)
                 return self._respond(req, rt, 201, created)
             if method == "DELETE":
@@ -683,7 +783,7 @@ class ApiServer:
             entry = self._get_entry(rt, ns, name)
             return self._respond(req, rt, 200, entry.obj)
         if method == "PUT":
-            body = _parse_body(req)
+            body = _parse_body(req, rt)
             updated = self._update(
                 rt, ns, name, body, status=sub == "status", dry_run=self._dry_run(req), req=req
             )
@@ -791,6 +891,9 @@ class ApiServer:
         if token:
             token_rv, start = _decode_continue(token)
         entries, rv = self._matching(rt, ns, labels, fields, after=start)
+        asked = req.query.get("resourceVersion")
+        if not token and asked and asked.isdigit() and int(asked) > rv:
+            raise _too_large_resource_version(int(asked), rv)
         list_meta: dict[str, Any] = {"resourceVersion": str(token_rv or rv)}
         if limit and limit > 0 and len(entries) > limit:
             remaining = len(entries) - limit
@@ -855,24 +958,58 @@ class ApiServer:
             problems += validate_custom_resource(obj, rt.schema, old)
         else:
             problems += builtins.validate(rt.group, rt.kind, obj)
+            if rt.group == "coordination.k8s.io" and rt.kind == "Lease":
+                problems += validate_lease(obj)
         if problems:
             raise errors.invalid(rt.group, rt.kind, meta.get("name") or "", problems)
 
-    def _strict_fields(self, req: Request | None, rt: ResourceType, obj: dict[str, Any]) -> None:
-        """``fieldValidation=Strict`` (kubectl's default): unknown fields are an error."""
-        if req is None or req.query.get("fieldValidation") != "Strict" or not rt.is_custom:
-            return
-        assert rt.schema is not None
-        _, unknown = prune_with_report(obj, rt.schema)
-        if unknown:
-            listed = ", ".join(f'unknown field "{f}"' for f in unknown)
-            raise errors.bad_request(f"strict decoding error: {listed}")
+    def _strict_fields(
+        self, req: Request | None, rt: ResourceType, obj: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Read the body as the real server does (k8s.io/apiserver
+        pkg/endpoints/handlers/create.go): a built-in kind through its Go struct (wrong
+        types are a 400, unknown fields are dropped), and ``fieldValidation`` says what
+        an unknown or duplicate field is: ``Strict`` (kubectl's) an error, ``Warn`` (the
+        default) a warning, ``Ignore`` nothing."""
+        if req is None:
+            return obj  # the simulator's own writes
+        directive = req.query.get("fieldValidation") or "Warn"
+        if directive not in ("Ignore", "Warn", "Strict"):
+            # k8s.io/apiserver pkg/endpoints/handlers/rest.go, validation of the options
+            raise errors.bad_request(
+                f"fieldValidation: Unsupported value: {go_quote(directive)}: supported "
+                'values: "Ignore", "Strict", "Warn"'
+            )
+
+        def cannot_handle(why: str) -> ApiError:
+            # rest.go, transformDecodeError
+            return errors.bad_request(
+                f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: {why}'
+            )
+
+        problems: list[str] = []
+        message = None if rt.is_custom else gojson.message_for(rt.api_version, rt.kind)
+        if rt.is_custom:
+            assert rt.schema is not None
+            _, unknown = prune_with_report(obj, rt.schema)
+            problems = [f"unknown field {go_quote(f)}" for f in unknown]
+        elif message is not None:
+            try:
+                decoded = gojson.decode(obj, message)
+            except gojson.GoDecodeError as exc:
+                raise cannot_handle(str(exc)) from None
+            obj, problems = decoded.obj, decoded.strict
+        if problems and directive == "Strict":
+            raise cannot_handle("strict decoding error: " + ", ".join(problems))
+        if directive == "Warn":
+            req.warnings.extend(problems)
+        return obj
 
     def _create(
         self, rt: ResourceType, ns: str, body: Any, *, dry_run: bool, req: Request | None = None
     ) -> dict[str, Any]:
         obj = self._check_type(rt, body)
-        self._strict_fields(req, rt, obj)
+        obj = self._strict_fields(req, rt, obj)
         meta = _meta(obj)
         if rt.namespaced:
             if meta.get("namespace") not in (None, "", ns):
@@ -980,7 +1117,7 @@ class ApiServer:
         req: Request | None = None,
     ) -> dict[str, Any]:
         obj = self._check_type(rt, body)
-        self._strict_fields(req, rt, obj)
+        obj = self._strict_fields(req, rt, obj)
         meta = _meta(obj)
         if meta.get("name") not in (None, name):
             raise errors.bad_request(

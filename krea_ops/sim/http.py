@@ -23,6 +23,10 @@ from krea_ops.errors import BadInput
 from krea_ops.serving import ConnectionTrackingServer
 from krea_ops.sim.apiserver import ApiServer, Request, Response, WatchStream
 
+# Past the API server's own 3 MiB limit (which answers with a Status), the connection
+# is not worth reading.
+_BODY_LIMIT = 8 * 1024 * 1024
+
 
 class _Handler(BaseHTTPRequestHandler):
     api: ApiServer
@@ -44,17 +48,47 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
 
     def _serve(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > 8 * 1024 * 1024:
-            self.send_error(413)
-            return
-        body = self.rfile.read(length) if length else b""
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            # kubectl create --raw -f FILE streams its body (Transfer-Encoding: chunked,
+            # no Content-Length): read it all, so the connection stays in step for the
+            # next request on it.
+            chunked = self._read_chunked()
+            if chunked is None:
+                self.close_connection = True
+                self.send_error(413)
+                return
+            body = chunked
+        else:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > _BODY_LIMIT:
+                self.close_connection = True
+                self.send_error(413)
+                return
+            body = self.rfile.read(length) if length else b""
         req = Request.build(self.command, self.path, dict(self.headers.items()), body)
         result = self.api.handle(req)
         if isinstance(result, Response):
             self._write(result)
         else:
             self._stream(result)
+
+    def _read_chunked(self) -> bytes | None:
+        """An HTTP/1.1 chunked body (RFC 9112 7.1), trailers skipped; None past the limit
+        (the rest is not read: the connection is closed after the answer)."""
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            line = self.rfile.readline(1024)
+            size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+            if size == 0:
+                while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
+                    pass  # trailer fields
+                return b"".join(parts)
+            total += size
+            if total > _BODY_LIMIT:
+                return None
+            parts.append(self.rfile.read(size))
+            self.rfile.readline(1024)  # the CRLF after the chunk
 
     def _write(self, resp: Response) -> None:
         self.send_response(resp.code)

@@ -1704,3 +1704,40 @@ def bundled_crds() -> list[dict[str, Any]]:
                 )
         _bundled = crds
     return copy.deepcopy(_bundled)
+
+
+# --------------------------------------------------------------------------- Lease
+
+_LEASE_STRATEGIES = ("OldestEmulationVersion",)
+
+
+def validate_lease(obj: dict[str, Any]) -> list[FieldError]:
+    """``ValidateLeaseSpec`` (kubernetes pkg/apis/coordination/validation/validation.go),
+    the path of the strategy's errors (``spec.strategy.strategy``) included."""
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return []
+    out: list[FieldError] = []
+    duration = spec.get("leaseDurationSeconds")
+    if isinstance(duration, int) and duration <= 0:
+        out.append(_invalid("spec.leaseDurationSeconds", duration, "must be greater than 0"))
+    transitions = spec.get("leaseTransitions")
+    if isinstance(transitions, int) and transitions < 0:
+        out.append(
+            _invalid("spec.leaseTransitions", transitions, "must be greater than or equal to 0")
+        )
+    strategy = spec.get("strategy")
+    if isinstance(strategy, str):
+        if "/" not in strategy:
+            if strategy not in _LEASE_STRATEGIES:
+                out.append(
+                    _not_supported("spec.strategy.strategy", strategy, list(_LEASE_STRATEGIES))
+                )
+        else:
+            for msg in is_qualified_name(strategy):
+                out.append(_invalid("spec.strategy.strategy", strategy, msg))
+    if spec.get("preferredHolder") and not spec.get("strategy"):
+        out.append(
+            _forbidden("spec.preferredHolder", "may only be specified if `strategy` is defined")
+        )
+    return out

@@ -479,7 +479,7 @@ def test_events_with_an_event_time_are_validated_as_the_new_api_requires(
         "reason": "GpuHot",
         "message": "GPU 3 at 91 C",
         "type": "Warning",
-        "eventTime": "2026-11-29T21:00:00.000000Z",
+        "eventTime": "2026-11-29T21:00:00.250000Z",
         "reportingComponent": "krea.ai/krea-ops",
         "reportingInstance": "krea.ai/krea-ops-host",
     }

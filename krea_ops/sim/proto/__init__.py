@@ -1,0 +1,1 @@
+"""Kubernetes protobuf wire format for the simulated API server (see README.md)."""
