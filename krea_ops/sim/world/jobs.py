@@ -338,6 +338,20 @@ def _parse_indexes(text: str | None) -> set[int]:
     return out
 
 
+def _merge_diff(old: Obj, new: Obj) -> Obj:
+    """The JSON merge patch that turns ``old`` into ``new`` (keys gone become null, maps
+    are patched key by key, anything else is replaced)."""
+    patch: Obj = {k: None for k in old if k not in new}
+    for k, v in new.items():
+        before = old.get(k)
+        if isinstance(v, dict) and isinstance(before, dict):
+            if v != before:
+                patch[k] = _merge_diff(before, v)
+        elif v != before or k not in old:
+            patch[k] = v
+    return patch
+
+
 def has_finalizer(pod: Obj) -> bool:
     return JOB_TRACKING_FINALIZER in (meta(pod).get("finalizers") or [])
 
@@ -577,9 +591,7 @@ class JobController:
         return None if created is None else dict(json.loads(created.data))
 
     def _patch_status(self, job: Obj, old_status: Obj, status: Obj) -> Obj | None:
-        patch = dict(status)
-        for gone in set(old_status) - set(status):
-            patch[gone] = None
+        patch = _merge_diff(old_status, status)
         ns, name = key(job)
         out = ignore_gone(
             lambda: self.api.batch.patch_namespaced_job_status(
