@@ -17,6 +17,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from tests.conftest import wait_for
+
 
 def _kubelet_lease(api: client.ApiClient, node: str) -> None:
     """A Lease renewed now: the API server takes the node's kubelet as alive, so a pod
@@ -143,3 +145,27 @@ def test_an_eviction_with_a_stale_resource_version_is_a_conflict(
     _evict(core, "trainer-0", preconditions={"resourceVersion": current})
     pod = _raw_pod(core, "trainer-0")
     assert pod["metadata"]["deletionTimestamp"] and _disruption(pod) is not None
+
+
+def test_an_unscheduled_pod_held_by_a_finalizer_is_marked_failed_when_deleted(
+    core: client.CoreV1Api,
+) -> None:
+    """PodGC's gcUnscheduledTerminating (pkg/controller/podgc/gc_controller.go): no kubelet
+    will ever end a pod that never got a node, so the pod GC marks it Failed; the Job
+    controller's finalizer then lets it be counted and go."""
+    core.create_namespaced_pod(
+        "default",
+        {
+            "metadata": {"name": "never-bound", "finalizers": ["batch.kubernetes.io/job-tracking"]},
+            "spec": {"containers": [{"name": "main", "image": "busybox:1.36"}]},
+        },
+    )
+    _evict(core, "never-bound")
+    pod = wait_for(
+        lambda: (p := _raw_pod(core, "never-bound"))["status"].get("phase") == "Failed" and p,
+        timeout=15,
+    )
+    assert pod["metadata"]["deletionTimestamp"]
+    assert _disruption(pod) is not None  # the eviction's condition is kept
+    core.patch_namespaced_pod("never-bound", "default", {"metadata": {"finalizers": None}})
+    wait_for(lambda: not core.list_namespaced_pod("default").items, timeout=10)

@@ -4,15 +4,16 @@ the Kueue, JobSet, Job and training actors share.
 Like the real kube-controller-manager Job controller and the JobSet controller, they act
 only through the API: a Job that is not suspended gets ``parallelism`` pods (Indexed Jobs
 one per completion index, named ``<job>-<index>-<suffix>``, with the completion-index
-label, annotation and ``JOB_COMPLETION_INDEX``); its status counts active, ready,
-succeeded and failed pods and carries the Suspended, Complete/SuccessCriteriaMet and
-Failed/FailureTarget conditions with the real reasons. A JobSet gets one child Job per
+label, annotation and ``JOB_COMPLETION_INDEX``, and the ``job-tracking`` finalizer); its
+status counts active, ready, terminating, succeeded and failed pods (``podFailurePolicy``
+applied) and carries the Suspended, Complete/SuccessCriteriaMet and Failed/FailureTarget
+conditions with the real reasons. A JobSet gets one child Job per
 replicated job and index (``<jobset>-<rjob>-<index>``, labelled like the real controller,
 restart attempt included), suspends and resumes them with itself (copying its pod
 template's scheduling directives on resume, as the JobSet controller does for Kueue), and
-when a child Job fails it restarts the whole JobSet (all child Jobs deleted and created
-again with ``restart-attempt`` + 1) until ``failurePolicy.maxRestarts`` is used up, then
-fails it.
+when a child Job fails it applies ``failurePolicy``: the whole JobSet restarts (all child
+Jobs deleted and created again with ``restart-attempt`` + 1) until ``maxRestarts`` is used
+up, then fails, or as its rules say.
 
 The controllers are phases of the Kueue actor's tick (see ``kueue.py``): they read one
 ``Snapshot`` listed once per tick and write only what changed.
