@@ -704,7 +704,15 @@ class JobController:
             want = max(min(completions - succeeded_total, parallelism), 0)
             waiting = len(terminating) if only_replace_failed(job) else 0
             room = want - waiting - len(active)
-            if indexed:
+            excess = len(active) - want
+            if excess > 0:
+                # manageJob's activePodsForRemoval: pods of an index already done go first;
+                # deleteJobPods releases them uncounted
+                active.sort(key=lambda p: _index_of(p) not in completed if indexed else True)
+                self._delete_pods(active[:excess], release=True)
+                terminating += active[:excess]
+                active = active[excess:]
+            elif indexed:
                 busy = {i for p in active if (i := _index_of(p)) is not None}
                 if only_replace_failed(job):
                     busy |= {i for p in terminating if (i := _index_of(p)) is not None}
