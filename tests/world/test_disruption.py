@@ -44,8 +44,8 @@ def world(tmp_path: Path) -> Iterator[SimWorld]:
         checkpoint_interval_s=240.0,
         exporters=False,
         prometheus=False,
-        # a checkpoint takes 4 wall seconds to write: the drain lands in one
-        extra={"checkpoint_write_s": 480.0, "training_quota_fraction": 0.8},
+        # a checkpoint takes 8 wall seconds to write: the drain lands in one
+        extra={"checkpoint_write_s": 960.0, "training_quota_fraction": 0.8},
     )
     with SimWorld(config, tmp_path / "world", parts=("cluster", "kueue")) as w:
         yield w
@@ -116,6 +116,7 @@ def test_draining_a_node_restarts_the_gang_once_from_the_newest_checkpoint(
     try:
         submit_training(world.client, "dit", nodes=4, max_restarts=3)
         gang = wait_for(lambda: _running_gang(world, "0"), timeout=40)
+        kubectl("get", "nodes")  # discovery cached: the drain below starts at once
         root = world.world.state_dir / "checkpoints" / "training" / "dit"
         complete = wait_for(lambda: latest_complete_checkpoint(root), timeout=40)
 
@@ -190,8 +191,15 @@ def test_draining_a_node_restarts_the_gang_once_from_the_newest_checkpoint(
             return int(value) if value not in (None, "0") else None
 
         step = wait_for(resumed, timeout=30)
+        # nothing is written between the gang's break and its resume, and the new run's
+        # first checkpoint is seconds away: what is newest on disk now is what it found
+        newest = latest_complete_checkpoint(root)
+        assert newest is not None and step == newest[0] >= complete[0]
+        # the drain cut the checkpoint being written: left without .metadata, not used
+        (cut,) = _events(world, "CheckpointIncomplete")
+        assert f"step-{incomplete} left incomplete" in cut["message"]
         assert step == complete[0] < incomplete
-        assert not (root / f"step-{incomplete}" / ".metadata").exists() or step != incomplete
+        assert not (root / f"step-{incomplete}" / ".metadata").exists()
         assert any(f"step-{step}" in e["message"] for e in _events(world, "Resumed"))
         assert _jobset(world, "dit")["status"]["restarts"] == 1  # once, not once per pod
     finally:
