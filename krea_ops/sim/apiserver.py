@@ -1584,8 +1584,66 @@ class ApiServer:
                     updated = copy.deepcopy(pdb)
                     updated["status"] = status
                     self.store.update(pdb_rt.key, ns, pdb_name, updated, expect_rv=budgets[0].rv)
+            if not dry_run:
+                options = self._mark_disruption_target(rt, ns, name, options)
             self.delete(rt, ns, name, options, dry_run=dry_run)
         return Response.json(201, _CREATED)
+
+    def _mark_disruption_target(
+        self, rt: ResourceType, ns: str, name: str, options: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The API server's ``addConditionAndDeletePod``
+        (pkg/registry/core/pod/storage/eviction.go): before an evicted pod is deleted, its
+        status gets ``DisruptionTarget`` (reason ``EvictionByEvictionAPI``, message
+        ``Eviction API: evicting``), so its controller (a Job's ``podFailurePolicy``) can tell
+        a disruption from a failure. The delete's preconditions are checked against the pod
+        first, and a resourceVersion precondition then names the version this update wrote.
+        Returns the delete options to use."""
+        entry = self._get_entry(rt, ns, name)
+        pod = copy.deepcopy(entry.obj)
+        pre = options.get("preconditions") or {}
+        uid = pod["metadata"].get("uid")
+        if pre.get("uid") and pre["uid"] != uid:
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on Pod "{name}": the UID in the precondition '
+                f"({pre['uid']}) does not match the UID in record ({uid}). The object might "
+                "have been deleted and then recreated",
+                {"name": name, "kind": "Pod"},
+            )
+        if pre.get("resourceVersion") and str(pre["resourceVersion"]) != str(entry.rv):
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on Pod "{name}": the ResourceVersion in the '
+                f"precondition ({pre['resourceVersion']}) does not match the ResourceVersion "
+                f"in record ({entry.rv}). The object might have been modified",
+                {"name": name, "kind": "Pod"},
+            )
+        status = pod.setdefault("status", {})
+        conditions = status.setdefault("conditions", [])
+        wanted = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "lastProbeTime": None,
+            "lastTransitionTime": self._stamp(),
+            "reason": "EvictionByEvictionAPI",
+            "message": "Eviction API: evicting",
+        }
+        for i, cond in enumerate(conditions):
+            if cond.get("type") == "DisruptionTarget":
+                if cond.get("status") == "True" and cond.get("lastTransitionTime"):
+                    wanted["lastTransitionTime"] = cond["lastTransitionTime"]
+                conditions[i] = wanted
+                break
+        else:
+            conditions.append(wanted)
+        updated = self._update(rt, ns, name, pod, status=True, dry_run=False, expect_rv=entry.rv)
+        if pre.get("resourceVersion"):
+            rv = updated["metadata"].get("resourceVersion")
+            options = {**options, "preconditions": {**pre, "resourceVersion": rv}}
+        return options
 
     # -- watch ------------------------------------------------------------------------
 

@@ -156,7 +156,14 @@ def _default_job(obj: dict[str, Any], lookup: Lookup) -> None:
     spec.setdefault("backoffLimit", 6)
     spec.setdefault("completionMode", "NonIndexed")
     spec.setdefault("suspend", False)
-    spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
+    # pkg/apis/batch/v1/defaults.go: Failed when a podFailurePolicy is set (the only value
+    # validation then allows), else TerminatingOrFailed; onPodConditions' status is True
+    policy = spec.get("podFailurePolicy")
+    spec.setdefault("podReplacementPolicy", "Failed" if policy else "TerminatingOrFailed")
+    for rule in (policy.get("rules") or []) if isinstance(policy, dict) else []:
+        for pattern in (rule.get("onPodConditions") or []) if isinstance(rule, dict) else []:
+            if isinstance(pattern, dict):
+                pattern.setdefault("status", "True")
     template = spec.setdefault("template", {})
     _default_template(template)
     template["spec"].setdefault("restartPolicy", "Never")

@@ -5,7 +5,8 @@
 - namespace lifecycle: a deleted namespace empties itself, then goes away;
 - disruption controller: PodDisruptionBudget status follows the pods it selects;
 - pod termination: a pod whose graceful deletion nobody will finish (no kubelet
-  heartbeat for its node) is removed, as the pod GC does for pods on vanished nodes.
+  heartbeat for its node) is removed, as the pod GC does for pods on vanished nodes;
+  one held by finalizers that never got a node is marked Failed for their owner.
 
 They act on the store directly from one thread, in the order changes arrived.
 """
@@ -252,10 +253,27 @@ class ControllerManager:
     def _finish_pod(self, pod: dict[str, Any]) -> None:
         server = self._server
         meta = pod["metadata"]
-        if meta.get("finalizers") or server._kubelet_alive(pod):
+        if server._kubelet_alive(pod):
             return
         rt = server.registry.storage("/pods")
         assert rt is not None
+        if meta.get("finalizers"):
+            # PodGC's gcUnscheduledTerminating (pkg/controller/podgc/gc_controller.go): a
+            # pod being deleted that never got a node is marked Failed (no kubelet ever
+            # will), so the owner its finalizer waits for (the Job controller) can count it
+            phase = (pod.get("status") or {}).get("phase")
+            if not (pod.get("spec") or {}).get("nodeName") and phase not in (
+                "Succeeded",
+                "Failed",
+            ):
+                failed = copy.deepcopy(pod)
+                failed.setdefault("status", {})["phase"] = "Failed"
+                with contextlib.suppress(ApiError):
+                    server._update(
+                        rt, meta.get("namespace", ""), meta["name"], failed,
+                        status=True, dry_run=False,
+                    )  # fmt: skip
+            return
         with contextlib.suppress(ApiError):
             server.delete(rt, meta["namespace"], meta["name"], {"gracePeriodSeconds": 0})
 

@@ -4,15 +4,16 @@ the Kueue, JobSet, Job and training actors share.
 Like the real kube-controller-manager Job controller and the JobSet controller, they act
 only through the API: a Job that is not suspended gets ``parallelism`` pods (Indexed Jobs
 one per completion index, named ``<job>-<index>-<suffix>``, with the completion-index
-label, annotation and ``JOB_COMPLETION_INDEX``); its status counts active, ready,
-succeeded and failed pods and carries the Suspended, Complete/SuccessCriteriaMet and
-Failed/FailureTarget conditions with the real reasons. A JobSet gets one child Job per
+label, annotation and ``JOB_COMPLETION_INDEX``, and the ``job-tracking`` finalizer); its
+status counts active, ready, terminating, succeeded and failed pods (``podFailurePolicy``
+applied) and carries the Suspended, Complete/SuccessCriteriaMet and Failed/FailureTarget
+conditions with the real reasons. A JobSet gets one child Job per
 replicated job and index (``<jobset>-<rjob>-<index>``, labelled like the real controller,
 restart attempt included), suspends and resumes them with itself (copying its pod
 template's scheduling directives on resume, as the JobSet controller does for Kueue), and
-when a child Job fails it restarts the whole JobSet (all child Jobs deleted and created
-again with ``restart-attempt`` + 1) until ``failurePolicy.maxRestarts`` is used up, then
-fails it.
+when a child Job fails it applies ``failurePolicy``: the whole JobSet restarts (all child
+Jobs deleted and created again with ``restart-attempt`` + 1) until ``maxRestarts`` is used
+up, then fails, or as its rules say.
 
 The controllers are phases of the Kueue actor's tick (see ``kueue.py``): they read one
 ``Snapshot`` listed once per tick and write only what changed.
@@ -50,6 +51,7 @@ JOB_UID = "batch.kubernetes.io/controller-uid"
 JOB_NAME = "batch.kubernetes.io/job-name"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
 
 Obj = dict[str, Any]
 
@@ -325,8 +327,144 @@ def _compress_indexes(indexes: set[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
 
 
+def _parse_indexes(text: str | None) -> set[int]:
+    """The inverse of ``_compress_indexes``."""
+    out: set[int] = set()
+    for part in (text or "").split(","):
+        lo, _, hi = part.strip().partition("-")
+        try:
+            out.update(range(int(lo), int(hi or lo) + 1))
+        except ValueError:
+            continue
+    return out
+
+
+def _merge_diff(old: Obj, new: Obj) -> Obj:
+    """The JSON merge patch that turns ``old`` into ``new`` (keys gone become null, maps
+    are patched key by key, anything else is replaced)."""
+    patch: Obj = {k: None for k in old if k not in new}
+    for k, v in new.items():
+        before = old.get(k)
+        if isinstance(v, dict) and isinstance(before, dict):
+            if v != before:
+                patch[k] = _merge_diff(before, v)
+        elif v != before or k not in old:
+            patch[k] = v
+    return patch
+
+
+def has_finalizer(pod: Obj) -> bool:
+    return JOB_TRACKING_FINALIZER in (meta(pod).get("finalizers") or [])
+
+
+def terminal(pod: Obj) -> bool:
+    return phase(pod) in ("Succeeded", "Failed")
+
+
+def only_replace_failed(job: Obj) -> bool:
+    """onlyReplaceFailedPods: a terminating pod is replaced once it has failed, not before."""
+    spec = job.get("spec") or {}
+    return spec.get("podReplacementPolicy") == "Failed" or spec.get("podFailurePolicy") is not None
+
+
+def pod_failed(pod: Obj, job: Obj) -> bool:
+    """isPodFailed (pkg/controller/job/job_controller.go): phase Failed; without a pod
+    failure policy (and unless only failed pods are replaced) a pod being deleted that has
+    not succeeded counts as failed at once, "to account for orphan Pods that never have a
+    chance to reach the Failed phase"."""
+    if phase(pod) == "Failed":
+        return True
+    if only_replace_failed(job):
+        return False
+    return deleting(pod) and phase(pod) != "Succeeded"
+
+
+def _exit_code_matches(code: int, requirement: Obj) -> bool:
+    values = {int(v) for v in requirement.get("values") or []}
+    op = requirement.get("operator")
+    if op == "In":
+        return code in values
+    if op == "NotIn":
+        return code not in values
+    return False
+
+
+def _matching_container(pod: Obj, requirement: Obj) -> tuple[str, int] | None:
+    """matchOnExitCodes: the first terminated container (then init container) with a
+    non-zero exit code the requirement matches."""
+    status = pod.get("status") or {}
+    wanted = requirement.get("containerName")
+    for key_ in ("containerStatuses", "initContainerStatuses"):
+        for cs in status.get(key_) or []:
+            terminated = (cs.get("state") or {}).get("terminated")
+            if not terminated:
+                continue
+            if wanted is not None and wanted != cs.get("name"):
+                continue
+            code = int(terminated.get("exitCode", 0) or 0)
+            if code != 0 and _exit_code_matches(code, requirement):
+                return str(cs.get("name")), code
+    return None
+
+
+def _matching_condition(pod: Obj, patterns: list[Obj]) -> str | None:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        for pattern in patterns:
+            if cond.get("type") == pattern.get("type") and cond.get("status") == pattern.get(
+                "status", "True"
+            ):
+                return str(cond.get("type"))
+    return None
+
+
+def match_pod_failure_policy(job: Obj, pod: Obj) -> tuple[str | None, bool, str | None]:
+    """matchPodFailurePolicy (pkg/controller/job/pod_failure_policy.go): ``(FailJob
+    message or None, whether the failure counts towards backoffLimit, matched action)``;
+    the first matching rule wins. ``FailIndex`` (backoffLimitPerIndex) is not simulated:
+    a rule with it is skipped, as upstream skips an action it does not know."""
+    policy = (job.get("spec") or {}).get("podFailurePolicy")
+    if not policy:
+        return None, True, None
+    ns, name = key(pod)
+    for index, rule in enumerate(policy.get("rules") or []):
+        action = rule.get("action")
+        if rule.get("onExitCodes") is not None:
+            hit = _matching_container(pod, rule["onExitCodes"])
+            if hit is None:
+                continue
+            what = f"Container {hit[0]} for pod {ns}/{name} failed with exit code {hit[1]}"
+        elif rule.get("onPodConditions") is not None:
+            ctype = _matching_condition(pod, rule["onPodConditions"])
+            if ctype is None:
+                continue
+            what = f"Pod {ns}/{name} has condition {ctype}"
+        else:
+            continue
+        if action == "Ignore":
+            return None, False, action
+        if action == "Count":
+            return None, True, action
+        if action == "FailJob":
+            return f"{what} matching FailJob rule at index {index}", True, action
+    return None, True, None
+
+
 class JobController:
-    """batch/v1 Jobs: pods, status and conditions like the kube-controller-manager's."""
+    """batch/v1 Jobs: pods, status and conditions like the kube-controller-manager's.
+
+    Pod tracking with finalizers, as pkg/controller/job/job_controller.go does it: every
+    pod is created with the ``batch.kubernetes.io/job-tracking`` finalizer, so a pod that
+    ends (or is deleted: evicted, drained) stays until the controller has counted it. A
+    finished pod goes into ``status.uncountedTerminatedPods`` first, then its finalizer is
+    removed, then it moves into ``status.succeeded``/``status.failed`` -- pods an ``Ignore``
+    rule of ``spec.podFailurePolicy`` matches are never counted. A Job that fails (more
+    failed pods than ``spec.backoffLimit``, or a ``FailJob`` rule) gets the interim
+    ``FailureTarget`` condition at once, its other pods are deleted (and counted as
+    failed), and ``Failed`` with the same reason and message once none of its pods is
+    still terminating (the delayed terminal condition of Kubernetes 1.31+).
+
+    Not simulated: the exponential back-off before a failed pod is replaced,
+    ``backoffLimitPerIndex``/``FailIndex``, ``activeDeadlineSeconds``, successPolicy."""
 
     component = "job-controller"
 
@@ -334,18 +472,72 @@ class JobController:
         self.api = api
         self.recorder = Events(api, world, self.component)
         self.now = now
+        # finalizerExpectations: pods whose finalizer we removed, so a pod list older than
+        # the removal does not count them twice
+        self._removed: set[str] = set()
 
     def reconcile(self, snap: Snapshot, held: Callable[[Obj], bool]) -> None:
         """``held(job)``: Kueue has not admitted this Job's workload (treat as suspended)."""
         by_job = snap.pods_of_job()
+        listed = {str(meta(p).get("uid")) for p in snap.job_pods}
+        self._removed &= listed
+        jobs = {meta(j).get("uid", "") for j in snap.jobs}
         for i, job in enumerate(list(snap.jobs)):
+            pods = by_job.get(meta(job).get("uid", ""), [])
             if deleting(job):
+                # canRemoveFinalizer: a Job being deleted lets all its pods go
+                self._remove_finalizers([p for p in pods if has_finalizer(p)])
                 continue
-            new = self._sync(job, by_job.get(meta(job).get("uid", ""), []), held(job))
+            new = self._sync(job, pods, held(job))
             if new is not None:
                 snap.jobs[i] = new
+        # the orphan worker: pods whose Job is gone keep no tracking finalizer
+        orphans = [
+            p
+            for uid, pods in by_job.items()
+            if uid not in jobs
+            for p in pods
+            if has_finalizer(p)
+        ]
+        self._remove_finalizers(orphans)
 
-    def _delete_pods(self, pods: list[Obj]) -> None:
+    def _remove_finalizers(self, pods: list[Obj]) -> list[str]:
+        """removeTrackingFinalizerFromPods; returns the uids it succeeded for (a pod that
+        is already gone counts as done)."""
+        from kubernetes.client.rest import ApiException
+
+        done = []
+        for pod in pods:
+            uid = str(meta(pod).get("uid"))
+            if uid in self._removed:
+                done.append(uid)
+                continue
+            ns, name = key(pod)
+            patch = {
+                "metadata": {"$deleteFromPrimitiveList/finalizers": [JOB_TRACKING_FINALIZER]}
+            }
+            self.api.wrote_pods()
+            try:
+                self.api.core.patch_namespaced_pod(
+                    name,
+                    ns,
+                    patch,
+                    _content_type="application/strategic-merge-patch+json",
+                    _preload_content=False,
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    continue
+            self._removed.add(uid)
+            done.append(uid)
+        return done
+
+    def _delete_pods(self, pods: list[Obj], *, release: bool = False) -> None:
+        """deleteActivePods (finalizers kept: the pods are counted once terminated) or, with
+        ``release``, deleteJobPods (finalizer removed first: a suspended Job's pods are not
+        counted as failed)."""
+        if release:
+            self._remove_finalizers([p for p in pods if has_finalizer(p)])
         if pods:
             self.api.wrote_pods()
         for pod in pods:
@@ -386,6 +578,7 @@ class JobController:
                 "namespace": jm["namespace"],
                 "labels": pod_labels,
                 "annotations": pod_annotations,
+                "finalizers": [JOB_TRACKING_FINALIZER],
                 "ownerReferences": [owner_ref(job, "batch/v1", "Job")],
             },
             "spec": spec,
@@ -398,104 +591,8 @@ class JobController:
         )
         return None if created is None else dict(json.loads(created.data))
 
-    def _sync(self, job: Obj, pods: list[Obj], held: bool) -> Obj | None:
-        spec = job.get("spec") or {}
-        old_status = job.get("status") or {}
-        status = copy.deepcopy(old_status)
-        conditions: list[Obj] = status.setdefault("conditions", [])
-        now = self.now()
-        parallelism = int(spec.get("parallelism", 1) or 0)
-        completions = int(spec.get("completions", 1) or 1)
-        backoff = int(spec.get("backoffLimit", 6))
-        alive = [p for p in pods if phase(p) not in ("Succeeded", "Failed")]
-        active = [p for p in alive if not deleting(p)]
-        terminating = [p for p in alive if deleting(p)]
-        succeeded = [p for p in pods if phase(p) == "Succeeded"]
-        failed = [p for p in pods if phase(p) == "Failed"]
-        finished = is_true(job, "Complete") or is_true(job, "Failed")
-        suspended = bool(spec.get("suspend"))
-        if held and not suspended and not finished:
-            return None  # Kueue has not admitted it: no pods until it does
-        events: list[tuple[str, str, str]] = []
-
-        if finished:
-            if is_true(job, "Failed"):
-                self._delete_pods(active)
-                active = []
-        elif suspended:
-            self._delete_pods(active)
-            active = []
-            if set_condition(conditions, "Suspended", "True", "JobSuspended", "Job suspended", now,
-                             probe=True):  # fmt: skip
-                events.append(("Normal", "Suspended", "Job suspended"))
-            status.pop("startTime", None)
-        elif len(failed) > backoff:
-            self._delete_pods(active)
-            active = []
-            msg = "Job has reached the specified backoff limit"
-            set_condition(conditions, "FailureTarget", "True", "BackoffLimitExceeded", msg, now,
-                          probe=True)  # fmt: skip
-            set_condition(conditions, "Failed", "True", "BackoffLimitExceeded", msg, now,
-                          probe=True)  # fmt: skip
-            events.append(("Warning", "BackoffLimitExceeded", msg))
-        else:
-            if condition(job, "Suspended") and is_true(job, "Suspended"):
-                set_condition(conditions, "Suspended", "False", "JobResumed", "Job resumed", now,
-                              probe=True)  # fmt: skip
-                events.append(("Normal", "Resumed", "Job resumed"))
-            status.setdefault("startTime", now)
-            done = False
-            if _indexed(job):
-                completed = {i for p in succeeded if (i := _index_of(p)) is not None}
-                running = {i for p in active if (i := _index_of(p)) is not None}
-                if len(completed) >= completions:
-                    done = True
-                else:
-                    room = parallelism - len(active)
-                    for index in range(completions):
-                        if room <= 0:
-                            break
-                        if index in completed or index in running:
-                            continue
-                        if self._create_pod(job, index) is not None:
-                            room -= 1
-                status["completedIndexes"] = _compress_indexes(completed)
-            else:
-                if len(succeeded) >= completions:
-                    done = True
-                else:
-                    want = min(parallelism, completions - len(succeeded)) - len(active)
-                    for _ in range(max(want, 0)):
-                        self._create_pod(job, None)
-            if done:
-                self._delete_pods(active)
-                active = []
-                msg = "Reached expected number of succeeded pods"
-                set_condition(conditions, "SuccessCriteriaMet", "True", "CompletionsReached", msg,
-                              now, probe=True)  # fmt: skip
-                set_condition(conditions, "Complete", "True", "CompletionsReached", msg, now,
-                              probe=True)  # fmt: skip
-                status["completionTime"] = now
-                events.append(("Normal", "Completed", "Job completed"))
-        status["active"] = len(active)
-        status["ready"] = sum(1 for p in active if pod_ready(p))
-        status["succeeded"] = len(succeeded)
-        status["failed"] = len(failed)
-        status["terminating"] = len(terminating)
-        status.setdefault("uncountedTerminatedPods", {})
-        for field_name in ("active", "succeeded", "failed"):
-            if status[field_name] == 0 and field_name not in old_status:
-                status.pop(field_name)
-        if not conditions:
-            status.pop("conditions")
-        for reason_type, reason, message in events:
-            self.recorder.event(job, reason, message,
-                                type_=reason_type, api_version="batch/v1", kind="Job")  # fmt: skip
-        if status == old_status:
-            return None
-        patch = dict(status)
-        for gone in set(old_status) - set(status):
-            patch[gone] = None
+    def _patch_status(self, job: Obj, old_status: Obj, status: Obj) -> Obj | None:
+        patch = _merge_diff(old_status, status)
         ns, name = key(job)
         out = ignore_gone(
             lambda: self.api.batch.patch_namespaced_job_status(
@@ -505,8 +602,223 @@ class JobController:
         )  # fmt: skip
         return None if out is None else dict(json.loads(out.data))
 
+    def _sync(self, job: Obj, pods: list[Obj], held: bool) -> Obj | None:
+        spec = job.get("spec") or {}
+        old_status = job.get("status") or {}
+        status = copy.deepcopy(old_status)
+        conditions: list[Obj] = status.setdefault("conditions", [])
+        now = self.now()
+        if is_true(job, "Complete") or is_true(job, "Failed"):
+            return None  # IsJobFinished: nothing more to do
+        parallelism = int(spec.get("parallelism", 1) or 0)
+        completions = int(spec.get("completions", 1) or 1)
+        backoff = int(spec.get("backoffLimit", 6))
+        suspended = bool(spec.get("suspend"))
+        if held and not suspended:
+            return None  # Kueue has not admitted it: no pods until it does
+        indexed = _indexed(job)
+        # pods whose finalizer we removed are counted already, whatever this list says
+        tracked = [
+            p for p in pods if has_finalizer(p) and str(meta(p).get("uid")) not in self._removed
+        ]
+        uncounted = status.get("uncountedTerminatedPods") or {}
+        unc_failed = list(uncounted.get("failed") or [])
+        unc_succeeded = list(uncounted.get("succeeded") or [])
+        active = [p for p in pods if not terminal(p) and not deleting(p)]
+        terminating = [p for p in pods if not terminal(p) and deleting(p)]
+        events: list[tuple[str, str, str]] = []
+
+        def valid_index(pod: Obj) -> bool:
+            ix = _index_of(pod)
+            return not indexed or (ix is not None and 0 <= ix < completions)
+
+        new_failed = [
+            p
+            for p in tracked
+            if str(meta(p).get("uid")) not in unc_failed and pod_failed(p, job) and valid_index(p)
+        ]
+        failed_total = (
+            int(status.get("failed", 0))
+            + sum(1 for p in new_failed if match_pod_failure_policy(job, p)[1])
+            + len(unc_failed)
+        )
+        completed = _parse_indexes(status.get("completedIndexes")) if indexed else set()
+        if indexed:
+            completed |= {
+                i
+                for p in pods
+                if phase(p) == "Succeeded" and (i := _index_of(p)) is not None and i < completions
+            }
+            succeeded_total = len(completed)
+        else:
+            succeeded_total = (
+                int(status.get("succeeded", 0))
+                + len(unc_succeeded)
+                + sum(
+                    1
+                    for p in tracked
+                    if phase(p) == "Succeeded" and str(meta(p).get("uid")) not in unc_succeeded
+                )
+            )
+
+        # the finished condition, as syncJob decides it
+        finished: tuple[str, str] | None = None  # (reason, message) of a failure
+        target = condition(job, "FailureTarget")
+        if target is not None and target.get("status") == "True":
+            finished = (str(target.get("reason", "")), str(target.get("message", "")))
+        elif spec.get("podFailurePolicy"):
+            for p in pods:
+                if pod_failed(p, job):
+                    message = match_pod_failure_policy(job, p)[0]
+                    if message is not None:
+                        finished = ("PodFailurePolicy", message)
+                        break
+        if finished is None and failed_total > backoff:
+            finished = ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
+        success = False
+
+        if finished is not None:
+            self._delete_pods(active)  # deleteActivePods: finalizers kept, counted below
+            terminating += active
+            active = []
+            if target is None:
+                # the interim FailureTarget, written before any finalizer is removed
+                set_condition(conditions, "FailureTarget", "True", finished[0], finished[1],
+                              now, probe=True)  # fmt: skip
+        elif suspended:
+            # manageJob on a suspended Job: deleteJobPods, finalizers removed first, so the
+            # pods are not counted as failures
+            self._delete_pods(active, release=True)
+            active = []
+            if set_condition(conditions, "Suspended", "True", "JobSuspended", "Job suspended", now,
+                             probe=True):  # fmt: skip
+                events.append(("Normal", "Suspended", "Job suspended"))
+            status.pop("startTime", None)
+        else:
+            if condition(job, "Suspended") and is_true(job, "Suspended"):
+                set_condition(conditions, "Suspended", "False", "JobResumed", "Job resumed", now,
+                              probe=True)  # fmt: skip
+                events.append(("Normal", "Resumed", "Job resumed"))
+                status["startTime"] = now
+            status.setdefault("startTime", now)
+            want = max(min(completions - succeeded_total, parallelism), 0)
+            waiting = len(terminating) if only_replace_failed(job) else 0
+            room = want - waiting - len(active)
+            excess = len(active) - want
+            if excess > 0:
+                # manageJob's activePodsForRemoval: pods of an index already done go first;
+                # deleteJobPods releases them uncounted
+                active.sort(key=lambda p: _index_of(p) not in completed if indexed else True)
+                self._delete_pods(active[:excess], release=True)
+                terminating += active[:excess]
+                active = active[excess:]
+            elif indexed:
+                busy = {i for p in active if (i := _index_of(p)) is not None}
+                if only_replace_failed(job):
+                    busy |= {i for p in terminating if (i := _index_of(p)) is not None}
+                for index in range(completions):
+                    if room <= 0:
+                        break
+                    if index in completed or index in busy:
+                        continue
+                    if self._create_pod(job, index) is not None:
+                        room -= 1
+            else:
+                for _ in range(max(room, 0)):
+                    self._create_pod(job, None)
+            success = succeeded_total >= completions and not active
+
+        # trackJobStatusAndRemoveFinalizers
+        release: list[Obj] = []
+        for p in tracked:
+            uid = str(meta(p).get("uid"))
+            failed_now = pod_failed(p, job)
+            if not (finished is not None or success or phase(p) == "Succeeded" or failed_now):
+                continue  # canRemoveFinalizer: still running
+            release.append(p)
+            if phase(p) == "Succeeded" and uid not in unc_failed:
+                if not indexed and uid not in unc_succeeded:
+                    unc_succeeded.append(uid)
+            elif (
+                (failed_now or finished is not None)
+                and uid not in unc_failed
+                and valid_index(p)
+                and match_pod_failure_policy(job, p)[1]  # an Ignore rule: never counted
+            ):
+                unc_failed.append(uid)
+        if indexed:
+            status["completedIndexes"] = _compress_indexes(completed)
+            status["succeeded"] = len(completed)
+        status["uncountedTerminatedPods"] = {
+            k: v for k, v in (("succeeded", unc_succeeded), ("failed", unc_failed)) if v
+        }
+        status["active"] = len(active)
+        status["ready"] = sum(1 for p in active if pod_ready(p))
+        status["terminating"] = len(terminating)
+        for field_name in ("active", "succeeded", "failed"):
+            if not status.get(field_name) and field_name not in old_status:
+                status.pop(field_name, None)
+        if not conditions:
+            status.pop("conditions")
+        current = job
+        if status != old_status:
+            # flush: the uncounted pods (and FailureTarget) are on record before the
+            # finalizers that hold their pods go
+            current = self._patch_status(job, old_status, status) or job
+            old_status, status = status, copy.deepcopy(status)
+        conditions = status.setdefault("conditions", [])
+        removed = set(self._remove_finalizers(release))
+        # cleanUncountedPodsWithoutFinalizers: what lost its finalizer moves into the counts
+        with_finalizer = {str(meta(p).get("uid")) for p in tracked} - removed
+        still_failed = [u for u in unc_failed if u in with_finalizer]
+        still_succeeded = [u for u in unc_succeeded if u in with_finalizer]
+        status["failed"] = int(status.get("failed", 0)) + len(unc_failed) - len(still_failed)
+        if not indexed:
+            status["succeeded"] = (
+                int(status.get("succeeded", 0)) + len(unc_succeeded) - len(still_succeeded)
+            )
+        status["uncountedTerminatedPods"] = {
+            k: v for k, v in (("succeeded", still_succeeded), ("failed", still_failed)) if v
+        }
+        for field_name in ("succeeded", "failed"):
+            if not status.get(field_name) and field_name not in old_status:
+                status.pop(field_name, None)
+        # enactJobFinished: the terminal condition once nothing is uncounted or terminating
+        settled = not still_failed and not still_succeeded and not terminating
+        if finished is not None and settled:
+            set_condition(conditions, "Failed", "True", finished[0], finished[1], now,
+                          probe=True)  # fmt: skip
+            events.append(("Warning", finished[0], finished[1]))
+        elif success and settled:
+            msg = "Reached expected number of succeeded pods"
+            set_condition(conditions, "SuccessCriteriaMet", "True", "CompletionsReached", msg,
+                          now, probe=True)  # fmt: skip
+            set_condition(conditions, "Complete", "True", "CompletionsReached", msg, now,
+                          probe=True)  # fmt: skip
+            status["completionTime"] = now
+            events.append(("Normal", "Completed", "Job completed"))
+        if not conditions:
+            status.pop("conditions")
+        for reason_type, reason, message in events:
+            self.recorder.event(job, reason, message,
+                                type_=reason_type, api_version="batch/v1", kind="Job")  # fmt: skip
+        if status == old_status:
+            return current if current is not job else None
+        return self._patch_status(job, old_status, status) or current
+
 
 # -- the JobSet controller -------------------------------------------------------------
+
+
+def _regex_search(pattern: str, text: str) -> bool:
+    """Go's regexp.MatchString: the pattern anywhere in the text; an invalid one never
+    matches."""
+    import re
+
+    try:
+        return re.search(pattern, text) is not None
+    except re.error:
+        return False
 
 
 def job_key(ns: str, name: str) -> str:
@@ -589,30 +901,101 @@ class JobSetController:
                             api_version=api_version, kind="JobSet")  # fmt: skip
 
     def _delete_jobs(self, jobs: list[Obj]) -> None:
+        """deleteJobs: foreground deletion, so a Job goes only after its pods have."""
         from kubernetes import client
 
-        body = client.V1DeleteOptions(propagation_policy="Background")
+        body = client.V1DeleteOptions(propagation_policy="Foreground")
         for job in jobs:
             if deleting(job):
                 continue
             ns, name = key(job)
             ignore_gone(self.api.batch.delete_namespaced_job, name, ns, body=body)
 
-    def _failure_action(self, js: Obj, failed_job: Obj) -> str:
-        policy = (js.get("spec") or {}).get("failurePolicy")
-        if policy is None:
-            return "FailJobSet"
-        cond = condition(failed_job, "Failed") or {}
-        rjob = labels(failed_job).get(JS_RJOB, "")
-        for rule in policy.get("rules") or []:
+    @staticmethod
+    def _failed_at(job: Obj) -> str:
+        return str((condition(job, "Failed") or {}).get("lastTransitionTime") or "")
+
+    def _failure_rule(self, js: Obj, failed: list[Obj]) -> tuple[Obj | None, str, Obj]:
+        """findFirstFailedPolicyRuleAndJob (pkg/controllers/failure_policy.go): the first
+        rule (in order) that some failed child Job matches -- by its Failed condition's
+        reason (``onJobFailureReasons``), message (``onJobFailureMessagePatterns``, regular
+        expressions) and replicated job (``targetReplicatedJobs``) -- with the earliest
+        failed such Job; no rule: the earliest failed Job. Returns (rule, its name, job)."""
+        policy = (js.get("spec") or {}).get("failurePolicy") or {}
+        ordered = sorted(failed, key=self._failed_at)
+        for index, rule in enumerate(policy.get("rules") or []):
             reasons = rule.get("onJobFailureReasons") or []
+            patterns = rule.get("onJobFailureMessagePatterns") or []
             targets = rule.get("targetReplicatedJobs") or []
-            if reasons and cond.get("reason") not in reasons:
-                continue
-            if targets and rjob not in targets:
-                continue
-            return str(rule.get("action", "RestartJobSet"))
-        return "RestartJobSet"
+            for job in ordered:
+                cond = condition(job, "Failed") or {}
+                if reasons and cond.get("reason") not in reasons:
+                    continue
+                if patterns and not any(
+                    _regex_search(p, str(cond.get("message", ""))) for p in patterns
+                ):
+                    continue
+                rjob = labels(job).get(JS_RJOB, "")
+                if not rjob or (targets and rjob not in targets):
+                    continue
+                return rule, str(rule.get("name") or f"failurePolicyRule{index}"), job
+        return None, "", ordered[0]
+
+    def _apply_failure_policy(
+        self, js: Obj, status: Obj, conditions: list[Obj], failed: list[Obj], now: str
+    ) -> bool:
+        """executeFailurePolicy (pkg/controllers/failure_policy.go), with the reasons and
+        messages of pkg/constants/constants.go. Returns whether the JobSet failed.
+
+        No failurePolicy: Failed ``FailedJobs``. A ``FailJobSet`` rule: Failed
+        ``FailJobSetFailurePolicyAction``. ``RestartJobSet`` (also when no rule matches):
+        Failed ``ReachedMaxRestarts`` once ``restartsCountTowardsMax`` has reached
+        ``maxRestarts``, else ``restarts`` and ``restartsCountTowardsMax`` + 1 and the
+        ``RestartingJobSet`` condition; ``RestartJobSetAndIgnoreMaxRestarts``: ``restarts``
+        + 1 only. ``RestartJob``/``RestartJobAndIgnoreMaxRestarts`` need the alpha feature
+        gate ``RestartJob`` (off by default): the real controller then fails the reconcile
+        and does nothing, and so does this one."""
+        policy = (js.get("spec") or {}).get("failurePolicy")
+
+        def fail(reason: str, base: str, job: Obj) -> bool:
+            msg = f"{base} (first failed job: {meta(job).get('name')})"
+            if set_condition(conditions, "Failed", "True", reason, msg, now):
+                self._event(js, reason, msg, "Warning")
+            if condition({"status": status}, "RestartingJobSet") is not None:
+                set_condition(conditions, "RestartingJobSet", "False", "JobSetFailed",
+                              "jobset failed", now)  # fmt: skip
+            status["terminalState"] = "Failed"
+            return True
+
+        if policy is None:
+            first = sorted(failed, key=self._failed_at)[0]
+            return fail("FailedJobs", "jobset failed due to one or more job failures", first)
+        rule, rule_name, job = self._failure_rule(js, failed)
+        action = str(rule.get("action", "RestartJobSet")) if rule else "RestartJobSet"
+        if action == "FailJobSet":
+            return fail("FailJobSetFailurePolicyAction",
+                        "applying FailJobSet failure policy action", job)  # fmt: skip
+        counted = int(status.get("restartsCountTowardsMax", 0))
+        if action == "RestartJobSet":
+            if counted >= int(policy.get("maxRestarts", 0) or 0):
+                base = "jobset failed due to reaching max number of restarts"
+                return fail("ReachedMaxRestarts", base, job)
+            event_reason = "RestartJobSetFailurePolicyAction"
+        elif action == "RestartJobSetAndIgnoreMaxRestarts":
+            event_reason = "RestartJobSetAndIgnoreMaxRestartsFailurePolicyAction"
+        else:
+            return False  # RestartJob*: behind a feature gate that is off
+        message = (
+            f"applying {action} failure policy action (first failed job: {meta(job).get('name')})"
+        )
+        status["restarts"] = int(status.get("restarts", 0)) + 1
+        if action == "RestartJobSet":
+            status["restartsCountTowardsMax"] = counted + 1
+        self._event(js, event_reason, message, "Warning")
+        reason = f"FailurePolicy_{rule_name}" if rule else "DefaultFailurePolicy"
+        if set_condition(conditions, "RestartingJobSet", "True", reason, message, now):
+            self._event(js, reason, message, "Warning")
+        return False
 
     def _sync(self, snap: Snapshot, js: Obj, children: list[Obj]) -> Obj | None:
         spec = js.get("spec") or {}
@@ -637,35 +1020,11 @@ class JobSetController:
         if not terminal:
             failed = [j for j in current if is_true(j, "Failed")]
             if failed:
-                action = self._failure_action(js, failed[0])
-                policy = spec.get("failurePolicy") or {}
-                counted = int(status.get("restartsCountTowardsMax", 0))
-                ignore_max = action in ("RestartJobSetAndIgnoreMaxRestarts",)
-                if action == "FailJobSet" or (
-                    not ignore_max and counted >= int(policy.get("maxRestarts", 0) or 0)
-                ):
-                    if action == "FailJobSet" or not policy:
-                        reason, msg = "FailedJobs", "jobset failed due to one or more job failures"
-                    else:
-                        reason = "ReachedMaxRestarts"
-                        msg = "jobset failed due to reaching max number of restarts"
-                    set_condition(conditions, "Failed", "True", reason, msg, now)
-                    status["terminalState"] = "Failed"
+                terminal = self._apply_failure_policy(js, status, conditions, failed, now)
+                if terminal:
                     self._delete_jobs([j for j in current if not is_true(j, "Failed")])
-                    self._event(js, reason, msg, "Warning")
-                    terminal = True
-                else:
-                    restarts += 1
-                    status["restarts"] = restarts
-                    if not ignore_max:
-                        status["restartsCountTowardsMax"] = counted + 1
-                    job_name = meta(failed[0]).get("name", "")
-                    self._event(
-                        js,
-                        "Restarting",
-                        f"restarting jobset {name} (attempt {restarts}): job {job_name} failed",
-                        "Warning",
-                    )
+                restarts = int(status.get("restarts", 0))
+                if restarts != int(old_status.get("restarts", 0)):
                     self._delete_jobs(current)
                     current = []
 
@@ -720,6 +1079,15 @@ class JobSetController:
             )
         status["replicatedJobsStatus"] = rj_status
         status.setdefault("restarts", 0)
+        all_ready = all(
+            r["ready"] >= int(rj.get("replicas", 1)) for r, rj in zip(rj_status, rjobs, strict=True)
+        )
+        restarting = is_true({"status": status}, "RestartingJobSet")
+        if not terminal and not suspend and all_ready and restarting:
+            # setRestartingConditionFalse once every child Job is ready again
+            msg = "all jobs are ready"
+            set_condition(conditions, "RestartingJobSet", "False", "JobsReady", msg, now)
+            self._event(js, "JobsReady", msg)
         if not terminal:
             if suspend:
                 if set_condition(conditions, "Suspended", "True", "SuspendedJobs",
