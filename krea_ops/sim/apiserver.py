@@ -35,9 +35,10 @@ import yaml
 
 from krea_ops.kube import times
 from krea_ops.sim import builtins, errors
+from krea_ops.sim.authz import ADMIN, UserInfo
 from krea_ops.sim.errors import ApiError
 from krea_ops.sim.patch import PatchError, json_merge_patch, json_patch, strategic_merge_patch
-from krea_ops.sim.resources import BUILTIN, GROUP_ORDER, ResourceType
+from krea_ops.sim.resources import BUILTIN, GROUP_ORDER, REVIEW_KINDS, ResourceType
 from krea_ops.sim.selectors import (
     FIELD_SELECTORS,
     FieldSelector,
@@ -98,6 +99,7 @@ class Request:
     headers: dict[str, str] = field(default_factory=dict)  # lower-case names
     body: bytes = b""
     user: str = "system:admin"
+    user_info: UserInfo = ADMIN  # who sent it, once authenticated (sim/authz.py)
 
     @classmethod
     def build(
@@ -293,6 +295,10 @@ def _subresource_entries(rt: ResourceType) -> list[dict[str, Any]]:
             entry.update(group="policy", version="v1", kind="Eviction", verbs=["create"])
         elif sub == "binding":
             entry.update(kind="Binding", verbs=["create"])
+        elif sub == "token":
+            entry.update(
+                group="authentication.k8s.io", version="v1", kind="TokenRequest", verbs=["create"]
+            )
         elif sub == "scale":
             entry.update(
                 group="autoscaling", version="v1", kind="Scale", verbs=["get", "patch", "update"]
@@ -313,6 +319,10 @@ def _parse_body(req: Request) -> Any:
     if not req.body.strip():
         raise errors.bad_request("the request body is empty")
     ctype = req.headers.get("content-type", "application/json").split(";")[0].strip()
+    if ctype == "application/vnd.kubernetes.protobuf":
+        from krea_ops.sim.protobody import decode
+
+        return decode(req.body)
     try:
         if ctype in ("application/yaml", "application/apply-patch+yaml"):
             return yaml.safe_load(req.body)
@@ -440,8 +450,18 @@ class ApiServer:
         self.registry = Registry()
         self.token = token
         from krea_ops.sim.authz import Authorizer
+        from krea_ops.sim.rbac import AccessControl
+        from krea_ops.sim.tokens import TokenSigner
 
         self.authorizer = Authorizer(users or {}, policies or [])
+        self.access = AccessControl(
+            token,
+            self.authorizer,
+            TokenSigner(None if db is None else db.parent / "pki" / "sa.key", self.clock),
+            self._lookup,
+            lambda key, ns: [e.obj for e in self.store.list(key, ns)[0]],
+            self.clock,
+        )
         self.bookmark_interval_s = bookmark_interval_s
         self.kubelet_lease_timeout_s = kubelet_lease_timeout_s
         self._closing = threading.Event()
@@ -466,6 +486,15 @@ class ApiServer:
                     "namespaces",
                     "",
                     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+                )
+        from krea_ops.sim.rbac import BOOTSTRAP_BINDINGS, BOOTSTRAP_ROLES
+
+        for policy in (*BOOTSTRAP_ROLES, *BOOTSTRAP_BINDINGS):
+            plural = policy["kind"].lower() + "s"
+            key = f"rbac.authorization.k8s.io/{plural}"
+            if self.store.get(key, "", policy["metadata"]["name"]) is None:
+                self._create_internal(
+                    "rbac.authorization.k8s.io", "v1", plural, "", copy.deepcopy(policy)
                 )
         for crd in crds or []:
             name = crd["metadata"]["name"]
@@ -508,21 +537,21 @@ class ApiServer:
             return Response.json(500, err.status())
 
     def _authenticate(self, req: Request) -> None:
+        """Who sent the request (401 when nobody we know) and whether they may (403)."""
         if self.token is None:
             return
         if req.path in ("/healthz", "/readyz", "/livez", "/version"):
             return
-        auth = req.headers.get("authorization", "")
-        if auth == f"Bearer {self.token}":
-            return
-        found = self.authorizer.user(auth.removeprefix("Bearer ")) if auth else None
-        if found is None:
-            raise ApiError(401, "Unauthorized", "Unauthorized")
-        from krea_ops.sim.authz import attributes
+        from krea_ops.sim.authz import attributes, forbidden
 
-        user, groups = found
-        req.user = user
-        self.authorizer.check(user, groups, attributes(req.method, req.path, req.query))
+        auth = req.headers.get("authorization", "")
+        user = self.access.authenticate(auth[7:].strip() if auth[:7].lower() == "bearer " else "")
+        if user is None:
+            raise ApiError(401, "Unauthorized", "Unauthorized")
+        req.user, req.user_info = user.name, user
+        attrs = attributes(req.method, req.path, req.query)
+        if not self.access.authorize(user, attrs)[0]:
+            raise forbidden(user.name, attrs)
 
     def _route(self, req: Request) -> Response | WatchStream:
         parts = [p for p in req.path.split("/") if p]
@@ -652,6 +681,15 @@ class ApiServer:
         if rt.namespaced and name and not ns:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         method = req.method
+        if rt.kind in REVIEW_KINDS and not rt.is_custom:
+            if method != "POST" or name:
+                raise errors.method_not_allowed()
+            review = self.access.review(rt.kind, rt.api_version, _parse_body(req), req.user_info)
+            return Response.json(201, review)
+        if sub == "token" and rt.kind == "ServiceAccount":
+            if method != "POST":
+                raise errors.method_not_allowed()
+            return Response.json(201, self.access.token_request(ns, name, _parse_body(req)))
         if not name:
             if method == "GET":
                 if watch_path or req.query.get("watch") in ("1", "true", "True"):
