@@ -945,6 +945,8 @@ class ApiServer:
             obj.pop("status", None)
         obj = self._prepare(rt, obj)
         self._validate(rt, obj)
+        if req is not None:  # RBAC escalation check (sim/rbac.py)
+            self.access.admit(rt.group, rt.kind, obj, req.user_info)
         if rt.kind == "CustomResourceDefinition":
             obj = self._accept_crd(obj)
         if dry_run:
@@ -1040,6 +1042,8 @@ class ApiServer:
             if new == current.obj:
                 return current.obj  # no-op updates do not bump the resourceVersion
             self._validate(rt, new, current.obj)
+            if req is not None:  # RBAC escalation check (sim/rbac.py)
+                self.access.admit(rt.group, rt.kind, new, req.user_info)
             if rt.kind == "CustomResourceDefinition":
                 new = self._accept_crd(new)
             if dry_run:

@@ -23,6 +23,7 @@ SelfSubjectReview, TokenReview) are answered from the same authorizer and never 
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -670,6 +671,44 @@ class AccessControl:
             "status": {"token": token, "expirationTimestamp": times.rfc3339(float(exp))},
         }
 
+    def admit(self, group: str, kind: str, obj: Mapping[str, Any], user: UserInfo) -> None:
+        """Refuse a Role or binding write that grants more than its author holds, unless
+        the author may ``escalate`` (roles) or ``bind`` (the referenced role), as the
+        real RBAC storage does; ``system:masters`` is exempt."""
+        if group != GROUP or MASTERS in user.groups:
+            return
+        meta = obj.get("metadata") or {}
+        ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        plural = kind.lower() + "s"
+        if kind in ("Role", "ClusterRole"):
+            if self.authorize(user, _rbac_attrs("escalate", plural, ns, name))[0]:
+                return
+            rules = [r for r in obj.get("rules") or () if isinstance(r, Mapping)]
+        elif kind in ("RoleBinding", "ClusterRoleBinding"):
+            ref = obj.get("roleRef") or {}
+            ref_plural = str(ref.get("kind") or "").lower() + "s"
+            ref_name = str(ref.get("name") or "")
+            if self.authorize(user, _rbac_attrs("bind", ref_plural, ns, ref_name))[0]:
+                return
+            rules = self.rbac._role_rules(ref, ns)
+        else:
+            return
+        owner = [rule for _, rule in self.rbac.visit(user, ns)]
+        missing = missing_rights(owner, rules)
+        if missing:
+            groups = "[" + " ".join(json.dumps(g) for g in user.groups) + "]"
+            raise errors.forbidden(
+                GROUP,
+                plural,
+                name,
+                f"user {json.dumps(user.name)} (groups={groups}) is attempting to grant RBAC "
+                "permissions not currently held:\n" + "\n".join(missing),
+            )
+
+
+def _rbac_attrs(verb: str, plural: str, ns: str, name: str) -> Attributes:
+    return Attributes(verb, GROUP, plural, ns, name, True)
+
 
 def _invalid_user() -> Any:
     from krea_ops.sim.validation import FieldError
@@ -679,3 +718,112 @@ def _invalid_user() -> Any:
         "spec.user",
         'Invalid value: "": at least one of user or group must be specified',
     )
+
+
+# -- privilege escalation (pkg/registry/rbac/{role,clusterrole,rolebinding,
+# clusterrolebinding}/policybased and pkg/registry/rbac/validation/rule.go) ----------------
+
+
+def _atoms(rule: Mapping[str, Any]) -> list[dict[str, list[str]]]:
+    """``BreakdownRule``: one rule per group, resource, verb (and resource name)."""
+    out: list[dict[str, list[str]]] = []
+    verbs = list(rule.get("verbs") or [])
+    for group in rule.get("apiGroups") or []:
+        for resource in rule.get("resources") or []:
+            for verb in verbs:
+                names = rule.get("resourceNames") or []
+                for name in names or [None]:
+                    atom = {"apiGroups": [group], "resources": [resource], "verbs": [verb]}
+                    if name is not None:
+                        atom["resourceNames"] = [name]
+                    out.append(atom)
+    for url in rule.get("nonResourceURLs") or []:
+        for verb in verbs:
+            out.append({"nonResourceURLs": [url], "verbs": [verb]})
+    return out
+
+
+def _resources_cover(owner: list[str], wanted: list[str]) -> bool:
+    if "*" in owner:
+        return True
+    for resource in wanted:
+        if resource in owner:
+            continue
+        _, sep, sub = resource.partition("/")
+        if not (sep and f"*/{sub}" in owner):
+            return False
+    return True
+
+
+def _urls_cover(owner: list[str], wanted: list[str]) -> bool:
+    for url in wanted:
+        if not any(
+            o == "*" or o == url or (o.endswith("*") and url.startswith(o.rstrip("*")))
+            for o in owner
+        ):
+            return False
+    return True
+
+
+def _covers(owner: Mapping[str, Any], atom: Mapping[str, list[str]]) -> bool:
+    """``ruleCovers``."""
+    o_verbs = list(owner.get("verbs") or [])
+    o_groups = list(owner.get("apiGroups") or [])
+    o_names = list(owner.get("resourceNames") or [])
+    verbs = "*" in o_verbs or set(atom.get("verbs", [])) <= set(o_verbs)
+    groups = "*" in o_groups or set(atom.get("apiGroups", [])) <= set(o_groups)
+    resources = _resources_cover(list(owner.get("resources") or []), atom.get("resources", []))
+    urls = _urls_cover(list(owner.get("nonResourceURLs") or []), atom.get("nonResourceURLs", []))
+    names = not o_names or (
+        bool(atom.get("resourceNames")) and set(atom["resourceNames"]) <= set(o_names)
+    )
+    return verbs and groups and resources and urls and names
+
+
+def _go_quote_list(values: list[str]) -> str:
+    return "[" + " ".join(json.dumps(v) for v in values) + "]"
+
+
+def _compact_string(rule: Mapping[str, list[str]]) -> str:
+    """``rbacv1helpers.CompactString``."""
+    parts = []
+    for key, label in (
+        ("apiGroups", "APIGroups"),
+        ("resources", "Resources"),
+        ("nonResourceURLs", "NonResourceURLs"),
+        ("resourceNames", "ResourceNames"),
+        ("verbs", "Verbs"),
+    ):
+        if rule.get(key):
+            parts.append(f"{label}:{_go_quote_list(list(rule[key]))}")
+    return "{" + ", ".join(parts) + "}"
+
+
+def missing_rights(
+    owner_rules: list[Mapping[str, Any]], rules: list[Mapping[str, Any]]
+) -> list[str]:
+    """``Covers`` then ``CompactRules``: the rights ``rules`` grant that the owner lacks,
+    described and sorted as the real message lists them."""
+    missing = [
+        atom
+        for rule in rules
+        for atom in _atoms(rule)
+        if not any(_covers(owner, atom) for owner in owner_rules)
+    ]
+    simple: dict[tuple[str, str, str], dict[str, list[str]]] = {}
+    compacted: list[Mapping[str, list[str]]] = []
+    for atom in missing:
+        if atom.get("resources"):
+            key = (
+                atom["apiGroups"][0],
+                atom["resources"][0],
+                (atom.get("resourceNames") or [""])[0],
+            )
+            if key in simple:
+                simple[key]["verbs"] = simple[key]["verbs"] + atom["verbs"]
+            else:
+                simple[key] = {k: list(v) for k, v in atom.items()}
+        else:
+            compacted.append(atom)
+    compacted.extend(simple.values())
+    return sorted({_compact_string(r) for r in compacted})

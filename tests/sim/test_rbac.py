@@ -545,3 +545,76 @@ def test_the_reader_manifests_apply_and_serve_the_read_commands(
         with pytest.raises(ApiException) as exc:
             client.CoreV1Api(as_token(s, token)).list_secret_for_all_namespaces()
         assert exc.value.status == 403
+
+
+def test_nobody_grants_what_they_do_not_hold(
+    kubectl: Kubectl, core: client.CoreV1Api, server: LocalApiServer, tmp_path: Path
+) -> None:
+    """pkg/registry/rbac/validation/rule.go ``ConfirmNoEscalation``: a namespace admin may
+    write Roles and bindings within what it holds, and no further, unless it may
+    ``escalate`` or ``bind``."""
+    core.create_namespace({"metadata": {"name": "team"}})
+    kubectl("create", "serviceaccount", "lead", "-n", "team")
+    kubectl(
+        "create",
+        "rolebinding",
+        "lead-admin",
+        "-n",
+        "team",
+        "--clusterrole=admin",
+        "--serviceaccount=team:lead",
+    )
+    lead = [
+        "--token",
+        kubectl("create", "token", "lead", "-n", "team").stdout.strip(),
+        "-n",
+        "team",
+    ]
+    kubectl(*lead, "create", "role", "pods", "--verb=get,list,delete", "--resource=pods")
+    kubectl(*lead, "create", "rolebinding", "view-it", "--clusterrole=view", "--user=dan")
+
+    too_much = kubectl(
+        *lead, "create", "role", "nodes", "--verb=get,list", "--resource=nodes,pods", check=False
+    )
+    assert too_much.returncode == 1
+    assert too_much.stderr == (
+        'Error from server (Forbidden): roles.rbac.authorization.k8s.io "nodes" is forbidden: '
+        'user "system:serviceaccount:team:lead" (groups=["system:serviceaccounts" '
+        '"system:serviceaccounts:team" "system:authenticated"]) is attempting to grant RBAC '
+        'permissions not currently held:\n{APIGroups:[""], Resources:["nodes"], '
+        'Verbs:["get" "list"]}\n'
+    )
+    to_admin = kubectl(
+        *lead,
+        "create",
+        "rolebinding",
+        "root",
+        "--clusterrole=cluster-admin",
+        "--user=dan",
+        check=False,
+    )
+    assert to_admin.returncode == 1
+    assert '"root" is forbidden: user "system:serviceaccount:team:lead"' in to_admin.stderr
+    assert '{APIGroups:["*"], Resources:["*"], Verbs:["*"]}' in to_admin.stderr
+
+    # Allowed to bind cluster-admin by name (the bind verb), the same binding goes through.
+    kubectl(
+        "create",
+        "role",
+        "binder",
+        "-n",
+        "team",
+        "--verb=bind",
+        "--resource=clusterroles",
+        "--resource-name=cluster-admin",
+    )
+    kubectl(
+        "create",
+        "rolebinding",
+        "lead-binder",
+        "-n",
+        "team",
+        "--role=binder",
+        "--serviceaccount=team:lead",
+    )
+    kubectl(*lead, "create", "rolebinding", "root", "--clusterrole=cluster-admin", "--user=dan")
