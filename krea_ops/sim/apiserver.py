@@ -439,13 +439,19 @@ class ApiServer:
         users: Mapping[str, tuple[str, Sequence[str]]] | None = None,
         policies: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
-        """``users`` (token -> user, groups) and ``policies`` (ABAC) add credentials
-        besides the admin ``token``; see ``krea_ops.sim.authz``."""
+        """``users`` (token -> user, groups), a ``tokens.csv`` token file in the state
+        directory and ``policies`` (ABAC) add credentials besides the admin ``token``;
+        see ``krea_ops.sim.authz``."""
         # Every timestamp the server writes comes from clock() (a UTC datetime): the wall
         # clock, as on a real server (the simulated world's speed never changes it), or a
         # fixed one where a test needs the same bytes every run.
         self.clock = clock or wall_clock
         db = None if state_dir is None else Path(state_dir) / "objects.db"
+        static: dict[str, tuple[str, Sequence[str]] | UserInfo] = dict(users or {})
+        if db is not None and (db.parent / "tokens.csv").exists():
+            from krea_ops.sim.authz import read_token_file
+
+            static.update(read_token_file(db.parent / "tokens.csv"))
         self.store = Store(db, history=history)
         self.registry = Registry()
         self.token = token
@@ -453,7 +459,7 @@ class ApiServer:
         from krea_ops.sim.rbac import AccessControl
         from krea_ops.sim.tokens import TokenSigner
 
-        self.authorizer = Authorizer(users or {}, policies or [])
+        self.authorizer = Authorizer(static, policies or [])
         self.access = AccessControl(
             token,
             self.authorizer,

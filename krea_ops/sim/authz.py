@@ -14,8 +14,10 @@ any one allowing is enough. Denials carry the real server's wording.
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from krea_ops.sim.errors import ApiError
@@ -137,17 +139,45 @@ def _matches(value: str, pattern: Any) -> bool:
     return pattern == "*" or pattern == value
 
 
+def read_token_file(path: Path) -> dict[str, UserInfo]:
+    """A ``--token-auth-file``: CSV lines ``token,user,uid[,"group1,group2"]``, as
+    staging/src/k8s.io/apiserver/pkg/authentication/token/tokenfile/tokenfile.go reads it
+    (a line with an empty first column is skipped, fewer than three columns is an error)."""
+    users: dict[str, UserInfo] = {}
+    with path.open(newline="") as fh:
+        for record in csv.reader(fh):
+            if not record or not record[0]:
+                continue
+            if len(record) < 3:
+                raise ValueError(
+                    f"token file '{path}' must have at least 3 columns (token, user name, "
+                    f"user uid), found {len(record)}"
+                )
+            groups = (
+                [g.strip() for g in record[3].split(",") if g.strip()] if len(record) > 3 else []
+            )
+            users[record[0]] = UserInfo(
+                record[1], tuple(dict.fromkeys([*groups, AUTHENTICATED])), record[2]
+            )
+    return users
+
+
 class Authorizer:
-    """``users``: static tokens (token -> user, groups); ``policies``: ABAC Policy objects."""
+    """``users``: static tokens (token -> user, groups, or a ``UserInfo`` as a token file
+    gives it); ``policies``: ABAC Policy objects."""
 
     def __init__(
         self,
-        users: Mapping[str, tuple[str, Sequence[str]]],
+        users: Mapping[str, tuple[str, Sequence[str]] | UserInfo],
         policies: Sequence[Mapping[str, Any]],
     ) -> None:
         self.users = {
-            token: UserInfo(user, tuple(dict.fromkeys([*groups, AUTHENTICATED])))
-            for token, (user, groups) in users.items()
+            token: (
+                found
+                if isinstance(found, UserInfo)
+                else UserInfo(found[0], tuple(dict.fromkeys([*found[1], AUTHENTICATED])))
+            )
+            for token, found in users.items()
         }
         self.policies = [dict(p.get("spec") or {}) for p in policies]
 
