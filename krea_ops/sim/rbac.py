@@ -27,6 +27,7 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from krea_ops.kube import times
 from krea_ops.sim import errors
 from krea_ops.sim.authz import AUTHENTICATED, MASTERS, Attributes, UserInfo
 from krea_ops.sim.tokens import SA_PREFIX
@@ -524,7 +525,12 @@ class AccessControl:
 
     def authenticate(self, token: str) -> UserInfo | None:
         from krea_ops.sim.authz import ADMIN
-        from krea_ops.sim.tokens import ISSUER, ServiceAccountUser, service_account_of
+        from krea_ops.sim.tokens import (
+            ISSUER,
+            ServiceAccountUser,
+            bound_objects,
+            service_account_of,
+        )
 
         if not token:
             return None
@@ -546,7 +552,18 @@ class AccessControl:
         # the token was issued for, and not be on its way out.
         if sa is None or meta.get("uid") != uid or meta.get("deletionTimestamp"):
             return None
-        who = ServiceAccountUser(ns, name, uid, jti)
+        pod = None
+        for kind, obj_name, obj_uid in bound_objects(claims):
+            obj = self._get(f"/{kind}s", ns, obj_name)
+            obj_meta = (obj or {}).get("metadata") or {}
+            if obj is None or obj_meta.get("uid") != obj_uid:
+                return None
+            gone_at = obj_meta.get("deletionTimestamp")
+            if gone_at and gone_at <= times.rfc3339(self._clock().timestamp()):
+                return None
+            if kind == "pod":
+                pod = (obj_name, obj_uid)
+        who = ServiceAccountUser(ns, name, uid, jti, pod)
         return UserInfo(who.username, tuple(who.groups), uid, who.extra)
 
     # -- authorization ---------------------------------------------------------------------
@@ -652,10 +669,12 @@ class AccessControl:
         if problems:
             raise errors.invalid("authentication.k8s.io", "TokenRequest", "", problems)
         audiences = [str(a) for a in spec.get("audiences") or []] or [ISSUER]
+        bound = self._bound_object(ns, name, spec.get("boundObjectRef"))
         token, exp = self.signer.issue(
-            ns, name, str(sa["metadata"]["uid"]), audiences, int(expiration)
+            ns, name, str(sa["metadata"]["uid"]), audiences, int(expiration), bound
         )
-        from krea_ops.kube import times
+        if bound is not None:
+            spec["boundObjectRef"] = {**spec["boundObjectRef"], "uid": bound[2]}
 
         spec.update(audiences=audiences, expirationSeconds=expiration)
         spec.setdefault("boundObjectRef", None)
@@ -670,6 +689,42 @@ class AccessControl:
             "spec": spec,
             "status": {"token": token, "expirationTimestamp": times.rfc3339(float(exp))},
         }
+
+    def _bound_object(self, ns: str, sa_name: str, ref: Any) -> tuple[str, str, str] | None:
+        """What a TokenRequest's boundObjectRef binds the token to (token.go ``Create``)."""
+        if not isinstance(ref, dict) or not ref:
+            return None
+        kind, api_version = str(ref.get("kind") or ""), str(ref.get("apiVersion") or "")
+        obj_name, want_uid = str(ref.get("name") or ""), str(ref.get("uid") or "")
+        if api_version != "v1" or kind not in ("Pod", "Secret"):
+            group, _, version = api_version.rpartition("/")
+            raise errors.bad_request(
+                f"cannot bind token to object of type {group}/{version}, Kind={kind}"
+            )
+        plural = kind.lower() + "s"
+        obj = self._get(f"/{plural}", ns, obj_name)
+        if obj is None:
+            raise errors.not_found("", plural, obj_name)
+        if kind == "Pod" and ((obj.get("spec") or {}).get("serviceAccountName") or "default") != (
+            sa_name
+        ):
+            raise errors.bad_request(
+                f'cannot bind token for serviceaccount "{sa_name}" to pod running with '
+                "different serviceaccount name."
+            )
+        uid = str(obj["metadata"]["uid"])
+        if want_uid and want_uid != uid:
+            from krea_ops.sim.errors import ApiError
+
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {kind} "{obj_name}": the UID in the bound '
+                f"object reference ({want_uid}) does not match the UID in record. The object "
+                "might have been deleted and then recreated",
+                {"name": obj_name, "kind": kind},
+            )
+        return kind.lower(), obj_name, uid
 
     def admit(self, group: str, kind: str, obj: Mapping[str, Any], user: UserInfo) -> None:
         """Refuse a Role or binding write that grants more than its author holds, unless

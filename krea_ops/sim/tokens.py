@@ -49,6 +49,7 @@ class ServiceAccountUser:
     name: str
     uid: str
     credential_id: str
+    pod: tuple[str, str] | None = None  # (name, uid) of the pod a token is bound to
 
     @property
     def username(self) -> str:
@@ -65,7 +66,13 @@ class ServiceAccountUser:
 
     @property
     def extra(self) -> dict[str, list[str]]:
-        return {"authentication.kubernetes.io/credential-id": [f"JTI={self.credential_id}"]}
+        """pkg/serviceaccount/util.go ``UserInfo``: the credential id, and the pod of a
+        pod-bound token."""
+        out = {"authentication.kubernetes.io/credential-id": [f"JTI={self.credential_id}"]}
+        if self.pod is not None:
+            out["authentication.kubernetes.io/pod-name"] = [self.pod[0]]
+            out["authentication.kubernetes.io/pod-uid"] = [self.pod[1]]
+        return out
 
 
 class TokenSigner:
@@ -118,9 +125,16 @@ class TokenSigner:
         return _b64(hashlib.sha256(der).digest())
 
     def issue(
-        self, namespace: str, name: str, uid: str, audiences: list[str], expiration_s: int
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        audiences: list[str],
+        expiration_s: int,
+        bound: tuple[str, str, str] | None = None,
     ) -> tuple[str, int]:
-        """A signed token and its expiry (Unix seconds)."""
+        """A signed token and its expiry (Unix seconds); ``bound`` is ("pod" or "secret",
+        name, uid) of the object the token lives and dies with."""
         now = self._now()
         exp = now + expiration_s
         header = {"alg": "RS256", "kid": self._key_id()}
@@ -130,7 +144,11 @@ class TokenSigner:
             "iat": now,
             "iss": ISSUER,
             "jti": str(uuid.uuid4()),
-            "kubernetes.io": {"namespace": namespace, "serviceaccount": {"name": name, "uid": uid}},
+            "kubernetes.io": {
+                "namespace": namespace,
+                "serviceaccount": {"name": name, "uid": uid},
+                **({bound[0]: {"name": bound[1], "uid": bound[2]}} if bound else {}),
+            },
             "nbf": now,
             "sub": f"{SA_PREFIX}{namespace}:{name}",
         }
@@ -190,3 +208,14 @@ def service_account_of(claims: dict[str, Any]) -> tuple[str, str, str, str] | No
     if not isinstance(name, str) or not isinstance(uid, str):
         return None
     return ns, name, uid, str(claims.get("jti") or "")
+
+
+def bound_objects(claims: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """("pod" or "secret", name, uid) of the objects verified claims are bound to."""
+    private = claims.get("kubernetes.io")
+    out = []
+    for kind in ("pod", "secret"):
+        ref = private.get(kind) if isinstance(private, dict) else None
+        if isinstance(ref, dict):
+            out.append((kind, str(ref.get("name") or ""), str(ref.get("uid") or "")))
+    return out

@@ -163,6 +163,21 @@ def test_a_role_that_only_reads_pods_through_kubectl(
     status = _status(exc)
     assert exc.value.status == 403 and status["reason"] == "Forbidden"
     assert status["details"] == {"name": "x", "kind": "pods"}
+    # The reason an access review gives is the RBAC authorizer's (rbac.go describers).
+    review = client.AuthorizationV1Api(as_token(server, token)).create_self_subject_access_review(
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {
+                "resourceAttributes": {"verb": "list", "resource": "pods", "namespace": "default"}
+            },
+        }
+    )
+    assert review.status.allowed is True
+    assert review.status.reason == (
+        'RBAC: allowed by RoleBinding "reader/default" of Role "pod-reader" to ServiceAccount '
+        '"reader/default"'
+    )
 
 
 def test_cluster_role_bindings_reach_the_cluster_scope_role_bindings_one_namespace(
@@ -618,3 +633,43 @@ def test_nobody_grants_what_they_do_not_hold(
         "--serviceaccount=team:lead",
     )
     kubectl(*lead, "create", "rolebinding", "root", "--clusterrole=cluster-admin", "--user=dan")
+
+
+def test_a_pod_bound_token_dies_with_its_pod(
+    kubectl: Kubectl, core: client.CoreV1Api, server: LocalApiServer
+) -> None:
+    kubectl("create", "serviceaccount", "worker")
+    core.create_namespaced_pod(
+        "default",
+        {
+            "metadata": {"name": "w"},
+            "spec": {"serviceAccountName": "worker", "containers": [{"name": "c", "image": "x"}]},
+        },
+    )
+    _pod(core, "other")  # runs as "default"
+    wrong = kubectl(
+        "create",
+        "token",
+        "worker",
+        "--bound-object-kind=Pod",
+        "--bound-object-name=other",
+        check=False,
+    )
+    assert wrong.stderr == (
+        'error: failed to create token: cannot bind token for serviceaccount "worker" to pod '
+        "running with different serviceaccount name.\n"
+    )
+    token = kubectl(
+        "create", "token", "worker", "--bound-object-kind=Pod", "--bound-object-name=w"
+    ).stdout.strip()
+    pod_uid = core.read_namespaced_pod("w", "default").metadata.uid
+    review = client.AuthenticationV1Api(as_token(server, token)).create_self_subject_review(
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    )
+    extra = review.status.user_info.extra
+    assert extra["authentication.kubernetes.io/pod-name"] == ["w"]
+    assert extra["authentication.kubernetes.io/pod-uid"] == [pod_uid]
+
+    core.delete_namespaced_pod("w", "default", grace_period_seconds=0)
+    gone = kubectl("--token", token, "auth", "whoami", check=False)
+    assert gone.stderr == "error: You must be logged in to the server (Unauthorized)\n"
