@@ -554,6 +554,7 @@ class ApiServer:
         user = self.access.authenticate(auth[7:].strip() if auth[:7].lower() == "bearer " else "")
         if user is None:
             raise ApiError(401, "Unauthorized", "Unauthorized")
+        user = self.access.impersonate(user, req.headers)
         req.user, req.user_info = user.name, user
         attrs = attributes(req.method, req.path, req.query)
         if not self.access.authorize(user, attrs)[0]:

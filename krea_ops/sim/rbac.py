@@ -566,6 +566,45 @@ class AccessControl:
         who = ServiceAccountUser(ns, name, uid, jti, pod)
         return UserInfo(who.username, tuple(who.groups), uid, who.extra)
 
+    def impersonate(self, user: UserInfo, headers: Mapping[str, str]) -> UserInfo:
+        """``Impersonate-User``/``-Group``/``-Uid`` (kubectl ``--as``, ``--as-group``), as
+        staging/src/k8s.io/apiserver/pkg/endpoints/filters/impersonation.go: each asked-for
+        identity needs the ``impersonate`` verb on users, groups, uids or (for
+        ``system:serviceaccount:NS:NAME``) that ServiceAccount."""
+        from krea_ops.sim.authz import forbidden
+
+        name = headers.get("impersonate-user")
+        # The HTTP front keeps one value per header name: of several --as-group flags the
+        # last counts (fewer groups, never more rights).
+        groups = [headers["impersonate-group"]] if headers.get("impersonate-group") else []
+        uid = headers.get("impersonate-uid", "")
+        if name is None:
+            if groups or uid:
+                raise errors.bad_request(
+                    "requested impersonation of groups or a uid without impersonating a user"
+                )
+            return user
+        # Only what the headers ask for is checked; a ServiceAccount's own groups follow
+        # from its name.
+        checks = [Attributes("impersonate", "", "groups", "", g, True) for g in groups]
+        if name.startswith(SA_PREFIX) and name.count(":") == 3:
+            _, _, sa_ns, sa_name = name.split(":")
+            checks.insert(0, Attributes("impersonate", "", "serviceaccounts", sa_ns, sa_name, True))
+            if not groups:
+                groups = ["system:serviceaccounts", f"system:serviceaccounts:{sa_ns}"]
+        else:
+            checks.insert(0, Attributes("impersonate", "", "users", "", name, True))
+        if uid:
+            checks.append(Attributes("impersonate", "authentication.k8s.io", "uids", "", uid, True))
+        for attrs in checks:
+            if not self.authorize(user, attrs)[0]:
+                raise forbidden(user.name, attrs)
+        if name != "system:anonymous" and not {AUTHENTICATED, "system:unauthenticated"} & set(
+            groups
+        ):
+            groups.append(AUTHENTICATED)
+        return UserInfo(name, tuple(groups), uid)
+
     # -- authorization ---------------------------------------------------------------------
 
     def authorize(self, user: UserInfo, attrs: Attributes) -> tuple[bool, str]:

@@ -673,3 +673,55 @@ def test_a_pod_bound_token_dies_with_its_pod(
     core.delete_namespaced_pod("w", "default", grace_period_seconds=0)
     gone = kubectl("--token", token, "auth", "whoami", check=False)
     assert gone.stderr == "error: You must be logged in to the server (Unauthorized)\n"
+
+
+def test_impersonation_needs_the_impersonate_verb(
+    kubectl: Kubectl, core: client.CoreV1Api, server: LocalApiServer, tmp_path: Path
+) -> None:
+    kubectl("create", "serviceaccount", "reader")
+    kubectl("create", "role", "pod-reader", "--verb=get,list", "--resource=pods")
+    kubectl(
+        "create", "rolebinding", "reader", "--role=pod-reader", "--serviceaccount=default:reader"
+    )
+    as_sa = ["--as=system:serviceaccount:default:reader"]
+    # The admin (system:masters) may impersonate anyone, and then has only their rights.
+    assert kubectl(*as_sa, "auth", "can-i", "list", "pods").stdout == "yes\n"
+    assert kubectl(*as_sa, "auth", "can-i", "delete", "pods", check=False).stdout == "no\n"
+    who = kubectl(*as_sa, "auth", "whoami").stdout
+    assert SA_GROUPS in who
+    assert kubectl("--as=dan", "--as-group=devs", "auth", "whoami").stdout.splitlines()[
+        2
+    ].split() == [
+        "Groups",
+        "[devs",
+        "system:authenticated]",
+    ]
+    carol_config = write_kubeconfig(
+        tmp_path / "carol", server.url, "carol-token", server.ca_cert.read_bytes()
+    )
+    carol = Kubectl(carol_config, tmp_path / "carol-home")
+    # Impersonation applies to discovery as well (client-go then reports only "unknown"
+    # for the 403 on /api): warm carol's discovery cache as herself first.
+    carol("api-resources", "-o", "name")
+    refused = carol(*as_sa, "get", "pods", check=False)
+    assert refused.stderr == (
+        'Error from server (Forbidden): serviceaccounts "reader" is forbidden: User "carol" '
+        'cannot impersonate resource "serviceaccounts" in API group "" in the namespace '
+        '"default"\n'
+    )
+    kubectl(
+        "create",
+        "role",
+        "impersonate-reader",
+        "--verb=impersonate",
+        "--resource=serviceaccounts",
+        "--resource-name=reader",
+    )
+    kubectl("create", "rolebinding", "carol-as-reader", "--role=impersonate-reader", "--user=carol")
+    _pod(core, "p")
+    assert carol(*as_sa, "get", "pods", "-o", "name").stdout == "pod/p\n"
+    users = carol("--as=root", "get", "pods", check=False)
+    assert users.stderr == (
+        'Error from server (Forbidden): users "root" is forbidden: User "carol" cannot '
+        'impersonate resource "users" in API group "" at the cluster scope\n'
+    )
