@@ -1125,6 +1125,9 @@ class ApiServer:
             for key in ("selector", "completionMode", "template"):
                 if key in (old.get("spec") or {}) and key not in merged["spec"]:
                     merged["spec"][key] = old["spec"][key]
+        problems = builtins.update_errors(rt.group, rt.kind, old, merged)  # Secret, bindings
+        if problems:
+            raise errors.invalid(rt.group, rt.kind, old_meta["name"], problems)
         body_old = {k: v for k, v in old.items() if k not in ("metadata", "status")}
         body_new = {k: v for k, v in merged.items() if k not in ("metadata", "status")}
         if body_old != body_new:

@@ -286,6 +286,71 @@ def _validate_secret(obj: dict[str, Any]) -> list[FieldError]:
     return problems
 
 
+def _secret_update(old: dict[str, Any], new: dict[str, Any]) -> list[FieldError]:
+    """An update folds ``stringData`` as a create does; ``type`` cannot change and an
+    immutable Secret's data cannot (ValidateSecretUpdate)."""
+    _default_secret(new, lambda *_: None)
+    problems = []
+    if new.get("type") != old.get("type"):
+        problems.append(
+            FieldError(
+                "FieldValueInvalid",
+                "type",
+                f'Invalid value: "{new.get("type")}": field is immutable',
+            )
+        )
+    if old.get("immutable") is True:
+        if new.get("immutable") is not True:
+            problems.append(
+                FieldError(
+                    "FieldValueForbidden",
+                    "immutable",
+                    "Forbidden: field is immutable when `immutable` is set",
+                )
+            )
+        if new.get("data") != old.get("data"):
+            problems.append(
+                FieldError(
+                    "FieldValueForbidden",
+                    "data",
+                    "Forbidden: field is immutable when `immutable` is set",
+                )
+            )
+    return problems
+
+
+def _binding_update(old: dict[str, Any], new: dict[str, Any]) -> list[FieldError]:
+    """ValidateRoleBindingUpdate: the roleRef of a binding never changes (the value is
+    printed as the internal Go struct, as the real message prints it)."""
+    old_ref, ref = old.get("roleRef") or {}, new.get("roleRef") or {}
+    if old_ref == ref:
+        return []
+    shown = (
+        f'rbac.RoleRef{{APIGroup:"{ref.get("apiGroup") or ""}", Kind:"{ref.get("kind") or ""}", '
+        f'Name:"{ref.get("name") or ""}"}}'
+    )
+    return [
+        FieldError("FieldValueInvalid", "roleRef", f"Invalid value: {shown}: cannot change roleRef")
+    ]
+
+
+UPDATE_CHECKS: dict[
+    tuple[str, str], Callable[[dict[str, Any], dict[str, Any]], list[FieldError]]
+] = {
+    ("", "Secret"): _secret_update,
+    ("rbac.authorization.k8s.io", "RoleBinding"): _binding_update,
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"): _binding_update,
+}
+
+
+def update_errors(
+    group: str, kind: str, old: dict[str, Any], new: dict[str, Any]
+) -> list[FieldError]:
+    """What an update of a kind may not change (``new`` may be normalised in place)."""
+    check = UPDATE_CHECKS.get((group, kind))
+    return check(old, new) if check else []
+
+
 def _default_binding(obj: dict[str, Any], lookup: Lookup) -> None:
     from krea_ops.sim import rbac
 

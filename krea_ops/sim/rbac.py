@@ -224,6 +224,7 @@ _EDIT_RULES: list[dict[str, Any]] = [
     },
     {"apiGroups": [""], "resources": ["secrets"], "verbs": _READ},
     {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"]},
     {
         "apiGroups": ["apps"],
         "resources": [

@@ -725,3 +725,36 @@ def test_impersonation_needs_the_impersonate_verb(
         'Error from server (Forbidden): users "root" is forbidden: User "carol" cannot '
         'impersonate resource "users" in API group "" at the cluster scope\n'
     )
+
+
+def test_updates_keep_what_may_not_change(kubectl: Kubectl, core: client.CoreV1Api) -> None:
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "b", "namespace": "default"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [{"kind": "User", "name": "u"}],
+    }
+    kubectl("apply", "-f", "-", stdin=yaml.safe_dump(binding))
+    binding["roleRef"]["name"] = "edit"
+    changed = kubectl("apply", "-f", "-", stdin=yaml.safe_dump(binding), check=False)
+    assert changed.stderr == (
+        'The RoleBinding "b" is invalid: roleRef: Invalid value: rbac.RoleRef{APIGroup:'
+        '"rbac.authorization.k8s.io", Kind:"ClusterRole", Name:"edit"}: cannot change roleRef\n'
+    )
+
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "creds", "namespace": "default"},
+        "stringData": {"user": "admin"},
+    }
+    kubectl("apply", "-f", "-", stdin=yaml.safe_dump(secret))
+    secret["stringData"] = {"user": "root"}
+    kubectl("apply", "-f", "-", stdin=yaml.safe_dump(secret))
+    stored = core.read_namespaced_secret("creds", "default")
+    assert stored.data == {"user": base64.b64encode(b"root").decode()}
+    assert stored.string_data is None
+    secret["type"] = "kubernetes.io/basic-auth"
+    retyped = kubectl("apply", "-f", "-", stdin=yaml.safe_dump(secret), check=False)
+    assert 'type: Invalid value: "kubernetes.io/basic-auth": field is immutable' in retyped.stderr
