@@ -9,15 +9,18 @@ pkg/apis/rbac/v1/evaluation_helpers.go: verbs, apiGroups, resources (``pods/log`
 ClusterRoles are not computed: ``aggregationRule`` is stored but the role's own rules are
 what count.
 
-``BOOTSTRAP`` is the part of the real server's bootstrap policy
-(plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go) that matters here:
+``BOOTSTRAP_ROLES``/``BOOTSTRAP_BINDINGS`` are the part of the real server's bootstrap
+policy (plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go) that matters here:
 ``cluster-admin`` bound to ``system:masters``, ``system:discovery``,
 ``system:public-info-viewer`` and ``system:basic-user`` bound to every authenticated user,
 and simplified ``admin``/``edit``/``view`` roles covering the kinds the simulator serves
 (the real ones are aggregated from many more rules).
 
-The reviews (SelfSubjectAccessReview, SelfSubjectRulesReview, SubjectAccessReview,
-SelfSubjectReview, TokenReview) are answered from the same authorizer and never stored.
+``AccessControl`` is the whole chain the API server calls: authentication (admin, static
+and service-account tokens), impersonation, authorization (``system:masters``, ABAC,
+RBAC), the privilege-escalation check on Role and binding writes, the TokenRequest API and
+the reviews (SelfSubjectAccessReview, SelfSubjectRulesReview, SubjectAccessReview,
+SelfSubjectReview), which are answered from the same authorizer and never stored.
 """
 
 from __future__ import annotations
@@ -29,8 +32,27 @@ from typing import Any
 
 from krea_ops.kube import times
 from krea_ops.sim import errors
-from krea_ops.sim.authz import AUTHENTICATED, MASTERS, Attributes, UserInfo
-from krea_ops.sim.tokens import SA_PREFIX
+from krea_ops.sim.authz import (
+    ADMIN,
+    AUTHENTICATED,
+    MASTERS,
+    Attributes,
+    Authorizer,
+    UserInfo,
+    forbidden,
+)
+from krea_ops.sim.tokens import (
+    DEFAULT_EXPIRATION_S,
+    ISSUER,
+    MAX_EXPIRATION_S,
+    MIN_EXPIRATION_S,
+    SA_PREFIX,
+    ServiceAccountUser,
+    TokenSigner,
+    bound_objects,
+    service_account_of,
+)
+from krea_ops.sim.validation import FieldError
 
 GROUP = "rbac.authorization.k8s.io"
 CLUSTER_ROLES = f"{GROUP}/clusterroles"
@@ -338,8 +360,6 @@ BOOTSTRAP_BINDINGS: tuple[dict[str, Any], ...] = (
 
 def validate(kind: str, obj: dict[str, Any]) -> list[Any]:
     """The checks without which a role or binding would mean nothing."""
-    from krea_ops.sim.validation import FieldError
-
     problems: list[FieldError] = []
     if kind in ("Role", "ClusterRole"):
         for i, rule in enumerate(obj.get("rules") or []):
@@ -491,8 +511,6 @@ def access_attributes(spec: Mapping[str, Any]) -> Attributes:
 
 
 def _required(path: str, detail: str) -> Any:
-    from krea_ops.sim.validation import FieldError
-
     return FieldError("FieldValueRequired", path, f"Required value: {detail}")
 
 
@@ -509,8 +527,8 @@ class AccessControl:
     def __init__(
         self,
         admin_token: str | None,
-        static: Any,  # authz.Authorizer: static tokens and ABAC policies
-        signer: Any,  # tokens.TokenSigner
+        static: Authorizer,  # static tokens and ABAC policies
+        signer: TokenSigner,
         get: Getter,
         list_: Lister,
         clock: Callable[[], Any],
@@ -525,14 +543,6 @@ class AccessControl:
     # -- authentication --------------------------------------------------------------------
 
     def authenticate(self, token: str) -> UserInfo | None:
-        from krea_ops.sim.authz import ADMIN
-        from krea_ops.sim.tokens import (
-            ISSUER,
-            ServiceAccountUser,
-            bound_objects,
-            service_account_of,
-        )
-
         if not token:
             return None
         if self.admin_token is not None and token == self.admin_token:
@@ -543,8 +553,8 @@ class AccessControl:
         if token.count(".") != 2:
             return None
         claims = self.signer.claims(token, [ISSUER])
-        named = service_account_of(claims) if claims is not None else None
-        if named is None:
+        named = None if claims is None else service_account_of(claims)
+        if claims is None or named is None:
             return None
         ns, name, uid, jti = named
         sa = self._get("/serviceaccounts", ns, name)
@@ -572,8 +582,6 @@ class AccessControl:
         staging/src/k8s.io/apiserver/pkg/endpoints/filters/impersonation.go: each asked-for
         identity needs the ``impersonate`` verb on users, groups, uids or (for
         ``system:serviceaccount:NS:NAME``) that ServiceAccount."""
-        from krea_ops.sim.authz import forbidden
-
         name = headers.get("impersonate-user")
         # The HTTP front keeps one value per header name: of several --as-group flags the
         # last counts (fewer groups, never more rights).
@@ -668,14 +676,6 @@ class AccessControl:
     def token_request(self, ns: str, name: str, body: Any) -> dict[str, Any]:
         """POST serviceaccounts/{name}/token (pkg/registry/core/serviceaccount/storage/
         token.go): a signed token for an existing ServiceAccount."""
-        from krea_ops.sim.tokens import (
-            DEFAULT_EXPIRATION_S,
-            ISSUER,
-            MAX_EXPIRATION_S,
-            MIN_EXPIRATION_S,
-        )
-        from krea_ops.sim.validation import FieldError
-
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request was not a JSON object")
         sa = self._get("/serviceaccounts", ns, name)
@@ -754,9 +754,7 @@ class AccessControl:
             )
         uid = str(obj["metadata"]["uid"])
         if want_uid and want_uid != uid:
-            from krea_ops.sim.errors import ApiError
-
-            raise ApiError(
+            raise errors.ApiError(
                 409,
                 "Conflict",
                 f'Operation cannot be fulfilled on {kind} "{obj_name}": the UID in the bound '
@@ -806,8 +804,6 @@ def _rbac_attrs(verb: str, plural: str, ns: str, name: str) -> Attributes:
 
 
 def _invalid_user() -> Any:
-    from krea_ops.sim.validation import FieldError
-
     return FieldError(
         "FieldValueInvalid",
         "spec.user",
