@@ -35,7 +35,7 @@ import yaml
 
 from krea_ops.kube import times
 from krea_ops.sim import builtins, errors
-from krea_ops.sim.authz import ADMIN, UserInfo
+from krea_ops.sim.authz import ADMIN, ANONYMOUS, UserInfo
 from krea_ops.sim.errors import ApiError
 from krea_ops.sim.patch import PatchError, json_merge_patch, json_patch, strategic_merge_patch
 from krea_ops.sim.resources import BUILTIN, GROUP_ORDER, REVIEW_KINDS, ResourceType
@@ -543,7 +543,8 @@ class ApiServer:
             return Response.json(500, err.status())
 
     def _authenticate(self, req: Request) -> None:
-        """Who sent the request (401 when nobody we know) and whether they may (403)."""
+        """Who sent the request (401 for credentials nobody knows; no credentials at all is
+        ``system:anonymous``) and whether they may (403)."""
         if self.token is None:
             return
         if req.path in ("/healthz", "/readyz", "/livez", "/version"):
@@ -552,6 +553,8 @@ class ApiServer:
 
         auth = req.headers.get("authorization", "")
         user = self.access.authenticate(auth[7:].strip() if auth[:7].lower() == "bearer " else "")
+        if user is None and not auth:
+            user = ANONYMOUS  # --anonymous-auth (on by default): no credentials at all
         if user is None:
             raise ApiError(401, "Unauthorized", "Unauthorized")
         user = self.access.impersonate(user, req.headers)

@@ -47,6 +47,8 @@ class UserInfo:
 
 
 ADMIN = UserInfo("kubernetes-admin", (MASTERS, AUTHENTICATED))
+# What the real server's anonymous authenticator makes of a request without credentials.
+ANONYMOUS = UserInfo("system:anonymous", ("system:unauthenticated",))
 
 
 @dataclass(frozen=True)

@@ -205,3 +205,21 @@ def test_a_token_file_in_the_state_dir_adds_users(tmp_path: Path) -> None:
     (state / "tokens.csv").write_text("short,line\n")
     with pytest.raises(ValueError, match="must have at least 3 columns"):
         LocalApiServer(state, crds=False)
+
+
+def test_no_credentials_is_the_anonymous_user(server: LocalApiServer) -> None:
+    """kube-apiserver's --anonymous-auth (on by default): a request without a token is
+    ``system:anonymous`` in ``system:unauthenticated``, which may read only the public
+    info (system:public-info-viewer), while a token nobody issued is 401."""
+    cfg = client.Configuration()
+    cfg.host = server.url
+    cfg.ssl_ca_cert = str(server.ca_cert)
+    anonymous = client.ApiClient(cfg)
+    with pytest.raises(ApiException) as denied:
+        client.CoreV1Api(anonymous).list_namespaced_pod("default")
+    assert denied.value.status == 403
+    assert json.loads(denied.value.body)["message"] == (
+        'pods is forbidden: User "system:anonymous" cannot list resource "pods" in API group "" '
+        'in the namespace "default"'
+    )
+    assert client.VersionApi(anonymous).get_code().major == "1"
