@@ -87,6 +87,14 @@ _RESOURCE_ATTRS: Schema = {
 }
 _NON_RESOURCE_ATTRS: Schema = {1: ("path", "s", ""), 2: ("verb", "s", "")}
 _EXTRA_VALUE: Schema = {1: ("items", "s", "*")}
+_LABEL_SELECTOR: Schema = {
+    1: ("matchLabels", _STR_MAP, ""),
+    2: (
+        "matchExpressions",
+        {1: ("key", "s", ""), 2: ("operator", "s", ""), 3: ("values", "s", "*")},
+        "*",
+    ),
+}
 
 KINDS: dict[tuple[str, str], Schema] = {
     ("v1", "ServiceAccount"): {
@@ -109,6 +117,7 @@ KINDS: dict[tuple[str, str], Schema] = {
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): {
         1: ("metadata", _META, ""),
         2: ("rules", _POLICY_RULE, "*"),
+        3: ("aggregationRule", {1: ("clusterRoleSelectors", _LABEL_SELECTOR, "*")}, "!"),
     },
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): _BINDING,
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): _BINDING,

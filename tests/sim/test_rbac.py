@@ -758,3 +758,66 @@ def test_updates_keep_what_may_not_change(kubectl: Kubectl, core: client.CoreV1A
     secret["type"] = "kubernetes.io/basic-auth"
     retyped = kubectl("apply", "-f", "-", stdin=yaml.safe_dump(secret), check=False)
     assert 'type: Invalid value: "kubernetes.io/basic-auth": field is immutable' in retyped.stderr
+
+
+def test_kubectl_create_sends_protobuf_that_reads_as_the_json(kubectl: Kubectl) -> None:
+    """kubectl's typed clients send protobuf; what is stored reads as the same object a JSON
+    client would have created."""
+    kubectl(
+        "create",
+        "clusterrole",
+        "monitoring",
+        "--aggregation-rule=rbac.example.com/aggregate-to-monitoring=true",
+    )
+    kubectl(
+        "create",
+        "clusterrole",
+        "reader",
+        "--verb=get,list",
+        "--resource=pods,jobs.batch",
+        "--resource-name=a",
+    )
+    kubectl("create", "clusterrolebinding", "r", "--clusterrole=reader", "--group=g", "--user=u")
+    kubectl("create", "secret", "generic", "s", "--from-literal=k=v", "--type=x/y")
+    got = {
+        name: json.loads(kubectl("get", *name.split("/"), "-o", "json").stdout)
+        for name in (
+            "clusterrole/monitoring",
+            "clusterrole/reader",
+            "clusterrolebinding/r",
+            "secret/s",
+        )
+    }
+    assert got["clusterrole/monitoring"]["aggregationRule"] == {
+        "clusterRoleSelectors": [
+            {"matchLabels": {"rbac.example.com/aggregate-to-monitoring": "true"}}
+        ]
+    }
+    assert got["clusterrole/reader"]["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["pods"],
+            "resourceNames": ["a"],
+            "verbs": ["get", "list"],
+        },
+        {
+            "apiGroups": ["batch"],
+            "resources": ["jobs"],
+            "resourceNames": ["a"],
+            "verbs": ["get", "list"],
+        },
+    ]
+    assert got["clusterrolebinding/r"]["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "u"},
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "g"},
+    ]
+    assert got["clusterrolebinding/r"]["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "reader",
+    }
+    secret = got["secret/s"]
+    assert (secret["type"], secret["data"]) == ("x/y", {"k": "dg=="})
+    # gogo-protobuf writes every string field, empty or not; none of those reads back
+    assert not {k for k, v in secret["metadata"].items() if v in ("", None, [], {})}
+    assert {"selfLink", "generateName", "finalizers"}.isdisjoint(secret["metadata"])
