@@ -472,22 +472,37 @@ def default_subjects(obj: dict[str, Any]) -> None:
 # -- reviews -------------------------------------------------------------------------------
 
 
-def access_attributes(spec: Mapping[str, Any]) -> Attributes:
-    """The attributes a (Self)SubjectAccessReview asks about."""
+def access_attributes(spec: Mapping[str, Any], kind: str) -> Attributes:
+    """The attributes a (Self)SubjectAccessReview asks about, checked as
+    pkg/apis/authorization/validation does (exactly one kind of attributes)."""
     res = spec.get("resourceAttributes")
     non = spec.get("nonResourceAttributes")
-    if not isinstance(res, dict) and not isinstance(non, dict):
-        raise errors.invalid(
-            "authorization.k8s.io",
-            "SelfSubjectAccessReview",
-            "",
-            [
-                _required(
-                    "spec.resourceAttributes",
-                    "exactly one of nonResourceAttributes or resourceAttributes must be specified",
-                )
-            ],
+    problems = []
+    if isinstance(res, dict) and isinstance(non, dict):
+        # field.Invalid dereferences the pointer and prints the Go struct (%#v)
+        shown = (
+            f'authorization.NonResourceAttributes{{Path:"{non.get("path") or ""}", '
+            f'Verb:"{non.get("verb") or ""}"}}'
         )
+        problems.append(
+            FieldError(
+                "FieldValueInvalid",
+                "spec.nonResourceAttributes",
+                f"Invalid value: {shown}: cannot be specified in combination with "
+                "resourceAttributes",
+            )
+        )
+    if not isinstance(res, dict) and not isinstance(non, dict):
+        problems.append(
+            FieldError(
+                "FieldValueInvalid",
+                "spec.resourceAttributes",
+                'Invalid value: "null": exactly one of nonResourceAttributes or '
+                "resourceAttributes must be specified",
+            )
+        )
+    if problems:
+        raise errors.invalid("authorization.k8s.io", kind, "", problems)
     if isinstance(res, dict):
         return Attributes(
             verb=str(res.get("verb") or ""),
@@ -508,10 +523,6 @@ def access_attributes(spec: Mapping[str, Any]) -> Attributes:
         resource_request=False,
         path=str(non.get("path") or ""),
     )
-
-
-def _required(path: str, detail: str) -> Any:
-    return FieldError("FieldValueRequired", path, f"Required value: {detail}")
 
 
 # -- the whole chain -----------------------------------------------------------------------
@@ -640,7 +651,7 @@ class AccessControl:
             out.pop("spec")
             out["status"] = {"userInfo": user.as_dict()}
         elif kind == "SelfSubjectAccessReview":
-            ok, reason = self.authorize(user, access_attributes(spec))
+            ok, reason = self.authorize(user, access_attributes(spec, kind))
             out["status"] = {"allowed": ok, **({"reason": reason} if reason else {})}
         elif kind == "SubjectAccessReview":
             if not spec.get("user") and not spec.get("groups"):
@@ -655,7 +666,7 @@ class AccessControl:
                 tuple(spec.get("groups") or ()),
                 str(spec.get("uid") or ""),
             )
-            ok, reason = self.authorize(subject, access_attributes(spec))
+            ok, reason = self.authorize(subject, access_attributes(spec, kind))
             out["status"] = {"allowed": ok, **({"reason": reason} if reason else {})}
         elif kind == "SelfSubjectRulesReview":
             namespace = str(spec.get("namespace") or "")
@@ -721,11 +732,9 @@ class AccessControl:
         return {
             "kind": "TokenRequest",
             "apiVersion": "authentication.k8s.io/v1",
-            "metadata": {
-                "name": name,
-                "namespace": ns,
-                "creationTimestamp": times.rfc3339(self._clock().timestamp()),
-            },
+            # token.go fills in the name and namespace; a TokenRequest is never stored, so
+            # it has no creationTimestamp.
+            "metadata": {"name": name, "namespace": ns, "creationTimestamp": None},
             "spec": spec,
             "status": {"token": token, "expirationTimestamp": times.rfc3339(float(exp))},
         }

@@ -821,3 +821,47 @@ def test_kubectl_create_sends_protobuf_that_reads_as_the_json(kubectl: Kubectl) 
     # gogo-protobuf writes every string field, empty or not; none of those reads back
     assert not {k for k, v in secret["metadata"].items() if v in ("", None, [], {})}
     assert {"selfLink", "generateName", "finalizers"}.isdisjoint(secret["metadata"])
+
+
+def test_access_reviews_for_other_subjects_and_their_validation(server: LocalApiServer) -> None:
+    authz = client.AuthorizationV1Api(server.api_client())
+    rbac = client.RbacAuthorizationV1Api(server.api_client())
+    rbac.create_cluster_role_binding(
+        {
+            "metadata": {"name": "devs-view"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "view",
+            },
+            "subjects": [{"kind": "Group", "name": "devs"}],
+        }
+    )
+
+    def review(spec: dict) -> client.V1SubjectAccessReviewStatus:  # type: ignore[type-arg]
+        return authz.create_subject_access_review(
+            {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+        ).status
+
+    list_pods = {"verb": "list", "resource": "pods", "namespace": "default"}
+    assert review({"user": "carol", "resourceAttributes": list_pods}).allowed is False
+    allowed = review({"user": "carol", "groups": ["devs"], "resourceAttributes": list_pods})
+    assert allowed.allowed is True
+    assert allowed.reason == (
+        'RBAC: allowed by ClusterRoleBinding "devs-view" of ClusterRole "view" to Group "devs"'
+    )
+    with pytest.raises(ApiException) as exc:
+        review({"resourceAttributes": list_pods})
+    assert _status(exc)["message"] == (
+        'SubjectAccessReview.authorization.k8s.io "" is invalid: spec.user: Invalid value: "": '
+        "at least one of user or group must be specified"
+    )
+    with pytest.raises(ApiException) as exc:
+        authz.create_self_subject_access_review(
+            {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": {}}
+        )
+    assert _status(exc)["message"] == (
+        'SelfSubjectAccessReview.authorization.k8s.io "" is invalid: spec.resourceAttributes: '
+        'Invalid value: "null": exactly one of nonResourceAttributes or resourceAttributes must '
+        "be specified"
+    )
