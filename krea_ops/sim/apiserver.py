@@ -35,10 +35,11 @@ import yaml
 
 from krea_ops.kube import times
 from krea_ops.sim import builtins, errors
+from krea_ops.sim.authz import ADMIN, ANONYMOUS, UserInfo
 from krea_ops.sim.errors import ApiError
 from krea_ops.sim.patch import PatchError, json_merge_patch, json_patch, strategic_merge_patch
 from krea_ops.sim.proto import codec, gojson
-from krea_ops.sim.resources import BUILTIN, GROUP_ORDER, ResourceType
+from krea_ops.sim.resources import BUILTIN, GROUP_ORDER, REVIEW_KINDS, ResourceType
 from krea_ops.sim.selectors import (
     FIELD_SELECTORS,
     FieldSelector,
@@ -104,6 +105,7 @@ class Request:
     # Warnings for the response's ``Warning`` headers (unknown fields under
     # fieldValidation=Warn, as the real server's warning recorder).
     warnings: list[str] = field(default_factory=list)
+    user_info: UserInfo = ADMIN  # who sent it, once authenticated (sim/authz.py)
 
     @classmethod
     def build(
@@ -299,6 +301,10 @@ def _subresource_entries(rt: ResourceType) -> list[dict[str, Any]]:
             entry.update(group="policy", version="v1", kind="Eviction", verbs=["create"])
         elif sub == "binding":
             entry.update(kind="Binding", verbs=["create"])
+        elif sub == "token":
+            entry.update(
+                group="authentication.k8s.io", version="v1", kind="TokenRequest", verbs=["create"]
+            )
         elif sub == "scale":
             entry.update(
                 group="autoscaling", version="v1", kind="Scale", verbs=["get", "patch", "update"]
@@ -346,9 +352,15 @@ def _parse_body(req: Request, rt: ResourceType | None = None) -> Any:
         try:
             return codec.decode(req.body)
         except codec.ProtoError as exc:
-            raise errors.bad_request(
-                f"the body of the request could not be decoded: {exc}"
-            ) from None
+            if not str(exc).startswith("no kind "):
+                raise errors.bad_request(
+                    f"the body of the request could not be decoded: {exc}"
+                ) from None
+        # the access-control kinds (rbac, authentication, authorization), which the
+        # generated schemas do not cover: decoded by their field numbers
+        from krea_ops.sim.protobody import decode
+
+        return decode(req.body)
     try:
         if ctype in ("application/yaml", "application/apply-patch+yaml"):
             return yaml.safe_load(req.body)
@@ -523,19 +535,35 @@ class ApiServer:
         users: Mapping[str, tuple[str, Sequence[str]]] | None = None,
         policies: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
-        """``users`` (token -> user, groups) and ``policies`` (ABAC) add credentials
-        besides the admin ``token``; see ``krea_ops.sim.authz``."""
+        """``users`` (token -> user, groups), a ``tokens.csv`` token file in the state
+        directory and ``policies`` (ABAC) add credentials besides the admin ``token``;
+        see ``krea_ops.sim.authz``."""
         # Every timestamp the server writes comes from clock() (a UTC datetime): the wall
         # clock, as on a real server (the simulated world's speed never changes it), or a
         # fixed one where a test needs the same bytes every run.
         self.clock = clock or wall_clock
         db = None if state_dir is None else Path(state_dir) / "objects.db"
+        static: dict[str, tuple[str, Sequence[str]] | UserInfo] = dict(users or {})
+        if db is not None and (db.parent / "tokens.csv").exists():
+            from krea_ops.sim.authz import read_token_file
+
+            static.update(read_token_file(db.parent / "tokens.csv"))
         self.store = Store(db, history=history)
         self.registry = Registry()
         self.token = token
         from krea_ops.sim.authz import Authorizer
+        from krea_ops.sim.rbac import AccessControl
+        from krea_ops.sim.tokens import TokenSigner
 
-        self.authorizer = Authorizer(users or {}, policies or [])
+        self.authorizer = Authorizer(static, policies or [])
+        self.access = AccessControl(
+            token,
+            self.authorizer,
+            TokenSigner(None if db is None else db.parent / "pki" / "sa.key", self.clock),
+            self._lookup,
+            lambda key, ns: [e.obj for e in self.store.list(key, ns)[0]],
+            self.clock,
+        )
         self.bookmark_interval_s = bookmark_interval_s
         self.kubelet_lease_timeout_s = kubelet_lease_timeout_s
         self._closing = threading.Event()
@@ -560,6 +588,15 @@ class ApiServer:
                     "namespaces",
                     "",
                     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+                )
+        from krea_ops.sim.rbac import BOOTSTRAP_BINDINGS, BOOTSTRAP_ROLES
+
+        for policy in (*BOOTSTRAP_ROLES, *BOOTSTRAP_BINDINGS):
+            plural = policy["kind"].lower() + "s"
+            key = f"rbac.authorization.k8s.io/{plural}"
+            if self.store.get(key, "", policy["metadata"]["name"]) is None:
+                self._create_internal(
+                    "rbac.authorization.k8s.io", "v1", plural, "", copy.deepcopy(policy)
                 )
         for crd in crds or []:
             name = crd["metadata"]["name"]
@@ -608,21 +645,25 @@ class ApiServer:
         return result
 
     def _authenticate(self, req: Request) -> None:
+        """Who sent the request (401 for credentials nobody knows; no credentials at all is
+        ``system:anonymous``) and whether they may (403)."""
         if self.token is None:
             return
         if req.path in ("/healthz", "/readyz", "/livez", "/version"):
             return
-        auth = req.headers.get("authorization", "")
-        if auth == f"Bearer {self.token}":
-            return
-        found = self.authorizer.user(auth.removeprefix("Bearer ")) if auth else None
-        if found is None:
-            raise ApiError(401, "Unauthorized", "Unauthorized")
-        from krea_ops.sim.authz import attributes
+        from krea_ops.sim.authz import attributes, forbidden
 
-        user, groups = found
-        req.user = user
-        self.authorizer.check(user, groups, attributes(req.method, req.path, req.query))
+        auth = req.headers.get("authorization", "")
+        user = self.access.authenticate(auth[7:].strip() if auth[:7].lower() == "bearer " else "")
+        if user is None and not auth:
+            user = ANONYMOUS  # --anonymous-auth (on by default): no credentials at all
+        if user is None:
+            raise ApiError(401, "Unauthorized", "Unauthorized")
+        user = self.access.impersonate(user, req.headers)
+        req.user, req.user_info = user.name, user
+        attrs = attributes(req.method, req.path, req.query)
+        if not self.access.authorize(user, attrs)[0]:
+            raise forbidden(user.name, attrs)
 
     def _route(self, req: Request) -> Response | WatchStream:
         parts = [p for p in req.path.split("/") if p]
@@ -752,6 +793,15 @@ class ApiServer:
         if rt.namespaced and name and not ns:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         method = req.method
+        if rt.kind in REVIEW_KINDS and not rt.is_custom:
+            if method != "POST" or name:
+                raise errors.method_not_allowed()
+            review = self.access.review(rt.kind, rt.api_version, _parse_body(req), req.user_info)
+            return Response.json(201, review)
+        if sub == "token" and rt.kind == "ServiceAccount":
+            if method != "POST":
+                raise errors.method_not_allowed()
+            return Response.json(201, self.access.token_request(ns, name, _parse_body(req)))
         if not name:
             if method == "GET":
                 if watch_path or req.query.get("watch") in ("1", "true", "True"):
@@ -1044,6 +1094,8 @@ class ApiServer:
             obj.pop("status", None)
         obj = self._prepare(rt, obj)
         self._validate(rt, obj)
+        if req is not None:  # RBAC escalation check (sim/rbac.py)
+            self.access.admit(rt.group, rt.kind, obj, req.user_info)
         if rt.kind == "CustomResourceDefinition":
             obj = self._accept_crd(obj)
         if dry_run:
@@ -1139,6 +1191,8 @@ class ApiServer:
             if new == current.obj:
                 return current.obj  # no-op updates do not bump the resourceVersion
             self._validate(rt, new, current.obj)
+            if req is not None:  # RBAC escalation check (sim/rbac.py)
+                self.access.admit(rt.group, rt.kind, new, req.user_info)
             if rt.kind == "CustomResourceDefinition":
                 new = self._accept_crd(new)
             if dry_run:
@@ -1213,6 +1267,9 @@ class ApiServer:
             for key in ("selector", "completionMode", "template"):
                 if key in (old.get("spec") or {}) and key not in merged["spec"]:
                     merged["spec"][key] = old["spec"][key]
+        problems = builtins.update_errors(rt.group, rt.kind, old, merged)  # Secret, bindings
+        if problems:
+            raise errors.invalid(rt.group, rt.kind, old_meta["name"], problems)
         body_old = {k: v for k, v in old.items() if k not in ("metadata", "status")}
         body_new = {k: v for k, v in merged.items() if k not in ("metadata", "status")}
         if body_old != body_new:

@@ -1,54 +1,106 @@
-"""Who may do what on the simulated API server: static tokens and ABAC policies.
+"""Who may do what on the simulated API server: identities, request attributes, ABAC.
 
-The real kube-apiserver's ``--token-auth-file`` (token -> user, groups) and
-``--authorization-mode=ABAC`` (``abac.authorization.kubernetes.io/v1beta1`` Policy
-lines) are enough to test what RBAC-limited credentials see: a reader that may not list
-nodes, a controller that may only patch them. The admin token bypasses authorization, as
-``system:masters`` does. Discovery and ``/version`` are open to every authenticated user
-(``system:discovery``). Denials carry the real server's wording.
+Authentication (``ApiServer._authenticate``) turns a bearer token into a ``UserInfo``: the
+admin token of the kubeconfig the simulator writes is ``kubernetes-admin`` in the
+``system:masters`` group (as kubeadm's admin.conf was), static tokens (the real
+``--token-auth-file``) map to the users and groups given, and bound service-account tokens
+are verified by ``sim/tokens.py``. Every authenticated user is in ``system:authenticated``.
+
+Authorization is the real server's chain: ``system:masters`` may do anything (the
+privileged-group authorizer), then ABAC (``abac.authorization.kubernetes.io/v1beta1``
+Policy lines given at start-up) and RBAC (``sim/rbac.py``, the stored Roles and bindings);
+any one allowing is enough. Denials carry the real server's wording.
 """
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from krea_ops.sim.errors import ApiError
 
 READ_VERBS = {"get", "list", "watch"}
+MASTERS = "system:masters"
+AUTHENTICATED = "system:authenticated"
+
+
+@dataclass(frozen=True)
+class UserInfo:
+    name: str
+    groups: tuple[str, ...] = ()
+    uid: str = ""
+    extra: Mapping[str, Sequence[str]] = field(default_factory=dict, compare=False, hash=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        """authentication.k8s.io/v1 UserInfo (what SelfSubjectReview returns)."""
+        out: dict[str, Any] = {"username": self.name}
+        if self.uid:
+            out["uid"] = self.uid
+        if self.groups:
+            out["groups"] = list(self.groups)
+        if self.extra:
+            out["extra"] = {k: list(v) for k, v in self.extra.items()}
+        return out
+
+
+ADMIN = UserInfo("kubernetes-admin", (MASTERS, AUTHENTICATED))
+# What the real server's anonymous authenticator makes of a request without credentials.
+ANONYMOUS = UserInfo("system:anonymous", ("system:unauthenticated",))
 
 
 @dataclass(frozen=True)
 class Attributes:
     verb: str
     group: str
-    resource: str  # plural, with "/subresource" when there is one
+    resource: str  # plural, without the subresource
     namespace: str
     name: str
     resource_request: bool
+    subresource: str = ""
+    path: str = ""
+
+    @property
+    def combined_resource(self) -> str:
+        """``pods/eviction``: what RBAC rules and the Forbidden message name."""
+        return f"{self.resource}/{self.subresource}" if self.subresource else self.resource
+
+
+# apiserver/pkg/endpoints/request/requestinfo.go: ``namespaces/{name}/{status,finalize}``
+# are subresources of the namespace, anything else after a namespace a resource in it.
+_NAMESPACE_SUBRESOURCES = ("status", "finalize")
 
 
 def attributes(method: str, path: str, query: Mapping[str, str]) -> Attributes:
+    """The authorizer attributes of a request, as ``RequestInfoFactory`` derives them."""
     parts = [p for p in path.split("/") if p]
-    if parts[:1] == ["api"] and len(parts) >= 2:
+    m = method.upper()
+    if parts[:1] == ["api"] and len(parts) >= 3:
         group, rest = "", parts[2:]
-    elif parts[:1] == ["apis"] and len(parts) >= 3:
+    elif parts[:1] == ["apis"] and len(parts) >= 4:
         group, rest = parts[1], parts[3:]
     else:
-        return Attributes(method.lower(), "", "", "", "", False)
-    if not rest:
-        return Attributes(method.lower(), group, "", "", "", False)
+        return Attributes(m.lower(), "", "", "", "", False, path=path)
+    watch = False
+    if rest[0] == "watch":
+        watch, rest = True, rest[1:]
     namespace = ""
-    if rest[0] == "namespaces" and len(rest) >= 3:
-        namespace, rest = rest[1], rest[2:]
+    if rest and rest[0] == "namespaces" and len(rest) > 1:
+        namespace = rest[1]
+        if len(rest) > 2 and rest[2] not in _NAMESPACE_SUBRESOURCES:
+            rest = rest[2:]
+    if not rest:
+        return Attributes(m.lower(), "", "", "", "", False, path=path)
     resource = rest[0]
     name = rest[1] if len(rest) > 1 else ""
-    if len(rest) > 2:
-        resource = f"{resource}/{rest[2]}"
-    m = method.upper()
-    if m == "GET":
-        verb = "get" if name else ("watch" if query.get("watch") in ("1", "true") else "list")
+    subresource = rest[2] if len(rest) > 2 else ""
+    if m in ("GET", "HEAD"):
+        if watch or query.get("watch") in ("1", "true", "True"):
+            verb = "watch"
+        else:
+            verb = "get" if name else "list"
     elif m == "POST":
         verb = "create"
     elif m == "PUT":
@@ -59,46 +111,105 @@ def attributes(method: str, path: str, query: Mapping[str, str]) -> Attributes:
         verb = "delete" if name else "deletecollection"
     else:
         verb = m.lower()
-    return Attributes(verb, group, resource, namespace, name, True)
+    return Attributes(verb, group, resource, namespace, name, True, subresource, path)
+
+
+def forbidden(user: str, attrs: Attributes) -> ApiError:
+    """The 403 of a denied request, worded as
+    staging/src/k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go
+    ``forbiddenMessage`` and apimachinery's ``NewForbidden`` word it."""
+    if not attrs.resource_request:
+        return ApiError(
+            403,
+            "Forbidden",
+            f'forbidden: User "{user}" cannot {attrs.verb} path "{attrs.path}"',
+            {},
+        )
+    shown = f"{attrs.resource}.{attrs.group}" if attrs.group else attrs.resource
+    named = f'{shown} "{attrs.name}"' if attrs.name else shown
+    scope = f'in the namespace "{attrs.namespace}"' if attrs.namespace else "at the cluster scope"
+    message = (
+        f'{named} is forbidden: User "{user}" cannot {attrs.verb} resource '
+        f'"{attrs.combined_resource}" in API group "{attrs.group}" {scope}'
+    )
+    # StatusDetails' fields are omitempty: a core resource's Status names no group.
+    details = {"name": attrs.name, "group": attrs.group, "kind": attrs.resource}
+    return ApiError(403, "Forbidden", message, {k: v for k, v in details.items() if v})
 
 
 def _matches(value: str, pattern: Any) -> bool:
     return pattern == "*" or pattern == value
 
 
+def read_token_file(path: Path) -> dict[str, UserInfo]:
+    """A ``--token-auth-file``: CSV lines ``token,user,uid[,"group1,group2"]``, as
+    staging/src/k8s.io/apiserver/pkg/authentication/token/tokenfile/tokenfile.go reads it
+    (a line with an empty first column is skipped, fewer than three columns is an error)."""
+    users: dict[str, UserInfo] = {}
+    with path.open(newline="") as fh:
+        for record in csv.reader(fh):
+            if not record or not record[0]:
+                continue
+            if len(record) < 3:
+                raise ValueError(
+                    f"token file '{path}' must have at least 3 columns (token, user name, "
+                    f"user uid), found {len(record)}"
+                )
+            groups = (
+                [g.strip() for g in record[3].split(",") if g.strip()] if len(record) > 3 else []
+            )
+            users[record[0]] = UserInfo(
+                record[1], tuple(dict.fromkeys([*groups, AUTHENTICATED])), record[2]
+            )
+    return users
+
+
 class Authorizer:
-    """``users``: token -> (user, groups); ``policies``: ABAC Policy objects."""
+    """``users``: static tokens (token -> user, groups, or a ``UserInfo`` as a token file
+    gives it); ``policies``: ABAC Policy objects."""
 
     def __init__(
         self,
-        users: Mapping[str, tuple[str, Sequence[str]]],
+        users: Mapping[str, tuple[str, Sequence[str]] | UserInfo],
         policies: Sequence[Mapping[str, Any]],
     ) -> None:
-        self.users = dict(users)
+        self.users = {
+            token: (
+                found
+                if isinstance(found, UserInfo)
+                else UserInfo(found[0], tuple(dict.fromkeys([*found[1], AUTHENTICATED])))
+            )
+            for token, found in users.items()
+        }
         self.policies = [dict(p.get("spec") or {}) for p in policies]
 
-    def user(self, token: str) -> tuple[str, Sequence[str]] | None:
+    def user(self, token: str) -> UserInfo | None:
         return self.users.get(token)
 
-    def allowed(self, user: str, groups: Sequence[str], attrs: Attributes) -> bool:
+    def allowed(self, user: UserInfo, attrs: Attributes) -> bool:
+        """Whether an ABAC policy line allows the request (pkg/auth/authorizer/abac)."""
         for spec in self.policies:
             who = spec.get("user")
             grp = spec.get("group")
             if not (
-                (who is not None and _matches(user, who))
-                or (grp is not None and (grp == "*" or grp in groups))
+                (who is not None and _matches(user.name, who))
+                or (grp is not None and (grp == "*" or grp in user.groups))
             ):
                 continue
             if spec.get("readonly") and attrs.verb not in READ_VERBS:
                 continue
             if not attrs.resource_request:
-                if _matches(attrs.resource or "", spec.get("nonResourcePath", "")):
+                path = spec.get("nonResourcePath", "")
+                if _matches(attrs.path, path) or (
+                    isinstance(path, str)
+                    and path.endswith("*")
+                    and attrs.path.startswith(path[:-1])
+                ):
                     return True
                 continue
-            base = attrs.resource.split("/")[0]
             if not (
-                _matches(attrs.resource, spec.get("resource"))
-                or _matches(base, spec.get("resource"))
+                _matches(attrs.combined_resource, spec.get("resource"))
+                or _matches(attrs.resource, spec.get("resource"))
             ):
                 continue
             if not _matches(attrs.group, spec.get("apiGroup", "")):
@@ -107,26 +218,6 @@ class Authorizer:
                 continue
             return True
         return False
-
-    def check(self, user: str, groups: Sequence[str], attrs: Attributes) -> None:
-        if not attrs.resource_request or self.allowed(user, groups, attrs):
-            return
-        base = attrs.resource.split("/")[0]
-        shown = f"{base}.{attrs.group}" if attrs.group else base
-        named = f'{shown} "{attrs.name}"' if attrs.name else shown
-        scope = (
-            f'in the namespace "{attrs.namespace}"' if attrs.namespace else "at the cluster scope"
-        )
-        message = (
-            f'{named} is forbidden: User "{user}" cannot {attrs.verb} resource '
-            f'"{attrs.resource}" in API group "{attrs.group}" {scope}'
-        )
-        raise ApiError(
-            403,
-            "Forbidden",
-            message,
-            {"name": attrs.name, "group": attrs.group, "kind": base},
-        )
 
 
 def policies_from_rbac(docs: Sequence[Mapping[str, Any]], group: str) -> list[dict[str, Any]]:

@@ -10,12 +10,16 @@ as the real server words them.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
 import ipaddress
 import random
+import re
 from collections.abc import Callable
 from typing import Any
 
+from krea_ops.sim import errors
 from krea_ops.sim.validation import FieldError, error_body, is_qualified_name
 
 DEFAULT_TOLERATIONS = (
@@ -228,7 +232,151 @@ def _default_pdb(obj: dict[str, Any], lookup: Lookup) -> None:
 
 Lookup = Callable[[str, str, str], "dict[str, Any] | None"]
 
+# apimachinery/pkg/util/validation/validation.go IsConfigMapKey (the doubled spaces are
+# the real message's, from its RegexError helper).
+_CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+_CONFIG_KEY_MSG = (
+    "a valid config key must consist of alphanumeric characters, '-', '_' or '.' "
+    "(e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is "
+    "'[-._a-zA-Z0-9]+')"
+)
+
+
+def _default_secret(obj: dict[str, Any], lookup: Lookup) -> None:
+    """core/v1 Secret as the server stores it: ``stringData`` folded into ``data`` (base64)
+    and dropped, ``type`` Opaque unless given. The values are never echoed in errors."""
+    data = obj.get("data")
+    if data is not None and not isinstance(data, dict):
+        raise errors.bad_request(
+            'Secret in version "v1" cannot be handled as a Secret: json: cannot unmarshal '
+            "into Go struct field Secret.data of type map[string][]uint8"
+        )
+    data = dict(data or {})
+    for value in data.values():
+        if not isinstance(value, str):
+            raise errors.bad_request(
+                'Secret in version "v1" cannot be handled as a Secret: json: cannot unmarshal '
+                "into Go struct field Secret.data of type []uint8"
+            )
+        compact = value.replace("\r", "").replace("\n", "")
+        try:
+            base64.b64decode(compact, validate=True)
+        except (binascii.Error, ValueError):
+            bad = next((i for i, ch in enumerate(compact) if ch not in _B64_ALPHABET), len(compact))
+            raise errors.bad_request(
+                'Secret in version "v1" cannot be handled as a Secret: illegal base64 data at '
+                f"input byte {bad}"
+            ) from None
+    string_data = obj.pop("stringData", None)
+    if isinstance(string_data, dict):
+        for key, value in string_data.items():
+            data[key] = base64.b64encode(str(value).encode()).decode()
+    if data or "data" in obj:
+        obj["data"] = data
+    obj.setdefault("type", "Opaque")
+
+
+_B64_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
+
+
+def _validate_secret(obj: dict[str, Any]) -> list[FieldError]:
+    problems = []
+    for key in obj.get("data") or {}:
+        if not _CONFIG_KEY.fullmatch(key):
+            problems.append(
+                FieldError(
+                    "FieldValueInvalid",
+                    f"data[{key}]",
+                    f'Invalid value: "{key}": ' + _CONFIG_KEY_MSG,
+                )
+            )
+    return problems
+
+
+def _secret_update(old: dict[str, Any], new: dict[str, Any]) -> list[FieldError]:
+    """An update folds ``stringData`` as a create does; ``type`` cannot change and an
+    immutable Secret's data cannot (ValidateSecretUpdate)."""
+    _default_secret(new, lambda *_: None)
+    problems = []
+    if new.get("type") != old.get("type"):
+        problems.append(
+            FieldError(
+                "FieldValueInvalid",
+                "type",
+                f'Invalid value: "{new.get("type")}": field is immutable',
+            )
+        )
+    if old.get("immutable") is True:
+        if new.get("immutable") is not True:
+            problems.append(
+                FieldError(
+                    "FieldValueForbidden",
+                    "immutable",
+                    "Forbidden: field is immutable when `immutable` is set",
+                )
+            )
+        if new.get("data") != old.get("data"):
+            problems.append(
+                FieldError(
+                    "FieldValueForbidden",
+                    "data",
+                    "Forbidden: field is immutable when `immutable` is set",
+                )
+            )
+    return problems
+
+
+def _binding_update(old: dict[str, Any], new: dict[str, Any]) -> list[FieldError]:
+    """ValidateRoleBindingUpdate: the roleRef of a binding never changes (the value is
+    printed as the internal Go struct, as the real message prints it)."""
+    old_ref, ref = old.get("roleRef") or {}, new.get("roleRef") or {}
+    if old_ref == ref:
+        return []
+    shown = (
+        f'rbac.RoleRef{{APIGroup:"{ref.get("apiGroup") or ""}", Kind:"{ref.get("kind") or ""}", '
+        f'Name:"{ref.get("name") or ""}"}}'
+    )
+    return [
+        FieldError("FieldValueInvalid", "roleRef", f"Invalid value: {shown}: cannot change roleRef")
+    ]
+
+
+UPDATE_CHECKS: dict[
+    tuple[str, str], Callable[[dict[str, Any], dict[str, Any]], list[FieldError]]
+] = {
+    ("", "Secret"): _secret_update,
+    ("rbac.authorization.k8s.io", "RoleBinding"): _binding_update,
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"): _binding_update,
+}
+
+
+def update_errors(
+    group: str, kind: str, old: dict[str, Any], new: dict[str, Any]
+) -> list[FieldError]:
+    """What an update of a kind may not change (``new`` may be normalised in place)."""
+    check = UPDATE_CHECKS.get((group, kind))
+    return check(old, new) if check else []
+
+
+def _default_binding(obj: dict[str, Any], lookup: Lookup) -> None:
+    from krea_ops.sim import rbac
+
+    rbac.default_subjects(obj)
+
+
+def _rbac_validator(kind: str) -> Callable[[dict[str, Any]], list[FieldError]]:
+    def check(obj: dict[str, Any]) -> list[FieldError]:
+        from krea_ops.sim import rbac
+
+        return rbac.validate(kind, obj)
+
+    return check
+
+
 DEFAULTERS: dict[tuple[str, str], Callable[[dict[str, Any], Lookup], None]] = {
+    ("", "Secret"): _default_secret,
+    ("rbac.authorization.k8s.io", "RoleBinding"): _default_binding,
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"): _default_binding,
     ("", "Pod"): _default_pod,
     ("", "Namespace"): _default_namespace,
     ("", "Service"): _default_service,
@@ -478,6 +626,11 @@ def _validate_event(obj: dict[str, Any]) -> list[FieldError]:
 
 
 VALIDATORS: dict[tuple[str, str], Callable[[dict[str, Any]], list[FieldError]]] = {
+    ("", "Secret"): _validate_secret,
+    **{
+        ("rbac.authorization.k8s.io", kind): _rbac_validator(kind)
+        for kind in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
+    },
     ("", "Pod"): _validate_pod,
     ("", "Node"): _validate_node,
     ("", "ConfigMap"): _validate_configmap,

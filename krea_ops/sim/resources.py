@@ -12,6 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# Kinds that are answered, never stored: a POST gets the review back with its status.
+REVIEW_KINDS = frozenset(
+    {
+        "SelfSubjectAccessReview",
+        "SelfSubjectRulesReview",
+        "SubjectAccessReview",
+        "SelfSubjectReview",
+    }
+)
+
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
 
@@ -101,6 +111,9 @@ BUILTIN: tuple[ResourceType, ...] = (
     ),
     _core("Event", "events", True, short_names=("ev",)),
     _core("ConfigMap", "configmaps", True, short_names=("cm",)),
+    _core("Secret", "secrets", True),
+    # ``token`` is the TokenRequest subresource (``kubectl create token``), see sim/tokens.py.
+    _core("ServiceAccount", "serviceaccounts", True, short_names=("sa",), subresources=("token",)),
     _core(
         "Service",
         "services",
@@ -121,6 +134,53 @@ BUILTIN: tuple[ResourceType, ...] = (
         subresources=("status",),
     ),
     ResourceType("coordination.k8s.io", "v1", "Lease", "leases", True),
+    # RBAC, stored and enforced (sim/rbac.py); kubectl prints roles with the default
+    # Name/Created At columns and bindings with Name/Role/Age.
+    # Their names are path segments (ValidateRBACName): "system:discovery" is one.
+    *(
+        ResourceType(
+            "rbac.authorization.k8s.io",
+            "v1",
+            kind,
+            kind.lower() + "s",
+            not kind.startswith("Cluster"),
+            name_rule="path-segment",
+        )
+        for kind in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+    ),
+    # Reviews: create-only, answered and never stored (sim/rbac.py).
+    ResourceType(
+        "authorization.k8s.io",
+        "v1",
+        "SelfSubjectAccessReview",
+        "selfsubjectaccessreviews",
+        False,
+        verbs=("create",),
+    ),
+    ResourceType(
+        "authorization.k8s.io",
+        "v1",
+        "SelfSubjectRulesReview",
+        "selfsubjectrulesreviews",
+        False,
+        verbs=("create",),
+    ),
+    ResourceType(
+        "authorization.k8s.io",
+        "v1",
+        "SubjectAccessReview",
+        "subjectaccessreviews",
+        False,
+        verbs=("create",),
+    ),
+    ResourceType(
+        "authentication.k8s.io",
+        "v1",
+        "SelfSubjectReview",
+        "selfsubjectreviews",
+        False,
+        verbs=("create",),
+    ),
     ResourceType(
         "apps",
         "v1",
@@ -179,8 +239,11 @@ BUILTIN: tuple[ResourceType, ...] = (
 GROUP_ORDER = (
     "",
     "apps",
+    "authentication.k8s.io",
+    "authorization.k8s.io",
     "batch",
     "policy",
+    "rbac.authorization.k8s.io",
     "coordination.k8s.io",
     "scheduling.k8s.io",
     "apiextensions.k8s.io",

@@ -348,6 +348,34 @@ _COLUMNS: dict[tuple[str, str], list[dict[str, Any]]] = {
         ),
         _AGE,
     ],
+    # pkg/printers/internalversion/printers.go roleBindingsColumnDefinitions and
+    # clusterRoleBindingsColumnDefinitions (Roles and ClusterRoles have no printer: the
+    # default Name/Created At columns).
+    **{
+        ("rbac.authorization.k8s.io", kind): [
+            _NAME,
+            _col("Role", "string", role_doc),
+            _AGE,
+            _col("Users", "string", f"Users in the {scope}", priority=1),
+            _col("Groups", "string", f"Groups in the {scope}", priority=1),
+            _col("ServiceAccounts", "string", f"ServiceAccounts in the {scope}", priority=1),
+        ]
+        for kind, scope, role_doc in (
+            (
+                "RoleBinding",
+                "roleBinding",
+                "RoleRef can reference a Role in the current namespace or a ClusterRole in "
+                "the global namespace. If the RoleRef cannot be resolved, the Authorizer "
+                "must return an error.",
+            ),
+            (
+                "ClusterRoleBinding",
+                "clusterRoleBinding",
+                "RoleRef can only reference a ClusterRole in the global namespace. If the "
+                "RoleRef cannot be resolved, the Authorizer must return an error.",
+            ),
+        )
+    },
     ("", "Service"): [
         _NAME,
         _col(
@@ -957,6 +985,29 @@ def _print_service_account(sa: Mapping[str, Any], now: datetime) -> Row:
     return [_name(sa), len(_lst(sa.get("secrets"))), _age(sa, now)], None
 
 
+def _print_role_binding(binding: Mapping[str, Any], now: datetime) -> Row:
+    """printRoleBinding / printClusterRoleBinding: ``Kind/name`` of the role, then (wide)
+    the subjects as rbac.SubjectsStrings splits them."""
+    ref = _m(binding.get("roleRef"))
+    users, groups, sas = [], [], []
+    for subject in _lst(binding.get("subjects")):
+        s = _m(subject)
+        if s.get("kind") == "User":
+            users.append(str(s.get("name") or ""))
+        elif s.get("kind") == "Group":
+            groups.append(str(s.get("name") or ""))
+        elif s.get("kind") == "ServiceAccount":
+            sas.append(f"{s.get('namespace') or ''}/{s.get('name') or ''}")
+    return [
+        _name(binding),
+        f"{ref.get('kind') or ''}/{ref.get('name') or ''}",
+        _age(binding, now),
+        ", ".join(users),
+        ", ".join(groups),
+        ", ".join(sas),
+    ], None
+
+
 def _service_external_ip(svc: Mapping[str, Any]) -> str:
     spec = _m(svc.get("spec"))
     external_ips = [str(ip) for ip in _lst(spec.get("externalIPs"))]
@@ -1208,6 +1259,8 @@ _PRINTERS = {
     ("", "ConfigMap"): _print_configmap,
     ("", "Secret"): _print_secret,
     ("", "ServiceAccount"): _print_service_account,
+    ("rbac.authorization.k8s.io", "RoleBinding"): _print_role_binding,
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"): _print_role_binding,
     ("", "Service"): _print_service,
     ("", "Endpoints"): _print_endpoints,
     ("policy", "PodDisruptionBudget"): _print_pdb,

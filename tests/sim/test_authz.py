@@ -13,7 +13,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from krea_ops.sim.authz import policies_from_rbac
+from krea_ops.sim.authz import attributes, policies_from_rbac
 from krea_ops.sim.http import write_kubeconfig
 from krea_ops.sim.local import LocalApiServer
 from tests.conftest import ROOT, require_binary
@@ -113,3 +113,113 @@ def test_kubectl_sees_the_same_forbidden(server: LocalApiServer, tmp_path: Path)
     )
     assert out.returncode == 1
     assert 'nodes is forbidden: User "alice" cannot list resource "nodes"' in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "query", "expected"),
+    [
+        # (verb, group, resource, subresource, namespace, name)
+        ("GET", "/api/v1/namespaces/a/pods", {}, ("list", "", "pods", "", "a", "")),
+        ("GET", "/api/v1/namespaces/a/pods", {"watch": "true"}, ("watch", "", "pods", "", "a", "")),
+        ("GET", "/api/v1/watch/namespaces/a/pods/p", {}, ("watch", "", "pods", "", "a", "p")),
+        ("GET", "/api/v1/pods", {}, ("list", "", "pods", "", "", "")),
+        (
+            "DELETE",
+            "/apis/batch/v1/namespaces/a/jobs",
+            {},
+            ("deletecollection", "batch", "jobs", "", "a", ""),
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/a/pods/p/eviction",
+            {},
+            ("create", "", "pods", "eviction", "a", "p"),
+        ),
+        ("PATCH", "/api/v1/nodes/n/status", {}, ("patch", "", "nodes", "status", "", "n")),
+        # requestinfo.go: a namespace's own status is a subresource of "namespaces"
+        (
+            "PUT",
+            "/api/v1/namespaces/a/status",
+            {},
+            ("update", "", "namespaces", "status", "a", "a"),
+        ),
+        ("GET", "/api/v1/namespaces/a", {}, ("get", "", "namespaces", "", "a", "a")),
+    ],
+)
+def test_request_attributes_as_the_request_info_factory_derives_them(
+    method: str, path: str, query: dict[str, str], expected: tuple[str, ...]
+) -> None:
+    attrs = attributes(method, path, query)
+    assert attrs.resource_request
+    assert (
+        attrs.verb,
+        attrs.group,
+        attrs.resource,
+        attrs.subresource,
+        attrs.namespace,
+        attrs.name,
+    ) == expected
+
+
+def test_discovery_paths_are_non_resource_requests() -> None:
+    for path in ("/api", "/api/v1", "/apis/apps/v1", "/openapi/v3", "/metrics"):
+        attrs = attributes("GET", path, {})
+        assert (attrs.resource_request, attrs.verb, attrs.path) == (False, "get", path)
+
+
+def test_a_token_file_in_the_state_dir_adds_users(tmp_path: Path) -> None:
+    """The real ``--token-auth-file`` format: token,user,uid,"group1,group2"."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "tokens.csv").write_text(
+        'dana-token,dana,uid-42,"ops,oncall"\n,skipped,line\nerin-token,erin,uid-7\n'
+    )
+    with LocalApiServer(state, crds=False) as s:
+        review = client.AuthenticationV1Api(as_user(s, "dana-token")).create_self_subject_review(
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        )
+        info = review.status.user_info
+        assert (info.username, info.uid, info.groups) == (
+            "dana",
+            "uid-42",
+            ["ops", "oncall", "system:authenticated"],
+        )
+        with pytest.raises(ApiException) as denied:
+            client.CoreV1Api(as_user(s, "erin-token")).list_namespaced_pod("default")
+        assert json.loads(denied.value.body)["message"] == (
+            'pods is forbidden: User "erin" cannot list resource "pods" in API group "" in the '
+            'namespace "default"'
+        )
+        client.RbacAuthorizationV1Api(s.api_client()).create_cluster_role_binding(
+            {
+                "metadata": {"name": "oncall-view"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "view",
+                },
+                "subjects": [{"kind": "Group", "name": "oncall"}],
+            }
+        )
+        assert client.CoreV1Api(as_user(s, "dana-token")).list_namespaced_pod("default").items == []
+    (state / "tokens.csv").write_text("short,line\n")
+    with pytest.raises(ValueError, match="must have at least 3 columns"):
+        LocalApiServer(state, crds=False)
+
+
+def test_no_credentials_is_the_anonymous_user(server: LocalApiServer) -> None:
+    """kube-apiserver's --anonymous-auth (on by default): a request without a token is
+    ``system:anonymous`` in ``system:unauthenticated``, which may read only the public
+    info (system:public-info-viewer), while a token nobody issued is 401."""
+    cfg = client.Configuration()
+    cfg.host = server.url
+    cfg.ssl_ca_cert = str(server.ca_cert)
+    anonymous = client.ApiClient(cfg)
+    with pytest.raises(ApiException) as denied:
+        client.CoreV1Api(anonymous).list_namespaced_pod("default")
+    assert denied.value.status == 403
+    assert json.loads(denied.value.body)["message"] == (
+        'pods is forbidden: User "system:anonymous" cannot list resource "pods" in API group "" '
+        'in the namespace "default"'
+    )
+    assert client.VersionApi(anonymous).get_code().major == "1"
