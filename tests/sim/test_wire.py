@@ -95,7 +95,11 @@ def test_kubectl_create_sends_protobuf_and_the_objects_are_stored_as_json(
     job = _get_json(kubectl, "job", "j")
     assert job["spec"]["template"]["spec"]["containers"][0]["image"] == "busybox"
     assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
-    # Secrets are not served by this simulator yet: `kubectl create secret` is left out.
+    # a Secret goes as protobuf too; its data is stored base64, as the real server keeps it
+    kubectl("create", "secret", "generic", "s", "--from-literal=k=v")
+    secret = _get_json(kubectl, "secret", "s")
+    assert secret["data"] == {"k": "dg=="}
+    assert secret["type"] == "Opaque"
 
 
 def test_an_answer_in_protobuf_for_a_client_that_accepts_only_protobuf(
