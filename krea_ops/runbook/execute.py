@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from krea_ops.errors import EXIT_BLOCKED, EXIT_FAILED, KreaError, Unavailable
+from krea_ops.errors import EXIT_BLOCKED, EXIT_FAILED, BadInput, KreaError, Unavailable
 from krea_ops.kube.cluster import ApiAnswer, Cluster
 from krea_ops.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef, client_secrets
 from krea_ops.kube.eviction import CONCURRENCY, EvictionResult, Outcome, evict_all
@@ -178,7 +178,7 @@ def execute(
 ) -> RunResult:
     """Run ``plan``'s steps in order. A refused plan raises before any call."""
     if plan.refused:
-        raise KreaError(plan.refused, exit_code=2)
+        raise BadInput(f"{plan.refused}; nothing was changed")
     recording = RecordingCluster(cluster)
     secrets = client_secrets(cluster)
     run_id = uuid.uuid4().hex

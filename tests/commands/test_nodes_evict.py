@@ -5,6 +5,7 @@ token."""
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -193,3 +194,51 @@ def test_restore_refuses_a_node_we_did_not_evict_and_the_audit_holds_no_token(
         ("nodes evict", "krea-sim-admin", "XID 79"),
         ("nodes restore", "krea-sim-admin", "replaced GPU"),
     ]
+
+
+class Terminal(io.StringIO):
+    """stdin as a terminal the operator types ``answer`` into."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(("typed", "code"), [("3\n", 2), ("\n", 2), ("2\n", 0)])
+def test_more_than_one_node_asks_for_the_count(
+    sim: LocalApiServer,
+    cluster: Cluster,
+    audit: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    typed: str,
+    code: int,
+) -> None:
+    monkeypatch.setattr("sys.stdin", Terminal(typed))
+    before = version(cluster)
+    got, out, err = run(
+        sim, capsys, "evict", BAD, "gpu-node-002", "--reason", "rack 3", "--max-share", "0.2"
+    )
+    assert got == code, err
+    assert "Type 2 to go on" in out
+    if code:
+        assert err.strip() == "error: not confirmed; nothing was changed"
+        assert version(cluster) == before and not audit.exists()
+    else:
+        assert node_obj(cluster, "gpu-node-002")["spec"]["unschedulable"] is True
+
+
+@pytest.mark.parametrize(("typed", "code"), [("n\n", 2), ("\n", 2), ("y\n", 0)])
+def test_one_node_asks_yes_or_no_defaulting_to_no(
+    sim: LocalApiServer,
+    cluster: Cluster,
+    audit: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    typed: str,
+    code: int,
+) -> None:
+    monkeypatch.setattr("sys.stdin", Terminal(typed))
+    before = version(cluster)
+    got, _, err = run(sim, capsys, "evict", BAD, "--reason", "XID 79")
+    assert got == code, err
+    assert (version(cluster) == before) == bool(code)

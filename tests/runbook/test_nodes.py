@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from krea_ops.runbook.nodes import (
 )
 from krea_ops.runbook.plan import Plan, Severity
 from krea_ops.sim.local import LocalApiServer
+from tests.conftest import wait_for
 from tests.runbook.conftest import (
     budget,
     events_about,
@@ -393,3 +395,71 @@ def test_evictions_run_in_parallel_up_to_the_cap(cluster: Cluster) -> None:
     assert_plan_was_run(plan, result)
     assert pod_names(cluster, BAD) == []
     assert threading.active_count() < 50  # the pool is gone
+
+
+def kubelet_alive(cluster: Cluster, node_name: str) -> None:
+    """A fresh heartbeat Lease for the node: the API server then deletes its pods
+    gracefully (deletionTimestamp, grace period), leaving the kubelet to finish."""
+    from krea_ops.kube.times import micro_time
+    from tests.kube.conftest import create
+
+    namespaces = cluster.get("namespaces", "/api/v1/namespaces")["items"]
+    if not any(n["metadata"]["name"] == "kube-node-lease" for n in namespaces):
+        create(cluster, "/api/v1/namespaces", {"metadata": {"name": "kube-node-lease"}})
+    create(
+        cluster,
+        "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+        {
+            "metadata": {"name": node_name},
+            "spec": {
+                "holderIdentity": node_name,
+                "leaseDurationSeconds": 3600,
+                "renewTime": micro_time(time.time()),
+            },
+        },
+    )
+
+
+def test_an_evicted_pod_is_waited_for_until_its_kubelet_has_stopped_it(
+    cluster: Cluster,
+) -> None:
+    fleet(cluster, 10)
+    kubelet_alive(cluster, BAD)
+    pod_on(cluster, BAD, "web-0")
+    path = "/api/v1/namespaces/default/pods/web-0"
+    seen: list[Any] = []
+
+    def kubelet() -> None:  # stops the pod once it is asked to, as a kubelet would
+        def terminating() -> bool:
+            answer = cluster.request("get", "GET", path)
+            meta = (answer.body or {}).get("metadata") or {}
+            if meta.get("deletionTimestamp"):
+                seen.append(meta.get("deletionGracePeriodSeconds"))
+                return True
+            return False
+
+        wait_for(terminating)
+        cluster.request("delete", "DELETE", path, body={"gracePeriodSeconds": 0})
+
+    stopper = threading.Thread(target=kubelet)
+    stopper.start()
+    plan = evict_plan(cluster, grace_period_s=7, timeout_s=60)
+    result = execute(cluster, plan)
+    stopper.join()
+
+    assert result.status == "done", result.blocked
+    assert seen == [7]  # --grace-period reached the pod
+    assert_plan_was_run(plan, result)
+    assert pod_names(cluster, BAD) == []
+
+
+def test_a_pod_still_terminating_at_the_timeout_blocks(cluster: Cluster) -> None:
+    fleet(cluster, 10)
+    kubelet_alive(cluster, BAD)
+    pod_on(cluster, BAD, "web-0")
+
+    result = execute(cluster, evict_plan(cluster, timeout_s=1.5))
+
+    assert result.status == "blocked" and result.exit_code == 3
+    assert result.blocked == ("pod default/web-0 is still terminating after 1.5s",)
+    assert pod_names(cluster, BAD) == ["default/web-0"]
