@@ -291,11 +291,12 @@ def _drain(
             text = f"pod {pod.what} held by {budget if result.budget else 'a budget'}"
         else:
             text = result.summary()
-        lines.append(text)
+        # the step's line (audit, Event) keeps the server's words; the exit line is short
+        lines.append(f"{text}: {result.message}" if result.message else text)
         left.append(text)
         failed = not result.done and result.outcome not in (Outcome.BLOCKED, Outcome.THROTTLED)
         (state.failed if failed else state.blocked).append(text)
-        _pod_event(events, plan, pod, node, WARNING, "EvictionBlocked", text)
+        _pod_event(events, plan, pod, node, WARNING, "EvictionBlocked", lines[-1])
     state.left[node] = left
     return ("blocked" if left else "done"), lines
 

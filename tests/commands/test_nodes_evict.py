@@ -16,6 +16,7 @@ import pytest
 from commands.main import invoke
 from krea_ops.kube.cluster import Cluster
 from krea_ops.sim.local import LocalApiServer
+from tests.conftest import KUBECTL, Kubectl
 from tests.runbook.conftest import budget, fleet, node_obj, pod_names, pod_on
 
 BAD = "gpu-node-001"
@@ -242,3 +243,47 @@ def test_one_node_asks_yes_or_no_defaulting_to_no(
     got, _, err = run(sim, capsys, "evict", BAD, "--reason", "XID 79")
     assert got == code, err
     assert (version(cluster) == before) == bool(code)
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
+def test_kubectl_sees_the_eviction_and_its_own_taint_survives_evict_and_restore(
+    sim: LocalApiServer,
+    cluster: Cluster,
+    audit: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    kubectl = Kubectl(sim.kubeconfig, tmp_path / "home")
+    kubectl("taint", "nodes", BAD, "example.com/gpu-check=pending:NoSchedule")
+    kubectl("label", "node", BAD, "team.example/owner=ml")
+    pod_on(cluster, BAD, "web-0")
+
+    code, _, err = run(sim, capsys, "evict", BAD, "--reason", "XID 79", "--yes")
+    assert code == 0, err
+
+    # kubectl get node prints STATUS "Ready,SchedulingDisabled" for a cordoned node
+    assert "SchedulingDisabled" in kubectl("get", "node", BAD).stdout
+    node = json.loads(kubectl("get", "node", BAD, "-o", "json").stdout)
+    assert sorted((t["key"], t.get("value"), t["effect"]) for t in node["spec"]["taints"]) == [
+        ("example.com/gpu-check", "pending", "NoSchedule"),
+        ("krea.ai/unhealthy", "xid-79", "NoSchedule"),
+    ]
+    assert node["metadata"]["annotations"]["krea.ai/evicted-by"] == "krea-sim-admin"
+    events = json.loads(
+        kubectl(
+            "get", "events", "-n", "default", "--field-selector",
+            f"involvedObject.kind=Node,involvedObject.name={BAD}", "-o", "json",
+        ).stdout
+    )["items"]  # fmt: skip
+    assert sorted(e["reason"] for e in events) == ["Cordoned", "Drained"]
+    assert {e["reportingComponent"] for e in events} == {"krea.ai/krea-ops"}
+
+    code, _, err = run(sim, capsys, "restore", BAD, "--yes")
+    assert code == 0, err
+    node = json.loads(kubectl("get", "node", BAD, "-o", "json").stdout)
+    assert node["spec"]["taints"] == [
+        {"key": "example.com/gpu-check", "value": "pending", "effect": "NoSchedule"}
+    ]
+    assert "unschedulable" not in node["spec"]
+    assert node["metadata"]["labels"]["team.example/owner"] == "ml"
+    assert not any(k.startswith("krea.ai/evicted") for k in node["metadata"].get("annotations", {}))

@@ -41,7 +41,8 @@ from tests.runbook.conftest import (
 BAD = "gpu-node-001"
 REASON = "XID 79: GPU fell off the bus"
 OTHER_TAINT = {"key": "example.com/maintenance", "value": "bios", "effect": "NoSchedule"}
-# pkg/registry/core/pod/storage/eviction.go (the 429 a budget answers)
+# The 429 a budget answers, in the API server's words (kubernetes/kubernetes
+# pkg/registry/core/pod/storage/eviction.go, as tests/kube/test_eviction.py quotes them)
 REFUSAL = "Cannot evict pod as it would violate the pod's disruption budget."
 
 
@@ -181,6 +182,10 @@ def test_a_budget_allowing_nothing_blocks_names_pod_and_budget_and_keeps_the_cor
     assert result.blocked == ("pod default/inf-0 held by PodDisruptionBudget default/inference",)
     assert_plan_was_run(plan, result)
     evict_step = next(s for s in result.steps if str(s.kind) == "evict")
+    assert evict_step.lines[0] == (
+        "pod default/inf-0 held by PodDisruptionBudget default/inference: "
+        f"{REFUSAL} The disruption budget inference needs 2 healthy pods and has 2 currently"
+    )
     assert sum(1 for c in evict_step.made if c.path.endswith("inf-0/eviction")) >= 2  # retried
     assert all(c.status == 429 for c in evict_step.made if c.path.endswith("inf-0/eviction"))
     assert pod_names(cluster, BAD) == ["default/inf-0"]
