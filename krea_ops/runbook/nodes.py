@@ -7,7 +7,8 @@ action), then evict every pod on the nodes through the Eviction API (``--force``
 delete), DaemonSet and mirror pods excepted, as ``kubectl drain`` leaves them.
 
 Restore: remove our taint and annotations and uncordon, in one read-modify-write; every
-other taint, label and annotation stays. A node without our marks is refused unless
+other taint, label and annotation stays, and so does a cordon someone else had set before
+the eviction (``krea.ai/evicted-cordoned-before``). A node without our marks is refused unless
 ``force`` (someone else cordoned it, for a reason of theirs).
 
 Both plans are built from what the cluster holds now, so a second run plans nothing
@@ -55,7 +56,9 @@ TAINT_EFFECT = "NoSchedule"
 EVICTED_BY = "krea.ai/evicted-by"
 EVICTED_REASON = "krea.ai/evicted-reason"
 EVICTED_AT = "krea.ai/evicted-at"
-OUR_ANNOTATIONS = (EVICTED_BY, EVICTED_REASON, EVICTED_AT)
+# set only when the node was already cordoned by someone else: restore leaves that cordon
+CORDONED_BEFORE = "krea.ai/evicted-cordoned-before"
+OUR_ANNOTATIONS = (EVICTED_BY, EVICTED_REASON, EVICTED_AT, CORDONED_BEFORE)
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 EVENTS_OF_NODES = "default"  # events about cluster-scoped objects live there
@@ -369,6 +372,8 @@ def plan_evict(
             # the first eviction's time stays: a re-run or a resumed run changes nothing
             EVICTED_AT: annotations.get(EVICTED_AT) or at,
         }
+        if (obj.get("spec") or {}).get("unschedulable") and not evicted_by_us(obj):
+            marks[CORDONED_BEFORE] = "true"  # someone else's cordon: restore keeps it
         edits: tuple[Edit, ...] = (
             Cordon(),
             AddTaint(TAINT_KEY, slug, TAINT_EFFECT),
@@ -518,13 +523,25 @@ def plan_restore(
     findings: list[Finding] = []
     refused: list[str] = []
     steps: list[Step] = []
-    edits: tuple[Edit, ...] = (
-        RemoveTaint(TAINT_KEY, TAINT_EFFECT),
-        SetAnnotations(dict.fromkeys(OUR_ANNOTATIONS)),
-        Uncordon(),
-    )
     for name in nodes:
         obj = objs[name]
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        keep_cordon = annotations.get(CORDONED_BEFORE) == "true" and not force
+        edits: tuple[Edit, ...] = (
+            RemoveTaint(TAINT_KEY, TAINT_EFFECT),
+            SetAnnotations(dict.fromkeys(OUR_ANNOTATIONS)),
+            *(() if keep_cordon else (Uncordon(),)),
+        )
+        if keep_cordon:
+            findings.append(
+                Finding(
+                    "cordoned-before",
+                    Severity.WARNING,
+                    f"node {name} was cordoned before krea-ops evicted it: it stays cordoned "
+                    "(kubectl uncordon, or restore --force, lifts that)",
+                    name,
+                )
+            )
         step = _update_step(name, obj, edits, "undo nodes evict")
         if step is None:
             findings.append(

@@ -18,6 +18,7 @@ from krea_ops.kube.writes import AddTaint, node, update
 from krea_ops.runbook.audit import AuditLog
 from krea_ops.runbook.execute import RunResult, execute
 from krea_ops.runbook.nodes import (
+    CORDONED_BEFORE,
     EVICTED_AT,
     EVICTED_BY,
     EVICTED_REASON,
@@ -468,3 +469,26 @@ def test_a_pod_still_terminating_at_the_timeout_blocks(cluster: Cluster) -> None
     assert result.status == "blocked" and result.exit_code == 3
     assert result.blocked == ("pod default/web-0 is still terminating after 1.5s",)
     assert pod_names(cluster, BAD) == ["default/web-0"]
+
+
+def test_a_cordon_someone_else_set_before_the_eviction_survives_restore(cluster: Cluster) -> None:
+    fleet(cluster, 10)
+    cluster.request(
+        "cordon",
+        "PATCH",
+        f"/api/v1/nodes/{BAD}",
+        body={"spec": {"unschedulable": True}},
+        content_type="application/merge-patch+json",
+    )
+    execute(cluster, evict_plan(cluster))
+    assert node_obj(cluster, BAD)["metadata"]["annotations"][CORDONED_BEFORE] == "true"
+    assert evict_plan(cluster).steps == ()  # a re-run still writes nothing
+
+    restore = plan_restore(cluster, [BAD], user="bob")
+    assert any(f.kind == "cordoned-before" for f in restore.findings)
+    execute(cluster, restore)
+
+    after = node_obj(cluster, BAD)
+    assert after["spec"]["unschedulable"] is True  # theirs
+    assert "taints" not in after["spec"]
+    assert not any(k.startswith("krea.ai/") for k in after["metadata"].get("annotations") or {})
