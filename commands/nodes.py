@@ -1,13 +1,21 @@
-"""``krea-ops nodes list|show``: nodes with GPUs, schedulability, taints and a verdict.
+"""``krea-ops nodes list|show``: nodes with GPUs, schedulability, taints and a verdict;
+``nodes evict|restore``: the runbook's node actions.
 
 If telemetry cannot be read (Prometheus down), ``nodes list`` still prints the nodes
 from the API, with GPU nodes UNKNOWN, then the one-line error, and exits 1.
+
+The write commands are thin: the console builds the plan (``krea_ops.runbook``), this
+module prints it (``--dry-run``, ``-o json|yaml`` as data), asks (``--yes`` skips it;
+stdin that is not a terminal refuses with exit 2; more than one node: type the count),
+and hands it to the console's one executor.
 """
 
 from __future__ import annotations
 
+import enum
+import sys
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -23,9 +31,14 @@ from commands.gpus import MARKED_FORMATS as GPU_FORMATS
 from commands.gpus import attention_lines, gpu_rows, marked, source_line
 from commands.output import Formatter, OutputFormat, emit, render
 from krea_ops import units
-from krea_ops.errors import Unavailable
+from krea_ops.errors import EXIT_BLOCKED, BadInput, KreaError, Unavailable
 from krea_ops.fleet import FleetSnapshot
 from krea_ops.model import NodeView
+
+if TYPE_CHECKING:
+    from krea_ops.console import Console
+    from krea_ops.runbook.execute import RunResult
+    from krea_ops.runbook.plan import Plan
 
 app = typer.Typer(no_args_is_help=True, help="Nodes: GPUs, schedulability, taints, health.")
 
@@ -256,3 +269,163 @@ def _describe(row: dict[str, Any], snap: FleetSnapshot, output: OutputFormat) ->
             )
         )
     return "\n".join(out) + "\n"
+
+
+# -- the runbook's node actions -------------------------------------------------------------
+
+
+class PlanFormat(enum.StrEnum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+PlanOutput = typer.Option(
+    PlanFormat.table,
+    "--output",
+    "-o",
+    metavar="FORMAT",
+    help="table (the plan as text), json or yaml (the plan, and what ran, as data)",
+    case_sensitive=False,
+)
+DryRunOption = typer.Option(
+    False, "--dry-run", help="print the plan (every API call, the preflight) and change nothing"
+)
+YesOption = typer.Option(False, "--yes", "-y", help="do not ask; needed when stdin is no terminal")
+
+
+def parse_share(text: str | None) -> float | None:
+    """``--max-share``: ``0.2`` or ``20%``; a share of the fleet in (0, 1]."""
+    if text is None:
+        return None
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise BadInput(f"--max-share {text!r}: give a share such as 0.2 or 20%") from None
+    if not 0 < value <= 1:
+        raise BadInput(f"--max-share {text!r}: the share must be above 0 and at most 1 (100%)")
+    return value
+
+
+def _plan_text(plan: Plan) -> str:
+    return "\n".join(plan.lines()) + "\n"
+
+
+def _confirm(plan: Plan) -> None:
+    """Ask on the terminal; BadInput (exit 2) when there is none or the answer is no."""
+    if not sys.stdin.isatty():
+        raise BadInput(
+            f"{plan.action} writes to the cluster and stdin is not a terminal to confirm on: "
+            "pass --yes to run it (--dry-run shows the plan); nothing was changed"
+        )
+    count = len(plan.nodes)
+    if count > 1:
+        typed = typer.prompt(f"This acts on {count} nodes. Type {count} to go on", default="")
+        if typed.strip() != str(count):
+            raise BadInput("not confirmed; nothing was changed")
+    elif not typer.confirm("Go on?", default=False):
+        raise BadInput("not confirmed; nothing was changed")
+
+
+def _run(console: Console, plan: Plan, *, dry_run: bool, yes: bool, output: PlanFormat) -> None:
+    data = output is not PlanFormat.table
+    if dry_run:
+        emit(render([plan.as_dict()], OutputFormat(output.value)) if data else _plan_text(plan))
+        if plan.refused:
+            raise BadInput(plan.refused)
+        return
+    if not data:
+        emit(_plan_text(plan))
+    if plan.refused:
+        raise BadInput(f"{plan.refused}; nothing was changed")
+    if not yes and not plan.writes_nothing:
+        _confirm(plan)
+    result = console.execute(plan)
+    if data:
+        emit(
+            render(
+                [{"plan": plan.as_dict(), "result": result.as_dict()}], OutputFormat(output.value)
+            )
+        )
+    else:
+        emit(_result_text(result))
+    _exit_for(result)
+
+
+def _result_text(result: RunResult) -> str:
+    out = []
+    for step in result.steps:
+        out.append(f"{step.index}. {step.status}: {step.description}")
+        out.extend(f"     {line}" for line in step.lines)
+    out.append(f"Result: {result.status}")
+    return "\n".join(out) + "\n"
+
+
+def _exit_for(result: RunResult) -> None:
+    plan = result.plan
+    if result.stopped:
+        raise KreaError(f"{plan.action} stopped: {result.stopped}")
+    if result.failed:
+        raise KreaError(f"{plan.action} failed: {'; '.join(result.failed)}")
+    if result.blocked:
+        nodes = ", ".join(n for n in plan.nodes if plan.pods.get(n))
+        raise KreaError(
+            f"{plan.action} blocked after --timeout {plan.options.get('timeout_s', 0):g}s: "
+            f"{'; '.join(result.blocked)}; node {nodes} left cordoned and tainted with the "
+            "reason (run the command again to retry, krea-ops nodes restore to undo)",
+            exit_code=EXIT_BLOCKED,
+        )
+
+
+@app.command("evict")
+def evict_nodes(
+    ctx: typer.Context,
+    nodes: list[str] = typer.Argument(..., metavar="NODE", help="the nodes to take out of service"),
+    reason: str = typer.Option(
+        ..., "--reason", help="why (on the node's taint, annotation, Event)"
+    ),
+    timeout: float = typer.Option(
+        300.0, "--timeout", help="seconds to keep retrying evictions a budget refuses"
+    ),
+    grace_period: int = typer.Option(
+        None, "--grace-period", help="seconds each pod gets to stop (default: the pod's own)"
+    ),
+    force: bool = typer.Option(
+        False, "--force", help="delete the pods instead of evicting them (budgets not consulted)"
+    ),
+    max_share: str = typer.Option(
+        None, "--max-share", help="share of the fleet one action may take offline (0.1 or 10%)"
+    ),
+    dry_run: bool = DryRunOption,
+    yes: bool = YesOption,
+    output: PlanFormat = PlanOutput,
+) -> None:
+    """Cordon, taint krea.ai/unhealthy=<reason-slug>:NoSchedule, annotate who/why/when,
+    then drain through the Eviction API (PodDisruptionBudgets respected; DaemonSet and
+    mirror pods stay). Exit 3 when a budget still holds a pod at --timeout: the node stays
+    cordoned with the reason."""
+    console = console_of(ctx, max_share=parse_share(max_share))
+    plan = console.plan_evict(
+        nodes, reason=reason, timeout_s=timeout, grace_period_s=grace_period, force=force
+    )
+    _run(console, plan, dry_run=dry_run, yes=yes, output=output)
+
+
+@app.command("restore")
+def restore_nodes(
+    ctx: typer.Context,
+    nodes: list[str] = typer.Argument(..., metavar="NODE", help="the nodes to put back in service"),
+    force: bool = typer.Option(
+        False, "--force", help="also uncordon a node krea-ops did not evict"
+    ),
+    reason: str = typer.Option(None, "--reason", help="why (on the node's Event and the audit)"),
+    dry_run: bool = DryRunOption,
+    yes: bool = YesOption,
+    output: PlanFormat = PlanOutput,
+) -> None:
+    """Undo evict: remove our taint and annotations, uncordon; every other taint, label and
+    annotation stays. A node krea-ops did not evict is refused unless --force."""
+    console = console_of(ctx)
+    plan = console.plan_restore(nodes, force=force, reason=reason)
+    _run(console, plan, dry_run=dry_run, yes=yes, output=output)

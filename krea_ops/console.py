@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from krea_ops.burst.status import BurstStatus
     from krea_ops.kube.cluster import Cluster
     from krea_ops.queue import QueueSnapshot, WhyReport, WorkloadInfo
+    from krea_ops.runbook.execute import RunResult
+    from krea_ops.runbook.plan import Plan
     from krea_ops.telemetry.source import TelemetrySource
     from krea_ops.training.runs import TrainingRun
 
@@ -323,3 +325,56 @@ class Console:
                 failures_per_1000_node_days=self.settings.training_failures_per_1000_node_days,
             )
         )
+
+    # -- the runbook: write actions as plans, run by one executor ----------------------
+
+    def user(self) -> str:
+        """Who acts: the kubeconfig's user of the context in use (for audit)."""
+        from krea_ops.runbook.audit import kubeconfig_user
+
+        return kubeconfig_user(self.settings.kubeconfig, self.settings.context)
+
+    def plan_evict(
+        self,
+        nodes: Collection[str],
+        *,
+        reason: str,
+        timeout_s: float = 300.0,
+        grace_period_s: int | None = None,
+        force: bool = False,
+    ) -> Plan:
+        """The plan of ``nodes evict``, built from the cluster as it is now (nothing is
+        written); BadInput for an unknown node or an empty reason."""
+        from krea_ops.runbook.nodes import plan_evict
+
+        return plan_evict(
+            self.cluster,
+            list(nodes),
+            reason=reason,
+            user=self.user(),
+            timeout_s=timeout_s,
+            grace_period_s=grace_period_s,
+            force=force,
+            max_share=self.settings.max_share,
+        )
+
+    def plan_restore(
+        self, nodes: Collection[str], *, force: bool = False, reason: str | None = None
+    ) -> Plan:
+        """The plan of ``nodes restore``; BadInput for an unknown node, or a node krea-ops
+        did not evict (unless ``force``)."""
+        from krea_ops.runbook.nodes import plan_restore
+
+        return plan_restore(self.cluster, list(nodes), user=self.user(), force=force, reason=reason)
+
+    def execute(self, plan: Plan) -> RunResult:
+        """Run a plan with the one executor, audited to the ``audit_log`` file."""
+        from pathlib import Path
+
+        from krea_ops.kube.events import client_secrets
+        from krea_ops.runbook.audit import AuditLog, default_path
+        from krea_ops.runbook.execute import execute
+
+        path = Path(self.settings.audit_log) if self.settings.audit_log else default_path()
+        audit = AuditLog(path, secrets=client_secrets(self.cluster))
+        return execute(self.cluster, plan, audit=audit)

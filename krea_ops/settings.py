@@ -93,6 +93,21 @@ class Settings:
     dashboard_read_only: bool = field(
         default=False, metadata=_doc("hide every action in the dashboard")
     )
+    # --- runbook (krea_ops/runbook) ---
+    max_share: float = field(
+        default=0.1,
+        metadata=_doc(
+            "share of the fleet one write action may take offline, 0-1 (flag --max-share); "
+            "one node is always allowed"
+        ),
+    )
+    audit_log: str | None = field(
+        default=None,
+        metadata=_doc(
+            "append-only JSON-lines audit log of every write action; default "
+            "$XDG_STATE_HOME/krea-ops/audit.jsonl, else ~/.local/state/krea-ops/audit.jsonl"
+        ),
+    )
     # --- health policy (krea_ops/health.py) ---
     health_hot_c: float = field(
         default=78.0, metadata=_doc("GPU temperature that throttles a run, deg C (BAD)")

@@ -1,0 +1,349 @@
+"""The one executor: runs a plan's steps in order and records the API calls it made.
+
+Every write goes through a ``RecordingCluster``, the product's ``Cluster`` whose
+``request`` notes each call that is not a read (method, path, the object it is about,
+the answer's status), so what ran can be compared with what the plan said (a retried
+call, 409 or 429, is the same call made again). Node edits are ``kube.writes.update``
+(read-modify-write with ``resourceVersion``, bounded retry on 409); evictions are
+``kube.eviction.evict_all`` (in parallel up to a cap, 429s retried with jittered backoff
+until the deadline), each with the pod's UID as precondition; an evicted pod is waited
+for until it is gone. Events go through ``kube.events.EventRecorder``.
+
+Blocked pods (a budget still refusing at the deadline, a pod still terminating) make the
+result ``blocked`` (exit 3) naming each pod and the budget holding it; the node stays
+cordoned, tainted and annotated. Anything else that fails makes it ``failed`` (exit 1).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+from krea_ops.errors import EXIT_BLOCKED, EXIT_FAILED, BadInput, KreaError, Unavailable
+from krea_ops.kube.cluster import ApiAnswer, Cluster
+from krea_ops.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef, client_secrets
+from krea_ops.kube.eviction import CONCURRENCY, EvictionResult, Outcome, evict_all
+from krea_ops.kube.times import rfc3339
+from krea_ops.kube.writes import update
+from krea_ops.runbook.audit import AuditLog
+from krea_ops.runbook.plan import Plan, PodRef, Step, StepKind
+
+POLL_S = 1.0  # how often a pod being deleted is looked at (kubectl drain: 1 s)
+
+
+@dataclass(frozen=True)
+class MadeCall:
+    method: str
+    path: str
+    about: str
+    status: int | None  # None: the server could not be reached
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.method, self.path, self.about)
+
+
+def about(method: str, path: str, body: Any) -> str:
+    """The object a call is about, read from its path (an Event: from its body)."""
+    parts = [unquote(p) for p in path.strip("/").split("/")]
+    if parts[-1] == "events" and isinstance(body, dict):
+        ref = body.get("involvedObject") or {}
+        where = f"{ref['namespace']}/" if ref.get("namespace") else ""
+        return f"event about {str(ref.get('kind', '')).lower()} {where}{ref.get('name', '')}"
+    if "nodes" in parts:
+        return f"node {parts[parts.index('nodes') + 1]}"
+    if "pods" in parts and "namespaces" in parts:
+        namespace = parts[parts.index("namespaces") + 1]
+        return f"pod {namespace}/{parts[parts.index('pods') + 1]}"
+    return "/".join(parts)
+
+
+class RecordingCluster(Cluster):
+    """``inner`` (every request goes through its ``request``), noting each call that is
+    not a GET in ``made``."""
+
+    def __init__(self, inner: Cluster) -> None:
+        super().__init__(inner.api, timeout_s=inner.timeout_s)
+        self.inner = inner
+        self.made: list[MadeCall] = []
+        self._made_lock = threading.Lock()
+
+    def request(
+        self,
+        what: str,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        content_type: str = "application/json",
+        query: dict[str, str | int | None] | None = None,
+    ) -> ApiAnswer:
+        status: int | None = None
+        try:
+            answer = self.inner.request(
+                what, method, path, body=body, content_type=content_type, query=query
+            )
+            status = answer.status
+            return answer
+        finally:
+            if method != "GET":
+                with self._made_lock:
+                    self.made.append(MadeCall(method, path, about(method, path, body), status))
+
+    def take(self) -> list[MadeCall]:
+        with self._made_lock:
+            out, self.made = self.made, []
+        return out
+
+
+@dataclass(frozen=True)
+class StepResult:
+    index: int
+    kind: StepKind
+    description: str
+    status: str  # done, unchanged, blocked, failed
+    lines: tuple[str, ...]  # what happened, one line each
+    made: tuple[MadeCall, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.index,
+            "kind": str(self.kind),
+            "description": self.description,
+            "status": self.status,
+            "lines": list(self.lines),
+            "calls": [
+                {"method": c.method, "path": c.path, "about": c.about, "http_status": c.status}
+                for c in self.made
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class RunResult:
+    plan: Plan
+    run_id: str
+    steps: tuple[StepResult, ...]
+    blocked: tuple[str, ...] = ()  # one line per pod still there, and what holds it
+    failed: tuple[str, ...] = ()
+    stopped: str | None = None  # the error that ended the run before its last step
+
+    @property
+    def status(self) -> str:
+        if self.failed or self.stopped:
+            return "failed"
+        return "blocked" if self.blocked else "done"
+
+    @property
+    def exit_code(self) -> int:
+        return {"failed": EXIT_FAILED, "blocked": EXIT_BLOCKED}.get(self.status, 0)
+
+    @property
+    def made(self) -> tuple[MadeCall, ...]:
+        return tuple(c for s in self.steps for c in s.made)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "blocked": list(self.blocked),
+            "failed": list(self.failed),
+            "stopped": self.stopped,
+            "steps": [s.as_dict() for s in self.steps],
+        }
+
+
+@dataclass
+class _Run:
+    """What the steps of one run learn about each other: pods left per node."""
+
+    left: dict[str, list[str]] = field(default_factory=dict)  # node -> lines
+    blocked: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+
+def execute(
+    cluster: Cluster,
+    plan: Plan,
+    *,
+    audit: AuditLog | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    wall: Callable[[], float] = time.time,
+    concurrency: int = CONCURRENCY,
+) -> RunResult:
+    """Run ``plan``'s steps in order. A refused plan raises before any call."""
+    if plan.refused:
+        raise BadInput(f"{plan.refused}; nothing was changed")
+    recording = RecordingCluster(cluster)
+    secrets = client_secrets(cluster)
+    run_id = uuid.uuid4().hex
+    base = {"run_id": run_id, "action": plan.action, "user": plan.user, "reason": plan.reason}
+    if audit is not None:
+        audit.append({**base, "record": "start", "time": rfc3339(wall()), "plan": plan.as_dict()})
+    state = _Run()
+    results: list[StepResult] = []
+    stopped: str | None = None
+    with EventRecorder(recording, secrets=secrets) as events:
+        for index, step in enumerate(plan.steps, 1):
+            try:
+                status, lines = _run_step(recording, events, plan, step, state, clock, concurrency)
+            except KreaError as exc:
+                status, lines, stopped = "failed", [str(exc)], str(exc)
+            result = StepResult(
+                index, step.kind, step.description, status, tuple(lines), tuple(recording.take())
+            )
+            results.append(result)
+            if audit is not None:
+                audit.append(
+                    {**base, "record": "step", "time": rfc3339(wall()), **result.as_dict()}
+                )
+            if stopped:
+                break
+    run = RunResult(
+        plan, run_id, tuple(results), tuple(state.blocked), tuple(state.failed), stopped
+    )
+    if audit is not None:
+        audit.append(
+            {
+                **base,
+                "record": "end",
+                "time": rfc3339(wall()),
+                "status": run.status,
+                "blocked": list(run.blocked),
+                "failed": list(run.failed),
+                "stopped": stopped,
+            }
+        )
+    return run
+
+
+def _run_step(
+    cluster: Cluster,
+    events: EventRecorder,
+    plan: Plan,
+    step: Step,
+    state: _Run,
+    clock: Callable[[], float],
+    concurrency: int,
+) -> tuple[str, list[str]]:
+    if step.kind is StepKind.UPDATE:
+        assert step.target is not None
+        written = update(cluster, step.target, *step.edits)
+        return ("done" if written.changed else "unchanged"), [written.summary()]
+    if step.kind is StepKind.EVENT:
+        spec = step.event
+        assert spec is not None
+        left = state.left.get(step.node or "", [])
+        if left and spec.blocked_reason:
+            note = f"{spec.note}; left on the node: {'; '.join(left)}"
+            recorded = events.record(
+                spec.regarding, WARNING, spec.blocked_reason, spec.action, note
+            )
+        else:
+            recorded = events.record(spec.regarding, NORMAL, spec.reason, spec.action, spec.note)
+        if recorded.error:  # events are best effort, as in Kubernetes
+            return "failed", [f"event not recorded: {recorded.error}"]
+        return "done", [f"event {recorded.namespace}/{recorded.name}"]
+    return _drain(cluster, events, plan, step, state, clock, concurrency)
+
+
+def _drain(
+    cluster: Cluster,
+    events: EventRecorder,
+    plan: Plan,
+    step: Step,
+    state: _Run,
+    clock: Callable[[], float],
+    concurrency: int,
+) -> tuple[str, list[str]]:
+    node = step.node or ""
+    timeout_s = float(plan.options.get("timeout_s", 300))
+    grace = plan.options.get("grace_period_s")
+    deadline = clock() + timeout_s
+    if step.kind is StepKind.DELETE:
+        results = [_delete(cluster, pod, grace) for pod in step.pods]
+    else:
+        results = evict_all(
+            cluster,
+            [(p.namespace, p.name, p.uid) for p in step.pods],
+            deadline=deadline,
+            concurrency=concurrency,
+            grace_period_s=grace,
+            clock=clock,
+        )
+    lines: list[str] = []
+    left: list[str] = []
+    verb = "deleted" if step.kind is StepKind.DELETE else "evicted"
+    for pod, result in zip(step.pods, results, strict=True):
+        if result.done and _gone(cluster, pod, deadline, clock):
+            lines.append(f"pod {pod.what} {verb}")
+            _pod_event(events, plan, pod, node, NORMAL, "Evicted", f"{verb} from node {node}")
+            continue
+        if result.done:
+            text = f"pod {pod.what} is still terminating after {timeout_s:g}s"
+        elif result.outcome is Outcome.BLOCKED:
+            budget = f"PodDisruptionBudget {pod.namespace}/{result.budget}"
+            text = f"pod {pod.what} held by {budget if result.budget else 'a budget'}"
+        else:
+            text = result.summary()
+        # the step's line (audit, Event) keeps the server's words; the exit line is short
+        lines.append(f"{text}: {result.message}" if result.message else text)
+        left.append(text)
+        failed = not result.done and result.outcome not in (Outcome.BLOCKED, Outcome.THROTTLED)
+        (state.failed if failed else state.blocked).append(text)
+        _pod_event(events, plan, pod, node, WARNING, "EvictionBlocked", lines[-1])
+    state.left[node] = left
+    return ("blocked" if left else "done"), lines
+
+
+def _pod_event(
+    events: EventRecorder, plan: Plan, pod: PodRef, node: str, type_: str, reason: str, note: str
+) -> None:
+    ref = ObjectRef("Pod", pod.name, pod.namespace, pod.uid)
+    why = f"{note} by krea-ops ({plan.action}, by {plan.user}"
+    why += f", reason: {plan.reason})" if plan.reason else ")"
+    events.record(ref, type_, reason, "Evict", why)
+
+
+def _delete(cluster: Cluster, pod: PodRef, grace: int | None) -> EvictionResult:
+    """``--force``: delete the pod (budgets are not consulted), UID as precondition."""
+    options: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "preconditions": {"uid": pod.uid},
+    }
+    if grace is not None:
+        options["gracePeriodSeconds"] = grace
+    path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
+    try:
+        answer = cluster.request(f"delete pod {pod.what}", "DELETE", path, body=options)
+    except Unavailable as exc:
+        return EvictionResult(pod.namespace, pod.name, Outcome.FAILED, str(exc))
+    if answer.ok:
+        return EvictionResult(pod.namespace, pod.name, Outcome.EVICTED, http_status=answer.status)
+    if answer.status in (404, 409):  # gone, or a new pod of that name (UID precondition)
+        return EvictionResult(pod.namespace, pod.name, Outcome.GONE, answer.message)
+    message = answer.message or f"HTTP {answer.status}"
+    return EvictionResult(
+        pod.namespace, pod.name, Outcome.FAILED, message, None, None, answer.status
+    )
+
+
+def _gone(cluster: Cluster, pod: PodRef, deadline: float, clock: Callable[[], float]) -> bool:
+    """Wait until the pod of that UID is no more (404, or a successor took its name)."""
+    path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
+    while True:
+        answer = cluster.request(f"get pod {pod.what}", "GET", path)
+        if answer.status == 404:
+            return True
+        uid = ((answer.body or {}).get("metadata") or {}).get("uid")
+        if answer.ok and uid != pod.uid:
+            return True
+        if clock() >= deadline:
+            return False
+        time.sleep(min(POLL_S, max(0.0, deadline - clock())))

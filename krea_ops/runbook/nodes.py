@@ -1,0 +1,583 @@
+"""``nodes evict`` and ``nodes restore`` as plans.
+
+Evict: cordon, taint ``krea.ai/unhealthy=<reason-slug>:NoSchedule`` and annotate
+``krea.ai/evicted-by|evicted-reason|evicted-at`` (one read-modify-write per node, every
+node before any pod is moved, so an evicted pod cannot land on the next node of the
+action), then evict every pod on the nodes through the Eviction API (``--force``:
+delete), DaemonSet and mirror pods excepted, as ``kubectl drain`` leaves them.
+
+Restore: remove our taint and annotations and uncordon, in one read-modify-write; every
+other taint, label and annotation stays, and so does a cordon someone else had set before
+the eviction (``krea.ai/evicted-cordoned-before``). A node without our marks is refused unless
+``force`` (someone else cordoned it, for a reason of theirs).
+
+Both plans are built from what the cluster holds now, so a second run plans nothing
+and a run killed between two steps plans what is left. Every node is read before
+anything is written: an unknown node, an empty reason, a share of the fleet beyond
+``max_share`` are refused with nothing written.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+from urllib.parse import quote
+
+from krea_ops.errors import BadInput
+from krea_ops.kube.cluster import PAGE_SIZE, VIRTUAL_NODE_LABEL, Cluster
+from krea_ops.kube.events import ObjectRef
+from krea_ops.kube.times import rfc3339
+from krea_ops.kube.writes import (
+    AddTaint,
+    Cordon,
+    Edit,
+    RemoveTaint,
+    SetAnnotations,
+    Uncordon,
+    merge_patch,
+    node,
+)
+from krea_ops.runbook.plan import (
+    Call,
+    EventSpec,
+    Finding,
+    Plan,
+    PodRef,
+    Severity,
+    Step,
+    StepKind,
+)
+
+TAINT_KEY = "krea.ai/unhealthy"
+TAINT_EFFECT = "NoSchedule"
+EVICTED_BY = "krea.ai/evicted-by"
+EVICTED_REASON = "krea.ai/evicted-reason"
+EVICTED_AT = "krea.ai/evicted-at"
+# set only when the node was already cordoned by someone else: restore leaves that cordon
+CORDONED_BEFORE = "krea.ai/evicted-cordoned-before"
+OUR_ANNOTATIONS = (EVICTED_BY, EVICTED_REASON, EVICTED_AT, CORDONED_BEFORE)
+JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+EVENTS_OF_NODES = "default"  # events about cluster-scoped objects live there
+DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_MAX_SHARE = 0.10
+
+Obj = dict[str, Any]
+
+
+def reason_slug(reason: str) -> str:
+    """The taint value for a reason: lower case, runs of anything else than letters and
+    digits as one ``-``, at most 63 characters, starting and ending alphanumeric (a label
+    value, which a taint value must be)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", reason.lower()).strip("-")[:63].strip("-")
+    return slug or "unspecified"
+
+
+def allowed_nodes(fleet: int, max_share: float) -> int:
+    """How many nodes one action may take offline: ``max_share`` of the fleet, rounded
+    down, and always one (a single bad node can always be evicted)."""
+    return max(1, math.floor(fleet * max_share + 1e-9))
+
+
+def _unique(names: Sequence[str]) -> tuple[str, ...]:
+    out: list[str] = []
+    for name in names:
+        if name and name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+def _read_nodes(cluster: Cluster, names: Sequence[str]) -> dict[str, Obj]:
+    """Every named node, read before any write; BadInput naming every missing one."""
+    if not names:
+        raise BadInput("name at least one node (krea-ops nodes list shows them)")
+    found: dict[str, Obj] = {}
+    missing: list[str] = []
+    for name in names:
+        answer = cluster.request(f"get node {name}", "GET", f"/api/v1/nodes/{quote(name)}")
+        if answer.status == 404:
+            missing.append(name)
+        elif not answer.ok or answer.body is None:
+            raise cluster.refusal(f"get node {name}", answer)
+        else:
+            found[name] = answer.body
+    if missing:
+        raise BadInput(
+            f"no such node: {', '.join(missing)} (krea-ops nodes list shows the nodes); "
+            "nothing was changed"
+        )
+    return found
+
+
+def _pages(cluster: Cluster, what: str, path: str, **query: str | None) -> list[Obj]:
+    items: list[Obj] = []
+    token: str | None = None
+    while True:
+        body = cluster.get(what, path, limit=PAGE_SIZE, **query, **{"continue": token})
+        items.extend(body.get("items") or ())
+        token = (body.get("metadata") or {}).get("continue")
+        if not token:
+            return items
+
+
+def _fleet_size(cluster: Cluster) -> int:
+    """Nodes that can be taken offline: every node but the virtual ones (a provider's
+    virtual-kubelet node is not capacity of ours)."""
+    key, value = VIRTUAL_NODE_LABEL
+    nodes = _pages(cluster, "list nodes", "/api/v1/nodes", labelSelector=f"{key}!={value}")
+    return len(nodes)
+
+
+def _changes(obj: Obj, edits: Iterable[Edit]) -> tuple[Obj, list[str]]:
+    changed: list[str] = []
+    for edit in edits:
+        out = edit.apply(obj)
+        if out is not None:
+            obj = out
+            changed.append(edit.describe())
+    return obj, changed
+
+
+def _update_step(name: str, obj: Obj, edits: tuple[Edit, ...], why: str) -> Step | None:
+    new, changed = _changes(obj, edits)
+    if not changed:
+        return None
+    version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    patch = merge_patch(obj, new)
+    patch.setdefault("metadata", {})["resourceVersion"] = version
+    target = node(name)
+    call = Call(
+        "PATCH",
+        target.path,
+        f"node {name}",
+        f"{why} (merge patch; on 409 re-read and re-applied)",
+        patch,
+        f"resourceVersion {version}",
+    )
+    return Step(
+        StepKind.UPDATE,
+        f"node {name}: {', '.join(changed)}",
+        (call,),
+        node=name,
+        target=target,
+        edits=edits,
+    )
+
+
+def _event_call(namespace: str, kind: str, name: str, why: str) -> Call:
+    where = f"{namespace}/" if kind != "node" else ""
+    return Call(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/events",
+        f"event about {kind} {where}{name}",
+        why,
+    )
+
+
+def _node_event(
+    name: str, obj: Obj, action: str, reason: str, note: str, blocked: str | None = None
+) -> Step:
+    ref = ObjectRef.of(obj, kind="Node", api_version="v1")
+    ref = ObjectRef(ref.kind, ref.name, "", ref.uid, ref.api_version)  # not a version
+    call = _event_call(EVENTS_OF_NODES, "node", name, f"audit: Event {reason} on node {name}")
+    return Step(
+        StepKind.EVENT,
+        f"record Event {reason} on node {name}"
+        + (f" ({blocked} if pods are left)" if blocked else ""),
+        (call,),
+        node=name,
+        event=EventSpec(ref, action, reason, note, blocked),
+    )
+
+
+# -- preflight ------------------------------------------------------------------------
+
+
+def _controller(pod: Obj) -> Obj | None:
+    for owner in (pod.get("metadata") or {}).get("ownerReferences") or ():
+        if owner.get("controller"):
+            return dict(owner)
+    return None
+
+
+def _stays(pod: Obj) -> str | None:
+    """Why a pod is not evicted (DaemonSet, mirror, already terminating), or None."""
+    meta = pod.get("metadata") or {}
+    if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
+        return "mirror pod (the kubelet runs it from a file)"
+    owner = _controller(pod)
+    if owner is not None and owner.get("kind") == "DaemonSet":
+        return f"DaemonSet {owner.get('name')}"
+    if meta.get("deletionTimestamp"):
+        return "already terminating"
+    return None
+
+
+def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """A LabelSelector (matchLabels and matchExpressions) against labels. ``None``
+    matches nothing and ``{}`` everything, as a policy/v1 PodDisruptionBudget's does."""
+    if selector is None:
+        return False
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions") or ():
+        key, op = expr.get("key"), expr.get("operator")
+        values = set(expr.get("values") or ())
+        present = key in labels
+        if op == "In" and not (present and labels[key] in values):
+            return False
+        if op == "NotIn" and present and labels[key] in values:
+            return False
+        if op == "Exists" and not present:
+            return False
+        if op == "DoesNotExist" and present:
+            return False
+    return True
+
+
+def _preflight(
+    pods: Mapping[str, list[Obj]], budgets: list[Obj], force: bool, timeout_s: float
+) -> list[Finding]:
+    findings: list[Finding] = []
+    gangs: dict[tuple[str, str], list[str]] = {}
+    for node_name, node_pods in pods.items():
+        for pod in node_pods:
+            meta = pod.get("metadata") or {}
+            ns, name = str(meta.get("namespace")), str(meta.get("name"))
+            labels = meta.get("labels") or {}
+            for pdb in budgets:
+                pmeta = pdb.get("metadata") or {}
+                if pmeta.get("namespace") != ns:
+                    continue
+                if not selector_matches((pdb.get("spec") or {}).get("selector"), labels):
+                    continue
+                allowed = (pdb.get("status") or {}).get("disruptionsAllowed")
+                if allowed == 0:
+                    then = (
+                        "--force deletes it anyway"
+                        if force
+                        else f"its eviction waits up to --timeout {timeout_s:g}s"
+                    )
+                    findings.append(
+                        Finding(
+                            "budget",
+                            Severity.BLOCKING,
+                            f"pod {ns}/{name} on {node_name}: PodDisruptionBudget "
+                            f"{ns}/{pmeta.get('name')} allows 0 disruptions now; {then}",
+                            node_name,
+                            (f"{ns}/{name}", f"{ns}/{pmeta.get('name')}"),
+                        )
+                    )
+            if _controller(pod) is None:
+                findings.append(
+                    Finding(
+                        "unmanaged",
+                        Severity.WARNING,
+                        f"pod {ns}/{name} on {node_name} has no controller: nothing recreates it",
+                        node_name,
+                        (f"{ns}/{name}",),
+                    )
+                )
+            volumes = [
+                str(v.get("name"))
+                for v in (pod.get("spec") or {}).get("volumes") or ()
+                if "emptyDir" in v
+            ]
+            if volumes:
+                findings.append(
+                    Finding(
+                        "emptydir",
+                        Severity.WARNING,
+                        f"pod {ns}/{name} on {node_name}: the data of emptyDir "
+                        f"{', '.join(volumes)} is deleted with it",
+                        node_name,
+                        (f"{ns}/{name}",),
+                    )
+                )
+            jobset = labels.get(JOBSET_LABEL)
+            if jobset:
+                gangs.setdefault((ns, jobset), []).append(f"{ns}/{name}")
+    for (ns, jobset), members in sorted(gangs.items()):
+        findings.append(
+            Finding(
+                "gang",
+                Severity.WARNING,
+                f"JobSet {ns}/{jobset} will restart: evicting {len(members)} of its pods "
+                f"({', '.join(members)})",
+                None,
+                (f"{ns}/{jobset}", *members),
+            )
+        )
+    return findings
+
+
+# -- the plans ------------------------------------------------------------------------
+
+
+def plan_evict(
+    cluster: Cluster,
+    names: Sequence[str],
+    *,
+    reason: str,
+    user: str,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    grace_period_s: int | None = None,
+    force: bool = False,
+    max_share: float = DEFAULT_MAX_SHARE,
+    now: Callable[[], float] = time.time,
+) -> Plan:
+    reason = (reason or "").strip()
+    if not reason:
+        raise BadInput("--reason must say why the node is evicted (it goes on the node)")
+    if timeout_s < 0:
+        raise BadInput("--timeout must be 0 or more seconds")
+    if grace_period_s is not None and grace_period_s < 0:
+        raise BadInput("--grace-period must be 0 or more seconds")
+    nodes = _unique(names)
+    objs = _read_nodes(cluster, nodes)
+    slug = reason_slug(reason)
+    at = rfc3339(now())
+
+    fleet = _fleet_size(cluster)
+    offline = [n for n in nodes if not (objs[n].get("spec") or {}).get("unschedulable")]
+    limit = allowed_nodes(fleet, max_share)
+    findings: list[Finding] = [
+        Finding(
+            "fleet-share",
+            Severity.INFO,
+            f"takes {len(offline)} of {fleet} nodes offline "
+            f"({100 * len(offline) / max(fleet, 1):.0f}%; --max-share {max_share:g} allows "
+            f"{limit})",
+        )
+    ]
+    refused = None
+    if len(offline) > limit:
+        refused = (
+            f"{len(offline)} nodes is more than --max-share {max_share:g} of the fleet "
+            f"({limit} of {fleet} nodes); raise --max-share to do this"
+        )
+        findings.append(Finding("fleet-share", Severity.BLOCKING, refused))
+
+    cordon: list[Step] = []
+    for name in nodes:
+        obj = objs[name]
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        marks = {
+            EVICTED_BY: user,
+            EVICTED_REASON: reason,
+            # the first eviction's time stays: a re-run or a resumed run changes nothing
+            EVICTED_AT: annotations.get(EVICTED_AT) or at,
+        }
+        if (obj.get("spec") or {}).get("unschedulable") and not evicted_by_us(obj):
+            marks[CORDONED_BEFORE] = "true"  # someone else's cordon: restore keeps it
+        edits: tuple[Edit, ...] = (
+            Cordon(),
+            AddTaint(TAINT_KEY, slug, TAINT_EFFECT),
+            SetAnnotations(marks),
+        )
+        step = _update_step(name, obj, edits, "take the node out of scheduling")
+        if step is None:
+            findings.append(
+                Finding(
+                    "already",
+                    Severity.INFO,
+                    f"node {name} is already cordoned, tainted and annotated",
+                    name,
+                )
+            )
+            continue
+        cordon.append(step)
+        note = f"cordoned and tainted {TAINT_KEY}={slug}:{TAINT_EFFECT} by {user}: {reason}"
+        cordon.append(_node_event(name, obj, "Cordon", "Cordoned", note))
+
+    pods: dict[str, list[Obj]] = {}
+    stays: list[Finding] = []
+    for name in nodes:
+        selector = f"spec.nodeName={name},status.phase!=Succeeded,status.phase!=Failed"
+        listed = _pages(cluster, f"list pods on {name}", "/api/v1/pods", fieldSelector=selector)
+        moving: list[Obj] = []
+        for pod in sorted(
+            listed, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])
+        ):
+            why = _stays(pod)
+            meta = pod["metadata"]
+            if why is None:
+                moving.append(pod)
+            else:
+                stays.append(
+                    Finding(
+                        "stays",
+                        Severity.INFO,
+                        f"pod {meta['namespace']}/{meta['name']} on {name} stays: {why}",
+                        name,
+                        (f"{meta['namespace']}/{meta['name']}",),
+                    )
+                )
+        pods[name] = moving
+    budgets: list[Obj] = []
+    if any(pods.values()):
+        budgets = _pages(
+            cluster, "list poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets"
+        )
+    findings.extend(_preflight(pods, budgets, force, timeout_s))
+    findings.extend(stays)
+
+    drain: list[Step] = []
+    refs: dict[str, tuple[PodRef, ...]] = {}
+    for name in nodes:
+        node_pods = tuple(
+            PodRef(p["metadata"]["namespace"], p["metadata"]["name"], p["metadata"].get("uid", ""))
+            for p in pods[name]
+        )
+        refs[name] = node_pods
+        if not node_pods:
+            continue
+        calls: list[Call] = []
+        for ref in node_pods:
+            path = f"/api/v1/namespaces/{quote(ref.namespace)}/pods/{quote(ref.name)}"
+            if force:
+                calls.append(
+                    Call(
+                        "DELETE",
+                        path,
+                        f"pod {ref.what}",
+                        "--force: delete, PodDisruptionBudgets not consulted",
+                        None,
+                        f"uid {ref.uid}",
+                    )
+                )
+            else:
+                calls.append(
+                    Call(
+                        "POST",
+                        f"{path}/eviction",
+                        f"pod {ref.what}",
+                        "evict through the Eviction API (429 from a budget retried, 1 s "
+                        f"doubling to 30 s, until --timeout {timeout_s:g}s)",
+                        None,
+                        f"uid {ref.uid}",
+                    )
+                )
+            calls.append(
+                _event_call(
+                    ref.namespace, "pod", ref.name, f"audit: Event about pod {ref.what}'s eviction"
+                )
+            )
+        kind = StepKind.DELETE if force else StepKind.EVICT
+        verb = "delete" if force else "evict"
+        drain.append(
+            Step(
+                kind,
+                f"{verb} {len(node_pods)} pods from node {name}",
+                tuple(calls),
+                parallel=True,
+                node=name,
+                pods=node_pods,
+            )
+        )
+        note = f"drained by {user}: {reason}"
+        drain.append(
+            _node_event(name, objs[name], "Drain", "Drained", note, blocked="DrainBlocked")
+        )
+
+    return Plan(
+        action="nodes evict",
+        nodes=nodes,
+        reason=reason,
+        user=user,
+        steps=(*cordon, *drain),
+        findings=tuple(findings),
+        options={
+            "timeout_s": timeout_s,
+            "grace_period_s": grace_period_s,
+            "force": force,
+            "max_share": max_share,
+        },
+        pods=refs,
+        fleet_nodes=fleet,
+        refused=refused,
+    )
+
+
+def evicted_by_us(obj: Obj) -> bool:
+    """The node carries our annotation or our taint."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    taints = (obj.get("spec") or {}).get("taints") or ()
+    return EVICTED_BY in annotations or any(t.get("key") == TAINT_KEY for t in taints)
+
+
+def plan_restore(
+    cluster: Cluster,
+    names: Sequence[str],
+    *,
+    user: str,
+    force: bool = False,
+    reason: str | None = None,
+) -> Plan:
+    nodes = _unique(names)
+    objs = _read_nodes(cluster, nodes)
+    findings: list[Finding] = []
+    refused: list[str] = []
+    steps: list[Step] = []
+    for name in nodes:
+        obj = objs[name]
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        keep_cordon = annotations.get(CORDONED_BEFORE) == "true" and not force
+        edits: tuple[Edit, ...] = (
+            RemoveTaint(TAINT_KEY, TAINT_EFFECT),
+            SetAnnotations(dict.fromkeys(OUR_ANNOTATIONS)),
+            *(() if keep_cordon else (Uncordon(),)),
+        )
+        if keep_cordon:
+            findings.append(
+                Finding(
+                    "cordoned-before",
+                    Severity.WARNING,
+                    f"node {name} was cordoned before krea-ops evicted it: it stays cordoned "
+                    "(kubectl uncordon, or restore --force, lifts that)",
+                    name,
+                )
+            )
+        step = _update_step(name, obj, edits, "undo nodes evict")
+        if step is None:
+            findings.append(
+                Finding("already", Severity.INFO, f"node {name} is already restored", name)
+            )
+            continue
+        if not evicted_by_us(obj):
+            if not force:
+                refused.append(name)
+                continue
+            findings.append(
+                Finding(
+                    "not-ours",
+                    Severity.WARNING,
+                    f"node {name} was not evicted by krea-ops (no {EVICTED_BY}); "
+                    "--force uncordons it anyway",
+                    name,
+                )
+            )
+        steps.append(step)
+        note = f"restored (uncordoned, {TAINT_KEY} removed) by {user}"
+        note += f": {reason}" if reason else ""
+        steps.append(_node_event(name, obj, "Restore", "Restored", note))
+    if refused:
+        raise BadInput(
+            f"node {', '.join(refused)} was not evicted by krea-ops (no {EVICTED_BY} "
+            "annotation, no krea.ai/unhealthy taint): someone else cordoned it; pass --force "
+            "to uncordon it anyway; nothing was changed"
+        )
+    return Plan(
+        action="nodes restore",
+        nodes=nodes,
+        reason=reason,
+        user=user,
+        steps=tuple(steps),
+        findings=tuple(findings),
+        options={"force": force},
+        fleet_nodes=0,
+    )
