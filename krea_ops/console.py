@@ -23,7 +23,7 @@ import dataclasses
 import threading
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from krea_ops.errors import KreaError, Unavailable
 from krea_ops.fleet import FleetSnapshot, collect_ahead, load_fleet
@@ -132,6 +132,29 @@ class ConsoleReads(Protocol):
     def history(self, node: str) -> GpuHistory | None: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class ConsoleActions(Protocol):
+    """The runbook's writes both UI layers make: plans first, then the one executor. A
+    ``Console`` has them; a recorded stand-in of the reads does not, and the dashboard
+    then offers no actions."""
+
+    def plan_evict(
+        self,
+        nodes: Collection[str],
+        *,
+        reason: str,
+        timeout_s: float = 300.0,
+        grace_period_s: int | None = None,
+        force: bool = False,
+    ) -> Plan: ...
+
+    def plan_restore(
+        self, nodes: Collection[str], *, force: bool = False, reason: str | None = None
+    ) -> Plan: ...
+
+    def execute(self, plan: Plan) -> RunResult: ...
 
 
 class Console:

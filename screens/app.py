@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import on
 from textual.app import App, ComposeResult
@@ -32,18 +32,24 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Static
 from textual.worker import Worker, WorkerState
 
-from krea_ops.console import ConsoleReads, FleetScope
+from krea_ops.console import ConsoleActions, ConsoleReads, FleetScope
 from krea_ops.fleet import FleetSnapshot
 from screens.base import DataScreen
 from screens.messages import (
+    ActionDone,
+    ActionFailed,
     BurstLoaded,
     DataFailed,
     FleetLoaded,
     Loaded,
     NodeLoaded,
+    PlanReady,
     QueueLoaded,
     TrainingLoaded,
 )
+
+if TYPE_CHECKING:
+    from krea_ops.runbook.plan import Plan
 
 SCREENS_ORDER = ("fleet", "fabric", "queue", "burst", "training")
 SLOW_READ_S = 10.0  # a read in flight this long (or 3 refreshes) is said to be slow
@@ -260,7 +266,10 @@ class KreaOpsApp(App[None]):
         screen = self.screen
         if isinstance(screen, DataScreen):
             keys = []
+            action_keys = {k for k, _ in screen.ACTIONS}  # listed under Actions, or hidden
             for b in screen.BINDINGS:
+                if isinstance(b, Binding) and b.key in action_keys:
+                    continue
                 if isinstance(b, Binding):
                     keys.append((b.key_display or b.key, b.description))
                 elif isinstance(b, tuple):
@@ -268,6 +277,8 @@ class KreaOpsApp(App[None]):
             title = getattr(screen, "SCREEN_TITLE", type(screen).__name__)
             if keys:
                 sections.append((title, keys))
+            if screen.ACTIONS and self.actions is not None:
+                sections.append(("Actions", list(screen.ACTIONS)))
             if screen.ACTIONS_COMING and not self.read_only:
                 sections.append(
                     (
@@ -456,6 +467,106 @@ class KreaOpsApp(App[None]):
                     screen.data_failed(message.key, message.error)
         self._update_status()
 
+    # -- runbook actions ----------------------------------------------------------------
+
+    @property
+    def actions(self) -> ConsoleActions | None:
+        """The console's writes; None in read-only mode or on a console without them."""
+        if self.read_only or not isinstance(self.session, ConsoleActions):
+            return None
+        return self.session
+
+    def can_act(self, title: str) -> bool:
+        """True if actions are available; otherwise says why, once, and False."""
+        if self.actions is not None:
+            return True
+        why = "read-only mode" if self.read_only else "this console has no cluster to act on"
+        self.notify(f"{title}: not available ({why})", severity="warning")
+        return False
+
+    def start_action(self, title: str, make_plan: Callable[[ConsoleActions], Plan]) -> None:
+        """Plan an action on a worker (nothing is written), then show the plan in the
+        confirm dialog; the executor runs it only after Run."""
+        actions = self.actions
+        if actions is None or not self.can_act(title):
+            return
+
+        def work() -> None:
+            try:
+                plan = make_plan(actions)
+            except Exception as exc:  # BadInput, Unavailable, RBAC: one line
+                self.post_message(ActionFailed(title, _first_line(exc)))
+                return
+            self.post_message(PlanReady(title, plan))
+
+        self.notify(f"{title}: planning (reading the cluster; nothing is written yet)…")
+        self.run_worker(
+            work, group="action", thread=True, exclusive=True, exit_on_error=False,
+            description=f"planning {title}",
+        )  # fmt: skip
+
+    @on(PlanReady)
+    def _plan_ready(self, message: PlanReady) -> None:
+        from screens.dialogs import ConfirmScreen, OutcomeScreen
+
+        plan, title = message.plan, message.title
+        if plan.writes_nothing and not plan.refused:
+            self.push_screen(OutcomeScreen(f"{title}: nothing to do", plan.lines(), ok=True))
+            return
+
+        def decided(run: bool | None) -> None:
+            if run:
+                self._execute(title, plan)
+
+        self.push_screen(
+            ConfirmScreen(
+                title, plan.lines(), nodes=len(plan.nodes), numbered=False, refused=plan.refused
+            ),
+            decided,
+        )
+
+    def _execute(self, title: str, plan: Plan) -> None:
+        actions = self.actions
+        if actions is None:
+            return
+
+        def work() -> None:
+            try:
+                result = actions.execute(plan)
+            except Exception as exc:
+                self.post_message(ActionFailed(title, _first_line(exc)))
+                return
+            self.post_message(ActionDone(title, result))
+
+        self.notify(f"{title}: running…")
+        self.run_worker(
+            work, group="action", thread=True, exclusive=True, exit_on_error=False,
+            description=f"running {title}",
+        )  # fmt: skip
+
+    @on(ActionDone)
+    def _action_done(self, message: ActionDone) -> None:
+        from screens.dialogs import OutcomeScreen
+
+        result = message.result
+        lines = [f"{s.index}. {s.description}: {s.status}" for s in result.steps]
+        for step in result.steps:
+            lines.extend(f"     {line}" for line in step.lines)
+        if result.blocked:
+            lines.append("Still there (what holds them):")
+            lines.extend(f"  {line}" for line in result.blocked)
+        lines.extend(f"Failed: {line}" for line in result.failed)
+        if result.stopped:
+            lines.append(f"Stopped: {result.stopped}")
+        lines.append(f"Audit: run {result.run_id}")
+        ok = result.status == "done"
+        self.push_screen(OutcomeScreen(f"{message.title}: {result.status}", lines, ok=ok))
+        self.action_refresh_now()
+
+    @on(ActionFailed)
+    def _action_failed(self, message: ActionFailed) -> None:
+        self.notify(f"{message.title}: {message.error}", severity="error", timeout=15)
+
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """The one place worker errors land (a loader raising past its own handler)."""
         worker = event.worker
@@ -510,3 +621,8 @@ class KreaOpsApp(App[None]):
 
     async def on_unmount(self) -> None:
         self.session.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -38,6 +38,9 @@ class DataScreen(Screen[None]):
     (``telemetry.dialects.GROUPS``; None: every family). The verdicts are always read."""
     HELP: ClassVar[str] = ""
     """One paragraph for the help screen: what this screen shows."""
+    ACTIONS: ClassVar[tuple[tuple[str, str], ...]] = ()
+    """(key, action) pairs of the runbook actions this screen offers; listed in help
+    unless the dashboard is read-only or its console cannot write."""
     ACTIONS_COMING: ClassVar[tuple[tuple[str, str], ...]] = ()
     """(key, action) pairs the runbook issue will add here; shown in help as coming."""
 
@@ -102,6 +105,35 @@ class DataScreen(Screen[None]):
             self._refocus()
             return
         self.krea.action_go_back()
+
+    # -- node actions (the node screen's node, the fleet screen's cursor) ---------------
+
+    def action_node(self) -> str | None:
+        """The node ``e`` and ``R`` act on; None: none here."""
+        return None
+
+    def action_evict(self) -> None:
+        node = self.action_node()
+        if node is None:
+            self.notify("no node selected", severity="warning")
+            return
+        from screens.dialogs import ReasonScreen
+
+        def reasoned(reason: str | None) -> None:
+            if reason:
+                self.krea.start_action(
+                    f"evict {node}", lambda actions: actions.plan_evict([node], reason=reason)
+                )
+
+        if self.krea.can_act(f"evict {node}"):
+            self.app.push_screen(ReasonScreen(f"Evict {node}"), reasoned)
+
+    def action_restore(self) -> None:
+        node = self.action_node()
+        if node is None:
+            self.notify("no node selected", severity="warning")
+            return
+        self.krea.start_action(f"restore {node}", lambda actions: actions.plan_restore([node]))
 
     def on_screen_resume(self) -> None:
         # show what arrived while another screen was on top

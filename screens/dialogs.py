@@ -45,22 +45,38 @@ class ConfirmScreen(ModalScreen[bool]):
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, title: str, plan: list[str], *, nodes: int = 1) -> None:
+    def __init__(
+        self,
+        title: str,
+        plan: list[str],
+        *,
+        nodes: int = 1,
+        numbered: bool = True,
+        refused: str | None = None,
+    ) -> None:
         super().__init__()
         self.title_text = title
         self.plan = plan
         self.nodes = nodes
+        self.numbered = numbered  # False: the lines are numbered already (a runbook Plan)
+        self.refused = refused  # why this plan must not run: shown, with Cancel alone
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="confirm-body"):
             yield Static(Text(self.title_text, style="bold"))
-            yield Static("\n".join(f"{i}. {step}" for i, step in enumerate(self.plan, 1)))
-            if self.nodes > 1:
+            if self.numbered:
+                yield Static("\n".join(f"{i}. {step}" for i, step in enumerate(self.plan, 1)))
+            else:
+                yield Static(Text("\n".join(self.plan)), id="confirm-plan")
+            if self.refused:
+                yield Static(Text(f"Refused: {self.refused}", style="bold red"))
+            elif self.nodes > 1:
                 yield Static(f"This affects {self.nodes} nodes: type {self.nodes} to confirm.")
                 yield Input(placeholder=str(self.nodes), id="confirm-count")
             with Horizontal():
                 yield Button("Cancel", id="cancel", variant="primary")
-                yield Button("Run", id="run", variant="error")
+                if not self.refused:
+                    yield Button("Run", id="run", variant="error")
 
     def on_mount(self) -> None:
         self.query_one("#cancel", Button).focus()
@@ -78,3 +94,61 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def action_cancel(self) -> None:
         self.dismiss(False)
+
+
+class ReasonScreen(ModalScreen[str | None]):
+    """Asks why (the audit's ``--reason``) before an action is planned; Esc cancels, an
+    empty reason is not accepted."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, title: str) -> None:
+        super().__init__()
+        self.title_text = title
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="confirm-body"):
+            yield Static(Text(self.title_text, style="bold"))
+            yield Static("Why? (recorded in the audit log, the node's annotations and Events)")
+            yield Input(placeholder="e.g. GPU 3 at 88 C", id="reason")
+            yield Static(
+                Text("Enter plans the action (nothing is written yet); Esc cancels.", style="dim")
+            )
+
+    def on_mount(self) -> None:
+        self.query_one("#reason", Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        reason = event.value.strip()
+        if not reason:
+            self.notify("a reason is needed", severity="warning")
+            return
+        self.dismiss(reason)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class OutcomeScreen(ModalScreen[None]):
+    """What an action did, step by step (and what held it, when a budget did)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "close", "Close"),
+        Binding("enter", "close", "Close"),
+    ]
+
+    def __init__(self, title: str, lines: list[str], *, ok: bool) -> None:
+        super().__init__()
+        self.title_text = title
+        self.lines = lines
+        self.ok = ok
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="confirm-body"):
+            yield Static(Text(self.title_text, style="bold" if self.ok else "bold red"))
+            yield Static(Text("\n".join(self.lines)), id="outcome")
+            yield Static(Text("Esc or Enter closes.", style="dim"))
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -93,8 +93,13 @@ class FleetScreen(DataScreen):
     FAMILIES: ClassVar[tuple[str, ...] | None] = ("gpu",)  # the heatmap's readings
     FILTER_FOCUS = "#heatmap"
     HELP = "Every GPU as a cell, one row per node; nodes that need attention first."
-    ACTIONS_COMING = (("e", "evict the node under the cursor"), ("R", "restore it"))
+    ACTIONS = (
+        ("e", "evict the node under the cursor (asks why, shows the plan)"),
+        ("R", "restore the node under the cursor"),
+    )
     BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("e", "evict", "Evict", show=False),
+        Binding("R", "restore", "Restore", show=False),
         Binding("t", "metric('temperature')", "Temperature"),
         Binding("a", "metric('tensor')", "Tensor activity"),
         Binding("u", "metric('util')", "Busy time"),
@@ -175,6 +180,9 @@ class FleetScreen(DataScreen):
         i = SORT_MODES.index(heatmap.sort_mode)
         heatmap.sort_mode = SORT_MODES[(i + 1) % len(SORT_MODES)]
         self._legend()
+
+    def action_node(self) -> str | None:
+        return self.query_one(GpuHeatmap).cursor_key or None
 
     def action_open_node(self) -> None:
         key = self.query_one(GpuHeatmap).cursor_key

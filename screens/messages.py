@@ -12,6 +12,8 @@ if TYPE_CHECKING:
     from krea_ops.console import FleetScope, NodeDetail, QueueReading
     from krea_ops.fleet import FleetSnapshot
     from krea_ops.queue import WhyReport
+    from krea_ops.runbook.execute import RunResult
+    from krea_ops.runbook.plan import Plan
     from krea_ops.training.runs import TrainingRun
 
 
@@ -100,6 +102,35 @@ class WhyFailed(Message):
     def __init__(self, key: str, error: str) -> None:
         super().__init__()
         self.key = key
+        self.error = error
+
+
+class PlanReady(Message):
+    """An action's plan, built on a worker from the cluster as it is now: the app shows it
+    in the confirm dialog. ``title``: what the operator asked for (``evict gpu-node-003``)."""
+
+    def __init__(self, title: str, plan: Plan) -> None:
+        super().__init__()
+        self.title = title
+        self.plan = plan
+
+
+class ActionDone(Message):
+    """The executor ran a plan the operator confirmed; ``result`` has each step's outcome."""
+
+    def __init__(self, title: str, result: RunResult) -> None:
+        super().__init__()
+        self.title = title
+        self.result = result
+
+
+class ActionFailed(Message):
+    """Planning or running an action stopped with a one-line ``error`` (bad input, the
+    API server gone, RBAC)."""
+
+    def __init__(self, title: str, error: str) -> None:
+        super().__init__()
+        self.title = title
         self.error = error
 
 

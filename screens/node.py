@@ -321,8 +321,13 @@ class NodeScreen(DataScreen):
         "activity), recent temperature and tensor history, InfiniBand ports, NVLink links "
         "with problems, and the pods on it."
     )
-    ACTIONS_COMING = (("e", "evict this node"), ("R", "restore this node"))
+    ACTIONS = (
+        ("e", "evict this node: cordon, taint, drain (asks why, shows the plan)"),
+        ("R", "restore this node: undo our evict"),
+    )
     BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("e", "evict", "Evict", show=False),
+        Binding("R", "restore", "Restore", show=False),
         Binding("g", "focus_table('gpus')", "GPUs"),
         Binding("i", "focus_table('ib')", "InfiniBand"),
         Binding("p", "focus_table('pods')", "Pods"),
@@ -369,6 +374,9 @@ class NodeScreen(DataScreen):
             loaded = self.krea.latest(kind)
             if loaded is not None:
                 self.update_data(loaded)
+
+    def action_node(self) -> str | None:
+        return self.node
 
     def action_focus_table(self, table_id: str) -> None:
         table = self.query_one(f"#{table_id}", DataTable)

@@ -1,0 +1,175 @@
+"""The dashboard's node actions: `e` asks why, plans (nothing written), shows the plan in
+a dialog that starts on Cancel, and runs it only after Run; `R` restores; read-only mode
+and Esc write nothing. Against a simulated API server, with the real Console."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.widgets import Button, Static
+
+from krea_ops.console import Console
+from krea_ops.kube.cluster import Cluster
+from krea_ops.settings import load_settings
+from krea_ops.sim.local import LocalApiServer
+from screens.app import KreaOpsApp
+from screens.dialogs import ConfirmScreen, OutcomeScreen, ReasonScreen
+from tests.kube.conftest import cluster, sim
+from tests.runbook.conftest import fleet, node_obj, pod_names, pod_on
+from tests.screens.conftest import wait_until
+
+__all__ = ["cluster", "sim"]
+
+NODE = "gpu-node-001"
+OUR_TAINT = "krea.ai/unhealthy"
+
+
+@pytest.fixture
+def nodes(cluster: Cluster) -> Cluster:
+    fleet(cluster, 12)  # one node is within the default 10 % share
+    pod_on(cluster, NODE, "web-1")
+    return cluster
+
+
+@pytest.fixture
+def audit(tmp_path: Path) -> Path:
+    return tmp_path / "audit.jsonl"
+
+
+def make_app(sim: LocalApiServer, audit: Path, **settings: Any) -> KreaOpsApp:
+    values = {
+        "kubeconfig": str(sim.kubeconfig),
+        "prometheus_url": "http://127.0.0.1:9",  # no telemetry: nodes read UNKNOWN
+        "audit_log": str(audit),
+        **settings,
+    }
+    console = Console(load_settings(values, env={}))
+    return KreaOpsApp(console, refresh_s=60.0, read_only=bool(settings.get("dashboard_read_only")))
+
+
+@pytest.fixture
+def quiet_config(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("KREA_OPS_CONFIG", "/nonexistent/krea-ops.yaml")
+    yield
+
+
+def taint_keys(cluster: Cluster) -> list[str]:
+    return [t["key"] for t in node_obj(cluster, NODE)["spec"].get("taints") or []]
+
+
+def dialog_text(app: KreaOpsApp) -> str:
+    return "\n".join(str(w.render()) for w in app.screen.query(Static))
+
+
+def test_evict_from_the_node_screen_asks_why_shows_the_plan_then_runs_it(
+    sim: LocalApiServer, nodes: Cluster, audit: Path, quiet_config: None
+) -> None:
+    async def body() -> None:
+        app = make_app(sim, audit)
+        async with app.run_test(size=(140, 50)) as pilot:
+            app.open_node(NODE)
+            await pilot.pause(0.2)
+            actions = dict(dict(app.help_sections()).get("Actions", []))
+            assert set(actions) == {"e", "R"} and "evict this node" in actions["e"]
+            await pilot.press("e")
+            await wait_until(pilot, lambda: isinstance(app.screen, ReasonScreen))
+            # an empty reason is not accepted: the dialog stays
+            await pilot.press("enter")
+            await pilot.pause(0.1)
+            assert isinstance(app.screen, ReasonScreen)
+            for key in "hot gpu":
+                await pilot.press("space" if key == " " else key)
+            await pilot.press("enter")
+            confirm = await wait_until(
+                pilot, lambda: app.screen if isinstance(app.screen, ConfirmScreen) else None
+            )
+            text = dialog_text(app)
+            assert f"PATCH /api/v1/nodes/{NODE}" in text
+            assert "/eviction" in text and "web-1" in text
+            assert f"{OUR_TAINT}=hot-gpu:NoSchedule" in text
+            # planning wrote nothing, and the dialog starts on Cancel
+            assert OUR_TAINT not in taint_keys(nodes)
+            assert not node_obj(nodes, NODE)["spec"].get("unschedulable")
+            assert app.focused is confirm.query_one("#cancel", Button)
+            await pilot.press("tab")  # to Run
+            assert app.focused is confirm.query_one("#run", Button)
+            await pilot.press("enter")
+            outcome = await wait_until(
+                pilot,
+                lambda: app.screen if isinstance(app.screen, OutcomeScreen) else None,
+                timeout=90,
+            )
+            assert outcome.title_text == f"evict {NODE}: done", outcome.lines
+            assert node_obj(nodes, NODE)["spec"]["unschedulable"] is True
+            assert OUR_TAINT in taint_keys(nodes)
+            assert pod_names(nodes, NODE) == []
+            records = [json.loads(line) for line in audit.read_text().splitlines()]
+            assert records and {r.get("reason") for r in records if "reason" in r} == {"hot gpu"}
+            await pilot.press("escape")
+
+            # R restores: the same dialog, then our taint and cordon are gone
+            await pilot.press("R")
+            confirm = await wait_until(
+                pilot, lambda: app.screen if isinstance(app.screen, ConfirmScreen) else None
+            )
+            assert f"PATCH /api/v1/nodes/{NODE}" in dialog_text(app)
+            await pilot.press("tab", "enter")
+            outcome = await wait_until(
+                pilot,
+                lambda: app.screen if isinstance(app.screen, OutcomeScreen) else None,
+                timeout=60,
+            )
+            assert outcome.title_text == f"restore {NODE}: done", outcome.lines
+            assert OUR_TAINT not in taint_keys(nodes)
+            assert not node_obj(nodes, NODE)["spec"].get("unschedulable")
+
+    asyncio.run(body())
+
+
+def test_escape_on_the_plan_writes_nothing(
+    sim: LocalApiServer, nodes: Cluster, audit: Path, quiet_config: None
+) -> None:
+    async def body() -> None:
+        app = make_app(sim, audit)
+        async with app.run_test(size=(140, 50)) as pilot:
+            app.open_node(NODE)
+            await pilot.pause(0.2)
+            await pilot.press("e")
+            await wait_until(pilot, lambda: isinstance(app.screen, ReasonScreen))
+            for key in "flaky":
+                await pilot.press(key)
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await pilot.press("escape")
+            await pilot.pause(0.5)
+            assert not isinstance(app.screen, (ConfirmScreen, OutcomeScreen))
+        assert OUR_TAINT not in taint_keys(nodes)
+        assert not node_obj(nodes, NODE)["spec"].get("unschedulable")
+        assert pod_names(nodes, NODE) == ["default/web-1"]
+        assert not audit.exists()
+
+    asyncio.run(body())
+
+
+def test_read_only_offers_no_action(
+    sim: LocalApiServer, nodes: Cluster, audit: Path, quiet_config: None
+) -> None:
+    async def body() -> None:
+        app = make_app(sim, audit, dashboard_read_only=True)
+        async with app.run_test(size=(140, 50)) as pilot:
+            app.open_node(NODE)
+            await pilot.pause(0.2)
+            await pilot.press("e")
+            await pilot.pause(0.3)
+            assert not isinstance(app.screen, (ReasonScreen, ConfirmScreen))
+            sections = dict(app.help_sections())
+            assert "Actions" not in sections
+        assert OUR_TAINT not in taint_keys(nodes)
+        assert not audit.exists()
+
+    asyncio.run(body())
