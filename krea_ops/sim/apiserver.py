@@ -34,6 +34,7 @@ from urllib.parse import parse_qs
 import yaml
 
 from krea_ops.kube import times
+from krea_ops.sim import apply as ssa
 from krea_ops.sim import builtins, errors
 from krea_ops.sim.errors import ApiError
 from krea_ops.sim.patch import PatchError, json_merge_patch, json_patch, strategic_merge_patch
@@ -375,6 +376,63 @@ def _pod_ready(pod: dict[str, Any]) -> bool:
     return False
 
 
+def _at_path(obj: dict[str, Any], path: str) -> Any:
+    """The value at a simple JSON path (``.spec.replicas``), or None."""
+    value: Any = obj
+    for part in [p for p in path.split(".") if p]:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+def _set_path(obj: dict[str, Any], path: str, value: Any) -> None:
+    parts = [p for p in path.split(".") if p]
+    target = obj
+    for part in parts[:-1]:
+        nxt = target.get(part)
+        if not isinstance(nxt, dict):
+            nxt = target[part] = {}
+        target = nxt
+    target[parts[-1]] = value
+
+
+def _field_manager(req: Request | None) -> str:
+    """managerOrUserAgent (fieldmanager): ``?fieldManager=``, else the User-Agent up to
+    its first ``/`` (the official Python client is ``OpenAPI-Generator``)."""
+    if req is None:
+        return "kube-apiserver"
+    name = req.query.get("fieldManager")
+    if name:
+        return name
+    return req.headers.get("user-agent", "").split("/")[0][:128]
+
+
+def _set_managed(obj: dict[str, Any], managed: list[dict[str, Any]] | None) -> None:
+    meta = _meta(obj)
+    if managed:
+        meta["managedFields"] = managed
+    else:
+        meta.pop("managedFields", None)
+
+
+def _patch_options_invalid(field_path: str, detail: str, kind: str = "Required") -> ApiError:
+    """ValidatePatchOptions' error: ``PatchOptions.meta.k8s.io "" is invalid: ...``."""
+    reason = {"Required": "FieldValueRequired", "Forbidden": "FieldValueForbidden"}[kind]
+    message = f"{field_path}: {kind}{' value' if kind == 'Required' else ''}: {detail}"
+    return ApiError(
+        422,
+        "Invalid",
+        f'PatchOptions.meta.k8s.io "" is invalid: {message}',
+        {
+            "group": "meta.k8s.io",
+            "kind": "PatchOptions",
+            "causes": [{"reason": reason, "message": message.split(": ", 1)[1],
+                        "field": field_path}],
+        },
+    )
+
+
 # What a binding or an eviction that was carried out answers (a Status, not the object).
 _CREATED = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
@@ -678,7 +736,7 @@ class ApiServer:
                 raise errors.method_not_allowed()
             return self._bind(req, rt, ns, name)
         if sub == "scale":
-            raise errors.method_not_allowed("scale is not served by the simulator")
+            return self._scale(req, rt, ns, name)
         if method == "GET":
             entry = self._get_entry(rt, ns, name)
             return self._respond(req, rt, 200, entry.obj)
@@ -689,8 +747,8 @@ class ApiServer:
             )
             return self._respond(req, rt, 200, updated)
         if method == "PATCH":
-            updated = self._patch(req, rt, ns, name, status=sub == "status")
-            return self._respond(req, rt, 200, updated)
+            patched, was_created = self._patch(req, rt, ns, name, status=sub == "status")
+            return self._respond(req, rt, 201 if was_created else 200, patched)
         if method == "DELETE":
             if sub:
                 raise errors.method_not_allowed()
@@ -869,8 +927,16 @@ class ApiServer:
             raise errors.bad_request(f"strict decoding error: {listed}")
 
     def _create(
-        self, rt: ResourceType, ns: str, body: Any, *, dry_run: bool, req: Request | None = None
+        self,
+        rt: ResourceType,
+        ns: str,
+        body: Any,
+        *,
+        dry_run: bool,
+        req: Request | None = None,
+        managed: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
+        """``managed``: the managedFields an apply computed (else an Update is recorded)."""
         obj = self._check_type(rt, body)
         self._strict_fields(req, rt, obj)
         meta = _meta(obj)
@@ -909,6 +975,9 @@ class ApiServer:
         self._validate(rt, obj)
         if rt.kind == "CustomResourceDefinition":
             obj = self._accept_crd(obj)
+        if managed is None:
+            managed = self._managed_update(req, rt, None, obj, "")
+        _set_managed(obj, managed)
         if dry_run:
             return obj
         name = obj["metadata"]["name"]
@@ -978,7 +1047,13 @@ class ApiServer:
         dry_run: bool,
         expect_rv: int | None = None,
         req: Request | None = None,
+        subresource: str | None = None,
+        managed: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
+        """``subresource`` names the one written (default: status or none) for the
+        managedFields entry; ``managed`` is what an apply computed."""
+        if subresource is None:
+            subresource = "status" if status else ""
         obj = self._check_type(rt, body)
         self._strict_fields(req, rt, obj)
         meta = _meta(obj)
@@ -999,6 +1074,9 @@ class ApiServer:
             if expect_rv is not None and expect_rv != current.rv:
                 raise errors.conflict(rt.group, rt.plural, name)
             new = self._merge_update(rt, current.obj, obj, status=status)
+            if managed is None:
+                managed = self._managed_update(req, rt, current.obj, new, subresource)
+            _set_managed(new, managed)
             if new == current.obj:
                 return current.obj  # no-op updates do not bump the resourceVersion
             self._validate(rt, new, current.obj)
@@ -1019,6 +1097,26 @@ class ApiServer:
                 raise errors.conflict(rt.group, rt.plural, name) from None
             self._written(rt, entry.obj)
             return entry.obj
+
+    def _managed_update(
+        self,
+        req: Request | None,
+        rt: ResourceType,
+        old: dict[str, Any] | None,
+        new: dict[str, Any],
+        subresource: str,
+    ) -> list[dict[str, Any]] | None:
+        """The managedFields after a create/update/patch: an Update entry for its manager."""
+        return ssa.record_update(
+            old,
+            new,
+            manager=_field_manager(req),
+            subresource=subresource,
+            api_version=rt.api_version,
+            now=self._stamp(),
+            node=ssa.root_node(rt.group, rt.kind, rt.schema),
+            has_status=rt.has_status,
+        )
 
     def _graceful_pending(self, rt: ResourceType, obj: dict[str, Any]) -> bool:
         """A pod whose kubelet still has to finish its graceful termination."""
@@ -1094,11 +1192,18 @@ class ApiServer:
 
     def _patch(
         self, req: Request, rt: ResourceType, ns: str, name: str, *, status: bool
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], bool]:
+        """The patched object, and whether the patch created it (an apply can)."""
         ctype = req.headers.get("content-type", "").split(";")[0].strip()
         kind = PATCH_TYPES.get(ctype)
-        if kind is None or kind == "apply":
+        if kind is None:
             raise errors.unsupported_media_type(ctype or "none")
+        if kind == "apply":
+            return self._apply(req, rt, ns, name, subresource="status" if status else "")
+        if req.query.get("force") not in (None, ""):
+            raise _patch_options_invalid(
+                "force", "may not be specified for non-apply patch", "Forbidden"
+            )
         if kind == "strategic" and rt.is_custom:
             raise ApiError(
                 415,
@@ -1138,7 +1243,82 @@ class ApiServer:
                 dry_run=self._dry_run(req),
                 expect_rv=expect if expect is not None else current.rv,
                 req=req,
+            ), False
+
+    def _apply(
+        self, req: Request, rt: ResourceType, ns: str, name: str, *, subresource: str
+    ) -> tuple[dict[str, Any], bool]:
+        """Server-side apply (the apply patcher of k8s.io/apiserver's patch.go): create the
+        object when it does not exist, else merge the applied configuration by field
+        manager; the result goes through the same defaulting and validation as an update.
+        Returns (the object, whether it was created)."""
+        manager = req.query.get("fieldManager", "")
+        if not manager:
+            # k8s.io/apimachinery .../apis/meta/v1/validation ValidatePatchOptions
+            raise _patch_options_invalid("fieldManager", "is required for apply patch")
+        force_raw = req.query.get("force", "")
+        if force_raw not in ("", "true", "false", "1", "0"):
+            raise errors.bad_request(f"invalid value for force: {force_raw!r}")
+        force = force_raw in ("true", "1")
+        config = _parse_body(req)
+        if not isinstance(config, dict):
+            raise errors.bad_request("the body of the request was not a JSON object")
+        if not config.get("apiVersion") or not config.get("kind"):
+            missing = "apiVersion" if not config.get("apiVersion") else "kind"
+            raise errors.bad_request(f"error decoding YAML: Object '{missing}' is missing")
+        config = self._check_type(rt, config)
+        self._strict_fields(req, rt, config)
+        meta = _meta(config)
+        if meta.get("managedFields") is not None:
+            raise errors.bad_request("metadata.managedFields must be nil")
+        if meta.get("name") not in (None, name):
+            raise errors.bad_request(
+                f"the name of the object ({meta.get('name')}) does not match the name on the "
+                f"URL ({name})"
             )
+        meta["name"] = name
+        node = ssa.root_node(rt.group, rt.kind, rt.schema)
+        dry_run = self._dry_run(req)
+        with self.store.lock:
+            entry = self.store.get(rt.key, ns, name)
+            live = None if entry is None else entry.obj
+            try:
+                merged, managed = ssa.apply(
+                    live,
+                    config,
+                    manager=manager,
+                    force=force,
+                    subresource=subresource,
+                    api_version=rt.api_version,
+                    now=self._stamp(),
+                    node=node,
+                    has_status=rt.has_status,
+                )
+            except ssa.ApplyConflict as exc:
+                raise ApiError(409, "Conflict", str(exc), {"causes": exc.causes()}) from None
+            if entry is None:
+                if subresource:
+                    raise errors.not_found(rt.group, rt.plural, name)
+                if ns and self.store.get("/namespaces", "", ns) is None:
+                    raise errors.not_found("", "namespaces", ns)
+                created = self._create(rt, ns, merged, dry_run=dry_run, req=req, managed=managed)
+                return created, True
+            # The real server defaults every object it decodes: what the apply pruned and
+            # has a default comes back as the default.
+            merged = self._prepare(rt, merged)
+            updated = self._update(
+                rt,
+                ns,
+                name,
+                merged,
+                status=subresource == "status",
+                dry_run=dry_run,
+                expect_rv=_rv_of(config) if meta.get("resourceVersion") else entry.rv,
+                req=req,
+                subresource=subresource,
+                managed=managed,
+            )
+            return updated, False
 
     # -- delete -----------------------------------------------------------------------
 
@@ -1331,6 +1511,130 @@ class ApiServer:
                 entry = self.store.update(rt.key, ns, name, pod, expect_rv=current.rv)
                 self._written(rt, entry.obj)
         return Response.json(201, _CREATED)
+
+    def _scale_paths(self, rt: ResourceType) -> tuple[str, str, str]:
+        """(specReplicasPath, statusReplicasPath, labelSelectorPath); for a built-in
+        kind the selector path is empty: it is formatted from ``spec.selector``."""
+        if rt.is_custom:
+            crd = self.store.get("apiextensions.k8s.io/customresourcedefinitions", "", rt.crd_name)
+            for v in load_crd_versions(crd.obj) if crd else []:
+                if v.version == rt.version and v.scale_subresource is not None:
+                    scale = v.scale_subresource
+                    return (
+                        str(scale.get("specReplicasPath") or ""),
+                        str(scale.get("statusReplicasPath") or ""),
+                        str(scale.get("labelSelectorPath") or ""),
+                    )
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        return ".spec.replicas", ".status.replicas", ""
+
+    def _to_scale(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        """The autoscaling/v1 Scale of an object (scaleFromDeployment in apps' storage,
+        scaleFromCustomResource in apiextensions' for custom resources)."""
+        spec_path, status_path, selector_path = self._scale_paths(rt)
+        meta = obj["metadata"]
+        scale_meta = {
+            k: meta[k]
+            for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+            if k in meta
+        }
+        replicas = _at_path(obj, spec_path)
+        status: dict[str, Any] = {"replicas": int(_at_path(obj, status_path) or 0)}
+        if selector_path:
+            selector = _at_path(obj, selector_path)
+            if isinstance(selector, str) and selector:
+                status["selector"] = selector
+        else:
+            status["selector"] = str(
+                label_selector_from_spec((obj.get("spec") or {}).get("selector"))
+            )
+        spec = {"replicas": int(replicas)} if replicas else {}
+        return {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": scale_meta,
+            "spec": spec,
+            "status": status,
+        }
+
+    def _scale(self, req: Request, rt: ResourceType, ns: str, name: str) -> Response:
+        """GET/PUT/PATCH of ``.../{name}/scale``: the Scale view of the object; a write
+        sets the object's spec replicas (recorded for its manager with subresource scale)."""
+        if req.method == "GET":
+            return Response.json(200, self._to_scale(rt, self._get_entry(rt, ns, name).obj))
+        if req.method not in ("PUT", "PATCH"):
+            raise errors.method_not_allowed()
+        with self.store.lock:
+            entry = self._get_entry(rt, ns, name)
+            current = self._to_scale(rt, entry.obj)
+            put = req.method == "PUT"
+            wanted = _parse_body(req) if put else self._patch_scale(req, current)
+            if not isinstance(wanted, dict) or wanted.get("kind", "Scale") != "Scale":
+                raise errors.bad_request("the body of the request was not a Scale")
+            wmeta = wanted.get("metadata") or {}
+            if wmeta.get("name") not in (None, name):
+                raise errors.bad_request(
+                    f"the name of the object ({wmeta.get('name')}) does not match the name on "
+                    f"the URL ({name})"
+                )
+            replicas = (wanted.get("spec") or {}).get("replicas", 0)
+            if not isinstance(replicas, int) or isinstance(replicas, bool):
+                raise errors.bad_request(
+                    "json: cannot unmarshal string into Go struct field ScaleSpec.spec.replicas "
+                    "of type int32"
+                )
+            if replicas < 0:
+                # ValidateScale in k8s.io/kubernetes pkg/apis/autoscaling/validation
+                raise errors.invalid(
+                    "autoscaling",
+                    "Scale",
+                    name,
+                    [
+                        FieldError(
+                            "FieldValueInvalid",
+                            "spec.replicas",
+                            f"Invalid value: {replicas}: must be greater than or equal to 0",
+                        )
+                    ],
+                )
+            expect = _rv_of(wanted)
+            if expect is not None and expect != entry.rv:
+                raise errors.conflict(rt.group, rt.plural, name)
+            updated = copy.deepcopy(entry.obj)
+            spec_path = self._scale_paths(rt)[0]
+            _set_path(updated, spec_path, replicas)
+            result = self._update(
+                rt,
+                ns,
+                name,
+                updated,
+                status=False,
+                dry_run=self._dry_run(req),
+                expect_rv=entry.rv,
+                req=req,
+                subresource="scale",
+            )
+        return Response.json(200, self._to_scale(rt, result))
+
+    def _patch_scale(self, req: Request, current: dict[str, Any]) -> Any:
+        ctype = req.headers.get("content-type", "").split(";")[0].strip()
+        kind = PATCH_TYPES.get(ctype)
+        if kind is None:
+            raise errors.unsupported_media_type(ctype or "none")
+        patch = _parse_body(req)
+        try:
+            if kind == "json":
+                return json_patch(current, patch)
+            if kind == "merge" or kind == "apply":
+                if kind == "apply" and not req.query.get("fieldManager"):
+                    raise _patch_options_invalid("fieldManager", "is required for apply patch")
+                return json_merge_patch(current, patch)
+            if not isinstance(patch, dict):
+                raise errors.bad_request("the body of the request was not a JSON object")
+            return strategic_merge_patch(current, patch, "Scale", "autoscaling")
+        except PatchError as exc:
+            code = 422 if exc.reason == "Invalid" else 400
+            raise ApiError(code, exc.reason, str(exc)) from None
 
     def pdb_status(self, pdb: dict[str, Any]) -> dict[str, Any]:
         """What the disruption controller would write into a budget's status now."""
