@@ -36,6 +36,7 @@ import yaml
 from krea_ops.kube import times
 from krea_ops.sim import apply as ssa
 from krea_ops.sim import builtins, errors
+from krea_ops.sim import logs as podlogs
 from krea_ops.sim.errors import ApiError
 from krea_ops.sim.patch import PatchError, json_merge_patch, json_patch, strategic_merge_patch
 from krea_ops.sim.resources import BUILTIN, GROUP_ORDER, ResourceType
@@ -138,6 +139,7 @@ class WatchStream:
     """A streaming watch response: iterate ``events()`` for newline-delimited JSON."""
 
     events: Any  # Callable[[], Iterator[bytes]]
+    content_type: str = "application/json"  # text/plain for a followed log
 
 
 # ---------------------------------------------------------------------------------------
@@ -298,6 +300,8 @@ def _subresource_entries(rt: ResourceType) -> list[dict[str, Any]]:
             entry.update(
                 group="autoscaling", version="v1", kind="Scale", verbs=["get", "patch", "update"]
             )
+        elif sub == "log":
+            entry.update(kind="Pod", verbs=["get"])
         out.append(entry)
     return out
 
@@ -506,6 +510,9 @@ class ApiServer:
         self._rng = random.Random()
         from krea_ops.sim.kcm import ControllerManager
 
+        # Container logs: the world's actors write them (krea_ops.sim.logs), pods/log reads.
+        self.logs = podlogs.for_state(state_dir)
+        self._state_dir = state_dir
         self.controllers = ControllerManager(self)
         self._bootstrap(crds)
         self.controllers.start()
@@ -548,6 +555,8 @@ class ApiServer:
         self._closing.set()
         self.controllers.stop()
         self.store.wake_watchers()
+        self.logs.wake()
+        podlogs.forget(self._state_dir)
         self.store.close()
 
     # -- entry point ----------------------------------------------------------------------
@@ -737,6 +746,8 @@ class ApiServer:
             return self._bind(req, rt, ns, name)
         if sub == "scale":
             return self._scale(req, rt, ns, name)
+        if sub == "log":
+            return self._pod_log(req, rt, ns, name)
         if method == "GET":
             entry = self._get_entry(rt, ns, name)
             return self._respond(req, rt, 200, entry.obj)
@@ -1635,6 +1646,150 @@ class ApiServer:
         except PatchError as exc:
             code = 422 if exc.reason == "Invalid" else 400
             raise ApiError(code, exc.reason, str(exc)) from None
+
+    def _pod_log(
+        self, req: Request, rt: ResourceType, ns: str, name: str
+    ) -> Response | WatchStream:
+        """``GET .../pods/{name}/log``: the apiserver's PodLogOptions checks and container
+        choice (pkg/registry/core/pod/strategy.go LogLocation), then the kubelet's
+        (validateContainerLogStatus in pkg/kubelet/kubelet_pods.go), over the log store."""
+        if req.method != "GET":
+            raise errors.method_not_allowed()
+        pod = self._get_entry(rt, ns, name).obj
+        spec, status = pod.get("spec") or {}, pod.get("status") or {}
+        q = req.query
+        containers = [str(c.get("name")) for c in spec.get("containers") or []]
+        inits = [str(c.get("name")) for c in spec.get("initContainers") or []]
+        container = q.get("container", "")
+        if not container:
+            if len(containers) == 1:
+                container = containers[0]
+            elif not containers:
+                raise errors.bad_request(f"a container name must be specified for pod {name}")
+            else:
+                why = (
+                    f"a container name must be specified for pod {name}, choose one of: "
+                    f"[{' '.join(containers)}]"
+                )
+                if inits:
+                    why += f" or one of the init containers: [{' '.join(inits)}]"
+                raise errors.bad_request(why)
+        elif container not in containers + inits:
+            raise errors.bad_request(f"container {container} is not valid for pod {name}")
+        tail = _int_param(q, "tailLines")
+        limit = _int_param(q, "limitBytes")
+        since_s = _int_param(q, "sinceSeconds")
+        since_time = q.get("sinceTime") or None
+        problems = []
+
+        def invalid(path: str, value: int, why: str) -> None:
+            problems.append(FieldError("FieldValueInvalid", path, f"Invalid value: {value}: {why}"))
+
+        if tail is not None and tail < 0:
+            invalid("tailLines", tail, "must be greater than or equal to 0")
+        if limit is not None and limit < 1:
+            invalid("limitBytes", limit, "must be greater than 0")
+        if since_s is not None and since_time is not None:
+            problems.append(
+                FieldError(
+                    "FieldValueForbidden",
+                    "",
+                    "Forbidden: at most one of `sinceTime` or `sinceSeconds` may be specified",
+                )
+            )
+        elif since_s is not None and since_s < 1:
+            invalid("sinceSeconds", since_s, "must be greater than 0")
+        if problems:
+            # ValidatePodLogOptions (pkg/apis/core/validation)
+            raise errors.invalid("", "PodLogOptions", name, problems)
+        if not spec.get("nodeName"):
+            return Response(200, b"", "text/plain")  # no host yet: an empty log
+        statuses = (status.get("containerStatuses") or []) + (
+            status.get("initContainerStatuses") or []
+        )
+        cs = next((c for c in statuses if c.get("name") == container), None)
+        if cs is None:
+            raise errors.bad_request(f'container "{container}" in pod "{name}" is not available')
+        state, last = cs.get("state") or {}, (cs.get("lastState") or {}).get("terminated")
+        previous = q.get("previous") in ("true", "1")
+        if previous:
+            if not last or not last.get("containerID"):
+                raise errors.bad_request(
+                    f'previous terminated container "{container}" in pod "{name}" not found'
+                )
+            cid = str(last["containerID"])
+        elif state.get("running") is not None:
+            cid = str(cs.get("containerID") or "")
+        elif state.get("terminated") is not None:
+            cid = str(state["terminated"].get("containerID") or cs.get("containerID") or "")
+            if not cid and last and last.get("containerID"):
+                cid = str(last["containerID"])
+            if not cid:
+                raise errors.bad_request(f'container "{container}" in pod "{name}" is terminated')
+        elif last and last.get("containerID"):
+            cid = str(last["containerID"])
+        else:
+            reason = (state.get("waiting") or {}).get("reason") or "ContainerCreating"
+            raise errors.bad_request(
+                f'container "{container}" in pod "{name}" is waiting to start: {reason}'
+            )
+        image = str(cs.get("image") or "")
+        started = podlogs.started_at(cs if not previous else {"state": {"terminated": last}},
+                                     podlogs.now())
+        seed = None if previous else (lambda: podlogs.banner(pod, container, image, started))
+        lines = self.logs.read(cid, seed)
+        end_seq = lines[-1].seq if lines else 0
+        since: float | None = None
+        if since_s is not None:
+            since = podlogs.now() - since_s
+        elif since_time is not None:
+            since = times.parse_time(since_time)
+            if since is None:
+                raise errors.bad_request(f"invalid value for sinceTime: {since_time!r}")
+        shown = podlogs.since_filter(lines, since)
+        if tail is not None:
+            shown = shown[-tail:] if tail else []
+        timestamps = q.get("timestamps") in ("true", "1")
+        body = podlogs.render(shown, timestamps)
+        if limit is not None:
+            body = body[:limit]
+        follow = q.get("follow") in ("true", "1") and not previous
+        if not follow or state.get("running") is None or limit is not None:
+            return Response(200, body, "text/plain")
+        return WatchStream(
+            lambda: self._follow_log(rt, ns, name, cid, body, end_seq, timestamps),
+            content_type="text/plain",
+        )
+
+    def _follow_log(
+        self, rt: ResourceType, ns: str, name: str, cid: str, first: bytes, seq: int,
+        timestamps: bool,
+    ) -> Iterator[bytes]:
+        """``follow=true``: what is there, then each line as it is written, until the
+        container instance stops running (or the pod goes)."""
+        yield first
+        checked = time.monotonic()
+        while not self._closing.is_set():
+            new = self.logs.after(cid, seq)
+            if new:
+                seq = new[-1].seq
+                yield podlogs.render(new, timestamps)
+            if time.monotonic() - checked >= 1.0:
+                checked = time.monotonic()
+                entry = self.store.get(rt.key, ns, name)
+                statuses = ((entry.obj.get("status") or {}).get("containerStatuses") or []
+                            if entry else [])
+                running = any(
+                    c.get("containerID") == cid and (c.get("state") or {}).get("running")
+                    for c in statuses
+                )
+                if not running:
+                    rest = self.logs.after(cid, seq)
+                    if rest:
+                        yield podlogs.render(rest, timestamps)
+                    return
+            self.logs.wait(1.0)
+            yield b""  # lets the HTTP layer notice a client that went away
 
     def pdb_status(self, pdb: dict[str, Any]) -> dict[str, Any]:
         """What the disruption controller would write into a budget's status now."""
