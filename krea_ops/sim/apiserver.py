@@ -186,6 +186,7 @@ class Registry:
                     storage_version=next(x.version for x in load_crd_versions(crd) if x.storage),
                     served_versions=tuple(x.version for x in load_crd_versions(crd) if x.served),
                     crd_name=crd["metadata"]["name"],
+                    extra={"selectable_fields": _selectable_fields(crd, v.version)},
                 )
             )
         with self._lock:
@@ -251,6 +252,17 @@ class Registry:
             (rt for (g, v, _), rt in self._by_gvr.items() if g == group and v == version),
             key=lambda rt: rt.plural,
         )
+
+
+def _selectable_fields(crd: dict[str, Any], version: str) -> tuple[str, ...]:
+    """The ``selectableFields`` jsonPaths a CRD version declares (field selectors on them
+    are served, as by the apiextensions apiserver since 1.31)."""
+    for v in (crd.get("spec") or {}).get("versions") or []:
+        if v.get("name") == version:
+            return tuple(
+                str(f["jsonPath"]) for f in v.get("selectableFields") or [] if f.get("jsonPath")
+            )
+    return ()
 
 
 def _version_priority(version: str) -> tuple[int, int, int]:
@@ -820,7 +832,12 @@ class ApiServer:
     def _selectors(self, req: Request, rt: ResourceType) -> tuple[LabelSelector, FieldSelector]:
         supported: Any = FIELD_SELECTORS.get((rt.group, rt.kind))
         if supported is None:
-            supported = crd_field_selectors(rt.group, rt.kind, namespaced=rt.namespaced)
+            supported = crd_field_selectors(
+                rt.group,
+                rt.kind,
+                namespaced=rt.namespaced,
+                selectable_fields=rt.extra.get("selectable_fields", ()),
+            )
         try:
             labels = parse_label_selector(req.query.get("labelSelector", ""))
             fields = parse_field_selector(req.query.get("fieldSelector", ""), supported)
