@@ -1291,9 +1291,12 @@ class ApiServer:
         config = _parse_body(req)
         if not isinstance(config, dict):
             raise errors.bad_request("the body of the request was not a JSON object")
-        if not config.get("apiVersion") or not config.get("kind"):
-            missing = "apiVersion" if not config.get("apiVersion") else "kind"
-            raise errors.bad_request(f"error decoding YAML: Object '{missing}' is missing")
+        if config.get("apiVersion") != rt.api_version:
+            # structuredmerge.go: the applied object must be of the endpoint's version
+            raise errors.bad_request(
+                "Incorrect version specified in apply patch. Specified patch version: "
+                f"{config.get('apiVersion') or ''}, expected: {rt.api_version}"
+            )
         config = self._check_type(rt, config)
         self._strict_fields(req, rt, config)
         meta = _meta(config)
