@@ -365,7 +365,12 @@ def compare(old: dict[str, Any], new: dict[str, Any], node: Node) -> tuple[Tree,
             if sub is not None:
                 changed["f:" + k] = sub
             continue
-        c, r = _compare_value(a, b, child, k)
+        if a == {} and isinstance(b, dict) and b and not child.atomic_map:
+            # An empty map that gains fields: they are added, the map itself was there.
+            sub = _value_set(b, child, added=True, key=k) or {}
+            changed["f:" + k] = {f: t for f, t in sub.items() if f != "."} or {}
+            continue
+        c, r = _compare_value(a, b, child)
         if c is not None:
             changed["f:" + k] = c
         if r:
@@ -376,7 +381,7 @@ def compare(old: dict[str, Any], new: dict[str, Any], node: Node) -> tuple[Tree,
     return changed, removed
 
 
-def _compare_value(a: Any, b: Any, node: Node, key: str) -> tuple[Tree | None, Tree | None]:
+def _compare_value(a: Any, b: Any, node: Node) -> tuple[Tree | None, Tree | None]:
     if isinstance(a, dict) and isinstance(b, dict) and a and b and not node.atomic_map:
         c, r = compare(a, b, node)
         return c or None, r or None
