@@ -1753,6 +1753,8 @@ class ApiServer:
             raise errors.bad_request(
                 f'container "{container}" in pod "{name}" is waiting to start: {reason}'
             )
+        if not cid:  # a status without a container ID: one ring per pod and container
+            cid = f"{pod['metadata'].get('uid')}/{container}"
         image = str(cs.get("image") or "")
         started = podlogs.started_at(cs if not previous else {"state": {"terminated": last}},
                                      podlogs.now())

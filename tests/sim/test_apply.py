@@ -307,3 +307,50 @@ def test_kubectl_scale(kubectl: Kubectl, api: client.ApiClient) -> None:
     )
     got = apps.read_namespaced_deployment_scale("web", "default")
     assert got.spec.replicas == 4
+
+
+POOL_CRD = """apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: pools.example.com}
+spec:
+  group: example.com
+  names: {kind: Pool, plural: pools, singular: pool}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources:
+      status: {}
+      scale:
+        specReplicasPath: .spec.size
+        statusReplicasPath: .status.ready
+        labelSelectorPath: .status.selector
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {type: object, properties: {size: {type: integer}}}
+          status:
+            type: object
+            properties: {ready: {type: integer}, selector: {type: string}}
+"""
+
+
+@needs_kubectl
+def test_kubectl_scale_of_a_custom_resource(kubectl: Kubectl, api: client.ApiClient) -> None:
+    kubectl("apply", "-f", "-", stdin=POOL_CRD)
+    pool = "apiVersion: example.com/v1\nkind: Pool\nmetadata: {name: p}\nspec: {size: 2}\n"
+    kubectl("apply", "--server-side", "-f", "-", stdin=pool)
+    custom = client.CustomObjectsApi(api)
+    custom.patch_namespaced_custom_object_status(
+        "example.com", "v1", "default", "pools", "p",
+        {"status": {"ready": 2, "selector": "app=pool"}},
+    )
+    kubectl("scale", "pool", "p", "--replicas=5")
+    assert kubectl("get", "pool", "p", "-o", "jsonpath={.spec.size}").stdout == "5"
+    scale = json.loads(
+        kubectl("get", "--raw", "/apis/example.com/v1/namespaces/default/pools/p/scale").stdout
+    )
+    assert scale["spec"] == {"replicas": 5}
+    assert scale["status"] == {"replicas": 2, "selector": "app=pool"}
