@@ -25,8 +25,8 @@ merge list without key is a set, every other list is atomic), with the key sets 
 OpenAPI of ``k8s.io/api`` declares where they differ (container ports by
 ``containerPort`` and ``protocol``, ...). Custom resources follow their schema's
 ``x-kubernetes-list-type`` / ``x-kubernetes-list-map-keys`` / ``x-kubernetes-map-type``.
-Not modelled: the cap of ten ``Update`` entries (``ancient-changes``), unions, and the
-Go zero values of every built-in struct (a newly added nested struct other than
+Past ten ``Update`` entries the oldest fold into ``ancient-changes``, as upstream. Not
+modelled: unions, and the Go zero values of every built-in struct (a newly added nested struct other than
 ``metadata``/``spec``/``status``/``template``/``strategy`` is marked as a member, ``.``).
 """
 
@@ -597,7 +597,48 @@ def record_update(
         own = without_subtrees(mine.get("fieldsV1"), removed or None)
         if own:
             out.append({**mine, "fieldsV1": own})
-    return _sorted(out) or None
+    return _sorted(_cap_updaters(out)) or None
+
+
+MAX_UPDATE_MANAGERS = 10
+ANCIENT = "ancient-changes"
+
+
+def _cap_updaters(entries: list[Entry]) -> list[Entry]:
+    """capManagersManager (fieldmanager/internal/capmanagers.go): past ten Update entries,
+    the oldest are merged, per apiVersion, into one ``ancient-changes`` entry."""
+    updaters = [e for e in entries if e.get("operation") == UPDATE]
+    if len(updaters) <= MAX_UPDATE_MANAGERS:
+        return entries
+    updaters.sort(key=lambda e: (str(e.get("time", "")), _identifier(e)))
+    gone: set[int] = set()
+    first: dict[str, Entry] = {}
+    buckets: dict[str, Entry] = {}
+    length = len(updaters)
+    for e in updaters:
+        if length <= MAX_UPDATE_MANAGERS:
+            break
+        version = str(e.get("apiVersion", ""))
+        if version not in first:
+            first[version] = e
+            continue
+        bucket = buckets.get(version)
+        if bucket is None:
+            seed = first[version]
+            gone.add(id(seed))
+            bucket = buckets[version] = {
+                "manager": ANCIENT,
+                "operation": UPDATE,
+                "apiVersion": version,
+                "time": seed.get("time"),
+                "fieldsType": "FieldsV1",
+                "fieldsV1": seed.get("fieldsV1") or {},
+            }
+        bucket["fieldsV1"] = union(e.get("fieldsV1") or {}, bucket["fieldsV1"]) or {}
+        bucket["time"] = e.get("time")  # the merged update's, the more recent
+        gone.add(id(e))
+        length -= 1
+    return [e for e in entries if id(e) not in gone] + list(buckets.values())
 
 
 @dataclass

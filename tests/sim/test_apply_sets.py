@@ -157,3 +157,23 @@ def test_conflict_message_lists_managers_in_identifier_order() -> None:
         '- .spec.template\nconflicts with "kube-controller-manager" using apps/v1:\n'
         "- .spec.replicas"
     )
+
+
+def test_more_than_ten_updaters_fold_into_ancient_changes() -> None:
+    node = ssa.root_node("", "ConfigMap", None)
+    obj: dict = {"metadata": {"name": "c"}, "data": {}}
+    for i in range(12):
+        new = {**obj, "data": {**obj["data"], f"k{i}": "v"}}
+        managed = ssa.record_update(
+            obj, new, manager=f"m{i:02d}", subresource="", api_version="v1", now=f"t{i:02d}",
+            node=node, has_status=False,
+        )  # fmt: skip
+        obj = {**new, "metadata": {"name": "c", "managedFields": managed}}
+    entries = obj["metadata"]["managedFields"]
+    assert len(entries) == 10
+    (ancient,) = [e for e in entries if e["manager"] == "ancient-changes"]
+    # m00..m02 folded (the oldest), stamped with the newest of them.
+    assert ancient["fieldsV1"] == {"f:data": {"f:k0": {}, "f:k1": {}, "f:k2": {}}}
+    assert ancient["time"] == "t02"
+    kept = {f"m{i:02d}" for i in range(3, 12)}
+    assert {e["manager"] for e in entries} == {"ancient-changes"} | kept
