@@ -1224,21 +1224,14 @@ class ApiServer:
         """The patched object, and whether the patch created it (an apply can)."""
         ctype = req.headers.get("content-type", "").split(";")[0].strip()
         kind = PATCH_TYPES.get(ctype)
-        if kind is None:
-            raise errors.unsupported_media_type(ctype or "none")
+        accepted = [t for t, k in PATCH_TYPES.items() if k != "strategic" or not rt.is_custom]
+        if kind is None or ctype not in accepted:
+            raise errors.unsupported_media_type(accepted)
         if kind == "apply":
             return self._apply(req, rt, ns, name, subresource="status" if status else "")
         if req.query.get("force") not in (None, ""):
             raise _patch_options_invalid(
                 "force", "may not be specified for non-apply patch", "Forbidden"
-            )
-        if kind == "strategic" and rt.is_custom:
-            raise ApiError(
-                415,
-                "UnsupportedMediaType",
-                "the body of the request was in an unknown format - accepted media "
-                "types include: application/json-patch+json, "
-                "application/merge-patch+json, application/apply-patch+yaml",
             )
         patch = _parse_body(req)
         with self.store.lock:
@@ -1651,7 +1644,7 @@ class ApiServer:
         ctype = req.headers.get("content-type", "").split(";")[0].strip()
         kind = PATCH_TYPES.get(ctype)
         if kind is None:
-            raise errors.unsupported_media_type(ctype or "none")
+            raise errors.unsupported_media_type(list(PATCH_TYPES))
         patch = _parse_body(req)
         try:
             if kind == "json":

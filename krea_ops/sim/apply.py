@@ -26,8 +26,9 @@ OpenAPI of ``k8s.io/api`` declares where they differ (container ports by
 ``containerPort`` and ``protocol``, ...). Custom resources follow their schema's
 ``x-kubernetes-list-type`` / ``x-kubernetes-list-map-keys`` / ``x-kubernetes-map-type``.
 Past ten ``Update`` entries the oldest fold into ``ancient-changes``, as upstream. Not
-modelled: unions, and the Go zero values of every built-in struct (a newly added nested struct other than
-``metadata``/``spec``/``status``/``template``/``strategy`` is marked as a member, ``.``).
+modelled: unions, and the Go zero values of every built-in struct (a newly added nested
+struct other than ``metadata``/``spec``/``status``/``template``/``strategy`` is marked
+as a member, ``.``).
 """
 
 from __future__ import annotations

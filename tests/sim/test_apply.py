@@ -354,3 +354,22 @@ def test_kubectl_scale_of_a_custom_resource(kubectl: Kubectl, api: client.ApiCli
     )
     assert scale["spec"] == {"replicas": 5}
     assert scale["status"] == {"replicas": 2, "selector": "app=pool"}
+
+
+def test_unknown_patch_type_lists_what_the_resource_accepts(api: client.ApiClient) -> None:
+    core = client.CoreV1Api(api)
+    core.create_namespaced_config_map("default", {"metadata": {"name": "c"}})
+    resp = api.call_api(
+        "PATCH",
+        f"{api.configuration.host}/api/v1/namespaces/default/configmaps/c",
+        header_params={"Content-Type": "application/x-unknown", **api.default_headers,
+                       "Authorization": api.configuration.api_key["authorization"]},
+        body=b"{}",
+    )  # fmt: skip
+    assert resp.status == 415
+    # negotiation.NewUnsupportedMediaTypeError with the built-in kinds' patch types
+    assert json.loads(resp.read())["message"] == (
+        "the body of the request was in an unknown format - accepted media types include: "
+        "application/json-patch+json, application/merge-patch+json, "
+        "application/strategic-merge-patch+json, application/apply-patch+yaml"
+    )
