@@ -424,6 +424,22 @@ def _field_manager(req: Request | None) -> str:
     return req.headers.get("user-agent", "").split("/")[0][:128]
 
 
+def _same_but_version(new: dict[str, Any], stored: dict[str, Any]) -> bool:
+    """``new`` (an update's result, without a resourceVersion) is the stored object: the
+    storage layer's GuaranteedUpdate then writes nothing and the version stays."""
+    if new.keys() != stored.keys():
+        return False
+    for key, value in stored.items():
+        if key == "metadata":
+            meta = new.get("metadata") or {}
+            rest = {k: v for k, v in value.items() if k != "resourceVersion"}
+            if {k: v for k, v in meta.items() if k != "resourceVersion"} != rest:
+                return False
+        elif new[key] != value:
+            return False
+    return True
+
+
 def _copy_keeping_managed(obj: dict[str, Any]) -> dict[str, Any]:
     """A deep copy of ``obj`` that shares its ``metadata.managedFields`` (many small dicts,
     never changed in place: an update builds a new list), which would otherwise cost more
@@ -1132,7 +1148,7 @@ class ApiServer:
             if managed is None:
                 managed = self._managed_update(req, rt, current.obj, new, subresource)
             _set_managed(new, managed)
-            if new == current.obj:
+            if _same_but_version(new, current.obj):
                 return current.obj  # no-op updates do not bump the resourceVersion
             self._validate(rt, new, current.obj)
             if rt.kind == "CustomResourceDefinition":

@@ -373,3 +373,36 @@ def test_unknown_patch_type_lists_what_the_resource_accepts(api: client.ApiClien
         "application/json-patch+json, application/merge-patch+json, "
         "application/strategic-merge-patch+json, application/apply-patch+yaml"
     )
+
+
+def test_replicaset_scale_through_the_official_client(api: client.ApiClient) -> None:
+    apps = client.AppsV1Api(api)
+    apps.create_namespaced_replica_set(
+        "default",
+        {
+            "metadata": {"name": "rs"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "rs"}},
+                "template": {
+                    "metadata": {"labels": {"app": "rs"}},
+                    "spec": {"containers": [{"name": "c", "image": "img:1"}]},
+                },
+            },
+        },
+    )
+    scale = apps.patch_namespaced_replica_set_scale("rs", "default", {"spec": {"replicas": 3}})
+    assert (scale.kind, scale.spec.replicas, scale.status.selector) == ("Scale", 3, "app=rs")
+    assert apps.read_namespaced_replica_set("rs", "default").spec.replicas == 3
+    stale = apps.read_namespaced_replica_set_scale("rs", "default")
+    same = apps.replace_namespaced_replica_set_scale("rs", "default", stale)  # a no-op
+    assert same.metadata.resource_version == stale.metadata.resource_version
+    apps.patch_namespaced_replica_set_scale("rs", "default", {"spec": {"replicas": 4}})
+    stale.spec.replicas = 5
+    with pytest.raises(ApiException) as err:
+        apps.replace_namespaced_replica_set_scale("rs", "default", stale)  # now stale
+    assert err.value.status == 409
+    assert json.loads(err.value.body)["message"] == (
+        'Operation cannot be fulfilled on replicasets.apps "rs": the object has been '
+        "modified; please apply your changes to the latest version and try again"
+    )
