@@ -1154,6 +1154,8 @@ class ApiServer:
             if rt.kind == "CustomResourceDefinition":
                 new = self._accept_crd(new)
             if dry_run:
+                # what the storage layer's dry run answers: the stored object's version
+                new["metadata"]["resourceVersion"] = str(current.rv)
                 return new
             finalizing = bool(new["metadata"].get("deletionTimestamp")) and not new["metadata"].get(
                 "finalizers"

@@ -406,3 +406,17 @@ def test_replicaset_scale_through_the_official_client(api: client.ApiClient) -> 
         'Operation cannot be fulfilled on replicasets.apps "rs": the object has been '
         "modified; please apply your changes to the latest version and try again"
     )
+
+
+@needs_kubectl
+def test_server_side_dry_run_and_diff(kubectl: Kubectl) -> None:
+    cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {a: '%s'}\n"
+    out = kubectl("apply", "--server-side", "--dry-run=server", "-f", "-", stdin=cm % 1).stdout
+    assert out.strip() == "configmap/c serverside-applied (server dry run)"
+    assert "NotFound" in kubectl("get", "cm", "c", check=False).stderr
+    kubectl("apply", "--server-side", "-f", "-", stdin=cm % 1)
+    diff = kubectl("diff", "--server-side", "-f", "-", stdin=cm % 2, check=False)
+    assert diff.returncode == 1  # differences found
+    changed = [x for x in diff.stdout.splitlines() if x[:1] in "+-" and x[:3] not in "+++---"]
+    assert '-  a: "1"' in changed and '+  a: "2"' in changed
+    assert not any("resourceVersion" in x for x in changed)  # a dry run keeps the version
