@@ -1367,6 +1367,15 @@ class ApiServer:
                 )
             except ssa.ApplyConflict as exc:
                 raise ApiError(409, "Conflict", str(exc), {"causes": exc.causes()}) from None
+            except ssa.TypedError as exc:
+                # structuredmerge.go returns a plain error: ErrorToAPIStatus makes it a
+                # 500 with no reason, which kubectl prints as "Error from server: ...".
+                group = f"{rt.group}/{rt.version}" if rt.group else rt.version
+                raise ApiError(
+                    500,
+                    "",
+                    f"failed to create typed patch object ({group}, Kind={rt.kind}): {exc}",
+                ) from None
             if entry is None:
                 if subresource:
                     raise errors.not_found(rt.group, rt.plural, name)

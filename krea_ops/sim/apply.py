@@ -490,6 +490,36 @@ def prune(obj: dict[str, Any], remove: Tree, keep: Tree | None, node: Node) -> d
     return out
 
 
+class TypedError(Exception):
+    """The applied object does not fit its type (typed.ObjectToTyped's ValidationError)."""
+
+
+def check_keys(value: Any, node: Node, path: str = "") -> None:
+    """An item of an associative list must carry every key field (or the key must have
+    a default): sigs.k8s.io/structured-merge-diff typed/helpers.go keyedAssociativeList
+    ItemToPathElement, reported as ``<list path>: element <i>: ...``."""
+    if isinstance(value, dict):
+        if node.atomic_map:
+            return
+        for k, v in value.items():
+            check_keys(v, node.child(k), f"{path}.{k}")
+    elif isinstance(value, list) and node.list_kind == "map":
+        inode = node.item()
+        for i, item in enumerate(value):
+            if not isinstance(item, dict):
+                raise TypedError(
+                    f"{path}: element {i}: associative list with keys may not have non-map "
+                    "elements"
+                )
+            for key in node.keys:
+                if key not in item and key not in _KEY_DEFAULTS:
+                    raise TypedError(
+                        f"{path}: element {i}: associative list with keys has an element "
+                        f'that omits key field "{key}" (and doesn\'t have default value)'
+                    )
+            check_keys(item, inode, path + render_path([_item_pe(item, node)]))
+
+
 # -- managedFields ------------------------------------------------------------------------
 
 
@@ -720,7 +750,9 @@ def apply(
     node: Node,
     has_status: bool,
 ) -> tuple[dict[str, Any], list[Entry]]:
-    """Updater.Apply: (the merged object, its managedFields); raises ApplyConflict."""
+    """Updater.Apply: (the merged object, its managedFields); raises ApplyConflict, or
+    TypedError for a configuration that does not fit the type."""
+    check_keys(config, node)
     entries: list[Entry] = list(((live or {}).get("metadata") or {}).get("managedFields") or [])
     live_obj = dict(live or {})
     if live is not None:

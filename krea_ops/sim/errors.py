@@ -29,6 +29,8 @@ class ApiError(Exception):
         }
         if self.details:
             body["details"] = self.details
+        if not self.reason:
+            del body["reason"]  # StatusReasonUnknown (""), omitted as Status omits it
         return body
 
 

@@ -420,3 +420,22 @@ def test_server_side_dry_run_and_diff(kubectl: Kubectl) -> None:
     changed = [x for x in diff.stdout.splitlines() if x[:1] in "+-" and x[:3] not in "+++---"]
     assert '-  a: "1"' in changed and '+  a: "2"' in changed
     assert not any("resourceVersion" in x for x in changed)  # a dry run keeps the version
+
+
+@needs_kubectl
+def test_apply_of_a_list_item_without_its_key(kubectl: Kubectl) -> None:
+    nameless = _deployment(1).replace("      - name: web\n        image:", "      - image:")
+    failed = kubectl("apply", "--server-side", "-f", "-", stdin=nameless, check=False)
+    assert failed.returncode != 0
+    # fieldmanager's "failed to create typed patch object (%v): %v" around
+    # structured-merge-diff's element error; a plain error, so no reason.
+    assert (
+        "Error from server: failed to create typed patch object (apps/v1, Kind=Deployment): "
+        ".spec.template.spec.containers: element 0: associative list with keys has an element "
+        'that omits key field "name" (and doesn\'t have default value)'
+    ) in failed.stderr
+    # A key with a default (a port's protocol) may be left out.
+    ports = _deployment(1).replace(
+        "        env:", "        ports: [{containerPort: 80}]\n        env:"
+    )
+    kubectl("apply", "--server-side", "-f", "-", stdin=ports)
