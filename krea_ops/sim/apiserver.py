@@ -34,7 +34,9 @@ from urllib.parse import parse_qs
 import yaml
 
 from krea_ops.kube import times
+from krea_ops.sim import apply as ssa
 from krea_ops.sim import builtins, errors
+from krea_ops.sim import logs as podlogs
 from krea_ops.sim.authz import ADMIN, ANONYMOUS, UserInfo
 from krea_ops.sim.errors import ApiError
 from krea_ops.sim.patch import PatchError, json_merge_patch, json_patch, strategic_merge_patch
@@ -145,6 +147,7 @@ class WatchStream:
     """A streaming watch response: iterate ``events()`` for newline-delimited JSON."""
 
     events: Any  # Callable[[], Iterator[bytes]]
+    content_type: str = "application/json"  # text/plain for a followed log
 
 
 # ---------------------------------------------------------------------------------------
@@ -191,6 +194,7 @@ class Registry:
                     storage_version=next(x.version for x in load_crd_versions(crd) if x.storage),
                     served_versions=tuple(x.version for x in load_crd_versions(crd) if x.served),
                     crd_name=crd["metadata"]["name"],
+                    extra={"selectable_fields": _selectable_fields(crd, v.version)},
                 )
             )
         with self._lock:
@@ -258,6 +262,17 @@ class Registry:
         )
 
 
+def _selectable_fields(crd: dict[str, Any], version: str) -> tuple[str, ...]:
+    """The ``selectableFields`` jsonPaths a CRD version declares (field selectors on them
+    are served, as by the apiextensions apiserver since 1.31)."""
+    for v in (crd.get("spec") or {}).get("versions") or []:
+        if v.get("name") == version:
+            return tuple(
+                str(f["jsonPath"]) for f in v.get("selectableFields") or [] if f.get("jsonPath")
+            )
+    return ()
+
+
 def _version_priority(version: str) -> tuple[int, int, int]:
     import re
 
@@ -309,6 +324,8 @@ def _subresource_entries(rt: ResourceType) -> list[dict[str, Any]]:
             entry.update(
                 group="autoscaling", version="v1", kind="Scale", verbs=["get", "patch", "update"]
             )
+        elif sub == "log":
+            entry.update(kind="Pod", verbs=["get"])
         out.append(entry)
     return out
 
@@ -481,6 +498,106 @@ def _pod_ready(pod: dict[str, Any]) -> bool:
     return False
 
 
+def _at_path(obj: dict[str, Any], path: str) -> Any:
+    """The value at a simple JSON path (``.spec.replicas``), or None."""
+    value: Any = obj
+    for part in [p for p in path.split(".") if p]:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+def _set_path(obj: dict[str, Any], path: str, value: Any) -> None:
+    parts = [p for p in path.split(".") if p]
+    target = obj
+    for part in parts[:-1]:
+        nxt = target.get(part)
+        if not isinstance(nxt, dict):
+            nxt = target[part] = {}
+        target = nxt
+    target[parts[-1]] = value
+
+
+def _field_manager(req: Request | None) -> str:
+    """managerOrUserAgent (fieldmanager): ``?fieldManager=``, else the User-Agent up to
+    its first ``/`` (the official Python client is ``OpenAPI-Generator``)."""
+    if req is None:
+        return "kube-apiserver"
+    name = req.query.get("fieldManager")
+    if name:
+        return name
+    return req.headers.get("user-agent", "").split("/")[0][:128]
+
+
+def _same_but_version(new: dict[str, Any], stored: dict[str, Any]) -> bool:
+    """``new`` (an update's result, without a resourceVersion) is the stored object: the
+    storage layer's GuaranteedUpdate then writes nothing and the version stays."""
+    if new.keys() != stored.keys():
+        return False
+    for key, value in stored.items():
+        if key == "metadata":
+            meta = new.get("metadata") or {}
+            rest = {k: v for k, v in value.items() if k != "resourceVersion"}
+            if {k: v for k, v in meta.items() if k != "resourceVersion"} != rest:
+                return False
+        elif new[key] != value:
+            return False
+    return True
+
+
+def _copy_keeping_managed(obj: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of ``obj`` that shares its ``metadata.managedFields`` (many small dicts,
+    never changed in place: an update builds a new list), which would otherwise cost more
+    to copy than the rest of a pod."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or "managedFields" not in meta:
+        return copy.deepcopy(obj)
+    managed = meta["managedFields"]
+    rest = {k: v for k, v in meta.items() if k != "managedFields"}
+    out = copy.deepcopy({**obj, "metadata": rest})
+    out["metadata"]["managedFields"] = managed
+    return out
+
+
+def _mentions_managed_fields(kind: str, patch: Any) -> bool:
+    """Whether a patch writes ``metadata.managedFields`` (else the patch is applied to the
+    object without them: the stored entries are the base of the new ones)."""
+    if kind == "json":
+        return any(
+            isinstance(op, dict)
+            and any(str(op.get(k, "")).startswith("/metadata") for k in ("path", "from"))
+            for op in (patch if isinstance(patch, list) else [])
+        )
+    meta = patch.get("metadata") if isinstance(patch, dict) else None
+    return isinstance(meta, dict) and "managedFields" in meta
+
+
+def _set_managed(obj: dict[str, Any], managed: list[dict[str, Any]] | None) -> None:
+    meta = _meta(obj)
+    if managed:
+        meta["managedFields"] = managed
+    else:
+        meta.pop("managedFields", None)
+
+
+def _patch_options_invalid(field_path: str, detail: str, kind: str = "Required") -> ApiError:
+    """ValidatePatchOptions' error: ``PatchOptions.meta.k8s.io "" is invalid: ...``."""
+    reason = {"Required": "FieldValueRequired", "Forbidden": "FieldValueForbidden"}[kind]
+    message = f"{field_path}: {kind}{' value' if kind == 'Required' else ''}: {detail}"
+    return ApiError(
+        422,
+        "Invalid",
+        f'PatchOptions.meta.k8s.io "" is invalid: {message}',
+        {
+            "group": "meta.k8s.io",
+            "kind": "PatchOptions",
+            "causes": [{"reason": reason, "message": message.split(": ", 1)[1],
+                        "field": field_path}],
+        },
+    )
+
+
 # What a binding or an eviction that was carried out answers (a Status, not the object).
 _CREATED = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
@@ -570,6 +687,9 @@ class ApiServer:
         self._rng = random.Random()
         from krea_ops.sim.kcm import ControllerManager
 
+        # Container logs: the world's actors write them (krea_ops.sim.logs), pods/log reads.
+        self.logs = podlogs.for_state(state_dir)
+        self._state_dir = state_dir
         self.controllers = ControllerManager(self)
         self._bootstrap(crds)
         self.controllers.start()
@@ -621,6 +741,8 @@ class ApiServer:
         self._closing.set()
         self.controllers.stop()
         self.store.wake_watchers()
+        self.logs.wake()
+        podlogs.forget(self._state_dir)
         self.store.close()
 
     # -- entry point ----------------------------------------------------------------------
@@ -828,7 +950,9 @@ class ApiServer:
                 raise errors.method_not_allowed()
             return self._bind(req, rt, ns, name)
         if sub == "scale":
-            raise errors.method_not_allowed("scale is not served by the simulator")
+            return self._scale(req, rt, ns, name)
+        if sub == "log":
+            return self._pod_log(req, rt, ns, name)
         if method == "GET":
             entry = self._get_entry(rt, ns, name)
             return self._respond(req, rt, 200, entry.obj)
@@ -839,8 +963,8 @@ class ApiServer:
             )
             return self._respond(req, rt, 200, updated)
         if method == "PATCH":
-            updated = self._patch(req, rt, ns, name, status=sub == "status")
-            return self._respond(req, rt, 200, updated)
+            patched, was_created = self._patch(req, rt, ns, name, status=sub == "status")
+            return self._respond(req, rt, 201 if was_created else 200, patched)
         if method == "DELETE":
             if sub:
                 raise errors.method_not_allowed()
@@ -901,7 +1025,12 @@ class ApiServer:
     def _selectors(self, req: Request, rt: ResourceType) -> tuple[LabelSelector, FieldSelector]:
         supported: Any = FIELD_SELECTORS.get((rt.group, rt.kind))
         if supported is None:
-            supported = crd_field_selectors(rt.group, rt.kind, namespaced=rt.namespaced)
+            supported = crd_field_selectors(
+                rt.group,
+                rt.kind,
+                namespaced=rt.namespaced,
+                selectable_fields=rt.extra.get("selectable_fields", ()),
+            )
         try:
             labels = parse_label_selector(req.query.get("labelSelector", ""))
             fields = parse_field_selector(req.query.get("fieldSelector", ""), supported)
@@ -1056,8 +1185,16 @@ class ApiServer:
         return obj
 
     def _create(
-        self, rt: ResourceType, ns: str, body: Any, *, dry_run: bool, req: Request | None = None
+        self,
+        rt: ResourceType,
+        ns: str,
+        body: Any,
+        *,
+        dry_run: bool,
+        req: Request | None = None,
+        managed: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
+        """``managed``: the managedFields an apply computed (else an Update is recorded)."""
         obj = self._check_type(rt, body)
         obj = self._strict_fields(req, rt, obj)
         meta = _meta(obj)
@@ -1098,6 +1235,9 @@ class ApiServer:
             self.access.admit(rt.group, rt.kind, obj, req.user_info)
         if rt.kind == "CustomResourceDefinition":
             obj = self._accept_crd(obj)
+        if managed is None:
+            managed = self._managed_update(req, rt, None, obj, "")
+        _set_managed(obj, managed)
         if dry_run:
             return obj
         name = obj["metadata"]["name"]
@@ -1167,7 +1307,13 @@ class ApiServer:
         dry_run: bool,
         expect_rv: int | None = None,
         req: Request | None = None,
+        subresource: str | None = None,
+        managed: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
+        """``subresource`` names the one written (default: status or none) for the
+        managedFields entry; ``managed`` is what an apply computed."""
+        if subresource is None:
+            subresource = "status" if status else ""
         obj = self._check_type(rt, body)
         obj = self._strict_fields(req, rt, obj)
         meta = _meta(obj)
@@ -1188,7 +1334,10 @@ class ApiServer:
             if expect_rv is not None and expect_rv != current.rv:
                 raise errors.conflict(rt.group, rt.plural, name)
             new = self._merge_update(rt, current.obj, obj, status=status)
-            if new == current.obj:
+            if managed is None:
+                managed = self._managed_update(req, rt, current.obj, new, subresource)
+            _set_managed(new, managed)
+            if _same_but_version(new, current.obj):
                 return current.obj  # no-op updates do not bump the resourceVersion
             self._validate(rt, new, current.obj)
             if req is not None:  # RBAC escalation check (sim/rbac.py)
@@ -1196,6 +1345,8 @@ class ApiServer:
             if rt.kind == "CustomResourceDefinition":
                 new = self._accept_crd(new)
             if dry_run:
+                # what the storage layer's dry run answers: the stored object's version
+                new["metadata"]["resourceVersion"] = str(current.rv)
                 return new
             finalizing = bool(new["metadata"].get("deletionTimestamp")) and not new["metadata"].get(
                 "finalizers"
@@ -1211,6 +1362,26 @@ class ApiServer:
             self._written(rt, entry.obj)
             return entry.obj
 
+    def _managed_update(
+        self,
+        req: Request | None,
+        rt: ResourceType,
+        old: dict[str, Any] | None,
+        new: dict[str, Any],
+        subresource: str,
+    ) -> list[dict[str, Any]] | None:
+        """The managedFields after a create/update/patch: an Update entry for its manager."""
+        return ssa.record_update(
+            old,
+            new,
+            manager=_field_manager(req),
+            subresource=subresource,
+            api_version=rt.api_version,
+            now=self._stamp(),
+            node=ssa.root_node(rt.group, rt.kind, rt.schema),
+            has_status=rt.has_status,
+        )
+
     def _graceful_pending(self, rt: ResourceType, obj: dict[str, Any]) -> bool:
         """A pod whose kubelet still has to finish its graceful termination."""
         return (
@@ -1225,7 +1396,7 @@ class ApiServer:
     ) -> dict[str, Any]:
         old_meta = old["metadata"]
         if status:
-            merged = copy.deepcopy(old)
+            merged = _copy_keeping_managed(old)
             merged["status"] = copy.deepcopy(new.get("status"))
             if merged["status"] is None:
                 merged.pop("status")
@@ -1233,7 +1404,7 @@ class ApiServer:
                 assert rt.schema is not None
                 merged = prune(merged, rt.schema)
             return merged
-        merged = copy.deepcopy(new)
+        merged = _copy_keeping_managed(new)
         meta = _meta(merged)
         for key in (
             "uid",
@@ -1288,24 +1459,26 @@ class ApiServer:
 
     def _patch(
         self, req: Request, rt: ResourceType, ns: str, name: str, *, status: bool
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], bool]:
+        """The patched object, and whether the patch created it (an apply can)."""
         ctype = req.headers.get("content-type", "").split(";")[0].strip()
         kind = PATCH_TYPES.get(ctype)
-        if kind is None or kind == "apply":
-            raise errors.unsupported_media_type(ctype or "none")
-        if kind == "strategic" and rt.is_custom:
-            raise ApiError(
-                415,
-                "UnsupportedMediaType",
-                "the body of the request was in an unknown format - accepted media "
-                "types include: application/json-patch+json, "
-                "application/merge-patch+json, application/apply-patch+yaml",
+        accepted = [t for t, k in PATCH_TYPES.items() if k != "strategic" or not rt.is_custom]
+        if kind is None or ctype not in accepted:
+            raise errors.unsupported_media_type(accepted)
+        if kind == "apply":
+            return self._apply(req, rt, ns, name, subresource="status" if status else "")
+        if req.query.get("force") not in (None, ""):
+            raise _patch_options_invalid(
+                "force", "may not be specified for non-apply patch", "Forbidden"
             )
         patch = _parse_body(req)
         with self.store.lock:
             current = self._get_entry(rt, ns, name)
             base = json.loads(current.text)
             base["apiVersion"] = rt.api_version
+            if not _mentions_managed_fields(kind, patch):
+                base["metadata"].pop("managedFields", None)
             try:
                 if kind == "json":
                     patched = json_patch(base, patch)
@@ -1332,7 +1505,94 @@ class ApiServer:
                 dry_run=self._dry_run(req),
                 expect_rv=expect if expect is not None else current.rv,
                 req=req,
+            ), False
+
+    def _apply(
+        self, req: Request, rt: ResourceType, ns: str, name: str, *, subresource: str
+    ) -> tuple[dict[str, Any], bool]:
+        """Server-side apply (the apply patcher of k8s.io/apiserver's patch.go): create the
+        object when it does not exist, else merge the applied configuration by field
+        manager; the result goes through the same defaulting and validation as an update.
+        Returns (the object, whether it was created)."""
+        manager = req.query.get("fieldManager", "")
+        if not manager:
+            # k8s.io/apimachinery .../apis/meta/v1/validation ValidatePatchOptions
+            raise _patch_options_invalid("fieldManager", "is required for apply patch")
+        force_raw = req.query.get("force", "")
+        if force_raw not in ("", "true", "false", "1", "0"):
+            raise errors.bad_request(f"invalid value for force: {force_raw!r}")
+        force = force_raw in ("true", "1")
+        config = _parse_body(req)
+        if not isinstance(config, dict):
+            raise errors.bad_request("the body of the request was not a JSON object")
+        if config.get("apiVersion") != rt.api_version:
+            # structuredmerge.go: the applied object must be of the endpoint's version
+            raise errors.bad_request(
+                "Incorrect version specified in apply patch. Specified patch version: "
+                f"{config.get('apiVersion') or ''}, expected: {rt.api_version}"
             )
+        config = self._check_type(rt, config)
+        self._strict_fields(req, rt, config)
+        meta = _meta(config)
+        if meta.get("managedFields") is not None:
+            raise errors.bad_request("metadata.managedFields must be nil")
+        if meta.get("name") not in (None, name):
+            raise errors.bad_request(
+                f"the name of the object ({meta.get('name')}) does not match the name on the "
+                f"URL ({name})"
+            )
+        meta["name"] = name
+        node = ssa.root_node(rt.group, rt.kind, rt.schema)
+        dry_run = self._dry_run(req)
+        with self.store.lock:
+            entry = self.store.get(rt.key, ns, name)
+            live = None if entry is None else entry.obj
+            try:
+                merged, managed = ssa.apply(
+                    live,
+                    config,
+                    manager=manager,
+                    force=force,
+                    subresource=subresource,
+                    api_version=rt.api_version,
+                    now=self._stamp(),
+                    node=node,
+                    has_status=rt.has_status,
+                )
+            except ssa.ApplyConflict as exc:
+                raise ApiError(409, "Conflict", str(exc), {"causes": exc.causes()}) from None
+            except ssa.TypedError as exc:
+                # structuredmerge.go returns a plain error: ErrorToAPIStatus makes it a
+                # 500 with no reason, which kubectl prints as "Error from server: ...".
+                group = f"{rt.group}/{rt.version}" if rt.group else rt.version
+                raise ApiError(
+                    500,
+                    "",
+                    f"failed to create typed patch object ({group}, Kind={rt.kind}): {exc}",
+                ) from None
+            if entry is None:
+                if subresource:
+                    raise errors.not_found(rt.group, rt.plural, name)
+                if ns and self.store.get("/namespaces", "", ns) is None:
+                    raise errors.not_found("", "namespaces", ns)
+                created = self._create(rt, ns, merged, dry_run=dry_run, req=req, managed=managed)
+                return created, True
+            # The real server defaults every object it decodes: what the apply pruned and
+            # has a default comes back as the default.
+            merged = self._prepare(rt, merged)
+            updated = self._update(
+                rt,
+                ns,
+                name,
+                merged,
+                status=subresource == "status",
+                dry_run=dry_run,
+                expect_rv=_rv_of(config) if meta.get("resourceVersion") else entry.rv,
+                req=req,
+                subresource=subresource,
+                managed=managed,
+            )
+            return updated, False
 
     # -- delete -----------------------------------------------------------------------
 
@@ -1525,6 +1785,276 @@ class ApiServer:
                 entry = self.store.update(rt.key, ns, name, pod, expect_rv=current.rv)
                 self._written(rt, entry.obj)
         return Response.json(201, _CREATED)
+
+    def _scale_paths(self, rt: ResourceType) -> tuple[str, str, str]:
+        """(specReplicasPath, statusReplicasPath, labelSelectorPath); for a built-in
+        kind the selector path is empty: it is formatted from ``spec.selector``."""
+        if rt.is_custom:
+            crd = self.store.get("apiextensions.k8s.io/customresourcedefinitions", "", rt.crd_name)
+            for v in load_crd_versions(crd.obj) if crd else []:
+                if v.version == rt.version and v.scale_subresource is not None:
+                    scale = v.scale_subresource
+                    return (
+                        str(scale.get("specReplicasPath") or ""),
+                        str(scale.get("statusReplicasPath") or ""),
+                        str(scale.get("labelSelectorPath") or ""),
+                    )
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        return ".spec.replicas", ".status.replicas", ""
+
+    def _to_scale(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        """The autoscaling/v1 Scale of an object (scaleFromDeployment in apps' storage,
+        scaleFromCustomResource in apiextensions' for custom resources)."""
+        spec_path, status_path, selector_path = self._scale_paths(rt)
+        meta = obj["metadata"]
+        scale_meta = {
+            k: meta[k]
+            for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+            if k in meta
+        }
+        replicas = _at_path(obj, spec_path)
+        status: dict[str, Any] = {"replicas": int(_at_path(obj, status_path) or 0)}
+        if selector_path:
+            selector = _at_path(obj, selector_path)
+            if isinstance(selector, str) and selector:
+                status["selector"] = selector
+        else:
+            status["selector"] = str(
+                label_selector_from_spec((obj.get("spec") or {}).get("selector"))
+            )
+        spec = {"replicas": int(replicas)} if replicas else {}
+        return {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": scale_meta,
+            "spec": spec,
+            "status": status,
+        }
+
+    def _scale(self, req: Request, rt: ResourceType, ns: str, name: str) -> Response:
+        """GET/PUT/PATCH of ``.../{name}/scale``: the Scale view of the object; a write
+        sets the object's spec replicas (recorded for its manager with subresource scale)."""
+        if req.method == "GET":
+            return Response.json(200, self._to_scale(rt, self._get_entry(rt, ns, name).obj))
+        if req.method not in ("PUT", "PATCH"):
+            raise errors.method_not_allowed()
+        with self.store.lock:
+            entry = self._get_entry(rt, ns, name)
+            current = self._to_scale(rt, entry.obj)
+            put = req.method == "PUT"
+            wanted = _parse_body(req) if put else self._patch_scale(req, current)
+            if not isinstance(wanted, dict) or wanted.get("kind", "Scale") != "Scale":
+                raise errors.bad_request("the body of the request was not a Scale")
+            wmeta = wanted.get("metadata") or {}
+            if wmeta.get("name") not in (None, name):
+                raise errors.bad_request(
+                    f"the name of the object ({wmeta.get('name')}) does not match the name on "
+                    f"the URL ({name})"
+                )
+            replicas = (wanted.get("spec") or {}).get("replicas", 0)
+            if not isinstance(replicas, int) or isinstance(replicas, bool):
+                raise errors.bad_request(
+                    "json: cannot unmarshal string into Go struct field ScaleSpec.spec.replicas "
+                    "of type int32"
+                )
+            if replicas < 0:
+                # ValidateScale in k8s.io/kubernetes pkg/apis/autoscaling/validation
+                raise errors.invalid(
+                    "autoscaling",
+                    "Scale",
+                    name,
+                    [
+                        FieldError(
+                            "FieldValueInvalid",
+                            "spec.replicas",
+                            f"Invalid value: {replicas}: must be greater than or equal to 0",
+                        )
+                    ],
+                )
+            expect = _rv_of(wanted)
+            if expect is not None and expect != entry.rv:
+                raise errors.conflict(rt.group, rt.plural, name)
+            updated = copy.deepcopy(entry.obj)
+            spec_path = self._scale_paths(rt)[0]
+            _set_path(updated, spec_path, replicas)
+            result = self._update(
+                rt,
+                ns,
+                name,
+                updated,
+                status=False,
+                dry_run=self._dry_run(req),
+                expect_rv=entry.rv,
+                req=req,
+                subresource="scale",
+            )
+        return Response.json(200, self._to_scale(rt, result))
+
+    def _patch_scale(self, req: Request, current: dict[str, Any]) -> Any:
+        ctype = req.headers.get("content-type", "").split(";")[0].strip()
+        kind = PATCH_TYPES.get(ctype)
+        if kind is None:
+            raise errors.unsupported_media_type(list(PATCH_TYPES))
+        patch = _parse_body(req)
+        try:
+            if kind == "json":
+                return json_patch(current, patch)
+            if kind == "merge" or kind == "apply":
+                if kind == "apply" and not req.query.get("fieldManager"):
+                    raise _patch_options_invalid("fieldManager", "is required for apply patch")
+                return json_merge_patch(current, patch)
+            if not isinstance(patch, dict):
+                raise errors.bad_request("the body of the request was not a JSON object")
+            return strategic_merge_patch(current, patch, "Scale", "autoscaling")
+        except PatchError as exc:
+            code = 422 if exc.reason == "Invalid" else 400
+            raise ApiError(code, exc.reason, str(exc)) from None
+
+    def _pod_log(
+        self, req: Request, rt: ResourceType, ns: str, name: str
+    ) -> Response | WatchStream:
+        """``GET .../pods/{name}/log``: the apiserver's PodLogOptions checks and container
+        choice (pkg/registry/core/pod/strategy.go LogLocation), then the kubelet's
+        (validateContainerLogStatus in pkg/kubelet/kubelet_pods.go), over the log store."""
+        if req.method != "GET":
+            raise errors.method_not_allowed()
+        pod = self._get_entry(rt, ns, name).obj
+        spec, status = pod.get("spec") or {}, pod.get("status") or {}
+        q = req.query
+        containers = [str(c.get("name")) for c in spec.get("containers") or []]
+        inits = [str(c.get("name")) for c in spec.get("initContainers") or []]
+        container = q.get("container", "")
+        if not container:
+            if len(containers) == 1:
+                container = containers[0]
+            elif not containers:
+                raise errors.bad_request(f"a container name must be specified for pod {name}")
+            else:
+                why = (
+                    f"a container name must be specified for pod {name}, choose one of: "
+                    f"[{' '.join(containers)}]"
+                )
+                if inits:
+                    why += f" or one of the init containers: [{' '.join(inits)}]"
+                raise errors.bad_request(why)
+        elif container not in containers + inits:
+            raise errors.bad_request(f"container {container} is not valid for pod {name}")
+        tail = _int_param(q, "tailLines")
+        limit = _int_param(q, "limitBytes")
+        since_s = _int_param(q, "sinceSeconds")
+        since_time = q.get("sinceTime") or None
+        problems = []
+
+        def invalid(path: str, value: int, why: str) -> None:
+            problems.append(FieldError("FieldValueInvalid", path, f"Invalid value: {value}: {why}"))
+
+        if tail is not None and tail < 0:
+            invalid("tailLines", tail, "must be greater than or equal to 0")
+        if limit is not None and limit < 1:
+            invalid("limitBytes", limit, "must be greater than 0")
+        if since_s is not None and since_time is not None:
+            problems.append(
+                FieldError(
+                    "FieldValueForbidden",
+                    "",
+                    "Forbidden: at most one of `sinceTime` or `sinceSeconds` may be specified",
+                )
+            )
+        elif since_s is not None and since_s < 1:
+            invalid("sinceSeconds", since_s, "must be greater than 0")
+        if problems:
+            # ValidatePodLogOptions (pkg/apis/core/validation)
+            raise errors.invalid("", "PodLogOptions", name, problems)
+        if not spec.get("nodeName"):
+            return Response(200, b"", "text/plain")  # no host yet: an empty log
+        statuses = (status.get("containerStatuses") or []) + (
+            status.get("initContainerStatuses") or []
+        )
+        cs = next((c for c in statuses if c.get("name") == container), None)
+        if cs is None:
+            raise errors.bad_request(f'container "{container}" in pod "{name}" is not available')
+        state, last = cs.get("state") or {}, (cs.get("lastState") or {}).get("terminated")
+        previous = q.get("previous") in ("true", "1")
+        if previous:
+            if not last or not last.get("containerID"):
+                raise errors.bad_request(
+                    f'previous terminated container "{container}" in pod "{name}" not found'
+                )
+            cid = str(last["containerID"])
+        elif state.get("running") is not None:
+            cid = str(cs.get("containerID") or "")
+        elif state.get("terminated") is not None:
+            cid = str(state["terminated"].get("containerID") or cs.get("containerID") or "")
+            if not cid and last and last.get("containerID"):
+                cid = str(last["containerID"])
+            if not cid:
+                raise errors.bad_request(f'container "{container}" in pod "{name}" is terminated')
+        elif last and last.get("containerID"):
+            cid = str(last["containerID"])
+        else:
+            reason = (state.get("waiting") or {}).get("reason") or "ContainerCreating"
+            raise errors.bad_request(
+                f'container "{container}" in pod "{name}" is waiting to start: {reason}'
+            )
+        if not cid:  # a status without a container ID: one ring per pod and container
+            cid = f"{pod['metadata'].get('uid')}/{container}"
+        image = str(cs.get("image") or "")
+        started = podlogs.started_at(cs if not previous else {"state": {"terminated": last}},
+                                     podlogs.now())
+        seed = None if previous else (lambda: podlogs.banner(pod, container, image, started))
+        lines = self.logs.read(cid, seed)
+        end_seq = lines[-1].seq if lines else 0
+        since: float | None = None
+        if since_s is not None:
+            since = podlogs.now() - since_s
+        elif since_time is not None:
+            since = times.parse_time(since_time)
+            if since is None:
+                raise errors.bad_request(f"invalid value for sinceTime: {since_time!r}")
+        shown = podlogs.since_filter(lines, since)
+        if tail is not None:
+            shown = shown[-tail:] if tail else []
+        timestamps = q.get("timestamps") in ("true", "1")
+        body = podlogs.render(shown, timestamps)
+        if limit is not None:
+            body = body[:limit]
+        follow = q.get("follow") in ("true", "1") and not previous
+        if not follow or state.get("running") is None or limit is not None:
+            return Response(200, body, "text/plain")
+        return WatchStream(
+            lambda: self._follow_log(rt, ns, name, cid, body, end_seq, timestamps),
+            content_type="text/plain",
+        )
+
+    def _follow_log(
+        self, rt: ResourceType, ns: str, name: str, cid: str, first: bytes, seq: int,
+        timestamps: bool,
+    ) -> Iterator[bytes]:
+        """``follow=true``: what is there, then each line as it is written, until the
+        container instance stops running (or the pod goes)."""
+        yield first
+        checked = time.monotonic()
+        while not self._closing.is_set():
+            new = self.logs.after(cid, seq)
+            if new:
+                seq = new[-1].seq
+                yield podlogs.render(new, timestamps)
+            if time.monotonic() - checked >= 1.0:
+                checked = time.monotonic()
+                entry = self.store.get(rt.key, ns, name)
+                statuses = ((entry.obj.get("status") or {}).get("containerStatuses") or []
+                            if entry else [])
+                running = any(
+                    c.get("containerID") == cid and (c.get("state") or {}).get("running")
+                    for c in statuses
+                )
+                if not running:
+                    rest = self.logs.after(cid, seq)
+                    if rest:
+                        yield podlogs.render(rest, timestamps)
+                    return
+            self.logs.wait(1.0)
+            yield b""  # lets the HTTP layer notice a client that went away
 
     def pdb_status(self, pdb: dict[str, Any]) -> dict[str, Any]:
         """What the disruption controller would write into a budget's status now."""

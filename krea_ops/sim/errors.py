@@ -29,6 +29,8 @@ class ApiError(Exception):
         }
         if self.details:
             body["details"] = self.details
+        if not self.reason:
+            del body["reason"]  # StatusReasonUnknown (""), omitted as Status omits it
         return body
 
 
@@ -100,14 +102,14 @@ def method_not_allowed(
     return ApiError(405, "MethodNotAllowed", message)
 
 
-def unsupported_media_type(content_type: str) -> ApiError:
+def unsupported_media_type(accepted: list[str]) -> ApiError:
+    """negotiation.NewUnsupportedMediaTypeError: a PATCH whose Content-Type is not one of
+    the patch types the resource accepts."""
     return ApiError(
         415,
         "UnsupportedMediaType",
-        f"the body of the request was in an unknown format - accepted media "
-        f"types include: application/json-patch+json, "
-        f"application/merge-patch+json, application/apply-patch+yaml "
-        f"(got {content_type})",
+        "the body of the request was in an unknown format - accepted media types include: "
+        + ", ".join(accepted),
     )
 
 

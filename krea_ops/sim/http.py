@@ -102,7 +102,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _stream(self, watch: WatchStream) -> None:
         self.send_response(200)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", watch.content_type)
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Cache-Control", "no-cache, private")
         self.end_headers()

@@ -464,6 +464,17 @@ _ROOTS: dict[tuple[str, str], str] = {
 SMP_KINDS: frozenset[tuple[str, str]] = frozenset(_ROOTS)
 
 
+def root_type(group: str, kind: str) -> str:
+    """The table's type for the root of ``group``/``kind`` (``Object``: ObjectMeta only)."""
+    return _ROOTS.get((group, kind), "Object")
+
+
+def schema_field(type_name: str, field: str) -> _Field:
+    """The patch metadata of ``field`` in the table's ``type_name`` (server-side apply
+    reads list types from it too)."""
+    return _SCHEMA.get(type_name, {}).get(field, _PLAIN)
+
+
 def _lookup(type_name: str | None, field: str) -> _Field:
     if type_name is None:
         return _PLAIN

@@ -35,7 +35,7 @@ class ResourceType:
     short_names: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
     verbs: tuple[str, ...] = ALL_VERBS
-    subresources: tuple[str, ...] = ()  # "status", "eviction", "binding", "scale"
+    subresources: tuple[str, ...] = ()  # "status", "eviction", "binding", "scale", "log"
     name_rule: str = "dns1123-subdomain"
     singular: str = ""
     # Custom resources only
@@ -107,7 +107,7 @@ BUILTIN: tuple[ResourceType, ...] = (
         True,
         short_names=("po",),
         categories=("all",),
-        subresources=("status", "eviction", "binding"),
+        subresources=("status", "eviction", "binding", "log"),
     ),
     _core("Event", "events", True, short_names=("ev",)),
     _core("ConfigMap", "configmaps", True, short_names=("cm",)),

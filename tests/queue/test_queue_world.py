@@ -89,7 +89,13 @@ def _inference_pod() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimWorld]:
     config = WorldConfig(
-        nodes=4, speed=120, exporters=False, prometheus=False, extra={"slow_burners": False}
+        nodes=4,
+        speed=120,
+        exporters=False,
+        prometheus=False,
+        # Kueue's tiered QuotaReserved reasons (WaitingForQuota, ...), which this suite
+        # reads, come with its UnadmittedWorkloadsObservability gate (off by default).
+        extra={"slow_burners": False, "unadmitted_workloads_observability": True},
     )
     with SimWorld(config, tmp_path_factory.mktemp("world"), parts=PARTS) as w:
         submit_training(w.client, "big", nodes=2)

@@ -241,7 +241,8 @@ def test_gang_is_admitted_all_or_nothing(world: SimWorld) -> None:
     def pending() -> dict[str, Any] | None:
         wl = _workload_of(world, "training", "next")
         reserved = _cond(wl, "QuotaReserved")
-        return wl if reserved.get("reason") == "WaitingForQuota" else None
+        # scheduler.go: UnsetQuotaReservationWithCondition(wl, "Pending", inadmissibleMsg)
+        return wl if reserved.get("reason") == "Pending" else None
 
     wl = wait_for(pending, timeout=20)
     reserved = _cond(wl, "QuotaReserved")

@@ -86,6 +86,9 @@ PODSET_LABEL = "kueue.x-k8s.io/podset"
 WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 COMPONENT = "kueue-admission"
+# Kueue's finalizer on ClusterQueues, ResourceFlavors (their webhooks add it) and the
+# Workloads its job integrations create: kept while the object is in use.
+RESOURCE_IN_USE = "kueue.x-k8s.io/resource-in-use"
 GPU = "nvidia.com/gpu"
 COHORT = "gpu"
 
@@ -119,7 +122,7 @@ def kueue_objects(config: WorldConfig) -> list[Obj]:
         return {
             "apiVersion": KUEUE_API,
             "kind": "ClusterQueue",
-            "metadata": {"name": name},
+            "metadata": {"name": name, "finalizers": [RESOURCE_IN_USE]},
             "spec": {
                 "cohortName": COHORT,
                 "namespaceSelector": {},
@@ -162,13 +165,13 @@ def kueue_objects(config: WorldConfig) -> list[Obj]:
         {
             "apiVersion": KUEUE_API,
             "kind": "ResourceFlavor",
-            "metadata": {"name": "h200"},
+            "metadata": {"name": "h200", "finalizers": [RESOURCE_IN_USE]},
             "spec": {"nodeLabels": {"krea.ai/pool": "h200"}},
         },
         {
             "apiVersion": KUEUE_API,
             "kind": "ResourceFlavor",
-            "metadata": {"name": "burst"},
+            "metadata": {"name": "burst", "finalizers": [RESOURCE_IN_USE]},
             "spec": {
                 "nodeLabels": {"type": "virtual-kubelet"},
                 "tolerations": [
@@ -325,7 +328,7 @@ class WL:
     @property
     def counts(self) -> bool:
         """Holds quota: reserved, not finished, its owner still there."""
-        return self.reserved and not self.finished and not self.orphan
+        return self.reserved and not self.finished and not self.orphan and not deleting(self.obj)
 
     def usage(self) -> dict[tuple[str, str], Decimal]:
         out: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
@@ -481,6 +484,9 @@ class Kueue:
         self._config_age = 0
         self._warned: set[str] = set()
         self._ungate_without_selector = False
+        # Kueue's UnadmittedWorkloadsObservability feature gate (off by default): the
+        # scheduler's QuotaReserved=False reasons are "Pending" unless it is on.
+        self.tiered = bool(world.config.extra.get("unadmitted_workloads_observability", False))
 
     # -- configuration ------------------------------------------------------------------
 
@@ -661,6 +667,7 @@ class Kueue:
                 "name": workload_name(owner.kind, m["name"], m["uid"]),
                 "namespace": m["namespace"],
                 "labels": {JOB_UID_LABEL: m["uid"]},
+                "finalizers": [RESOURCE_IN_USE],
                 "ownerReferences": [
                     {
                         "apiVersion": owner.api_version,
@@ -737,6 +744,7 @@ class Kueue:
         for wl in wls:
             self._write(wl, snap)
         self._queue_status(wls, quota, cqs, lqs, now)
+        self._finalizers(wls, cqs)
 
     def held(self, snap: Snapshot) -> Callable[[Obj], bool]:
         """For the Job controller: Kueue-managed Jobs whose workload is not admitted."""
@@ -900,7 +908,7 @@ class Kueue:
             return False
         cq_stop = (cqs[wl.cq].get("spec") or {}).get("stopPolicy", "None")
         lq_stop = (lqs[wl.lq].get("spec") or {}).get("stopPolicy", "None")
-        if cq_stop != "None" or self._missing_flavors(cqs[wl.cq]):
+        if cq_stop != "None" or self._missing_flavors(cqs[wl.cq]) or deleting(cqs[wl.cq]):
             self._pending(wl, "Inadmissible", f"ClusterQueue {wl.cq} is inactive", now)
             return False
         if lq_stop != "None":
@@ -949,7 +957,7 @@ class Kueue:
                     usage[wl.cq][fr] += min(qty, quota.available(wl.cq, fr, usage))
                 cohort = quota.cohort[wl.cq]
                 if cohort in preempting:
-                    self._pending(wl, "WaitingForQuota", a.message, now)
+                    self._pending(wl, self._reason("WaitingForQuota"), a.message, now)
                     continue
                 preempting.add(cohort)
                 paths = {c: f"/{quota.cohort[c]}/{c}" if quota.in_cohort(c) else f"/{c}"
@@ -967,12 +975,18 @@ class Kueue:
                 n = len(a.targets)
                 self._pending(
                     wl,
-                    "WaitingForPreemptedWorkloads",
+                    self._reason("WaitingForPreemptedWorkloads"),
                     f"{a.message}. Pending the preemption of {n} workload(s)",
                     now,
                 )
                 continue
-            self._pending(wl, "WaitingForQuota", a.message, now)
+            self._pending(wl, self._reason("WaitingForQuota"), a.message, now)
+
+    def _reason(self, tiered: str) -> str:
+        """The scheduler's reason for a workload it could not admit: ``Pending``
+        (scheduler.go, UnsetQuotaReservationWithCondition(wl, "Pending", msg)), or the
+        tiered reason when the UnadmittedWorkloadsObservability gate is on."""
+        return tiered if self.tiered else "Pending"
 
     def _assign(self, wl: WL, cq: str, quota: Quota, usage: Usage, wls: list[WL]) -> Assignment:
         spec = self.cqs_spec(quota, cq)
@@ -1390,7 +1404,11 @@ class Kueue:
             conds = status.setdefault("conditions", [])
             missing = self._missing_flavors(cq)
             stop = (cq.get("spec") or {}).get("stopPolicy", "None")
-            if missing:
+            if deleting(cq):
+                # clusterqueue.go inactiveReason()
+                set_condition(conds, "Active", "False", "Terminating",
+                              "Can't admit new workloads; clusterQueue is terminating", now)
+            elif missing:
                 set_condition(conds, "Active", "False", "FlavorNotFound",
                               "Can't admit new workloads: references missing ResourceFlavor(s): "
                               + ",".join(missing) + ".", now)  # fmt: skip
@@ -1426,6 +1444,65 @@ class Kueue:
                                   "Can submit new workloads to localQueue", now)  # fmt: skip
             if status != (lq.get("status") or {}):
                 self._patch_lq(ns, name, status)
+
+    # -- the resource-in-use finalizer -----------------------------------------------------
+
+    def _finalizers(self, wls: list[WL], cqs: dict[str, Obj]) -> None:
+        """Kueue's ``kueue.x-k8s.io/resource-in-use``: added to ClusterQueues and
+        ResourceFlavors that lack it (the controllers' fallback to their webhooks);
+        released from a ClusterQueue being deleted once no workload holds quota in it
+        (clusterqueue_controller.go, ClusterQueueEmpty), from a ResourceFlavor being
+        deleted once no ClusterQueue names it (resourceflavor_controller.go,
+        ClusterQueuesUsingFlavor), and from a Workload once it is finished, orphaned
+        or being deleted (its quota released)."""
+        for name, cq in cqs.items():
+            in_use = any(w.cq == name and w.reserved and not w.finished for w in wls)
+            self._hold(cq, "clusterqueues", in_use)
+        using = {
+            fl.get("name")
+            for cq in cqs.values()
+            for rg in (cq.get("spec") or {}).get("resourceGroups") or []
+            for fl in rg.get("flavors") or []
+        }
+        for name, flavor in self.flavors.items():
+            self._hold(flavor, "resourceflavors", name in using)
+        for wl in wls:
+            if RESOURCE_IN_USE in (meta(wl.obj).get("finalizers") or []) and (
+                wl.finished or wl.orphan or deleting(wl.obj)
+            ):
+                self._release(wl.obj, "workloads", wl.ns)
+
+    def _hold(self, obj: Obj, plural: str, in_use: bool) -> None:
+        finalizers = list(meta(obj).get("finalizers") or [])
+        if not deleting(obj):
+            if RESOURCE_IN_USE not in finalizers:
+                self._set_finalizers(obj, plural, "", [*finalizers, RESOURCE_IN_USE])
+        elif RESOURCE_IN_USE in finalizers and not in_use:
+            self._release(obj, plural, "")
+
+    def _release(self, obj: Obj, plural: str, ns: str) -> None:
+        left = [f for f in meta(obj).get("finalizers") or [] if f != RESOURCE_IN_USE]
+        self._set_finalizers(obj, plural, ns, left)
+
+    def _set_finalizers(self, obj: Obj, plural: str, ns: str, finalizers: list[str]) -> None:
+        body = {
+            "metadata": {
+                "finalizers": finalizers,
+                "resourceVersion": meta(obj).get("resourceVersion"),
+            }
+        }
+        name = meta(obj)["name"]
+        custom = self.api.custom
+        if ns:
+            ignore_gone(
+                custom.patch_namespaced_custom_object, KUEUE_GROUP, KUEUE_VERSION, ns, plural,
+                name, body, _content_type="application/merge-patch+json",
+            )  # fmt: skip
+        else:
+            ignore_gone(
+                custom.patch_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION, plural, name,
+                body, _content_type="application/merge-patch+json",
+            )  # fmt: skip
 
     def _patch_cq(self, name: str, status: Obj) -> None:
         ignore_gone(

@@ -56,6 +56,7 @@ from krea_ops.sim.world.jobs import (
     phase,
     pod_requests,
 )
+from krea_ops.sim.world.logs import TrainerLogs
 from krea_ops.training.checkpoints import METADATA, STEP_DIR, inspect_checkpoint
 from krea_ops.training.runs import CHECKPOINT_DIR_ANNOTATION, RESUME_FROM_ANNOTATION
 
@@ -341,6 +342,7 @@ class TrainingActor(Actor):
         self.api = Api(world.client)
         self.recorder = Events(self.api, world, COMPONENT)
         self.runs: dict[str, Run] = {}
+        self.logs = TrainerLogs(world, self.rate, self.write_s)  # what `kubectl logs` shows
 
     def tick(self) -> None:
         snap: Snapshot | None = self.world.services.get(SNAPSHOT_SERVICE)
@@ -354,9 +356,11 @@ class TrainingActor(Actor):
             uid = str(meta(js).get("uid"))
             seen.add(uid)
             self._step(js, uid, snap, now)
+            self.logs.observe(js, snap.pods_of_jobset(*key(js)), self.runs.get(uid), now)
         for uid in list(self.runs):
             if uid not in seen:
                 self.runs.pop(uid)
+        self.logs.end_tick(seen)
 
     # -- per training --------------------------------------------------------------------
 
