@@ -1070,7 +1070,7 @@ def _blockers(
             out.append("quota_max")
         elif quota_known and not any(f.quota_fits for f in quota_known):
             out.append("quota")
-        if wl.pending_reason == "WaitingForPreemptedWorkloads":
+        if _preempting(wl):
             out.append("preempting")
         if usable and wl.total_gpus:
             if not any(f.capacity_ever_fits for f in usable):
@@ -1085,6 +1085,20 @@ def _blockers(
             ever = any(f.capacity_ever_fits for f in placed)
             out.append("capacity" if ever else "capacity_max")
     return out
+
+
+# Kueue's scheduler (pkg/scheduler/scheduler.go) appends this to the inadmissible message
+# once it has issued preemptions for the workload; the condition's reason says so only
+# with the UnadmittedWorkloadsObservability gate on (WaitingForPreemptedWorkloads), and is
+# "Pending" otherwise, Kueue's default.
+PREEMPTING_MESSAGE = "Pending the preemption of "
+
+
+def _preempting(wl: WorkloadInfo) -> bool:
+    """Kueue has evicted workloads to make room for this one and waits for them to go."""
+    return wl.pending_reason == "WaitingForPreemptedWorkloads" or (
+        PREEMPTING_MESSAGE in (wl.pending_message or "")
+    )
 
 
 def why(

@@ -456,3 +456,37 @@ def test_every_json_key_is_documented(
         | _keys(_json(kueue.kubeconfig, capsys, "why", "w-high", "-n", "team-a"))
     )
     assert {k for k in seen if not re.search(rf"[`{{ ]{k}\b", section)} == set()
+
+
+@pytest.mark.parametrize(
+    ("reason", "message", "preempting"),
+    [
+        # Kueue's default (UnadmittedWorkloadsObservability off): reason Pending, and the
+        # scheduler appends what it did to the message (pkg/scheduler/scheduler.go)
+        ("Pending", WAITING + ". Pending the preemption of 2 workload(s)", True),
+        # the same with the gate on
+        ("WaitingForPreemptedWorkloads", WAITING + ". Pending the preemption of 1 workload(s)",
+         True),  # fmt: skip
+        ("Pending", WAITING, False),
+    ],
+)
+def test_why_sees_kueue_preempting_for_a_workload_with_or_without_its_gate(
+    reason: str, message: str, preempting: bool
+) -> None:
+    from krea_ops.queue import PENDING, PodSetInfo, WorkloadInfo, _blockers
+
+    wl = WorkloadInfo(
+        namespace="training",
+        name="big",
+        owner="JobSet/big",
+        local_queue="training",
+        cluster_queue="training",
+        state=PENDING,
+        active=True,
+        priority=100,
+        priority_class="high",
+        pod_sets=(PodSetInfo("main", 2, 8),),
+        pending_reason=reason,
+        pending_message=message,
+    )
+    assert ("preempting" in _blockers(wl, None, True, (), None)) is preempting
