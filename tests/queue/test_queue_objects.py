@@ -465,8 +465,11 @@ def test_every_json_key_is_documented(
         # scheduler appends what it did to the message (pkg/scheduler/scheduler.go)
         ("Pending", WAITING + ". Pending the preemption of 2 workload(s)", True),
         # the same with the gate on
-        ("WaitingForPreemptedWorkloads", WAITING + ". Pending the preemption of 1 workload(s)",
-         True),  # fmt: skip
+        (
+            "WaitingForPreemptedWorkloads",
+            WAITING + ". Pending the preemption of 1 workload(s)",
+            True,
+        ),
         ("Pending", WAITING, False),
     ],
 )
