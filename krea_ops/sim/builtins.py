@@ -65,6 +65,24 @@ def _pod_spec_defaults(spec: dict[str, Any]) -> None:
             for port in c.get("ports") or []:
                 if isinstance(port, dict):
                     port.setdefault("protocol", "TCP")
+    for volume in spec.get("volumes") or []:
+        if isinstance(volume, dict):
+            _volume_defaults(volume)
+
+
+# pkg/apis/core/v1/defaults.go: SetDefaults_HostPathVolumeSource (type HostPathUnset, ""),
+# and 0644 for the file modes of secret, configMap, projected and downwardAPI volumes
+_VOLUME_MODES = ("secret", "configMap", "projected", "downwardAPI")
+
+
+def _volume_defaults(volume: dict[str, Any]) -> None:
+    host = volume.get("hostPath")
+    if isinstance(host, dict):
+        host.setdefault("type", "")
+    for kind in _VOLUME_MODES:
+        source = volume.get(kind)
+        if isinstance(source, dict):
+            source.setdefault("defaultMode", 0o644)
 
 
 def _qos_class(spec: dict[str, Any]) -> str:

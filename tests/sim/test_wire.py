@@ -102,6 +102,23 @@ def test_kubectl_create_sends_protobuf_and_the_objects_are_stored_as_json(
     assert secret["type"] == "Opaque"
 
 
+@needs_kubectl
+def test_kubectl_debug_node_creates_its_pod_through_protobuf(kubectl: Kubectl) -> None:
+    kubectl("create", "-f", "-", stdin='{"apiVersion": "v1", "kind": "Node", '
+            '"metadata": {"name": "n1"}}')  # fmt: skip
+    made = kubectl("debug", "node/n1", "--image=busybox", "--profile=general", "-v=8")
+    # kubectl's words, then the protobuf POST the server accepted
+    assert "Creating debugging pod node-debugger-n1-" in made.stdout
+    assert f"Content-Type: {PROTOBUF}" in made.stderr and "201 Created" in made.stderr
+    pods = json.loads(kubectl("get", "pods", "-o", "json").stdout)["items"]
+    [pod] = [p for p in pods if p["metadata"]["name"].startswith("node-debugger-n1-")]
+    spec = pod["spec"]
+    assert spec["nodeName"] == "n1" and spec["hostPID"] is True and spec["hostNetwork"] is True
+    assert spec["containers"][0]["image"] == "busybox"
+    # the node's root file system, as the general profile mounts it
+    assert {"name": "host-root", "hostPath": {"path": "/", "type": ""}} in spec["volumes"]
+
+
 def test_an_answer_in_protobuf_for_a_client_that_accepts_only_protobuf(
     sim: LocalApiServer, core: client.CoreV1Api
 ) -> None:
