@@ -44,6 +44,12 @@ JITTER = 0.2  # ± this share of each delay, so evictions blocked together sprea
 CONCURRENCY = 8
 
 _BUDGET = re.compile(r"^The disruption budget (\S+) ")
+# A UID precondition the pod of that name no longer meets: the eviction REST handler,
+# which first adds the DisruptionTarget condition to the pod it read (1.31+: "the UID in
+# the precondition (A) does not match the UID in record (B). The object might have been
+# deleted and then recreated"), or the delete it then makes ("Precondition failed: UID in
+# precondition: A, UID in object meta: B").
+_UID_MISMATCH = ("the UID in the precondition", "UID in precondition")
 
 
 class Outcome(enum.StrEnum):
@@ -159,7 +165,7 @@ def evict(
         return result(Outcome.THROTTLED, message)
     if answer.status == 404:
         return result(Outcome.GONE, message)
-    if answer.status == 409 and uid and "UID in precondition" in message:
+    if answer.status == 409 and uid and any(text in message for text in _UID_MISMATCH):
         return result(Outcome.GONE, f"replaced by a new pod of the same name ({message})")
     return result(Outcome.FAILED, message)
 

@@ -101,9 +101,12 @@ def test_a_uid_precondition_spares_the_pod_that_took_the_name(cluster: Cluster) 
     result = evict(cluster, "default", "train-0", uid=old["metadata"]["uid"])
 
     assert result.outcome is Outcome.GONE
+    # pkg/registry/core/pod/storage/eviction.go, addConditionAndDeletePod: the server checks
+    # the precondition against the pod it reads before it adds DisruptionTarget
     assert (
-        f"Precondition failed: UID in precondition: {old['metadata']['uid']}, UID in object "
-        f"meta: {new['metadata']['uid']}"
+        f"the UID in the precondition ({old['metadata']['uid']}) does not match the UID in "
+        f"record ({new['metadata']['uid']}). The object might have been deleted and then "
+        "recreated"
     ) in result.message
     assert pods(cluster) == ["train-0"]
 
