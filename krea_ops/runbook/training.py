@@ -173,7 +173,11 @@ def _pod_path(spec: TrainingSpec, local_root: Path, found: Path) -> str:
 
 
 def resolve_checkpoint(
-    spec: TrainingSpec, wanted: str, mount: tuple[str, Path] | None, flag: str
+    spec: TrainingSpec,
+    wanted: str,
+    mount: tuple[str, Path] | None,
+    flag: str,
+    nothing: str = NOTHING,
 ) -> tuple[str, Finding]:
     """The checkpoint (as the pods see it) ``wanted`` names: ``latest`` is the newest
     complete one under the run's checkpoint directory; a path must be complete. BadInput
@@ -183,13 +187,13 @@ def resolve_checkpoint(
         if root is None:
             raise BadInput(
                 f"{flag} latest: {spec.checkpoints} is not mounted here (setting "
-                f"training_checkpoint_mount), so no checkpoint can be chosen; {NOTHING}"
+                f"training_checkpoint_mount), so no checkpoint can be chosen; {nothing}"
             )
         newest = latest_complete(root) if root.is_dir() else None
         if newest is None:
             raise BadInput(
                 f"{flag} latest: no complete checkpoint under {spec.checkpoints} ({root}); "
-                f"{NOTHING}"
+                f"{nothing}"
             )
         chosen = _pod_path(spec, root, newest.path)
         message = f"resumes from {chosen}, the newest complete checkpoint (step {newest.step})"
@@ -203,13 +207,13 @@ def resolve_checkpoint(
     if here is None:
         raise BadInput(
             f"{flag} {wanted}: not under a mounted checkpoint directory (setting "
-            f"training_checkpoint_mount), so its completeness cannot be checked; {NOTHING}"
+            f"training_checkpoint_mount), so its completeness cannot be checked; {nothing}"
         )
     if not here.exists():
-        raise BadInput(f"{flag} {wanted}: {here} does not exist; {NOTHING}")
+        raise BadInput(f"{flag} {wanted}: {here} does not exist; {nothing}")
     cp = inspect_checkpoint(here)
     if not cp.complete:
-        raise BadInput(f"{flag} {wanted}: the checkpoint is incomplete: {cp.reason}; {NOTHING}")
+        raise BadInput(f"{flag} {wanted}: the checkpoint is incomplete: {cp.reason}; {nothing}")
     message = f"resumes from {pod} (step {cp.step}, complete)"
     return pod, Finding("checkpoint", Severity.INFO, message)
 
@@ -304,7 +308,9 @@ def plan_resume(
             "on its next restart; resume relaunches a Failed or Completed run; "
             "nothing was changed"
         )
-    chosen, found = resolve_checkpoint(spec, checkpoint, mount, "--checkpoint")
+    chosen, found = resolve_checkpoint(
+        spec, checkpoint, mount, "--checkpoint", "nothing was changed"
+    )
     spec = dataclasses.replace(spec, resume_from=chosen)
     stamp = rfc3339(time.time() if now is None else now)
     manifest = training_jobset(spec, launched_by=user, launched_at=stamp)

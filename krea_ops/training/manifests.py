@@ -96,15 +96,16 @@ class TrainingSpec:
             raise BadInput(f"--gpus-per-node {self.gpus_per_node}: give at least one GPU")
         if not self.image:
             raise BadInput("--image: name the trainer's container image")
-        # the JobSet's Jobs are <name>-trainer-<i> and its pods <job>-<index>-<suffix>:
-        # JobSet's webhook refuses a name whose pods' would pass 63 characters
-        if len(self.name) > 40 or not self.name.replace("-", "a").isalnum():
+        # pods are <name>-trainer-0-<index>-<5 chars>: JobSet's webhook
+        # (pkg/webhooks/jobset_webhook.go) refuses a JobSet whose longest pod name is no
+        # DNS-1035 label (63 characters, a lower-case letter first, '-' inside)
+        ok = self.name[:1].isalpha() and not self.name.endswith("-")
+        ok = ok and all(ch.isdigit() or "a" <= ch <= "z" or ch == "-" for ch in self.name)
+        if len(self.name) > 40 or not ok:
             raise BadInput(
-                f"training name {self.name!r}: use lower-case letters, digits and '-', "
-                "at most 40 characters"
+                f"training name {self.name!r}: lower-case letters, digits and '-', starting "
+                "with a letter, at most 40 characters"
             )
-        if self.name != self.name.lower() or self.name.startswith("-"):
-            raise BadInput(f"training name {self.name!r}: lower case, starting with a letter")
 
 
 def _hash(manifest: dict[str, Any]) -> str:

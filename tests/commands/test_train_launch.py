@@ -219,6 +219,11 @@ def test_launch_runs_the_plan_kueue_admits_the_gang_and_it_runs(
             "9 GPUs in ClusterQueue training's GPU flavors (h200; telemetry not read); "
             "nothing was created",
         ),
+        (
+            ("--resume-from", "latest"),
+            "--resume-from latest: no complete checkpoint under /checkpoints/training/"
+            "dit-refused (WORLD/checkpoints/training/dit-refused); nothing was created",
+        ),
     ],
 )
 def test_refusals_are_one_line_exit_2_and_create_nothing(
@@ -230,6 +235,7 @@ def test_refusals_are_one_line_exit_2_and_create_nothing(
 ) -> None:
     code, out, err = run(world, capsys, *launch_args("dit-refused"), *extra, "--yes")
     assert (code, out) == (2, "")
+    line = line.replace("WORLD", str(world.world.state_dir))
     assert err.strip().splitlines() == [f"error: {line}"]
     assert "dit-refused" not in jobsets(world) and not env.exists()
 
