@@ -83,6 +83,20 @@ def test_dry_run_manifest_is_accepted_by_kubectl_server_dry_run(
     manifest = yaml.safe_load(out)
     assert manifest["kind"] == "JobSet" and manifest["spec"]["suspend"] is True
 
+    # as text: the plan, one line per call, and the preflight
+    code, out_text, err = run(world, capsys, *launch_args("dit-dry", "--dry-run"))
+    assert code == 0, err
+    lines = out_text.splitlines()
+    assert lines[:3] == [
+        "Plan: train launch training/dit-dry, by krea-sim-admin",
+        "  1. create JobSet training/dit-dry",
+        "       POST /apis/jobset.x-k8s.io/v1alpha2/namespaces/training/jobsets  "
+        "# the gang, suspended for Kueue to admit",
+    ]
+    assert "  INFO: the gang fits: 4 healthy schedulable nodes with at least 8 GPUs in " \
+        "ClusterQueue training's GPU flavors (h200; telemetry not read)" in lines  # fmt: skip
+    assert "dit-dry" not in jobsets(world) and not env.exists()
+
     kubectl = Kubectl(world.kubeconfig, tmp_path / "home")
     result = kubectl("apply", "--dry-run=server", "-f", "-", stdin=out)
     assert result.stdout.strip() == "jobset.jobset.x-k8s.io/dit-dry created (server dry run)"
