@@ -1,5 +1,6 @@
-"""``krea-ops train``: DiT pre-training runs: their checkpoints on disk and how often to
-take them (``launch`` and ``resume`` join this group later)."""
+"""``krea-ops train``: DiT pre-training runs: launch and resume them (plans run by the
+runbook's one executor, audited, as ``nodes evict``), their checkpoints on disk and how
+often to take them."""
 
 from __future__ import annotations
 
@@ -12,16 +13,19 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from commands.common import OutputOption
+from commands.nodes import PlanFormat, PlanOutput
 from commands.output import OutputFormat, emit, render
 from krea_ops import units
 
 if TYPE_CHECKING:  # (imported by the commands that use them: start-up of every command)
+    from krea_ops.console import Console
+    from krea_ops.runbook.plan import Plan
     from krea_ops.training.advice import Advice, IntervalCost
     from krea_ops.training.checkpoints import Checkpoint
 
 app = typer.Typer(
     no_args_is_help=True,
-    help="DiT pre-training runs: checkpoints on disk and checkpoint-interval advice.",
+    help="DiT pre-training runs: launch, resume, checkpoints on disk, checkpoint advice.",
 )
 
 CHECKPOINT_COLUMNS = ("path", "step", "modified_at", "size_bytes", "complete", "reason")
@@ -246,3 +250,129 @@ def advise_cmd(
         emit(advice_summary(advice))
         return
     emit(render([advice_row(advice)], output))
+
+
+# -- train launch / train resume -------------------------------------------------------
+
+
+def _object_text(obj: dict[str, Any], output: PlanFormat) -> str:
+    """One object as kubectl prints it with -o json|yaml (not a list: ``kubectl apply -f -``
+    takes it as it is)."""
+    import json
+
+    import yaml
+
+    if output is PlanFormat.json:
+        return json.dumps(obj, indent=2) + "\n"
+    return str(yaml.safe_dump(obj, sort_keys=False))
+
+
+def _run_plan(
+    console: Console,
+    plan: Plan,
+    manifest: dict[str, Any],
+    *,
+    dry_run: bool,
+    yes: bool,
+    output: PlanFormat,
+) -> None:
+    """As ``nodes evict``: ``--dry-run`` prints the plan as text, or with ``-o yaml|json``
+    the JobSet it would create (what ``kubectl apply --dry-run=server -f -`` takes);
+    otherwise ask (``--yes`` skips), run with the one executor, print what ran."""
+    from commands.nodes import _confirm, _exit_for, _plan_text, _result_text
+
+    data = output is not PlanFormat.table
+    if dry_run:
+        emit(_object_text(manifest, output) if data else _plan_text(plan))
+        return
+    if not data:
+        emit(_plan_text(plan))
+    if not yes and not plan.writes_nothing:
+        _confirm(plan)
+    result = console.execute(plan)
+    if data:
+        row = {"plan": plan.as_dict(), "result": result.as_dict()}
+        emit(render([row], OutputFormat(output.value)))
+    else:
+        emit(_result_text(result))
+    _exit_for(result)
+
+
+@app.command("launch")
+def launch(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="the training's name (its JobSet's)"),
+    nodes: int = typer.Option(..., "--nodes", help="nodes in the gang, one pod each"),
+    image: str = typer.Option(..., "--image", help="the trainer's container image"),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs each pod asks for"),
+    queue: str = typer.Option("training", "--queue", help="Kueue LocalQueue in the namespace"),
+    priority: str = typer.Option("training", "--priority", help="Kueue WorkloadPriorityClass"),
+    checkpoint_dir: str = typer.Option(
+        None,
+        "--checkpoint-dir",
+        help="checkpoints, as the pods see the path (default /checkpoints/NS/NAME)",
+    ),
+    resume_from: str = typer.Option(
+        None, "--resume-from", help="a complete checkpoint to start from, or 'latest'"
+    ),
+    namespace: str = typer.Option("training", "--namespace", "-n", help="the run's namespace"),
+    arg: list[str] = typer.Option(None, "--arg", help="an argument for the trainer (repeat)"),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="print the plan (-o yaml|json: the JobSet) and create nothing"
+    ),
+    yes: bool = typer.Option(
+        False, "--yes", "-y", help="do not ask; needed when stdin is no terminal"
+    ),
+    output: PlanFormat = PlanOutput,
+) -> None:
+    """A gang-scheduled DiT training as a JobSet managed by Kueue: suspended until Kueue
+    admits it whole, one pod per node, the gang restarted on a failure (a disruption does
+    not count towards maxRestarts). Refused (exit 2, nothing created): a missing queue or
+    priority class, a gang larger than the healthy nodes of the queue's flavors, a
+    --checkpoint-dir that is not a directory, an incomplete --resume-from. Launching the
+    same run again is a no-op."""
+    from commands.common import console_of
+    from krea_ops.training.manifests import TrainingSpec
+
+    console = console_of(ctx)
+    spec = TrainingSpec(
+        name=name,
+        nodes=nodes,
+        image=image,
+        namespace=namespace,
+        gpus_per_node=gpus_per_node,
+        queue=queue,
+        priority=priority,
+        checkpoint_dir=checkpoint_dir,
+        resume_from=resume_from,
+        args=tuple(arg or ()),
+    )
+    plan, manifest = console.plan_launch(spec)
+    _run_plan(console, plan, manifest, dry_run=dry_run, yes=yes, output=output)
+
+
+@app.command("resume")
+def resume(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="the training to relaunch"),
+    checkpoint: str = typer.Option(
+        "latest", "--checkpoint", help="'latest' (newest complete) or a checkpoint's path"
+    ),
+    namespace: str = typer.Option("training", "--namespace", "-n", help="the run's namespace"),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="print the plan (-o yaml|json: the JobSet) and change nothing"
+    ),
+    yes: bool = typer.Option(
+        False, "--yes", "-y", help="do not ask; needed when stdin is no terminal"
+    ),
+    output: PlanFormat = PlanOutput,
+) -> None:
+    """Relaunch a Failed or Completed training from its newest complete checkpoint (never
+    the step a crash left half-written), or from --checkpoint if it is complete: delete
+    the finished JobSet, create it again resuming there. Refused (exit 2) with the reason
+    for an incomplete or corrupt checkpoint, and for a run still running."""
+    from commands.common import console_of
+
+    console = console_of(ctx)
+    plan, manifest = console.plan_resume(name, namespace=namespace, checkpoint=checkpoint)
+    _run_plan(console, plan, manifest, dry_run=dry_run, yes=yes, output=output)

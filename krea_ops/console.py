@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from krea_ops.runbook.execute import RunResult
     from krea_ops.runbook.plan import Plan
     from krea_ops.telemetry.source import TelemetrySource
+    from krea_ops.training.manifests import TrainingSpec
     from krea_ops.training.runs import TrainingRun
 
 
@@ -389,6 +390,39 @@ class Console:
         from krea_ops.runbook.nodes import plan_restore
 
         return plan_restore(self.cluster, list(nodes), user=self.user(), force=force, reason=reason)
+
+    def plan_launch(self, spec: TrainingSpec) -> tuple[Plan, dict[str, object]]:
+        """The plan of ``train launch`` and the JobSet it creates; BadInput (nothing
+        created) for a missing queue or priority class, a gang larger than the healthy
+        nodes of the queue's flavors, a missing checkpoint directory."""
+        from krea_ops.runbook.training import plan_launch
+        from krea_ops.training.runs import parse_mount
+
+        health = self.node_health()
+        return plan_launch(
+            self.cluster,
+            spec,
+            user=self.user(),
+            node_severity=health.severity,
+            mount=parse_mount(self.settings.training_checkpoint_mount),
+        )
+
+    def plan_resume(
+        self, name: str, *, namespace: str, checkpoint: str = "latest"
+    ) -> tuple[Plan, dict[str, object]]:
+        """The plan of ``train resume``: the finished run relaunched from the newest
+        complete checkpoint (or the one named, if complete); BadInput otherwise."""
+        from krea_ops.runbook.training import plan_resume
+        from krea_ops.training.runs import parse_mount
+
+        return plan_resume(
+            self.cluster,
+            name,
+            namespace=namespace,
+            checkpoint=checkpoint,
+            user=self.user(),
+            mount=parse_mount(self.settings.training_checkpoint_mount),
+        )
 
     def execute(self, plan: Plan) -> RunResult:
         """Run a plan with the one executor, audited to the ``audit_log`` file."""

@@ -57,6 +57,11 @@ def about(method: str, path: str, body: Any) -> str:
         return f"event about {str(ref.get('kind', '')).lower()} {where}{ref.get('name', '')}"
     if "nodes" in parts:
         return f"node {parts[parts.index('nodes') + 1]}"
+    if "jobsets" in parts and "namespaces" in parts:
+        namespace = parts[parts.index("namespaces") + 1]
+        rest = parts[parts.index("jobsets") + 1 :]
+        name = rest[0] if rest else ((body or {}).get("metadata") or {}).get("name", "")
+        return f"jobset {namespace}/{name}"
     if "pods" in parts and "namespaces" in parts:
         namespace = parts[parts.index("namespaces") + 1]
         return f"pod {namespace}/{parts[parts.index('pods') + 1]}"
@@ -249,7 +254,45 @@ def _run_step(
         if recorded.error:  # events are best effort, as in Kubernetes
             return "failed", [f"event not recorded: {recorded.error}"]
         return "done", [f"event {recorded.namespace}/{recorded.name}"]
+    if step.kind is StepKind.CREATE:
+        return _create(cluster, step)
+    if step.kind is StepKind.REMOVE:
+        return _remove(cluster, plan, step, clock)
     return _drain(cluster, events, plan, step, state, clock, concurrency)
+
+
+def _create(cluster: Cluster, step: Step) -> tuple[str, list[str]]:
+    """POST the call's body; any refusal (409 included: someone made it meanwhile) stops
+    the run with the server's words."""
+    (call,) = step.calls
+    answer = cluster.request(f"create {call.about}", "POST", call.path, body=call.body)
+    if not answer.ok:
+        raise cluster.refusal(f"create {call.about}", answer)
+    uid = ((answer.body or {}).get("metadata") or {}).get("uid")
+    return "done", [f"{call.about} created (uid {uid})"]
+
+
+def _remove(
+    cluster: Cluster, plan: Plan, step: Step, clock: Callable[[], float]
+) -> tuple[str, list[str]]:
+    """DELETE with the call's DeleteOptions (a UID precondition), then wait until an
+    object of that UID is no more, up to ``timeout_s``: what the next step creates may
+    take its name."""
+    (call,) = step.calls
+    answer = cluster.request(f"delete {call.about}", "DELETE", call.path, body=call.body)
+    if answer.status == 404:
+        return "unchanged", [f"{call.about} was already gone"]
+    if not answer.ok:
+        raise cluster.refusal(f"delete {call.about}", answer)
+    uid = ((call.body or {}).get("preconditions") or {}).get("uid")
+    deadline = clock() + float(plan.options.get("timeout_s", 300))
+    while True:
+        got = cluster.request(f"get {call.about}", "GET", call.path)
+        if got.status == 404 or (got.ok and (got.body or {}).get("metadata", {}).get("uid") != uid):
+            return "done", [f"{call.about} deleted"]
+        if clock() >= deadline:
+            raise KreaError(f"{call.about} is still being deleted; run the command again")
+        time.sleep(min(POLL_S, max(0.0, deadline - clock())))
 
 
 def _drain(

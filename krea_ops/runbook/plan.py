@@ -29,6 +29,8 @@ class StepKind(enum.StrEnum):
     EVICT = "evict"  # Eviction API calls, retried on 429 until the timeout
     DELETE = "delete"  # pod deletes (--force): budgets are not consulted
     EVENT = "event"  # a Kubernetes Event about an object touched
+    CREATE = "create"  # create one object (the call's body), 409 is the step's failure
+    REMOVE = "remove"  # delete one object (UID precondition) and wait until it is gone
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,7 @@ class Plan:
     pods: dict[str, tuple[PodRef, ...]] = field(default_factory=dict)  # node -> pods
     fleet_nodes: int = 0
     refused: str | None = None  # why this plan must not run
+    subject: str | None = None  # what the action is about when not nodes ("training/dit")
 
     @property
     def calls(self) -> tuple[Call, ...]:
@@ -161,6 +164,7 @@ class Plan:
         """The plan as data (``--dry-run -o json``): docs/cli.md documents this shape."""
         return {
             "action": self.action,
+            **({"subject": self.subject} if self.subject else {}),
             "nodes": list(self.nodes),
             "reason": self.reason,
             "user": self.user,
@@ -173,12 +177,13 @@ class Plan:
 
     def lines(self) -> list[str]:
         """The plan as text, one line per call, each finding after the steps."""
-        head = f"{self.action} {' '.join(self.nodes)}"
+        head = f"{self.action} {self.subject or ' '.join(self.nodes)}"
         if self.reason:
             head += f" (reason: {self.reason})"
         out = [f"Plan: {head}, by {self.user}"]
         if not self.steps:
-            out.append("  nothing to do: every node is already as asked")
+            what = "it is already as asked" if self.subject else "every node is already as asked"
+            out.append(f"  nothing to do: {what}")
         for i, step in enumerate(self.steps, 1):
             together = " (in parallel)" if step.parallel and len(step.calls) > 1 else ""
             out.append(f"  {i}. {step.description}{together}")

@@ -41,7 +41,6 @@ from krea_ops.sim.world.jobs import (
     JOBSET_PLURAL,
     JOBSET_VERSION,
     JS_RESTART,
-    QUEUE_LABEL,
     SNAPSHOT_SERVICE,
     Api,
     Obj,
@@ -58,14 +57,17 @@ from krea_ops.sim.world.jobs import (
 )
 from krea_ops.sim.world.logs import TrainerLogs
 from krea_ops.training.checkpoints import METADATA, STEP_DIR, inspect_checkpoint
+from krea_ops.training.manifests import (
+    WORKLOAD_LABEL,
+    TrainingSpec,
+    default_checkpoint_dir,
+    training_jobset,
+)
 from krea_ops.training.runs import CHECKPOINT_DIR_ANNOTATION, RESUME_FROM_ANNOTATION
 
-WORKLOAD_LABEL = "krea.ai/workload"
 RESUMED_STEP_ANNOTATION = "sim.krea.ai/resumed-from-step"
 RESUMED_FROM_ANNOTATION = "sim.krea.ai/resumed-from"
 LAST_CHECKPOINT_ANNOTATION = "sim.krea.ai/last-checkpoint-step"
-PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
-REPLICATED_JOB = "trainer"
 COMPONENT = "dit-trainer"
 
 
@@ -142,11 +144,7 @@ def commit_checkpoint(step_dir: Path, step: int, world_size: int, extra: Obj | N
     os.replace(tmp, step_dir / METADATA)
 
 
-# -- the launch manifest (pure) --------------------------------------------------------
-
-
-def default_checkpoint_dir(namespace: str, name: str) -> str:
-    return f"/checkpoints/{namespace}/{name}"
+# -- the launch manifest: the product's builder (krea_ops.training.manifests) -----------
 
 
 def dit_jobset_manifest(
@@ -163,104 +161,37 @@ def dit_jobset_manifest(
     max_restarts: int = 10,
     run_seconds: float | None = None,
 ) -> Obj:
-    """The JobSet of a DiT pre-training run of ``nodes`` x ``gpus_per_node`` GPUs.
-
-    Suspended, for Kueue to admit as one gang (queue and priority labels); one replicated
-    job ``trainer`` of ``nodes`` Indexed pods (one per node, ``backoffLimit: 0`` so any pod
-    failure fails the job and the JobSet restarts all of them, up to ``max_restarts``);
-    torchrun with the checkpoint directory (and the checkpoint to resume from, if given)
-    in its arguments and environment.
-    """
+    """The JobSet ``krea-ops train launch`` creates (``training_jobset``), with what only
+    the simulated world adds: the pods' PriorityClass of the same name (the world's
+    scheduler preempts inference pods by it) and ``sim.krea.ai/run-seconds``. The world's
+    trainings keep disruptions counting towards ``maxRestarts`` (``disruptions_free``
+    off): the simulated ranks do not crash when one of them is evicted, so the gang
+    restart on a drain comes from the Job's ``backoffLimit: 0``, as the world's tests of
+    a drain expect."""
     if nodes < 1:
         raise ValueError("nodes must be >= 1")
     if gpus_per_node < 1:
         raise ValueError("gpus_per_node must be >= 1")
-    ckpt = checkpoint_dir or default_checkpoint_dir(namespace, name)
-    pod_labels = {WORKLOAD_LABEL: "training", "krea.ai/training": name}
-    args = [
-        f"--nnodes={nodes}",
-        f"--nproc-per-node={gpus_per_node}",
-        "--node-rank=$(JOB_COMPLETION_INDEX)",
-        f"--rdzv-endpoint={name}-{REPLICATED_JOB}-0-0.{name}:29500",
-        "-m",
-        "krea.dit.train",
-        "--checkpoint-dir",
-        ckpt,
-    ]
-    env = [
-        {"name": "CHECKPOINT_DIR", "value": ckpt},
-        {"name": "WORLD_SIZE", "value": str(nodes * gpus_per_node)},
-        {"name": "NCCL_IB_HCA", "value": "mlx5"},
-    ]
-    job_annotations: dict[str, str] = {CHECKPOINT_DIR_ANNOTATION: ckpt}
-    if resume_from:
-        args += ["--resume-from", resume_from]
-        env.append({"name": "RESUME_FROM", "value": resume_from})
-        job_annotations[RESUME_FROM_ANNOTATION] = resume_from
-    pod_annotations: dict[str, str] = {}
+    spec = TrainingSpec(
+        name=name,
+        nodes=nodes,
+        image=image,
+        namespace=namespace,
+        gpus_per_node=gpus_per_node,
+        queue=queue,
+        priority=priority_class,
+        checkpoint_dir=checkpoint_dir,
+        resume_from=resume_from,
+        max_restarts=max_restarts,
+        disruptions_free=False,
+    )
+    js = training_jobset(spec)
+    (rjob,) = js["spec"]["replicatedJobs"]
+    pod = rjob["template"]["spec"]["template"]
+    pod["spec"]["priorityClassName"] = priority_class
     if run_seconds is not None:
-        pod_annotations["sim.krea.ai/run-seconds"] = str(int(run_seconds))
-    gpus = str(gpus_per_node)
-    pod_template: Obj = {
-        "metadata": {"labels": dict(pod_labels), "annotations": pod_annotations},
-        "spec": {
-            "restartPolicy": "Never",
-            "priorityClassName": priority_class,
-            "containers": [
-                {
-                    "name": "trainer",
-                    "image": image,
-                    "command": ["torchrun"],
-                    "args": args,
-                    "env": env,
-                    "resources": {
-                        "requests": {"nvidia.com/gpu": gpus},
-                        "limits": {"nvidia.com/gpu": gpus},
-                    },
-                }
-            ],
-            "tolerations": [
-                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-            ],
-        },
-    }
-    if not pod_annotations:
-        del pod_template["metadata"]["annotations"]
-    return {
-        "apiVersion": f"{JOBSET_GROUP}/{JOBSET_VERSION}",
-        "kind": "JobSet",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {
-                QUEUE_LABEL: queue,
-                PRIORITY_LABEL: priority_class,
-                WORKLOAD_LABEL: "training",
-            },
-            "annotations": job_annotations,
-        },
-        "spec": {
-            "suspend": True,
-            "failurePolicy": {"maxRestarts": max_restarts},
-            "network": {"enableDNSHostnames": True},
-            "replicatedJobs": [
-                {
-                    "name": REPLICATED_JOB,
-                    "replicas": 1,
-                    "template": {
-                        "metadata": {"labels": dict(pod_labels)},
-                        "spec": {
-                            "parallelism": nodes,
-                            "completions": nodes,
-                            "completionMode": "Indexed",
-                            "backoffLimit": 0,
-                            "template": pod_template,
-                        },
-                    },
-                }
-            ],
-        },
-    }
+        pod["metadata"]["annotations"] = {"sim.krea.ai/run-seconds": str(int(run_seconds))}
+    return js
 
 
 def submit_training(
