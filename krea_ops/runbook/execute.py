@@ -249,7 +249,34 @@ def _run_step(
         if recorded.error:  # events are best effort, as in Kubernetes
             return "failed", [f"event not recorded: {recorded.error}"]
         return "done", [f"event {recorded.namespace}/{recorded.name}"]
+    if step.kind is StepKind.MIGRATE:
+        return _move(cluster, events, plan, step, state, clock)
     return _drain(cluster, events, plan, step, state, clock, concurrency)
+
+
+def _move(
+    cluster: Cluster,
+    events: EventRecorder,
+    plan: Plan,
+    step: Step,
+    state: _Run,
+    clock: Callable[[], float],
+) -> tuple[str, list[str]]:
+    """One pod of ``burst migrate``, paced by ``runbook.burst.run_move``; the moves
+    after one that did not finish are not made (the run ends blocked)."""
+    from krea_ops.runbook.burst import run_move
+
+    if state.blocked or state.failed:
+        return "skipped", ["not moved: an earlier move did not finish"]
+    pod, node = step.pods[0], step.node or ""
+    timeout_s = float(plan.options.get("timeout_s", 600))
+    status, lines, problem = run_move(cluster, step, timeout_s, clock)
+    if problem is not None:
+        (state.failed if status == "failed" else state.blocked).append(problem)
+        _pod_event(events, plan, pod, node, WARNING, "MigrationBlocked", problem)
+    else:
+        _pod_event(events, plan, pod, node, NORMAL, "Migrated", f"moved off node {node}")
+    return status, lines
 
 
 def _drain(
