@@ -539,7 +539,13 @@ def plan_migrate(
             )
         }
         before = _pause_steps(to_pause, steer_reason, user, at)
-        after = _unpause_steps(to_pause, user, f"{action} finished")
+        # the unpause is planned on the nodes as the pause leaves them
+        paused_objs = {}
+        for name, obj in to_pause.items():
+            for edit in _pause_edits(obj, steer_reason, user, at):
+                obj = edit.apply(obj) or obj
+            paused_objs[name] = obj
+        after = _unpause_steps(paused_objs, user, f"{action} finished")
         if not to_pause:
             findings.append(
                 Finding(
