@@ -325,9 +325,9 @@ def pause(
     yes: bool = YesOption,
     output: PlanFormat = PlanOutput,
 ) -> None:
-    """Stop new placements on every virtual node: taint krea.ai/burst-paused=true:NoSchedule
-    and annotate who, why and since when. Pods running offsite keep running; the provider's
-    own taints stay."""
+    """Stop new placements on every virtual node with our own taint
+    (krea.ai/burst-paused=true:NoSchedule) and annotations saying who, why and since
+    when. Pods running offsite keep running; the provider's own taints stay."""
     console = console_of(ctx)
     _run(console, console.plan_burst_pause(reason=reason), dry_run=dry_run, yes=yes, output=output)
 

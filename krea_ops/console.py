@@ -372,13 +372,19 @@ class Console:
         BadInput for an empty reason or a cluster without virtual nodes."""
         from krea_ops.runbook.burst import plan_pause
 
-        return plan_pause(self.cluster, reason=reason, user=self.user())
+        return plan_pause(self.cluster, self._virtual_nodes(), reason=reason, user=self.user())
 
     def plan_burst_unpause(self) -> Plan:
         """The plan of ``burst unpause``: our taint and annotations off, nothing else."""
         from krea_ops.runbook.burst import plan_unpause
 
-        return plan_unpause(self.cluster, user=self.user())
+        return plan_unpause(self.cluster, self._virtual_nodes(), user=self.user())
+
+    def _virtual_nodes(self) -> list[str]:
+        """The virtual-kubelet nodes, found as ``burst status`` finds them."""
+        from krea_ops.burst.status import find_virtual_nodes
+
+        return [info.name for info, _ in find_virtual_nodes(self.cluster)]
 
     def plan_burst_migrate(
         self,
@@ -394,6 +400,7 @@ class Console:
 
         return plan_migrate(
             self.cluster,
+            self._virtual_nodes(),
             direction=direction,
             user=self.user(),
             max_pods=max_pods,

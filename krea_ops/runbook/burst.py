@@ -37,18 +37,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from krea_ops.burst import (
-    ANN_PRICE,
-    INFERENCE_SELECTOR,
-    PAUSE_TAINT_EFFECT,
-    PAUSE_TAINT_KEY,
-    PAUSE_TAINT_VALUE,
-    PAUSED_AT,
-    PAUSED_BY,
-    PAUSED_REASON,
-    VK_TAINT_KEY,
-)
-from krea_ops.burst.status import find_virtual_nodes
 from krea_ops.errors import BadInput
 from krea_ops.kube.cluster import GPU_RESOURCE, Cluster, pod_gpus
 from krea_ops.kube.quantity import as_int
@@ -72,6 +60,19 @@ from krea_ops.runbook.plan import (
     StepKind,
 )
 
+# The burst conventions (``krea_ops.burst`` names them; runbook and burst are sibling
+# layers that do not import each other, and tests/runbook/test_burst.py holds the two
+# the same). The console finds the virtual nodes (``burst.status.find_virtual_nodes``)
+# and hands their names to these plans.
+VK_TAINT_KEY = "virtual-kubelet.io/provider"
+PAUSE_TAINT_KEY = "krea.ai/burst-paused"
+PAUSE_TAINT_VALUE = "true"
+PAUSE_TAINT_EFFECT = "NoSchedule"
+PAUSED_BY = "krea.ai/burst-paused-by"
+PAUSED_REASON = "krea.ai/burst-paused-reason"
+PAUSED_AT = "krea.ai/burst-paused-at"
+ANN_PRICE = "burst.krea.ai/usd-per-gpu-hour"
+INFERENCE_SELECTOR = "krea.ai/workload=inference"
 OUT_TAINT_KEY = "krea.ai/burst-out"
 OUT_TAINT_VALUE = "true"
 OUT_TAINT_EFFECT = "NoSchedule"
@@ -85,8 +86,8 @@ Obj = dict[str, Any]
 # -- pause and unpause -------------------------------------------------------------------
 
 
-def _virtual_objs(cluster: Cluster) -> dict[str, Obj]:
-    names = [info.name for info, _ in find_virtual_nodes(cluster)]
+def _virtual_objs(cluster: Cluster, virtual_nodes: Sequence[str]) -> dict[str, Obj]:
+    names = sorted(set(virtual_nodes))
     if not names:
         raise BadInput(
             "no virtual-kubelet nodes in the cluster (bursting is not set up); nothing was changed"
@@ -144,13 +145,18 @@ def _unpause_steps(objs: Mapping[str, Obj], user: str, why: str | None) -> list[
 
 
 def plan_pause(
-    cluster: Cluster, *, reason: str, user: str, now: Callable[[], float] = time.time
+    cluster: Cluster,
+    virtual_nodes: Sequence[str],
+    *,
+    reason: str,
+    user: str,
+    now: Callable[[], float] = time.time,
 ) -> Plan:
     """Taint every virtual node with ours and say who, why and since when."""
     reason = (reason or "").strip()
     if not reason:
         raise BadInput("--reason must say why bursting is paused (it goes on the node)")
-    objs = _virtual_objs(cluster)
+    objs = _virtual_objs(cluster, virtual_nodes)
     steps = _pause_steps(objs, reason, user, rfc3339(now()))
     findings = [
         Finding(
@@ -180,9 +186,11 @@ def plan_pause(
     )
 
 
-def plan_unpause(cluster: Cluster, *, user: str, reason: str | None = None) -> Plan:
+def plan_unpause(
+    cluster: Cluster, virtual_nodes: Sequence[str], *, user: str, reason: str | None = None
+) -> Plan:
     """Remove our pause taint and annotations from every virtual node; nothing else."""
-    objs = _virtual_objs(cluster)
+    objs = _virtual_objs(cluster, virtual_nodes)
     steps = _unpause_steps(objs, user, reason)
     findings = [
         Finding("already", Severity.INFO, f"node {name} is not paused", name)
@@ -210,7 +218,7 @@ def _meta(obj: Obj) -> Obj:
 def _ready(obj: Obj) -> bool:
     for cond in (obj.get("status") or {}).get("conditions") or ():
         if cond.get("type") == "Ready":
-            return cond.get("status") == "True"
+            return bool(cond.get("status") == "True")
     return False
 
 
@@ -366,6 +374,7 @@ def _order_out(pods: list[Obj]) -> list[Obj]:
 
 def plan_migrate(
     cluster: Cluster,
+    virtual_nodes: Sequence[str],
     *,
     direction: str,
     user: str,
@@ -381,7 +390,7 @@ def plan_migrate(
     if timeout_s <= 0:
         raise BadInput("--timeout must be more than 0 seconds")
     selector = selector or INFERENCE_SELECTOR
-    vobjs = _virtual_objs(cluster)
+    vobjs = _virtual_objs(cluster, virtual_nodes)
     virtual = tuple(vobjs)
     back = direction == BACK
     action = f"burst migrate --{direction}"

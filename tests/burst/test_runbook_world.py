@@ -57,7 +57,9 @@ def test_pause_survives_an_unpause_less_restart_of_the_virtual_node(tmp_path: Pa
     with SimWorld(config, tmp_path, parts=("burst",)) as world:
         cluster = Cluster(world.client, timeout_s=30)
         wait_for(lambda: vk_node(cluster))
-        execute(cluster, plan_pause(cluster, reason="provider outage", user="alice"))
+        execute(
+            cluster, plan_pause(cluster, [burst.VK_NODE], reason="provider outage", user="alice")
+        )
         ours = {"key": PAUSE_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
         assert ours in (vk_node(cluster) or {})["spec"]["taints"]
 
@@ -190,7 +192,7 @@ def test_migrate_back_refuses_when_no_in_cluster_gpu_is_free(
 ) -> None:
     _, cluster, _ = offsite
     with pytest.raises(BadInput) as refused:
-        plan_migrate(cluster, direction="back", user="alice")
+        plan_migrate(cluster, [burst.VK_NODE], direction="back", user="alice")
     assert str(refused.value).startswith("no in-cluster GPU is free (0 free")
     assert "nothing was changed" in str(refused.value)
     assert PAUSE_TAINT_KEY not in str((vk_node(cluster) or {})["spec"]["taints"])
@@ -202,7 +204,9 @@ def test_migrate_back_keeps_ready_count_and_respects_max(
     _, cluster, nodes = offsite
     cordon(cluster, nodes, False)
 
-    plan = plan_migrate(cluster, direction="back", user="alice", max_pods=2, timeout_s=120)
+    plan = plan_migrate(
+        cluster, [burst.VK_NODE], direction="back", user="alice", max_pods=2, timeout_s=120
+    )
 
     assert [str(s.kind) for s in plan.steps] == [
         "update",

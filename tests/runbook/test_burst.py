@@ -16,9 +16,10 @@ from krea_ops.burst import (
     PAUSED_REASON,
     VK_TAINT_KEY,
 )
-from krea_ops.burst.status import burst_status
+from krea_ops.burst.status import burst_status, find_virtual_nodes
 from krea_ops.errors import BadInput
 from krea_ops.kube.cluster import Cluster
+from krea_ops.runbook import burst as runbook_burst
 from krea_ops.runbook.burst import plan_pause, plan_unpause
 from krea_ops.runbook.execute import execute
 from tests.kube.conftest import create
@@ -60,7 +61,8 @@ def test_pause_runs_its_plan_keeps_other_taints_and_is_idempotent(cluster: Clust
     fleet(cluster, 2)
     virtual_nodes(cluster)
 
-    plan = plan_pause(cluster, reason=REASON, user="alice")
+    assert [n.name for n, _ in find_virtual_nodes(cluster)] == list(VKS)
+    plan = plan_pause(cluster, VKS, reason=REASON, user="alice")
 
     assert plan.nodes == VKS
     assert [str(s.kind) for s in plan.steps] == ["update", "event"] * 2
@@ -83,12 +85,12 @@ def test_pause_runs_its_plan_keeps_other_taints_and_is_idempotent(cluster: Clust
     assert node.paused and node.paused_by == "alice" and node.pause_reason == REASON
     assert node.paused_at is not None
 
-    again = plan_pause(cluster, reason=REASON, user="alice")
+    again = plan_pause(cluster, VKS, reason=REASON, user="alice")
     assert again.writes_nothing
     assert execute(cluster, again).made == ()
     # another operator's pause with another reason updates who and why, not since when
     since = annotations[PAUSED_AT]
-    execute(cluster, plan_pause(cluster, reason="cost cap", user="bob"))
+    execute(cluster, plan_pause(cluster, VKS, reason="cost cap", user="bob"))
     annotations = node_obj(cluster, VKS[0])["metadata"]["annotations"]
     assert (annotations[PAUSED_BY], annotations[PAUSED_REASON]) == ("bob", "cost cap")
     assert annotations[PAUSED_AT] == since
@@ -97,9 +99,9 @@ def test_pause_runs_its_plan_keeps_other_taints_and_is_idempotent(cluster: Clust
 
 def test_unpause_removes_only_ours_and_is_idempotent(cluster: Cluster) -> None:
     virtual_nodes(cluster)
-    execute(cluster, plan_pause(cluster, reason=REASON, user="alice"))
+    execute(cluster, plan_pause(cluster, VKS, reason=REASON, user="alice"))
 
-    plan = plan_unpause(cluster, user="bob")
+    plan = plan_unpause(cluster, VKS, user="bob")
     result = execute(cluster, plan)
     assert result.status == "done"
     assert_plan_was_run(plan, result)
@@ -109,15 +111,33 @@ def test_unpause_removes_only_ours_and_is_idempotent(cluster: Cluster) -> None:
     assert not {PAUSED_BY, PAUSED_REASON, PAUSED_AT} & set(annotations)
     assert not any(n.paused for n in burst_status(cluster).nodes)
 
-    again = plan_unpause(cluster, user="bob")
+    again = plan_unpause(cluster, VKS, user="bob")
     assert again.writes_nothing
     assert execute(cluster, again).made == ()
 
 
 def test_pause_refuses_without_reason_or_virtual_nodes(cluster: Cluster) -> None:
     fleet(cluster, 2)
+    assert find_virtual_nodes(cluster) == []
     with pytest.raises(BadInput, match="no virtual-kubelet nodes"):
-        plan_pause(cluster, reason=REASON, user="alice")
+        plan_pause(cluster, [], reason=REASON, user="alice")
     virtual_nodes(cluster)
     with pytest.raises(BadInput, match="--reason"):
-        plan_pause(cluster, reason="  ", user="alice")
+        plan_pause(cluster, VKS, reason="  ", user="alice")
+
+
+def test_the_runbook_writes_the_conventions_burst_status_reads() -> None:
+    import krea_ops.burst as conventions
+
+    for name in (
+        "VK_TAINT_KEY",
+        "PAUSE_TAINT_KEY",
+        "PAUSE_TAINT_VALUE",
+        "PAUSE_TAINT_EFFECT",
+        "PAUSED_BY",
+        "PAUSED_REASON",
+        "PAUSED_AT",
+        "ANN_PRICE",
+        "INFERENCE_SELECTOR",
+    ):
+        assert getattr(runbook_burst, name) == getattr(conventions, name), name
