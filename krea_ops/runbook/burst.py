@@ -19,9 +19,10 @@ workload would not take it below its Ready count at the start minus one, and whi
 in-cluster GPU is free for it.
 
 Migrate ``--out``: the reverse, to clear in-cluster GPUs (ahead of a large training).
-The nodes the chosen pods leave get taint ``krea.ai/burst-out=true:NoSchedule`` for the
-duration, so each replacement, which prefers in-cluster nodes, lands on a virtual node;
-the last step removes that taint, and the GPUs are free for what is waiting for them.
+The nodes the chosen pods leave, and every other in-cluster node with room for one of
+them, get taint ``krea.ai/burst-out=true:NoSchedule`` for the duration, so each
+replacement, which prefers in-cluster nodes, lands on a virtual node; the last step
+removes that taint, and the GPUs are free for what is waiting for them.
 
 Both are bounded: ``--max N`` pods per run (default: as many as the free GPUs on the
 other side hold), chosen in order (``--back``: the dearest provider first), and the
@@ -395,7 +396,8 @@ def plan_migrate(
     back = direction == BACK
     action = f"burst migrate --{direction}"
     there = read_side(cluster, not back, virtual)  # where the pods go
-    here_names = set(virtual) if back else set(read_side(cluster, False, virtual).nodes)
+    home = None if back else read_side(cluster, False, virtual)  # --out: where pods are now
+    here_names = set(virtual) if home is None else set(home.nodes)
     listed = _pages(
         cluster,
         f"list pods matching {selector}",
@@ -587,8 +589,15 @@ def plan_migrate(
                 "bursting is paused on every virtual node: run krea-ops burst unpause first; "
                 "nothing was changed"
             )
-        sources = sorted({str((p.get("spec") or {}).get("nodeName")) for p, _ in chosen})
-        srcs = _read_nodes(cluster, sources)
+        # the nodes the pods leave, and every other in-cluster node with room for one of
+        # them: a replacement, which prefers in-cluster nodes, would land there otherwise
+        sources = {str((p.get("spec") or {}).get("nodeName")) for p, _ in chosen}
+        assert home is not None
+        need = min(pod_gpus(p.get("spec") or {}) for p, _ in chosen)
+        for name, free in home.free.items():
+            if free >= need and any(fits_node(p, home.nodes[name]) for p, _ in chosen):
+                sources.add(name)
+        srcs = {name: home.nodes[name] for name in sorted(sources)}
         out_edit: tuple[Edit, ...] = (AddTaint(OUT_TAINT_KEY, OUT_TAINT_VALUE, OUT_TAINT_EFFECT),)
         off_edit: tuple[Edit, ...] = (RemoveTaint(OUT_TAINT_KEY, OUT_TAINT_EFFECT),)
         for name in sources:
@@ -605,7 +614,8 @@ def plan_migrate(
             Finding(
                 "steer",
                 Severity.INFO,
-                f"the nodes the pods leave ({', '.join(sources)}) are tainted "
+                f"the nodes the pods leave and those with room for them "
+                f"({', '.join(srcs)}) are tainted "
                 f"{OUT_TAINT_KEY}={OUT_TAINT_VALUE}:NoSchedule while pods move, so replacements "
                 "land on virtual nodes; the last step removes that taint",
             )

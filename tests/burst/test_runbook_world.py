@@ -250,3 +250,58 @@ def test_migrate_back_keeps_ready_count_and_respects_max(
     assert wait_for(lambda: ready_where(cluster) == (2, 1), timeout=30)
     taints = (vk_node(cluster) or {})["spec"]["taints"]
     assert [t["key"] for t in taints] == [burst.VK_TAINT_KEY]  # the pause is lifted
+
+
+# -- migrate --out --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def in_cluster(tmp_path: Path) -> Iterator[tuple[SimWorld, Cluster]]:
+    """Three Ready replicas of ``serve`` in-cluster (they prefer it), a budget of
+    maxUnavailable 1, room for six GPUs at the providers."""
+    config = WorldConfig(nodes=2, speed=120, providers=(CHEAP, MID), extra=NO_DEPLOYMENTS)
+    with SimWorld(config, tmp_path, parts=("cluster", "burst")) as world:
+        cluster = Cluster(world.client, timeout_s=30)
+        wait_for(lambda: vk_node(cluster), timeout=30)
+        request(cluster, "POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
+        request(cluster, "POST", f"/apis/apps/v1/namespaces/{NS}/deployments", deployment(3))
+        wait_for(lambda: ready_where(cluster) == (3, 0), timeout=60)
+        yield world, cluster
+
+
+def test_migrate_out_moves_pods_offsite_one_at_a_time_and_lifts_its_taint(
+    in_cluster: tuple[SimWorld, Cluster],
+) -> None:
+    _, cluster = in_cluster
+    plan = plan_migrate(
+        cluster, [burst.VK_NODE], direction="out", user="alice", max_pods=2, timeout_s=120
+    )
+    kinds = [str(s.kind) for s in plan.steps]
+    assert kinds.count("migrate") == 2
+    assert kinds[0] == "update" and kinds[-1] == "update"
+    assert "taint krea.ai/burst-out=true:NoSchedule" in plan.steps[0].description
+    sources = {s.node for s in plan.steps if s.kind is StepKind.MIGRATE}
+
+    samples: list[tuple[int, int]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            samples.append(ready_where(cluster))
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        result = execute(cluster, plan)
+    finally:
+        done.set()
+        sampler.join()
+
+    assert result.status == "done", result.as_dict()
+    assert_plan_was_run(plan, result)
+    assert min(a + b for a, b in samples) >= 3 - 1
+    assert wait_for(lambda: ready_where(cluster) == (1, 2), timeout=30)
+    for name in sources:
+        node = cluster.get("node", f"/api/v1/nodes/{name}")
+        assert "krea.ai/burst-out" not in str(node["spec"].get("taints"))
