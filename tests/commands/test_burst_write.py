@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from commands.main import invoke
-from krea_ops.burst import PAUSE_TAINT_KEY, VK_TAINT_KEY
+from krea_ops.burst import ANN_PRICE, PAUSE_TAINT_KEY, VK_TAINT_KEY
 from krea_ops.kube.cluster import Cluster
 from krea_ops.sim.local import LocalApiServer
-from tests.kube.conftest import create
+from tests.kube.conftest import create, set_status
 from tests.runbook.conftest import fleet, node_obj, pod_on
 
 VK = "vk-runpod"
@@ -145,3 +145,45 @@ def test_migrate_back_with_no_free_in_cluster_gpu_exits_2_with_one_line(
 
     code, _, err = run(sim, capsys, "migrate", "--yes")
     assert code == 2 and "--back or --out" in err
+
+
+def test_migrate_back_dry_run_lists_the_pods_in_order_with_the_preflight(
+    sim: LocalApiServer, cluster: Cluster, audit: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gpus = {"nvidia.com/gpu": "8"}
+    set_status(
+        cluster,
+        "/api/v1/nodes/gpu-node-000",
+        {
+            "allocatable": gpus,
+            "capacity": gpus,
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    )
+    labels = {"krea.ai/workload": "inference", "app": "serve"}
+    for name, price in (("serve-a", "1.10"), ("serve-b", "3.40"), ("serve-c", "2.00")):
+        pod_on(cluster, VK, name, labels=labels, annotations={ANN_PRICE: price})
+    before = version(cluster)
+
+    code, out, err = run(sim, capsys, "migrate", "--back", "--max", "2", "--dry-run", "-o", "json")
+
+    assert code == 0, err
+    assert version(cluster) == before and not audit.exists()
+    [plan] = json.loads(out)
+    assert plan["action"] == "burst migrate --back" and plan["options"]["max"] == 2
+    assert [s["kind"] for s in plan["steps"]] == [
+        "update",
+        "event",
+        "migrate",
+        "migrate",
+        "update",
+        "event",
+    ]
+    moved = [s["calls"][0]["about"] for s in plan["steps"] if s["kind"] == "migrate"]
+    assert moved == ["pod default/serve-b", "pod default/serve-c"]  # the dearest first
+    assert plan["steps"][2]["calls"][0]["path"].endswith("/pods/serve-b/eviction")
+    findings = {f["kind"]: f["message"] for f in plan["findings"]}
+    assert findings["capacity"].startswith("8 in-cluster GPUs free on 1 healthy nodes")
+    assert "ReplicaSet default/web: 3 Ready; drops to 2 Ready" in findings["drops"]
+    assert "default/serve-a (--max 2)" in findings["stays"]
+    assert "paused (krea.ai/burst-paused) while pods move" in findings["steer"]
