@@ -1,5 +1,7 @@
 """``krea-ops burst``: inference that burst to external GPU providers through
-virtual-kubelet nodes: where it runs, what it costs so far."""
+virtual-kubelet nodes: where it runs, what it costs so far (``status``); and the runbook's
+burst actions (``pause``, ``unpause``, ``migrate``), plans printed, confirmed and run as
+``nodes evict`` runs its own."""
 
 from __future__ import annotations
 
@@ -11,11 +13,24 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from commands.common import OutputOption, console_of
+from commands.nodes import (
+    DryRunOption,
+    PlanFormat,
+    PlanOutput,
+    YesOption,
+    _confirm,
+    _plan_text,
+    _result_text,
+)
 from commands.output import OutputFormat, emit, render
 from krea_ops import units
+from krea_ops.errors import EXIT_BLOCKED, BadInput, KreaError
 
 if TYPE_CHECKING:  # (imported by the command that uses it: start-up of every command)
     from krea_ops.burst.status import BurstPod, BurstStatus, VirtualNode
+    from krea_ops.console import Console
+    from krea_ops.runbook.execute import RunResult
+    from krea_ops.runbook.plan import Plan
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -104,6 +119,8 @@ def node_row(node: VirtualNode, report: BurstStatus) -> dict[str, Any]:
         "gpu_allocatable": node.gpu_allocatable,
         "paused": node.paused,
         "pause_reason": node.pause_reason,
+        "paused_by": node.paused_by,
+        "paused_at": iso(node.paused_at),
         "taints": [
             {"key": t.key, "value": t.value, "effect": t.effect, "owner": t.owner}
             for t in node.taints
@@ -219,9 +236,12 @@ def status_tables(report: BurstStatus, fmt: OutputFormat) -> str:
     notes: list[str] = []
     for n in report.nodes:
         if n.paused:
+            who = f" by {n.paused_by}" if n.paused_by else ""
+            since = f" since {iso(n.paused_at)}" if n.paused_at is not None else ""
             notes.append(
-                f"bursting is PAUSED on {n.name}: {n.pause_reason or 'no reason given'} "
-                "(no new placements; running pods stay)"
+                f"bursting is PAUSED on {n.name}{who}{since}: "
+                f"{n.pause_reason or 'no reason given'} "
+                "(no new placements; running pods stay; krea-ops burst unpause lifts it)"
             )
     notes.append(f"inference pods pending with no node: {report.pending_inference_pods}")
     return "\n".join(parts) + "\n" + "\n".join(notes) + "\n"
@@ -251,3 +271,114 @@ def status(ctx: typer.Context, output: OutputFormat = OutputOption) -> None:
         print(NO_VIRTUAL_NODES, file=sys.stderr)
         return
     emit(status_tables(report, output))
+
+
+# -- the runbook's burst actions -------------------------------------------------------------
+
+
+def _run(console: Console, plan: Plan, *, dry_run: bool, yes: bool, output: PlanFormat) -> None:
+    data = output is not PlanFormat.table
+    if dry_run:
+        emit(render([plan.as_dict()], OutputFormat(output.value)) if data else _plan_text(plan))
+        return
+    if not data:
+        emit(_plan_text(plan))
+    if not yes and not plan.writes_nothing:
+        _confirm(plan)
+    result = console.execute(plan)
+    if data:
+        emit(
+            render(
+                [{"plan": plan.as_dict(), "result": result.as_dict()}], OutputFormat(output.value)
+            )
+        )
+    else:
+        emit(_result_text(result))
+    _exit_for(result)
+
+
+def _exit_for(result: RunResult) -> None:
+    plan = result.plan
+    if result.stopped:
+        raise KreaError(f"{plan.action} stopped: {result.stopped}")
+    if result.failed:
+        raise KreaError(f"{plan.action} failed: {'; '.join(result.failed)}")
+    if result.blocked:
+        left = (
+            "; the virtual nodes stay as the plan's first steps left them "
+            "(krea-ops burst status shows them)"
+            if plan.options.get("direction")
+            else ""
+        )
+        raise KreaError(
+            f"{plan.action} blocked: {'; '.join(result.blocked)}{left} "
+            "(run the command again to go on)",
+            exit_code=EXIT_BLOCKED,
+        )
+
+
+@app.command("pause")
+def pause(
+    ctx: typer.Context,
+    reason: str = typer.Option(..., "--reason", help="why (on the nodes' annotation and Event)"),
+    dry_run: bool = DryRunOption,
+    yes: bool = YesOption,
+    output: PlanFormat = PlanOutput,
+) -> None:
+    """Stop new placements on every virtual node with our own taint
+    (krea.ai/burst-paused=true:NoSchedule) and annotations saying who, why and since
+    when. Pods running offsite keep running; the provider's own taints stay."""
+    console = console_of(ctx)
+    _run(console, console.plan_burst_pause(reason=reason), dry_run=dry_run, yes=yes, output=output)
+
+
+@app.command("unpause")
+def unpause(
+    ctx: typer.Context,
+    dry_run: bool = DryRunOption,
+    yes: bool = YesOption,
+    output: PlanFormat = PlanOutput,
+) -> None:
+    """Lift the pause: remove krea.ai/burst-paused and our annotations from every virtual
+    node, nothing else."""
+    console = console_of(ctx)
+    _run(console, console.plan_burst_unpause(), dry_run=dry_run, yes=yes, output=output)
+
+
+@app.command("migrate")
+def migrate(
+    ctx: typer.Context,
+    back: bool = typer.Option(
+        False, "--back", help="move inference pods from virtual nodes to in-cluster GPUs"
+    ),
+    out: bool = typer.Option(
+        False, "--out", help="move inference pods off in-cluster GPUs onto virtual nodes"
+    ),
+    max_pods: int = typer.Option(
+        None, "--max", help="move at most N pods in this run (default: all the free GPUs hold)"
+    ),
+    selector: str = typer.Option(
+        None, "--selector", "-l", help="which pods (default krea.ai/workload=inference)"
+    ),
+    timeout: float = typer.Option(
+        600.0, "--timeout", help="seconds each move may wait (budget, replacement Ready)"
+    ),
+    dry_run: bool = DryRunOption,
+    yes: bool = YesOption,
+    output: PlanFormat = PlanOutput,
+) -> None:
+    """Move inference pods one at a time, each evicted (budgets respected) only while a GPU
+    is free on the other side, waiting for its replacement Ready there before the next; a
+    workload never has fewer Ready pods than before minus one. --back pauses the virtual
+    nodes for the duration; --out taints the nodes the pods leave. Exit 2 when no GPU is
+    free on the other side; exit 3 when a move could not finish."""
+    if back == out:
+        raise BadInput("give one of --back or --out")
+    console = console_of(ctx)
+    plan = console.plan_burst_migrate(
+        direction="back" if back else "out",
+        max_pods=max_pods,
+        selector=selector,
+        timeout_s=timeout,
+    )
+    _run(console, plan, dry_run=dry_run, yes=yes, output=output)

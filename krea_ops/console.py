@@ -424,6 +424,47 @@ class Console:
             mount=parse_mount(self.settings.training_checkpoint_mount),
         )
 
+    def plan_burst_pause(self, *, reason: str) -> Plan:
+        """The plan of ``burst pause``: our taint and who/why/since on every virtual node;
+        BadInput for an empty reason or a cluster without virtual nodes."""
+        from krea_ops.runbook.burst import plan_pause
+
+        return plan_pause(self.cluster, self._virtual_nodes(), reason=reason, user=self.user())
+
+    def plan_burst_unpause(self) -> Plan:
+        """The plan of ``burst unpause``: our taint and annotations off, nothing else."""
+        from krea_ops.runbook.burst import plan_unpause
+
+        return plan_unpause(self.cluster, self._virtual_nodes(), user=self.user())
+
+    def _virtual_nodes(self) -> list[str]:
+        """The virtual-kubelet nodes, found as ``burst status`` finds them."""
+        from krea_ops.burst.status import find_virtual_nodes
+
+        return [info.name for info, _ in find_virtual_nodes(self.cluster)]
+
+    def plan_burst_migrate(
+        self,
+        *,
+        direction: str,
+        max_pods: int | None = None,
+        selector: str | None = None,
+        timeout_s: float = 600.0,
+    ) -> Plan:
+        """The plan of ``burst migrate --back|--out``; BadInput (nothing written) when no
+        GPU is free on the other side or there is nothing to move."""
+        from krea_ops.runbook.burst import plan_migrate
+
+        return plan_migrate(
+            self.cluster,
+            self._virtual_nodes(),
+            direction=direction,
+            user=self.user(),
+            max_pods=max_pods,
+            selector=selector,
+            timeout_s=timeout_s,
+        )
+
     def execute(self, plan: Plan) -> RunResult:
         """Run a plan with the one executor, audited to the ``audit_log`` file."""
         from pathlib import Path

@@ -5,8 +5,10 @@ pods placed on them (the simulator's virtual kubelet follows them too):
 
 - node taint ``virtual-kubelet.io/provider=<provider>:NoSchedule`` (virtual-kubelet's
   default taint; its value names the provider);
-- node taint ``krea.ai/burst-paused=<reason>:NoSchedule``: the operator's pause switch,
-  no new placements; running offsite pods keep running;
+- node taint ``krea.ai/burst-paused=true:NoSchedule``: the operator's pause switch,
+  no new placements; running offsite pods keep running. ``burst pause`` sets it with
+  annotations ``krea.ai/burst-paused-by|-reason|-at`` (who, why, since); a pause taint
+  set by hand may carry the reason as its value instead;
 - node annotation ``burst.krea.ai/usage``: JSON with per-provider ``gpusInUse``,
   ``pods``, ``gpuHours``, ``costUsd``, ``usdPerGpuHour``, ``capacityGpus`` and an
   ``updatedAt`` timestamp, kept by the virtual kubelet (it also counts pods that left);
@@ -21,6 +23,12 @@ from __future__ import annotations
 
 VK_TAINT_KEY = "virtual-kubelet.io/provider"
 PAUSE_TAINT_KEY = "krea.ai/burst-paused"
+PAUSE_TAINT_VALUE = "true"
+PAUSE_TAINT_EFFECT = "NoSchedule"
+PAUSED_BY = "krea.ai/burst-paused-by"
+PAUSED_REASON = "krea.ai/burst-paused-reason"
+PAUSED_AT = "krea.ai/burst-paused-at"
+PAUSE_ANNOTATIONS = (PAUSED_BY, PAUSED_REASON, PAUSED_AT)
 OUR_TAINT_PREFIX = "krea.ai/"
 ANN_USAGE = "burst.krea.ai/usage"
 ANN_PROVIDER = "burst.krea.ai/provider"

@@ -43,6 +43,10 @@ from krea_ops.burst import (
     INFERENCE_SELECTOR,
     OUR_TAINT_PREFIX,
     PAUSE_TAINT_KEY,
+    PAUSE_TAINT_VALUE,
+    PAUSED_AT,
+    PAUSED_BY,
+    PAUSED_REASON,
     VIRTUAL_NODE_SELECTORS,
     VK_TAINT_KEY,
 )
@@ -123,10 +127,16 @@ class VirtualNode:
     gpu_allocatable: int | None
     taints: tuple[BurstTaint, ...]
     paused: bool  # our krea.ai/burst-paused taint is on it
-    pause_reason: str | None  # its value; None when paused without a reason, or not paused
+    # why: annotation krea.ai/burst-paused-reason (``burst pause``), else the taint's value
+    # when it is not just "true" (a pause set by hand); None when not paused or not said
+    pause_reason: str | None
     providers: tuple[ProviderTotals, ...]
     pods: tuple[BurstPod, ...]
     usage_updated_at: float | None  # when the virtual kubelet last wrote its usage
+    # who paused it and since when (annotations krea.ai/burst-paused-by|-at); None when
+    # not paused or not recorded
+    paused_by: str | None = None
+    paused_at: float | None = None
 
     @property
     def our_taints(self) -> tuple[BurstTaint, ...]:
@@ -214,11 +224,22 @@ def virtual_node(
         gpu_allocatable=node.gpu_allocatable,
         taints=taints,
         paused=pause is not None,
-        pause_reason=(pause.value or None) if pause is not None else None,
+        pause_reason=_pause_why(pause, node.annotations),
         providers=provider_totals(burst_pods, usage),
         pods=burst_pods,
         usage_updated_at=parse_time(_str(usage.get("updatedAt"))),
+        paused_by=(node.annotations.get(PAUSED_BY) or None) if pause is not None else None,
+        paused_at=parse_time(node.annotations.get(PAUSED_AT)) if pause is not None else None,
     )
+
+
+def _pause_why(pause: BurstTaint | None, annotations: Mapping[str, str]) -> str | None:
+    if pause is None:
+        return None
+    said = annotations.get(PAUSED_REASON)
+    if said:
+        return said
+    return pause.value if pause.value and pause.value != PAUSE_TAINT_VALUE else None
 
 
 # -- pieces ------------------------------------------------------------------------------

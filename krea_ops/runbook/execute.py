@@ -258,6 +258,8 @@ def _run_step(
         return _create(cluster, step)
     if step.kind is StepKind.REMOVE:
         return _remove(cluster, plan, step, clock)
+    if step.kind is StepKind.MIGRATE:
+        return _move(cluster, events, plan, step, state, clock)
     return _drain(cluster, events, plan, step, state, clock, concurrency)
 
 
@@ -293,6 +295,31 @@ def _remove(
         if clock() >= deadline:
             raise KreaError(f"{call.about} is still being deleted; run the command again")
         time.sleep(min(POLL_S, max(0.0, deadline - clock())))
+
+
+def _move(
+    cluster: Cluster,
+    events: EventRecorder,
+    plan: Plan,
+    step: Step,
+    state: _Run,
+    clock: Callable[[], float],
+) -> tuple[str, list[str]]:
+    """One pod of ``burst migrate``, paced by ``runbook.burst.run_move``; the moves
+    after one that did not finish are not made (the run ends blocked)."""
+    from krea_ops.runbook.burst import run_move
+
+    if state.blocked or state.failed:
+        return "skipped", ["not moved: an earlier move did not finish"]
+    pod, node = step.pods[0], step.node or ""
+    timeout_s = float(plan.options.get("timeout_s", 600))
+    status, lines, problem = run_move(cluster, step, timeout_s, clock)
+    if problem is not None:
+        (state.failed if status == "failed" else state.blocked).append(problem)
+        _pod_event(events, plan, pod, node, WARNING, "MigrationBlocked", problem)
+    else:
+        _pod_event(events, plan, pod, node, NORMAL, "Migrated", f"moved off node {node}")
+    return status, lines
 
 
 def _drain(

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from krea_ops.kube.events import ObjectRef
 from krea_ops.kube.writes import Edit, Target
+
+if TYPE_CHECKING:
+    from krea_ops.runbook.burst import MoveSpec
 
 
 class StepKind(enum.StrEnum):
@@ -31,6 +34,9 @@ class StepKind(enum.StrEnum):
     EVENT = "event"  # a Kubernetes Event about an object touched
     CREATE = "create"  # create one object (the call's body), 409 is the step's failure
     REMOVE = "remove"  # delete one object (UID precondition) and wait until it is gone
+    # one pod moved (burst migrate): waits for the workload's Ready count and a free GPU,
+    # evicts (429 retried), then waits until the replacement is Ready where it should be
+    MIGRATE = "migrate"
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,7 @@ class Step:
     edits: tuple[Edit, ...] = field(default=(), compare=False)
     pods: tuple[PodRef, ...] = field(default=(), compare=False)
     event: EventSpec | None = field(default=None, compare=False)
+    move: MoveSpec | None = field(default=None, compare=False)  # a MIGRATE step's pacing
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -63,6 +63,7 @@ VK_NODE = "burst-vk"
 VK_PROVIDER = "burst"
 VK_TAINT_KEY = "virtual-kubelet.io/provider"
 PAUSE_TAINT_KEY = "krea.ai/burst-paused"
+ANN_PAUSE_REASON = "krea.ai/burst-paused-reason"
 KUBELET_VERSION = "v1.32.0-vk-krea"
 PRIORITY_CLASS = "inference"
 QUEUE = "inference"
@@ -513,10 +514,13 @@ def read_usage(node: dict[str, Any]) -> dict[str, Any]:
 
 
 def pause_reason(node: dict[str, Any]) -> str | None:
-    """The value of the burst-pause taint on a node ("" if it has none), else None."""
+    """Why placement is paused ("" if nobody said), else None: the annotation
+    ``krea.ai/burst-paused-reason`` that ``krea-ops burst pause`` writes beside its
+    ``krea.ai/burst-paused=true`` taint, else the taint's value (a pause set by hand)."""
     for taint in (node.get("spec") or {}).get("taints") or []:
         if (taint or {}).get("key") == PAUSE_TAINT_KEY:
-            return str(taint.get("value") or "")
+            said = ((node.get("metadata") or {}).get("annotations") or {}).get(ANN_PAUSE_REASON)
+            return str(said or taint.get("value") or "")
     return None
 
 

@@ -1,0 +1,792 @@
+"""``burst pause|unpause|migrate`` as plans.
+
+Pause: our own taint ``krea.ai/burst-paused=true:NoSchedule`` on every virtual node, with
+annotations ``krea.ai/burst-paused-by|-reason|-at`` (one read-modify-write per node;
+the provider's taints, ``virtual-kubelet.io/provider`` and the node lifecycle ones, stay
+as they are). NoSchedule: no new placement offsite; running offsite pods keep running.
+A real virtual-kubelet writes ``spec.taints`` only when it creates its Node and later
+patches only status and metadata, so the taint survives its heartbeats and restarts; a
+Node deleted and re-created comes back without it (run ``burst pause`` again).
+Unpause removes that taint (whatever its effect) and our annotations, nothing else.
+
+Migrate ``--back``: inference pods on virtual nodes go back to in-cluster GPUs, one at a
+time. The virtual nodes are paused for the duration (the plan's first step, unless they
+are paused already, and its last step lifts that pause): an evicted pod's replacement,
+which tolerates the provider taint but never ours, can then only land in-cluster. Each
+eviction (Eviction API, budgets respected, 429 retried) waits until the workload has one
+more Ready pod in-cluster than before it, and is made only while a Ready pod of the
+workload would not take it below its Ready count at the start minus one, and while an
+in-cluster GPU is free for it.
+
+Migrate ``--out``: the reverse, to clear in-cluster GPUs (ahead of a large training).
+The nodes the chosen pods leave, and every other in-cluster node with room for one of
+them, get taint ``krea.ai/burst-out=true:NoSchedule`` for the duration, so each
+replacement, which prefers in-cluster nodes, lands on a virtual node; the last step
+removes that taint, and the GPUs are free for what is waiting for them.
+
+Both are bounded: ``--max N`` pods per run (default: as many as the free GPUs on the
+other side hold), chosen in order (``--back``: the dearest provider first), and the
+plan names each pod in that order. No free GPU on the other side: refused, nothing is
+written.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from krea_ops.errors import BadInput
+from krea_ops.kube.cluster import GPU_RESOURCE, Cluster, pod_gpus
+from krea_ops.kube.quantity import as_int
+from krea_ops.kube.times import rfc3339
+from krea_ops.kube.writes import AddTaint, Edit, RemoveTaint, SetAnnotations
+from krea_ops.runbook.nodes import (
+    _event_call,
+    _node_event,
+    _pages,
+    _read_nodes,
+    _update_step,
+    selector_matches,
+)
+from krea_ops.runbook.plan import (
+    Call,
+    Finding,
+    Plan,
+    PodRef,
+    Severity,
+    Step,
+    StepKind,
+)
+
+# The burst conventions (``krea_ops.burst`` names them; runbook and burst are sibling
+# layers that do not import each other, and tests/runbook/test_burst.py holds the two
+# the same). The console finds the virtual nodes (``burst.status.find_virtual_nodes``)
+# and hands their names to these plans.
+VK_TAINT_KEY = "virtual-kubelet.io/provider"
+PAUSE_TAINT_KEY = "krea.ai/burst-paused"
+PAUSE_TAINT_VALUE = "true"
+PAUSE_TAINT_EFFECT = "NoSchedule"
+PAUSED_BY = "krea.ai/burst-paused-by"
+PAUSED_REASON = "krea.ai/burst-paused-reason"
+PAUSED_AT = "krea.ai/burst-paused-at"
+ANN_PRICE = "burst.krea.ai/usd-per-gpu-hour"
+INFERENCE_SELECTOR = "krea.ai/workload=inference"
+OUT_TAINT_KEY = "krea.ai/burst-out"
+OUT_TAINT_VALUE = "true"
+OUT_TAINT_EFFECT = "NoSchedule"
+DEFAULT_MIGRATE_TIMEOUT_S = 600.0
+BACK = "back"
+OUT = "out"
+
+Obj = dict[str, Any]
+
+
+# -- pause and unpause -------------------------------------------------------------------
+
+
+def _virtual_objs(cluster: Cluster, virtual_nodes: Sequence[str]) -> dict[str, Obj]:
+    names = sorted(set(virtual_nodes))
+    if not names:
+        raise BadInput(
+            "no virtual-kubelet nodes in the cluster (bursting is not set up); nothing was changed"
+        )
+    return _read_nodes(cluster, names)
+
+
+def _pause_edits(obj: Obj, reason: str, user: str, at: str) -> tuple[Edit, ...]:
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    paused = any(
+        t.get("key") == PAUSE_TAINT_KEY for t in (obj.get("spec") or {}).get("taints") or ()
+    )
+    return (
+        AddTaint(PAUSE_TAINT_KEY, PAUSE_TAINT_VALUE, PAUSE_TAINT_EFFECT),
+        SetAnnotations(
+            {
+                PAUSED_BY: user,
+                PAUSED_REASON: reason,
+                # the first pause's time stays: a re-run changes nothing
+                PAUSED_AT: (annotations.get(PAUSED_AT) if paused else None) or at,
+            }
+        ),
+    )
+
+
+UNPAUSE_EDITS: tuple[Edit, ...] = (
+    RemoveTaint(PAUSE_TAINT_KEY),
+    SetAnnotations(dict.fromkeys((PAUSED_BY, PAUSED_REASON, PAUSED_AT))),
+)
+
+
+def _pause_steps(objs: Mapping[str, Obj], reason: str, user: str, at: str) -> list[Step]:
+    steps: list[Step] = []
+    for name, obj in objs.items():
+        step = _update_step(
+            name, obj, _pause_edits(obj, reason, user, at), "stop new placements offsite"
+        )
+        if step is None:
+            continue
+        note = f"bursting paused ({PAUSE_TAINT_KEY}={PAUSE_TAINT_VALUE}:NoSchedule) by {user}: "
+        steps += [step, _node_event(name, obj, "Pause", "BurstPaused", note + reason)]
+    return steps
+
+
+def _unpause_steps(objs: Mapping[str, Obj], user: str, why: str | None) -> list[Step]:
+    steps: list[Step] = []
+    for name, obj in objs.items():
+        step = _update_step(name, obj, UNPAUSE_EDITS, "allow placements offsite again")
+        if step is None:
+            continue
+        note = f"bursting resumed ({PAUSE_TAINT_KEY} removed) by {user}"
+        note += f": {why}" if why else ""
+        steps += [step, _node_event(name, obj, "Unpause", "BurstResumed", note)]
+    return steps
+
+
+def plan_pause(
+    cluster: Cluster,
+    virtual_nodes: Sequence[str],
+    *,
+    reason: str,
+    user: str,
+    now: Callable[[], float] = time.time,
+) -> Plan:
+    """Taint every virtual node with ours and say who, why and since when."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise BadInput("--reason must say why bursting is paused (it goes on the node)")
+    objs = _virtual_objs(cluster, virtual_nodes)
+    steps = _pause_steps(objs, reason, user, rfc3339(now()))
+    findings = [
+        Finding(
+            "already",
+            Severity.INFO,
+            f"node {name} is already paused by {user} with that reason",
+            name,
+        )
+        for name in objs
+        if not any(s.node == name for s in steps)
+    ]
+    findings.append(
+        Finding(
+            "running",
+            Severity.INFO,
+            "pods running offsite keep running (NoSchedule); burst migrate --back moves them",
+        )
+    )
+    return Plan(
+        action="burst pause",
+        nodes=tuple(objs),
+        reason=reason,
+        user=user,
+        steps=tuple(steps),
+        findings=tuple(findings),
+        options={"taint": f"{PAUSE_TAINT_KEY}={PAUSE_TAINT_VALUE}:{PAUSE_TAINT_EFFECT}"},
+    )
+
+
+def plan_unpause(
+    cluster: Cluster, virtual_nodes: Sequence[str], *, user: str, reason: str | None = None
+) -> Plan:
+    """Remove our pause taint and annotations from every virtual node; nothing else."""
+    objs = _virtual_objs(cluster, virtual_nodes)
+    steps = _unpause_steps(objs, user, reason)
+    findings = [
+        Finding("already", Severity.INFO, f"node {name} is not paused", name)
+        for name in objs
+        if not any(s.node == name for s in steps)
+    ]
+    return Plan(
+        action="burst unpause",
+        nodes=tuple(objs),
+        reason=reason,
+        user=user,
+        steps=tuple(steps),
+        findings=tuple(findings),
+        options={"taint": f"{PAUSE_TAINT_KEY}={PAUSE_TAINT_VALUE}:{PAUSE_TAINT_EFFECT}"},
+    )
+
+
+# -- capacity --------------------------------------------------------------------------
+
+
+def _meta(obj: Obj) -> Obj:
+    return obj.get("metadata") or {}
+
+
+def _ready(obj: Obj) -> bool:
+    for cond in (obj.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
+
+
+def tolerates(tolerations: Iterable[Obj], taint: Obj) -> bool:
+    """Whether one of ``tolerations`` tolerates ``taint`` (the rules of
+    ``k8s.io/api/core/v1/toleration.go`` ``ToleratesTaint``)."""
+    for tol in tolerations:
+        if tol.get("effect") and tol.get("effect") != taint.get("effect"):
+            continue
+        key = tol.get("key") or ""
+        if key and key != taint.get("key"):
+            continue
+        if tol.get("operator") == "Exists":
+            return True
+        if not key:  # an empty key goes with Exists only
+            continue
+        if (tol.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+def fits_node(pod: Obj, node: Obj) -> bool:
+    """A healthy node the pod may be scheduled on: Ready, not cordoned, no taint of
+    effect NoSchedule or NoExecute it does not tolerate, its nodeSelector matched."""
+    spec = node.get("spec") or {}
+    if not _ready(node) or spec.get("unschedulable"):
+        return False
+    tolerations = (pod.get("spec") or {}).get("tolerations") or ()
+    for taint in spec.get("taints") or ():
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
+            return False
+    labels = _meta(node).get("labels") or {}
+    wanted = (pod.get("spec") or {}).get("nodeSelector") or {}
+    return all(labels.get(k) == v for k, v in wanted.items())
+
+
+def _active(pod: Obj) -> bool:
+    phase = (pod.get("status") or {}).get("phase")
+    return phase not in ("Succeeded", "Failed") and not _meta(pod).get("deletionTimestamp")
+
+
+@dataclass
+class Side:
+    """The nodes of one side (in-cluster or virtual) and the GPUs free on each."""
+
+    nodes: dict[str, Obj]
+    free: dict[str, int]
+
+    @property
+    def total_free(self) -> int:
+        return sum(max(v, 0) for v in self.free.values())
+
+    def place(self, pod: Obj) -> str | None:
+        """First fit: a node with room and no taint against the pod; takes its GPUs."""
+        need = max(pod_gpus(pod.get("spec") or {}), 0)
+        for name in sorted(self.free, key=lambda n: (-self.free[n], n)):
+            if self.free[name] >= need and fits_node(pod, self.nodes[name]):
+                self.free[name] -= need
+                return name
+        return None
+
+
+def read_side(cluster: Cluster, virtual: bool, virtual_names: Iterable[str]) -> Side:
+    """GPUs free per node: allocatable minus what active pods bound there ask for.
+    In-cluster: GPU nodes that are Ready and not cordoned (the taints are judged per pod
+    in ``fits_node``). Virtual: the virtual nodes that are Ready."""
+    names = set(virtual_names)
+    nodes = {
+        _meta(n).get("name", ""): n
+        for n in _pages(cluster, "list nodes", "/api/v1/nodes")
+        if (_meta(n).get("name") in names) == virtual
+    }
+    allocatable = {
+        name: as_int(((n.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE)) or 0
+        for name, n in nodes.items()
+    }
+    free = {
+        name: gpus
+        for name, gpus in allocatable.items()
+        if gpus > 0
+        and _ready(nodes[name])
+        and not (nodes[name].get("spec") or {}).get("unschedulable")
+    }
+    if free:
+        selector = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+        for pod in _pages(cluster, "list pods", "/api/v1/pods", fieldSelector=selector):
+            where = (pod.get("spec") or {}).get("nodeName")
+            if where in free:
+                free[where] -= pod_gpus(pod.get("spec") or {})
+    return Side(nodes, free)
+
+
+def controller_of(pod: Obj) -> Obj | None:
+    for owner in _meta(pod).get("ownerReferences") or ():
+        if owner.get("controller"):
+            return dict(owner)
+    return None
+
+
+def workload_name(pod: Obj) -> str:
+    """``Deployment ns/x`` for a pod of a Deployment's ReplicaSet, else the controller's
+    kind and name."""
+    meta = _meta(pod)
+    owner = controller_of(pod) or {}
+    name = str(owner.get("name", ""))
+    kind = str(owner.get("kind", "Pod"))
+    template_hash = (meta.get("labels") or {}).get("pod-template-hash")
+    if kind == "ReplicaSet" and template_hash and name.endswith(f"-{template_hash}"):
+        kind, name = "Deployment", name[: -len(template_hash) - 1]
+    return f"{kind} {meta.get('namespace')}/{name}"
+
+
+# -- migrate ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MoveSpec:
+    """What the executor needs to pace one move: the pod's workload (its controller's
+    UID and a selector to list its pods), the nodes of the side it goes to (``to``:
+    ``in-cluster`` or ``virtual``), the Ready count the workload must not fall below,
+    and the GPUs it needs there."""
+
+    namespace: str
+    controller_uid: str
+    workload: str
+    label_selector: str
+    to: str
+    virtual_nodes: tuple[str, ...]
+    ready_floor: int
+    gpus: int
+
+
+def _order_back(pods: list[Obj]) -> list[Obj]:
+    """The dearest provider first (most saved per move), then by workload and name."""
+
+    def price(pod: Obj) -> float:
+        try:
+            return float((_meta(pod).get("annotations") or {}).get(ANN_PRICE) or 0.0)
+        except ValueError:
+            return 0.0
+
+    return sorted(pods, key=lambda p: (-price(p), workload_name(p), _meta(p).get("name", "")))
+
+
+def _order_out(pods: list[Obj]) -> list[Obj]:
+    """The newest first (the least warmed-up cache lost), then by name."""
+    return sorted(
+        pods,
+        key=lambda p: (str(_meta(p).get("creationTimestamp") or ""), _meta(p).get("name", "")),
+        reverse=True,
+    )
+
+
+def plan_migrate(
+    cluster: Cluster,
+    virtual_nodes: Sequence[str],
+    *,
+    direction: str,
+    user: str,
+    max_pods: int | None = None,
+    selector: str | None = None,
+    timeout_s: float = DEFAULT_MIGRATE_TIMEOUT_S,
+    now: Callable[[], float] = time.time,
+) -> Plan:
+    if direction not in (BACK, OUT):
+        raise BadInput("say which way: --back (offsite pods home) or --out (in-cluster pods out)")
+    if max_pods is not None and max_pods < 1:
+        raise BadInput("--max must be 1 or more pods")
+    if timeout_s <= 0:
+        raise BadInput("--timeout must be more than 0 seconds")
+    selector = selector or INFERENCE_SELECTOR
+    vobjs = _virtual_objs(cluster, virtual_nodes)
+    virtual = tuple(vobjs)
+    back = direction == BACK
+    action = f"burst migrate --{direction}"
+    there = read_side(cluster, not back, virtual)  # where the pods go
+    home = None if back else read_side(cluster, False, virtual)  # --out: where pods are now
+    here_names = set(virtual) if home is None else set(home.nodes)
+    listed = _pages(
+        cluster,
+        f"list pods matching {selector}",
+        "/api/v1/pods",
+        labelSelector=selector,
+        fieldSelector="status.phase=Running",
+    )
+    findings: list[Finding] = []
+    candidates: list[Obj] = []
+    for pod in listed:
+        where = (pod.get("spec") or {}).get("nodeName")
+        if where not in here_names or not _active(pod):
+            continue
+        what = f"{_meta(pod).get('namespace')}/{_meta(pod).get('name')}"
+        owner = controller_of(pod)
+        if owner is None or owner.get("kind") == "DaemonSet":
+            why = "no controller: nothing recreates it" if owner is None else "a DaemonSet pod"
+            findings.append(
+                Finding(
+                    "stays", Severity.INFO, f"pod {what} on {where} stays: {why}", where, (what,)
+                )
+            )
+            continue
+        if not back:
+            provider = next(
+                (
+                    t
+                    for n in vobjs.values()
+                    for t in (n.get("spec") or {}).get("taints") or ()
+                    if t.get("key") == VK_TAINT_KEY
+                ),
+                {"key": VK_TAINT_KEY, "effect": "NoSchedule"},
+            )
+            if not tolerates((pod.get("spec") or {}).get("tolerations") or (), provider):
+                findings.append(
+                    Finding(
+                        "stays",
+                        Severity.INFO,
+                        f"pod {what} on {where} stays: it does not tolerate {VK_TAINT_KEY}",
+                        where,
+                        (what,),
+                    )
+                )
+                continue
+        candidates.append(pod)
+    ordered = _order_back(candidates) if back else _order_out(candidates)
+
+    side = "in-cluster" if back else "virtual-node"
+    free_before = there.total_free
+    chosen: list[tuple[Obj, str]] = []
+    left_over: list[str] = []
+    for pod in ordered:
+        what = f"{_meta(pod).get('namespace')}/{_meta(pod).get('name')}"
+        if max_pods is not None and len(chosen) >= max_pods:
+            left_over.append(f"{what} (--max {max_pods})")
+            continue
+        target = there.place(pod)
+        if target is None:
+            left_over.append(f"{what} (no {side} GPU free for it)")
+            continue
+        chosen.append((pod, target))
+    if not ordered:
+        raise BadInput(
+            f"no running pod matching {selector} on "
+            f"{'virtual' if back else 'in-cluster'} nodes to move; nothing was changed"
+        )
+    if free_before <= 0 or not chosen:
+        raise BadInput(
+            f"no {side} GPU is free ({free_before} free on {len(there.free)} healthy nodes) "
+            f"for the {len(ordered)} pods to move; nothing was changed"
+        )
+    findings.insert(
+        0,
+        Finding(
+            "capacity",
+            Severity.INFO,
+            f"{free_before} {side} GPUs free on {sum(1 for v in there.free.values() if v > 0)} "
+            f"healthy nodes; moves {len(chosen)} of {len(ordered)} pods "
+            f"({sum(pod_gpus(p.get('spec') or {}) for p, _ in chosen)} GPUs)",
+        ),
+    )
+    if left_over:
+        findings.append(
+            Finding(
+                "stays",
+                Severity.INFO,
+                f"{len(left_over)} pods stay: {', '.join(left_over)}",
+                None,
+                tuple(x.split(" ", 1)[0] for x in left_over),
+            )
+        )
+
+    # Ready counts per workload now: the floor each move keeps (minus one while it runs).
+    ready_now: dict[str, int] = {}
+    by_uid: dict[str, list[Obj]] = {}
+    for pod in listed:
+        owner = controller_of(pod)
+        if owner is not None and _active(pod):
+            by_uid.setdefault(str(owner.get("uid")), []).append(pod)
+    for uid, pods in by_uid.items():
+        ready_now[uid] = sum(1 for p in pods if _ready(p))
+    budgets = _pages(cluster, "list poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets")
+    moving: dict[str, list[str]] = {}
+    for pod, _ in chosen:
+        moving.setdefault(workload_name(pod), []).append(_meta(pod).get("name", ""))
+    for workload, names in moving.items():
+        pod = next(p for p, _ in chosen if workload_name(p) == workload)
+        uid = str((controller_of(pod) or {}).get("uid"))
+        ready = ready_now.get(uid, 0)
+        findings.append(
+            Finding(
+                "drops",
+                Severity.WARNING if ready <= 1 else Severity.INFO,
+                f"{workload}: {ready} Ready; drops to {ready - 1} Ready while each of its "
+                f"{len(names)} moving pods is replaced (one at a time)",
+                None,
+                (workload,),
+            )
+        )
+        labels = _meta(pod).get("labels") or {}
+        for pdb in budgets:
+            if _meta(pdb).get("namespace") != _meta(pod).get("namespace"):
+                continue
+            if not selector_matches((pdb.get("spec") or {}).get("selector"), labels):
+                continue
+            if (pdb.get("status") or {}).get("disruptionsAllowed") == 0:
+                findings.append(
+                    Finding(
+                        "budget",
+                        Severity.BLOCKING,
+                        f"{workload}: PodDisruptionBudget {_meta(pdb).get('namespace')}/"
+                        f"{_meta(pdb).get('name')} allows 0 disruptions now; its moves wait "
+                        f"up to --timeout {timeout_s:g}s",
+                        None,
+                        (workload,),
+                    )
+                )
+
+    # The mechanism that steers each replacement, on for the duration.
+    at = rfc3339(now())
+    steer_reason = f"{action} by krea-ops (replacements go in-cluster)"
+    before: list[Step] = []
+    after: list[Step] = []
+    if back:
+        to_pause = {
+            n: o
+            for n, o in vobjs.items()
+            if not any(
+                t.get("key") == PAUSE_TAINT_KEY for t in (o.get("spec") or {}).get("taints") or ()
+            )
+        }
+        before = _pause_steps(to_pause, steer_reason, user, at)
+        # the unpause is planned on the nodes as the pause leaves them
+        paused_objs = {}
+        for name, obj in to_pause.items():
+            for edit in _pause_edits(obj, steer_reason, user, at):
+                obj = edit.apply(obj) or obj
+            paused_objs[name] = obj
+        after = _unpause_steps(paused_objs, user, f"{action} finished")
+        if not to_pause:
+            findings.append(
+                Finding(
+                    "steer",
+                    Severity.INFO,
+                    "the virtual nodes are paused already: replacements go in-cluster; "
+                    "they stay paused after the move",
+                )
+            )
+        else:
+            findings.append(
+                Finding(
+                    "steer",
+                    Severity.INFO,
+                    f"the virtual nodes are paused ({PAUSE_TAINT_KEY}) while pods move, so "
+                    "replacements land in-cluster; the last step lifts that pause (a run "
+                    "stopped half-way leaves it: krea-ops burst unpause)",
+                )
+            )
+    else:
+        paused = [
+            n
+            for n, o in vobjs.items()
+            if any(
+                t.get("key") == PAUSE_TAINT_KEY for t in (o.get("spec") or {}).get("taints") or ()
+            )
+        ]
+        if len(paused) == len(vobjs):
+            raise BadInput(
+                "bursting is paused on every virtual node: run krea-ops burst unpause first; "
+                "nothing was changed"
+            )
+        # the nodes the pods leave, and every other in-cluster node with room for one of
+        # them: a replacement, which prefers in-cluster nodes, would land there otherwise
+        sources = {str((p.get("spec") or {}).get("nodeName")) for p, _ in chosen}
+        assert home is not None
+        need = min(pod_gpus(p.get("spec") or {}) for p, _ in chosen)
+        for name, free in home.free.items():
+            if free >= need and any(fits_node(p, home.nodes[name]) for p, _ in chosen):
+                sources.add(name)
+        srcs = {name: home.nodes[name] for name in sorted(sources)}
+        out_edit: tuple[Edit, ...] = (AddTaint(OUT_TAINT_KEY, OUT_TAINT_VALUE, OUT_TAINT_EFFECT),)
+        off_edit: tuple[Edit, ...] = (RemoveTaint(OUT_TAINT_KEY, OUT_TAINT_EFFECT),)
+        for name in sources:
+            step = _update_step(name, srcs[name], out_edit, "keep replacements off this node")
+            if step is not None:
+                before.append(step)
+            tainted = AddTaint(OUT_TAINT_KEY, OUT_TAINT_VALUE, OUT_TAINT_EFFECT).apply(srcs[name])
+            undo = _update_step(
+                name, tainted or srcs[name], off_edit, "free the node's GPUs for what waits"
+            )
+            if undo is not None:
+                after.append(undo)
+        findings.append(
+            Finding(
+                "steer",
+                Severity.INFO,
+                f"the nodes the pods leave and those with room for them "
+                f"({', '.join(srcs)}) are tainted "
+                f"{OUT_TAINT_KEY}={OUT_TAINT_VALUE}:NoSchedule while pods move, so replacements "
+                "land on virtual nodes; the last step removes that taint",
+            )
+        )
+
+    moves: list[Step] = []
+    refs: dict[str, list[PodRef]] = {}
+    for pod, target in chosen:
+        meta = _meta(pod)
+        ns, name, uid = str(meta.get("namespace")), str(meta.get("name")), str(meta.get("uid"))
+        ref = PodRef(ns, name, uid)
+        source = str((pod.get("spec") or {}).get("nodeName"))
+        refs.setdefault(source, []).append(ref)
+        owner = controller_of(pod) or {}
+        workload = workload_name(pod)
+        labels = meta.get("labels") or {}
+        pod_selector = ",".join(
+            f"{k}={v}" for k, v in sorted(labels.items()) if k != "pod-template-hash"
+        )
+        path = f"/api/v1/namespaces/{quote(ns)}/pods/{quote(name)}"
+        gpus = pod_gpus(pod.get("spec") or {})
+        floor = ready_now.get(str(owner.get("uid")), 0) - 1
+        calls = (
+            Call(
+                "POST",
+                f"{path}/eviction",
+                f"pod {ref.what}",
+                f"evict through the Eviction API (429 retried until --timeout {timeout_s:g}s), "
+                f"only while {workload} has {max(floor + 1, 0)}+ Ready pods and a GPU is free "
+                f"{'in-cluster' if back else 'offsite'}",
+                None,
+                f"uid {uid}",
+            ),
+            _event_call(ns, "pod", name, f"audit: Event about pod {ref.what}'s move"),
+        )
+        moves.append(
+            Step(
+                StepKind.MIGRATE,
+                f"move pod {ref.what} ({workload}, {gpus} GPU) from {source} "
+                f"{'in-cluster (room on ' + target + ')' if back else 'to a virtual node'}; "
+                f"wait for its replacement Ready {'in-cluster' if back else 'offsite'}",
+                calls,
+                node=source,
+                pods=(ref,),
+                move=MoveSpec(
+                    ns,
+                    str(owner.get("uid")),
+                    workload,
+                    pod_selector,
+                    "in-cluster" if back else "virtual",
+                    virtual,
+                    floor,
+                    gpus,
+                ),
+            )
+        )
+    return Plan(
+        action=action,
+        nodes=virtual,
+        reason=steer_reason,
+        user=user,
+        steps=(*before, *moves, *after),
+        findings=tuple(findings),
+        options={
+            "direction": direction,
+            "max": max_pods,
+            "selector": selector,
+            "timeout_s": timeout_s,
+            "free_gpus": free_before,
+        },
+        pods={k: tuple(v) for k, v in refs.items()},
+    )
+
+
+def moved_pods(plan: Plan) -> Sequence[PodRef]:
+    """The pods a migrate plan moves, in order."""
+    return [p for s in plan.steps if s.kind is StepKind.MIGRATE for p in s.pods]
+
+
+# -- the executor's pacing of one move ------------------------------------------------
+
+POLL_S = 1.0
+
+
+def _workload_ready(cluster: Cluster, move: MoveSpec) -> tuple[int, int]:
+    """(Ready pods of the workload, those of them on the side the move goes to)."""
+    pods = _pages(
+        cluster,
+        f"list pods of {move.workload}",
+        f"/api/v1/namespaces/{quote(move.namespace)}/pods",
+        labelSelector=move.label_selector or None,
+    )
+    total = there = 0
+    for pod in pods:
+        owner = controller_of(pod) or {}
+        if str(owner.get("uid")) != move.controller_uid or not _active(pod) or not _ready(pod):
+            continue
+        total += 1
+        offsite = (pod.get("spec") or {}).get("nodeName") in move.virtual_nodes
+        there += offsite == (move.to == "virtual")
+    return total, there
+
+
+def _wait(check: Callable[[], bool], deadline: float, clock: Callable[[], float]) -> bool:
+    while True:
+        if check():
+            return True
+        if clock() >= deadline:
+            return False
+        time.sleep(min(POLL_S, max(0.0, deadline - clock())))
+
+
+def run_move(
+    cluster: Cluster, step: Step, timeout_s: float, clock: Callable[[], float] = time.monotonic
+) -> tuple[str, list[str], str | None]:
+    """Move ``step``'s pod: (status, lines, the problem line when it did not finish).
+
+    1. wait until its workload has more Ready pods than the floor (a move never takes it
+       below its Ready count at planning minus one);
+    2. check that a GPU is free for it on the other side (else: blocked, not evicted);
+    3. evict it through the Eviction API (budgets respected, 429 retried until the
+       deadline), with its UID as precondition;
+    4. wait until the workload has one more Ready pod on the other side than before.
+    """
+    from krea_ops.kube.eviction import evict_until
+
+    move, pod = step.move, step.pods[0]
+    assert move is not None
+    deadline = clock() + timeout_s
+    path = f"/api/v1/namespaces/{quote(pod.namespace)}/pods/{quote(pod.name)}"
+    answer = cluster.request(f"get pod {pod.what}", "GET", path)
+    current = answer.body if answer.ok else None
+    if current is None or _meta(current).get("uid") != pod.uid or not _active(current):
+        return "unchanged", [f"pod {pod.what} is gone already: nothing to move"], None
+
+    counts: list[tuple[int, int]] = []
+
+    def above_floor() -> bool:
+        counts.append(_workload_ready(cluster, move))
+        return counts[-1][0] > move.ready_floor
+
+    if not _wait(above_floor, deadline, clock):
+        problem = (
+            f"pod {pod.what} not moved: {move.workload} has {counts[-1][0]} Ready pods, "
+            f"a move needs {move.ready_floor + 1} (waited {timeout_s:g}s)"
+        )
+        return "blocked", [problem], problem
+    there_before = counts[-1][1]
+    side = read_side(cluster, move.to == "virtual", move.virtual_nodes)
+    if side.place(current) is None:
+        where = "in-cluster" if move.to == "in-cluster" else "offsite"
+        problem = f"pod {pod.what} not moved: no {where} GPU is free for it now"
+        return "blocked", [problem], problem
+    result = evict_until(
+        cluster, pod.namespace, pod.name, deadline=deadline, uid=pod.uid, clock=clock
+    )
+    if not result.done:
+        problem = f"pod {pod.what} not evicted: {result.summary()}"
+        return ("failed" if result.outcome.value == "failed" else "blocked"), [problem], problem
+    lines = [f"pod {pod.what} evicted ({result.attempts} calls)"]
+
+    def replaced() -> bool:
+        counts.append(_workload_ready(cluster, move))
+        return counts[-1][1] > there_before
+
+    if not _wait(replaced, deadline, clock):
+        problem = (
+            f"pod {pod.what} evicted, but no replacement of {move.workload} is Ready "
+            f"{move.to} after {timeout_s:g}s"
+        )
+        return "blocked", [*lines, problem], problem
+    total, there = counts[-1]
+    lines.append(f"{move.workload}: replacement Ready {move.to} ({total} Ready, {there} {move.to})")
+    return "done", lines, None

@@ -1,0 +1,143 @@
+"""burst pause / unpause as plans run by the one executor, against the simulated API server:
+the plan is the calls then made; our taint goes on every virtual node with who, why and
+since, and comes off alone; the provider's taints and anyone else's stay; a second run
+writes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from krea_ops.burst import (
+    PAUSE_TAINT_KEY,
+    PAUSED_AT,
+    PAUSED_BY,
+    PAUSED_REASON,
+    VK_TAINT_KEY,
+)
+from krea_ops.burst.status import burst_status, find_virtual_nodes
+from krea_ops.errors import BadInput
+from krea_ops.kube.cluster import Cluster
+from krea_ops.runbook import burst as runbook_burst
+from krea_ops.runbook.burst import plan_pause, plan_unpause
+from krea_ops.runbook.execute import execute
+from tests.kube.conftest import create
+from tests.runbook.conftest import events_about, fleet, node_obj
+from tests.runbook.test_nodes import assert_plan_was_run
+
+VKS = ("vk-runpod", "vk-salad")
+PROVIDER_TAINT = {"key": VK_TAINT_KEY, "value": "runpod", "effect": "NoSchedule"}
+UNREACHABLE = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}
+OTHER = {"key": "example.com/maintenance", "value": "bios", "effect": "NoSchedule"}
+OURS = {"key": PAUSE_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
+REASON = "provider outage: runpod 5xx on placement"
+
+
+def virtual_nodes(cluster: Cluster) -> None:
+    create(
+        cluster,
+        "/api/v1/nodes",
+        {
+            "metadata": {"name": VKS[0], "labels": {"type": "virtual-kubelet"}},
+            "spec": {"taints": [PROVIDER_TAINT, UNREACHABLE]},
+        },
+    )
+    create(
+        cluster,
+        "/api/v1/nodes",
+        {
+            "metadata": {"name": VKS[1], "labels": {"type": "virtual-kubelet"}},
+            "spec": {"taints": [{**PROVIDER_TAINT, "value": "salad"}, OTHER]},
+        },
+    )
+
+
+def taints(cluster: Cluster, name: str) -> list[dict[str, Any]]:
+    return list(node_obj(cluster, name)["spec"].get("taints") or [])
+
+
+def test_pause_runs_its_plan_keeps_other_taints_and_is_idempotent(cluster: Cluster) -> None:
+    fleet(cluster, 2)
+    virtual_nodes(cluster)
+
+    assert [n.name for n, _ in find_virtual_nodes(cluster)] == list(VKS)
+    plan = plan_pause(cluster, VKS, reason=REASON, user="alice")
+
+    assert plan.nodes == VKS
+    assert [str(s.kind) for s in plan.steps] == ["update", "event"] * 2
+    assert {s.node for s in plan.steps} == set(VKS)  # never the in-cluster nodes
+    result = execute(cluster, plan)
+    assert result.status == "done"
+    assert_plan_was_run(plan, result)
+
+    assert taints(cluster, VKS[0]) == [PROVIDER_TAINT, UNREACHABLE, OURS]
+    assert taints(cluster, VKS[1]) == [{**PROVIDER_TAINT, "value": "salad"}, OTHER, OURS]
+    annotations = node_obj(cluster, VKS[0])["metadata"]["annotations"]
+    assert annotations[PAUSED_BY] == "alice"
+    assert annotations[PAUSED_REASON] == REASON
+    assert annotations[PAUSED_AT].endswith("Z")
+    assert [e["reason"] for e in events_about(cluster, "default", VKS[0])] == ["BurstPaused"]
+    assert "taints" not in node_obj(cluster, "gpu-node-000")["spec"]
+
+    status = burst_status(cluster)
+    node = next(n for n in status.nodes if n.name == VKS[0])
+    assert node.paused and node.paused_by == "alice" and node.pause_reason == REASON
+    assert node.paused_at is not None
+
+    again = plan_pause(cluster, VKS, reason=REASON, user="alice")
+    assert again.writes_nothing
+    assert execute(cluster, again).made == ()
+    # another operator's pause with another reason updates who and why, not since when
+    since = annotations[PAUSED_AT]
+    execute(cluster, plan_pause(cluster, VKS, reason="cost cap", user="bob"))
+    annotations = node_obj(cluster, VKS[0])["metadata"]["annotations"]
+    assert (annotations[PAUSED_BY], annotations[PAUSED_REASON]) == ("bob", "cost cap")
+    assert annotations[PAUSED_AT] == since
+    assert taints(cluster, VKS[0]).count(OURS) == 1
+
+
+def test_unpause_removes_only_ours_and_is_idempotent(cluster: Cluster) -> None:
+    virtual_nodes(cluster)
+    execute(cluster, plan_pause(cluster, VKS, reason=REASON, user="alice"))
+
+    plan = plan_unpause(cluster, VKS, user="bob")
+    result = execute(cluster, plan)
+    assert result.status == "done"
+    assert_plan_was_run(plan, result)
+    assert taints(cluster, VKS[0]) == [PROVIDER_TAINT, UNREACHABLE]
+    assert taints(cluster, VKS[1]) == [{**PROVIDER_TAINT, "value": "salad"}, OTHER]
+    annotations = node_obj(cluster, VKS[0])["metadata"].get("annotations") or {}
+    assert not {PAUSED_BY, PAUSED_REASON, PAUSED_AT} & set(annotations)
+    assert not any(n.paused for n in burst_status(cluster).nodes)
+
+    again = plan_unpause(cluster, VKS, user="bob")
+    assert again.writes_nothing
+    assert execute(cluster, again).made == ()
+
+
+def test_pause_refuses_without_reason_or_virtual_nodes(cluster: Cluster) -> None:
+    fleet(cluster, 2)
+    assert find_virtual_nodes(cluster) == []
+    with pytest.raises(BadInput, match="no virtual-kubelet nodes"):
+        plan_pause(cluster, [], reason=REASON, user="alice")
+    virtual_nodes(cluster)
+    with pytest.raises(BadInput, match="--reason"):
+        plan_pause(cluster, VKS, reason="  ", user="alice")
+
+
+def test_the_runbook_writes_the_conventions_burst_status_reads() -> None:
+    import krea_ops.burst as conventions
+
+    for name in (
+        "VK_TAINT_KEY",
+        "PAUSE_TAINT_KEY",
+        "PAUSE_TAINT_VALUE",
+        "PAUSE_TAINT_EFFECT",
+        "PAUSED_BY",
+        "PAUSED_REASON",
+        "PAUSED_AT",
+        "ANN_PRICE",
+        "INFERENCE_SELECTOR",
+    ):
+        assert getattr(runbook_burst, name) == getattr(conventions, name), name
