@@ -13,24 +13,14 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from commands.common import OutputOption, console_of
-from commands.nodes import (
-    DryRunOption,
-    PlanFormat,
-    PlanOutput,
-    YesOption,
-    _confirm,
-    _plan_text,
-    _result_text,
-)
 from commands.output import OutputFormat, emit, render
+from commands.plans import DryRunOption, PlanFormat, PlanOutput, YesOption, run_plan
 from krea_ops import units
-from krea_ops.errors import EXIT_BLOCKED, BadInput, KreaError
+from krea_ops.errors import BadInput
 
 if TYPE_CHECKING:  # (imported by the command that uses it: start-up of every command)
     from krea_ops.burst.status import BurstPod, BurstStatus, VirtualNode
-    from krea_ops.console import Console
     from krea_ops.runbook.execute import RunResult
-    from krea_ops.runbook.plan import Plan
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -276,45 +266,18 @@ def status(ctx: typer.Context, output: OutputFormat = OutputOption) -> None:
 # -- the runbook's burst actions -------------------------------------------------------------
 
 
-def _run(console: Console, plan: Plan, *, dry_run: bool, yes: bool, output: PlanFormat) -> None:
-    data = output is not PlanFormat.table
-    if dry_run:
-        emit(render([plan.as_dict()], OutputFormat(output.value)) if data else _plan_text(plan))
-        return
-    if not data:
-        emit(_plan_text(plan))
-    if not yes and not plan.writes_nothing:
-        _confirm(plan)
-    result = console.execute(plan)
-    if data:
-        emit(
-            render(
-                [{"plan": plan.as_dict(), "result": result.as_dict()}], OutputFormat(output.value)
-            )
-        )
-    else:
-        emit(_result_text(result))
-    _exit_for(result)
-
-
-def _exit_for(result: RunResult) -> None:
-    plan = result.plan
-    if result.stopped:
-        raise KreaError(f"{plan.action} stopped: {result.stopped}")
-    if result.failed:
-        raise KreaError(f"{plan.action} failed: {'; '.join(result.failed)}")
-    if result.blocked:
-        left = (
-            "; the virtual nodes stay as the plan's first steps left them "
-            "(krea-ops burst status shows them)"
-            if plan.options.get("direction")
-            else ""
-        )
-        raise KreaError(
-            f"{plan.action} blocked: {'; '.join(result.blocked)}{left} "
-            "(run the command again to go on)",
-            exit_code=EXIT_BLOCKED,
-        )
+def _migrate_blocked(result: RunResult) -> str:
+    """What a blocked ``burst migrate`` leaves: the steering its first steps set."""
+    left = (
+        "; the virtual nodes stay as the plan's first steps left them "
+        "(krea-ops burst status shows them)"
+        if result.plan.options.get("direction")
+        else ""
+    )
+    return (
+        f"{result.plan.action} blocked: {'; '.join(result.blocked)}{left} "
+        "(run the command again to go on)"
+    )
 
 
 @app.command("pause")
@@ -329,7 +292,8 @@ def pause(
     (krea.ai/burst-paused=true:NoSchedule) and annotations saying who, why and since
     when. Pods running offsite keep running; the provider's own taints stay."""
     console = console_of(ctx)
-    _run(console, console.plan_burst_pause(reason=reason), dry_run=dry_run, yes=yes, output=output)
+    plan = console.plan_burst_pause(reason=reason)
+    run_plan(console, plan, dry_run=dry_run, yes=yes, output=output)
 
 
 @app.command("unpause")
@@ -342,7 +306,8 @@ def unpause(
     """Lift the pause: remove krea.ai/burst-paused and our annotations from every virtual
     node, nothing else."""
     console = console_of(ctx)
-    _run(console, console.plan_burst_unpause(), dry_run=dry_run, yes=yes, output=output)
+    plan = console.plan_burst_unpause()
+    run_plan(console, plan, dry_run=dry_run, yes=yes, output=output)
 
 
 @app.command("migrate")
@@ -381,4 +346,4 @@ def migrate(
         selector=selector,
         timeout_s=timeout,
     )
-    _run(console, plan, dry_run=dry_run, yes=yes, output=output)
+    run_plan(console, plan, dry_run=dry_run, yes=yes, output=output, blocked=_migrate_blocked)

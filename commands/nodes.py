@@ -4,16 +4,13 @@
 If telemetry cannot be read (Prometheus down), ``nodes list`` still prints the nodes
 from the API, with GPU nodes UNKNOWN, then the one-line error, and exits 1.
 
-The write commands are thin: the console builds the plan (``krea_ops.runbook``), this
-module prints it (``--dry-run``, ``-o json|yaml`` as data), asks (``--yes`` skips it;
-stdin that is not a terminal refuses with exit 2; more than one node: type the count),
-and hands it to the console's one executor.
+The write commands are thin: the console builds the plan (``krea_ops.runbook``) and
+``commands.plans.run_plan`` prints it, asks and hands it to the console's one executor,
+as for every write command.
 """
 
 from __future__ import annotations
 
-import enum
-import sys
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -30,15 +27,14 @@ from commands.gpus import HEADERS as GPU_HEADERS
 from commands.gpus import MARKED_FORMATS as GPU_FORMATS
 from commands.gpus import attention_lines, gpu_rows, marked, source_line
 from commands.output import Formatter, OutputFormat, emit, render
+from commands.plans import DryRunOption, PlanFormat, PlanOutput, YesOption, run_plan
 from krea_ops import units
-from krea_ops.errors import EXIT_BLOCKED, BadInput, KreaError, Unavailable
+from krea_ops.errors import BadInput, Unavailable
 from krea_ops.fleet import FleetSnapshot
 from krea_ops.model import NodeView
 
 if TYPE_CHECKING:
-    from krea_ops.console import Console
     from krea_ops.runbook.execute import RunResult
-    from krea_ops.runbook.plan import Plan
 
 app = typer.Typer(no_args_is_help=True, help="Nodes: GPUs, schedulability, taints, health.")
 
@@ -274,26 +270,6 @@ def _describe(row: dict[str, Any], snap: FleetSnapshot, output: OutputFormat) ->
 # -- the runbook's node actions -------------------------------------------------------------
 
 
-class PlanFormat(enum.StrEnum):
-    table = "table"
-    json = "json"
-    yaml = "yaml"
-
-
-PlanOutput = typer.Option(
-    PlanFormat.table,
-    "--output",
-    "-o",
-    metavar="FORMAT",
-    help="table (the plan as text), json or yaml (the plan, and what ran, as data)",
-    case_sensitive=False,
-)
-DryRunOption = typer.Option(
-    False, "--dry-run", help="print the plan (every API call, the preflight) and change nothing"
-)
-YesOption = typer.Option(False, "--yes", "-y", help="do not ask; needed when stdin is no terminal")
-
-
 def parse_share(text: str | None) -> float | None:
     """``--max-share``: ``0.2`` or ``20%``; a share of the fleet in (0, 1]."""
     if text is None:
@@ -308,74 +284,15 @@ def parse_share(text: str | None) -> float | None:
     return value
 
 
-def _plan_text(plan: Plan) -> str:
-    return "\n".join(plan.lines()) + "\n"
-
-
-def _confirm(plan: Plan) -> None:
-    """Ask on the terminal; BadInput (exit 2) when there is none or the answer is no."""
-    if not sys.stdin.isatty():
-        raise BadInput(
-            f"{plan.action} writes to the cluster and stdin is not a terminal to confirm on: "
-            "pass --yes to run it (--dry-run shows the plan); nothing was changed"
-        )
-    count = len(plan.nodes)
-    if count > 1:
-        typed = typer.prompt(f"This acts on {count} nodes. Type {count} to go on", default="")
-        if typed.strip() != str(count):
-            raise BadInput("not confirmed; nothing was changed")
-    elif not typer.confirm("Go on?", default=False):
-        raise BadInput("not confirmed; nothing was changed")
-
-
-def _run(console: Console, plan: Plan, *, dry_run: bool, yes: bool, output: PlanFormat) -> None:
-    data = output is not PlanFormat.table
-    if dry_run:
-        emit(render([plan.as_dict()], OutputFormat(output.value)) if data else _plan_text(plan))
-        if plan.refused:
-            raise BadInput(plan.refused)
-        return
-    if not data:
-        emit(_plan_text(plan))
-    if plan.refused:
-        raise BadInput(f"{plan.refused}; nothing was changed")
-    if not yes and not plan.writes_nothing:
-        _confirm(plan)
-    result = console.execute(plan)
-    if data:
-        emit(
-            render(
-                [{"plan": plan.as_dict(), "result": result.as_dict()}], OutputFormat(output.value)
-            )
-        )
-    else:
-        emit(_result_text(result))
-    _exit_for(result)
-
-
-def _result_text(result: RunResult) -> str:
-    out = []
-    for step in result.steps:
-        out.append(f"{step.index}. {step.status}: {step.description}")
-        out.extend(f"     {line}" for line in step.lines)
-    out.append(f"Result: {result.status}")
-    return "\n".join(out) + "\n"
-
-
-def _exit_for(result: RunResult) -> None:
+def _evict_blocked(result: RunResult) -> str:
+    """What a blocked ``nodes evict`` leaves: the nodes cordoned and tainted."""
     plan = result.plan
-    if result.stopped:
-        raise KreaError(f"{plan.action} stopped: {result.stopped}")
-    if result.failed:
-        raise KreaError(f"{plan.action} failed: {'; '.join(result.failed)}")
-    if result.blocked:
-        nodes = ", ".join(n for n in plan.nodes if plan.pods.get(n))
-        raise KreaError(
-            f"{plan.action} blocked after --timeout {plan.options.get('timeout_s', 0):g}s: "
-            f"{'; '.join(result.blocked)}; node {nodes} left cordoned and tainted with the "
-            "reason (run the command again to retry, krea-ops nodes restore to undo)",
-            exit_code=EXIT_BLOCKED,
-        )
+    nodes = ", ".join(n for n in plan.nodes if plan.pods.get(n))
+    return (
+        f"{plan.action} blocked after --timeout {plan.options.get('timeout_s', 0):g}s: "
+        f"{'; '.join(result.blocked)}; node {nodes} left cordoned and tainted with the "
+        "reason (run the command again to retry, krea-ops nodes restore to undo)"
+    )
 
 
 @app.command("evict")
@@ -409,7 +326,9 @@ def evict_nodes(
     plan = console.plan_evict(
         nodes, reason=reason, timeout_s=timeout, grace_period_s=grace_period, force=force
     )
-    _run(console, plan, dry_run=dry_run, yes=yes, output=output)
+    run_plan(
+        console, plan, dry_run=dry_run, yes=yes, output=output, blocked=_evict_blocked
+    )
 
 
 @app.command("restore")
@@ -428,4 +347,4 @@ def restore_nodes(
     annotation stays. A node krea-ops did not evict is refused unless --force."""
     console = console_of(ctx)
     plan = console.plan_restore(nodes, force=force, reason=reason)
-    _run(console, plan, dry_run=dry_run, yes=yes, output=output)
+    run_plan(console, plan, dry_run=dry_run, yes=yes, output=output)

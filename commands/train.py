@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from commands.common import OutputOption
-from commands.nodes import PlanFormat, PlanOutput
 from commands.output import OutputFormat, emit, render
+from commands.plans import PlanFormat, PlanOutput, run_plan
 from krea_ops import units
 
 if TYPE_CHECKING:  # (imported by the commands that use them: start-up of every command)
@@ -279,23 +279,14 @@ def _run_plan(
     """As ``nodes evict``: ``--dry-run`` prints the plan as text, or with ``-o yaml|json``
     the JobSet it would create (what ``kubectl apply --dry-run=server -f -`` takes);
     otherwise ask (``--yes`` skips), run with the one executor, print what ran."""
-    from commands.nodes import _confirm, _exit_for, _plan_text, _result_text
-
-    data = output is not PlanFormat.table
-    if dry_run:
-        emit(_object_text(manifest, output) if data else _plan_text(plan))
-        return
-    if not data:
-        emit(_plan_text(plan))
-    if not yes and not plan.writes_nothing:
-        _confirm(plan)
-    result = console.execute(plan)
-    if data:
-        row = {"plan": plan.as_dict(), "result": result.as_dict()}
-        emit(render([row], OutputFormat(output.value)))
-    else:
-        emit(_result_text(result))
-    _exit_for(result)
+    run_plan(
+        console,
+        plan,
+        dry_run=dry_run,
+        yes=yes,
+        output=output,
+        dry_data=lambda fmt: _object_text(manifest, fmt),
+    )
 
 
 @app.command("launch")

@@ -38,18 +38,29 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from krea_ops.burst import (
+    ANN_PRICE,
+    INFERENCE_SELECTOR,
+    PAUSE_TAINT_EFFECT,
+    PAUSE_TAINT_KEY,
+    PAUSE_TAINT_VALUE,
+    PAUSED_AT,
+    PAUSED_BY,
+    PAUSED_REASON,
+    VK_TAINT_KEY,
+)
 from krea_ops.errors import BadInput
 from krea_ops.kube.cluster import GPU_RESOURCE, Cluster, pod_gpus
 from krea_ops.kube.quantity import as_int
 from krea_ops.kube.times import rfc3339
 from krea_ops.kube.writes import AddTaint, Edit, RemoveTaint, SetAnnotations
 from krea_ops.runbook.nodes import (
-    _event_call,
-    _node_event,
-    _pages,
-    _read_nodes,
-    _update_step,
+    event_call,
+    node_event,
+    pages,
+    read_nodes,
     selector_matches,
+    update_step,
 )
 from krea_ops.runbook.plan import (
     Call,
@@ -61,19 +72,9 @@ from krea_ops.runbook.plan import (
     StepKind,
 )
 
-# The burst conventions (``krea_ops.burst`` names them; runbook and burst are sibling
-# layers that do not import each other, and tests/runbook/test_burst.py holds the two
-# the same). The console finds the virtual nodes (``burst.status.find_virtual_nodes``)
-# and hands their names to these plans.
-VK_TAINT_KEY = "virtual-kubelet.io/provider"
-PAUSE_TAINT_KEY = "krea.ai/burst-paused"
-PAUSE_TAINT_VALUE = "true"
-PAUSE_TAINT_EFFECT = "NoSchedule"
-PAUSED_BY = "krea.ai/burst-paused-by"
-PAUSED_REASON = "krea.ai/burst-paused-reason"
-PAUSED_AT = "krea.ai/burst-paused-at"
-ANN_PRICE = "burst.krea.ai/usd-per-gpu-hour"
-INFERENCE_SELECTOR = "krea.ai/workload=inference"
+# The burst conventions are ``krea_ops.burst``'s, the ones ``burst status`` reads. The
+# console finds the virtual nodes (``burst.status.find_virtual_nodes``) and hands their
+# names to these plans.
 OUT_TAINT_KEY = "krea.ai/burst-out"
 OUT_TAINT_VALUE = "true"
 OUT_TAINT_EFFECT = "NoSchedule"
@@ -93,7 +94,7 @@ def _virtual_objs(cluster: Cluster, virtual_nodes: Sequence[str]) -> dict[str, O
         raise BadInput(
             "no virtual-kubelet nodes in the cluster (bursting is not set up); nothing was changed"
         )
-    return _read_nodes(cluster, names)
+    return read_nodes(cluster, names)
 
 
 def _pause_edits(obj: Obj, reason: str, user: str, at: str) -> tuple[Edit, ...]:
@@ -123,25 +124,25 @@ UNPAUSE_EDITS: tuple[Edit, ...] = (
 def _pause_steps(objs: Mapping[str, Obj], reason: str, user: str, at: str) -> list[Step]:
     steps: list[Step] = []
     for name, obj in objs.items():
-        step = _update_step(
+        step = update_step(
             name, obj, _pause_edits(obj, reason, user, at), "stop new placements offsite"
         )
         if step is None:
             continue
         note = f"bursting paused ({PAUSE_TAINT_KEY}={PAUSE_TAINT_VALUE}:NoSchedule) by {user}: "
-        steps += [step, _node_event(name, obj, "Pause", "BurstPaused", note + reason)]
+        steps += [step, node_event(name, obj, "Pause", "BurstPaused", note + reason)]
     return steps
 
 
 def _unpause_steps(objs: Mapping[str, Obj], user: str, why: str | None) -> list[Step]:
     steps: list[Step] = []
     for name, obj in objs.items():
-        step = _update_step(name, obj, UNPAUSE_EDITS, "allow placements offsite again")
+        step = update_step(name, obj, UNPAUSE_EDITS, "allow placements offsite again")
         if step is None:
             continue
         note = f"bursting resumed ({PAUSE_TAINT_KEY} removed) by {user}"
         note += f": {why}" if why else ""
-        steps += [step, _node_event(name, obj, "Unpause", "BurstResumed", note)]
+        steps += [step, node_event(name, obj, "Unpause", "BurstResumed", note)]
     return steps
 
 
@@ -289,7 +290,7 @@ def read_side(cluster: Cluster, virtual: bool, virtual_names: Iterable[str]) -> 
     names = set(virtual_names)
     nodes = {
         _meta(n).get("name", ""): n
-        for n in _pages(cluster, "list nodes", "/api/v1/nodes")
+        for n in pages(cluster, "list nodes", "/api/v1/nodes")
         if (_meta(n).get("name") in names) == virtual
     }
     allocatable = {
@@ -305,7 +306,7 @@ def read_side(cluster: Cluster, virtual: bool, virtual_names: Iterable[str]) -> 
     }
     if free:
         selector = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
-        for pod in _pages(cluster, "list pods", "/api/v1/pods", fieldSelector=selector):
+        for pod in pages(cluster, "list pods", "/api/v1/pods", fieldSelector=selector):
             where = (pod.get("spec") or {}).get("nodeName")
             if where in free:
                 free[where] -= pod_gpus(pod.get("spec") or {})
@@ -398,7 +399,7 @@ def plan_migrate(
     there = read_side(cluster, not back, virtual)  # where the pods go
     home = None if back else read_side(cluster, False, virtual)  # --out: where pods are now
     here_names = set(virtual) if home is None else set(home.nodes)
-    listed = _pages(
+    listed = pages(
         cluster,
         f"list pods matching {selector}",
         "/api/v1/pods",
@@ -499,7 +500,7 @@ def plan_migrate(
             by_uid.setdefault(str(owner.get("uid")), []).append(pod)
     for uid, pods in by_uid.items():
         ready_now[uid] = sum(1 for p in pods if _ready(p))
-    budgets = _pages(cluster, "list poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets")
+    budgets = pages(cluster, "list poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets")
     moving: dict[str, list[str]] = {}
     for pod, _ in chosen:
         moving.setdefault(workload_name(pod), []).append(_meta(pod).get("name", ""))
@@ -601,11 +602,11 @@ def plan_migrate(
         out_edit: tuple[Edit, ...] = (AddTaint(OUT_TAINT_KEY, OUT_TAINT_VALUE, OUT_TAINT_EFFECT),)
         off_edit: tuple[Edit, ...] = (RemoveTaint(OUT_TAINT_KEY, OUT_TAINT_EFFECT),)
         for name in sources:
-            step = _update_step(name, srcs[name], out_edit, "keep replacements off this node")
+            step = update_step(name, srcs[name], out_edit, "keep replacements off this node")
             if step is not None:
                 before.append(step)
             tainted = AddTaint(OUT_TAINT_KEY, OUT_TAINT_VALUE, OUT_TAINT_EFFECT).apply(srcs[name])
-            undo = _update_step(
+            undo = update_step(
                 name, tainted or srcs[name], off_edit, "free the node's GPUs for what waits"
             )
             if undo is not None:
@@ -649,7 +650,7 @@ def plan_migrate(
                 None,
                 f"uid {uid}",
             ),
-            _event_call(ns, "pod", name, f"audit: Event about pod {ref.what}'s move"),
+            event_call(ns, "pod", name, f"audit: Event about pod {ref.what}'s move"),
         )
         moves.append(
             Step(
@@ -702,7 +703,7 @@ POLL_S = 1.0
 
 def _workload_ready(cluster: Cluster, move: MoveSpec) -> tuple[int, int]:
     """(Ready pods of the workload, those of them on the side the move goes to)."""
-    pods = _pages(
+    pods = pages(
         cluster,
         f"list pods of {move.workload}",
         f"/api/v1/namespaces/{quote(move.namespace)}/pods",

@@ -90,7 +90,7 @@ def _unique(names: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _read_nodes(cluster: Cluster, names: Sequence[str]) -> dict[str, Obj]:
+def read_nodes(cluster: Cluster, names: Sequence[str]) -> dict[str, Obj]:
     """Every named node, read before any write; BadInput naming every missing one."""
     if not names:
         raise BadInput("name at least one node (krea-ops nodes list shows them)")
@@ -112,7 +112,7 @@ def _read_nodes(cluster: Cluster, names: Sequence[str]) -> dict[str, Obj]:
     return found
 
 
-def _pages(cluster: Cluster, what: str, path: str, **query: str | None) -> list[Obj]:
+def pages(cluster: Cluster, what: str, path: str, **query: str | None) -> list[Obj]:
     items: list[Obj] = []
     token: str | None = None
     while True:
@@ -127,7 +127,7 @@ def _fleet_size(cluster: Cluster) -> int:
     """Nodes that can be taken offline: every node but the virtual ones (a provider's
     virtual-kubelet node is not capacity of ours)."""
     key, value = VIRTUAL_NODE_LABEL
-    nodes = _pages(cluster, "list nodes", "/api/v1/nodes", labelSelector=f"{key}!={value}")
+    nodes = pages(cluster, "list nodes", "/api/v1/nodes", labelSelector=f"{key}!={value}")
     return len(nodes)
 
 
@@ -141,7 +141,7 @@ def _changes(obj: Obj, edits: Iterable[Edit]) -> tuple[Obj, list[str]]:
     return obj, changed
 
 
-def _update_step(name: str, obj: Obj, edits: tuple[Edit, ...], why: str) -> Step | None:
+def update_step(name: str, obj: Obj, edits: tuple[Edit, ...], why: str) -> Step | None:
     new, changed = _changes(obj, edits)
     if not changed:
         return None
@@ -167,7 +167,7 @@ def _update_step(name: str, obj: Obj, edits: tuple[Edit, ...], why: str) -> Step
     )
 
 
-def _event_call(namespace: str, kind: str, name: str, why: str) -> Call:
+def event_call(namespace: str, kind: str, name: str, why: str) -> Call:
     where = f"{namespace}/" if kind != "node" else ""
     return Call(
         "POST",
@@ -177,12 +177,12 @@ def _event_call(namespace: str, kind: str, name: str, why: str) -> Call:
     )
 
 
-def _node_event(
+def node_event(
     name: str, obj: Obj, action: str, reason: str, note: str, blocked: str | None = None
 ) -> Step:
     ref = ObjectRef.of(obj, kind="Node", api_version="v1")
     ref = ObjectRef(ref.kind, ref.name, "", ref.uid, ref.api_version)  # not a version
-    call = _event_call(EVENTS_OF_NODES, "node", name, f"audit: Event {reason} on node {name}")
+    call = event_call(EVENTS_OF_NODES, "node", name, f"audit: Event {reason} on node {name}")
     return Step(
         StepKind.EVENT,
         f"record Event {reason} on node {name}"
@@ -338,7 +338,7 @@ def plan_evict(
     if grace_period_s is not None and grace_period_s < 0:
         raise BadInput("--grace-period must be 0 or more seconds")
     nodes = _unique(names)
-    objs = _read_nodes(cluster, nodes)
+    objs = read_nodes(cluster, nodes)
     slug = reason_slug(reason)
     at = rfc3339(now())
 
@@ -379,7 +379,7 @@ def plan_evict(
             AddTaint(TAINT_KEY, slug, TAINT_EFFECT),
             SetAnnotations(marks),
         )
-        step = _update_step(name, obj, edits, "take the node out of scheduling")
+        step = update_step(name, obj, edits, "take the node out of scheduling")
         if step is None:
             findings.append(
                 Finding(
@@ -392,13 +392,13 @@ def plan_evict(
             continue
         cordon.append(step)
         note = f"cordoned and tainted {TAINT_KEY}={slug}:{TAINT_EFFECT} by {user}: {reason}"
-        cordon.append(_node_event(name, obj, "Cordon", "Cordoned", note))
+        cordon.append(node_event(name, obj, "Cordon", "Cordoned", note))
 
     pods: dict[str, list[Obj]] = {}
     stays: list[Finding] = []
     for name in nodes:
         selector = f"spec.nodeName={name},status.phase!=Succeeded,status.phase!=Failed"
-        listed = _pages(cluster, f"list pods on {name}", "/api/v1/pods", fieldSelector=selector)
+        listed = pages(cluster, f"list pods on {name}", "/api/v1/pods", fieldSelector=selector)
         moving: list[Obj] = []
         for pod in sorted(
             listed, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])
@@ -420,7 +420,7 @@ def plan_evict(
         pods[name] = moving
     budgets: list[Obj] = []
     if any(pods.values()):
-        budgets = _pages(
+        budgets = pages(
             cluster, "list poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets"
         )
     findings.extend(_preflight(pods, budgets, force, timeout_s))
@@ -463,7 +463,7 @@ def plan_evict(
                     )
                 )
             calls.append(
-                _event_call(
+                event_call(
                     ref.namespace, "pod", ref.name, f"audit: Event about pod {ref.what}'s eviction"
                 )
             )
@@ -481,7 +481,7 @@ def plan_evict(
         )
         note = f"drained by {user}: {reason}"
         drain.append(
-            _node_event(name, objs[name], "Drain", "Drained", note, blocked="DrainBlocked")
+            node_event(name, objs[name], "Drain", "Drained", note, blocked="DrainBlocked")
         )
 
     return Plan(
@@ -519,7 +519,7 @@ def plan_restore(
     reason: str | None = None,
 ) -> Plan:
     nodes = _unique(names)
-    objs = _read_nodes(cluster, nodes)
+    objs = read_nodes(cluster, nodes)
     findings: list[Finding] = []
     refused: list[str] = []
     steps: list[Step] = []
@@ -542,7 +542,7 @@ def plan_restore(
                     name,
                 )
             )
-        step = _update_step(name, obj, edits, "undo nodes evict")
+        step = update_step(name, obj, edits, "undo nodes evict")
         if step is None:
             findings.append(
                 Finding("already", Severity.INFO, f"node {name} is already restored", name)
@@ -564,7 +564,7 @@ def plan_restore(
         steps.append(step)
         note = f"restored (uncordoned, {TAINT_KEY} removed) by {user}"
         note += f": {reason}" if reason else ""
-        steps.append(_node_event(name, obj, "Restore", "Restored", note))
+        steps.append(node_event(name, obj, "Restore", "Restored", note))
     if refused:
         raise BadInput(
             f"node {', '.join(refused)} was not evicted by krea-ops (no {EVICTED_BY} "

@@ -66,6 +66,10 @@ def test_pause_survives_an_unpause_less_restart_of_the_virtual_node(tmp_path: Pa
         # A new virtual kubelet process (the pod restarted) registers the node it finds and
         # runs its loop: it patches status and labels, never spec.taints.
         version = (vk_node(cluster) or {})["metadata"]["resourceVersion"]
+        # Its status heartbeat is stamped to the second, and a write that changes nothing
+        # keeps the resourceVersion (as on a real server): start it in a later second than
+        # the last status the running one wrote, so its registration is a real write.
+        time.sleep(1.1)
         restarted = burst.VirtualKubelet(world.world, (CHEAP, MID))
         restarted.setup()
         restarted.tick()

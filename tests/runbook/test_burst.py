@@ -19,7 +19,6 @@ from krea_ops.burst import (
 from krea_ops.burst.status import burst_status, find_virtual_nodes
 from krea_ops.errors import BadInput
 from krea_ops.kube.cluster import Cluster
-from krea_ops.runbook import burst as runbook_burst
 from krea_ops.runbook.burst import plan_pause, plan_unpause
 from krea_ops.runbook.execute import execute
 from tests.kube.conftest import create
@@ -124,20 +123,3 @@ def test_pause_refuses_without_reason_or_virtual_nodes(cluster: Cluster) -> None
     virtual_nodes(cluster)
     with pytest.raises(BadInput, match="--reason"):
         plan_pause(cluster, VKS, reason="  ", user="alice")
-
-
-def test_the_runbook_writes_the_conventions_burst_status_reads() -> None:
-    import krea_ops.burst as conventions
-
-    for name in (
-        "VK_TAINT_KEY",
-        "PAUSE_TAINT_KEY",
-        "PAUSE_TAINT_VALUE",
-        "PAUSE_TAINT_EFFECT",
-        "PAUSED_BY",
-        "PAUSED_REASON",
-        "PAUSED_AT",
-        "ANN_PRICE",
-        "INFERENCE_SELECTOR",
-    ):
-        assert getattr(runbook_burst, name) == getattr(conventions, name), name
