@@ -28,6 +28,7 @@ from textual.binding import Binding, BindingType
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.containers import Horizontal
 from textual.css.query import NoMatches
+from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Static
 from textual.worker import Worker, WorkerState
@@ -490,19 +491,25 @@ class KreaOpsApp(App[None]):
         actions = self.actions
         if actions is None or not self.can_act(title):
             return
-
-        def work() -> None:
-            try:
-                plan = make_plan(actions)
-            except Exception as exc:  # BadInput, Unavailable, RBAC: one line
-                self.post_message(ActionFailed(title, _first_line(exc)))
-                return
-            self.post_message(PlanReady(title, plan))
-
         self.notify(f"{title}: planning (reading the cluster; nothing is written yet)…")
+        self._action_worker(
+            title, f"planning {title}", lambda: PlanReady(title, make_plan(actions))
+        )
+
+    def _action_worker(self, title: str, description: str, work: Callable[[], Message]) -> None:
+        """Run ``work`` (a plan or a run; it blocks on the API) on the one action worker
+        and post its message, or ``ActionFailed`` with the error's first line."""
+
+        def run() -> None:
+            try:
+                message = work()
+            except Exception as exc:  # BadInput, Unavailable, RBAC: one line
+                message = ActionFailed(title, _first_line(exc))
+            self.post_message(message)
+
         self.run_worker(
-            work, group="action", thread=True, exclusive=True, exit_on_error=False,
-            description=f"planning {title}",
+            run, group="action", thread=True, exclusive=True, exit_on_error=False,
+            description=description,
         )  # fmt: skip
 
     @on(PlanReady)
@@ -530,19 +537,10 @@ class KreaOpsApp(App[None]):
         if actions is None:
             return
 
-        def work() -> None:
-            try:
-                result = actions.execute(plan)
-            except Exception as exc:
-                self.post_message(ActionFailed(title, _first_line(exc)))
-                return
-            self.post_message(ActionDone(title, result))
-
         self.notify(f"{title}: running…")
-        self.run_worker(
-            work, group="action", thread=True, exclusive=True, exit_on_error=False,
-            description=f"running {title}",
-        )  # fmt: skip
+        self._action_worker(
+            title, f"running {title}", lambda: ActionDone(title, actions.execute(plan))
+        )
 
     @on(ActionDone)
     def _action_done(self, message: ActionDone) -> None:
