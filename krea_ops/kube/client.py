@@ -16,7 +16,9 @@ from typing import Any
 from krea_ops.errors import BadInput, Unavailable
 
 
-def _kubeconfig_path(explicit: str | None) -> str | None:
+def kubeconfig_path(explicit: str | None) -> str | None:
+    """The kubeconfig file in use: the flag's, else the first of ``$KUBECONFIG``, else
+    ``~/.kube/config`` where it exists; None means in-cluster."""
     if explicit:
         return explicit
     env = os.environ.get("KUBECONFIG")
@@ -31,7 +33,7 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
-    path = _kubeconfig_path(kubeconfig)
+    path = kubeconfig_path(kubeconfig)
     if path is None:
         if os.environ.get("KUBERNETES_SERVICE_HOST"):
             try:

@@ -39,9 +39,9 @@ def kubeconfig_user(kubeconfig: str | None, context: str | None) -> str:
     only, never its credentials); ``in-cluster service account`` inside a pod."""
     from kubernetes.config import kube_config
 
-    from krea_ops.kube.client import _kubeconfig_path
+    from krea_ops.kube.client import kubeconfig_path
 
-    path = _kubeconfig_path(kubeconfig)
+    path = kubeconfig_path(kubeconfig)
     if path is None:
         return "in-cluster service account"
     try:
