@@ -39,14 +39,6 @@ def cluster(sim: LocalApiServer) -> Iterator[Cluster]:
         yield c
 
 
-@pytest.fixture
-def audit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    log = tmp_path / "audit" / "audit.jsonl"
-    monkeypatch.setenv("KREA_OPS_CONFIG", str(tmp_path / "no-config.yaml"))
-    monkeypatch.setenv("KREA_OPS_AUDIT_LOG", str(log))
-    return log
-
-
 def run(
     sim: LocalApiServer, capsys: pytest.CaptureFixture[str], *args: str
 ) -> tuple[int, str, str]:
