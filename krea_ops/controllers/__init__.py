@@ -1,0 +1,1 @@
+"""The bundled controllers: burst-taint, migrate-back, node-health, quota-sync."""

@@ -1,0 +1,91 @@
+"""The shape every bundled controller has: read a snapshot, decide, let the runbook act.
+
+A controller is two functions. ``read`` does the I/O of one pass: it lists what the
+controller looks at (nodes, pods, Kueue objects, Prometheus readings) into a frozen
+snapshot, and notes when each input was last read successfully. ``decide`` is a pure
+function of that snapshot, the time and the controller's persisted state: it returns a
+``Decision`` holding the Plans to run (built with the runbook's planners, so
+``--dry-run`` prints the same plan the executor runs), what it chose not to do and why,
+the alerts to raise, gauges to export, and the state to persist. ``decide`` never reads a
+clock or the network, so the same code runs live, in tests and in the goodput
+simulation. Each pass is level-based: it looks at the whole current state, never at
+"the last event".
+
+The runner (``controllers.loop``) owns everything else: leader election, fencing, the
+executor, metrics, one JSON log line per action, and the state's persistence (a
+ConfigMap written with its ``resourceVersion``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from krea_ops.runbook.plan import Plan
+
+# The state ConfigMap (namespace: the controller's own) holds one JSON document per
+# controller under its name, and the operator's acknowledgement of the node-health blast
+# cap or veto (``krea-ops controller ack``) as annotations.
+STATE_CONFIGMAP = "krea-ops-controller-state"
+NAMESPACE = "krea-ops"
+ACK_AT = "krea.ai/ack-at"
+ACK_BY = "krea.ai/ack-by"
+ACK_REASON = "krea.ai/ack-reason"
+
+# The user our controllers act as in plans and audit records when the kubeconfig names
+# none (in a pod: the service account, "system:serviceaccount:krea-ops:<name>").
+Snapshot = TypeVar("Snapshot")
+
+
+@dataclass(frozen=True)
+class Skip:
+    """Something the controller would have done and did not: ``why`` is a short stable
+    word (a metric label: cap, veto, opt-out, cooldown, stale, budget, pace, no-room,
+    hold), ``detail`` one line for the log and ``controller status``."""
+
+    target: str
+    why: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Alert:
+    """A condition an operator must see (blast cap reached, veto raised, fail-static):
+    exported as a gauge and logged once per pass while it holds."""
+
+    kind: str  # cap, veto, stale-input, ...
+    message: str
+    objects: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one pass decided. ``plans`` run in order through the runbook's executor;
+    none means nothing to change. ``state``: the controller's new persisted state (JSON
+    data), None to keep the stored one."""
+
+    controller: str
+    plans: tuple[Plan, ...] = ()
+    skipped: tuple[Skip, ...] = ()
+    alerts: tuple[Alert, ...] = ()
+    gauges: Mapping[str, float] = field(default_factory=dict)
+    state: Mapping[str, Any] | None = None
+
+    @property
+    def acts(self) -> bool:
+        return any(p.steps for p in self.plans)
+
+
+class Controller(Protocol[Snapshot]):
+    """One bundled controller. ``config``: its section of the controllers' settings."""
+
+    name: str  # burst-taint, migrate-back, node-health, quota-sync
+
+    def read(self, inputs: Any, now: float) -> Snapshot:
+        """One pass's I/O: ``inputs`` gives the cluster client and the telemetry source."""
+        ...
+
+    def decide(self, snapshot: Snapshot, now: float, state: Mapping[str, Any]) -> Decision:
+        """Pure: no clock, no network, no randomness beyond what the snapshot holds."""
+        ...
