@@ -22,7 +22,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from krea_ops.health import HealthPolicy
+from krea_ops.kube.cluster import Cluster
 from krea_ops.runbook.plan import Plan
+from krea_ops.telemetry.source import TelemetrySource
 
 # The state ConfigMap (namespace: the controller's own) holds one JSON document per
 # controller under its name, and the operator's acknowledgement of the node-health blast
@@ -33,9 +36,23 @@ ACK_AT = "krea.ai/ack-at"
 ACK_BY = "krea.ai/ack-by"
 ACK_REASON = "krea.ai/ack-reason"
 
-# The user our controllers act as in plans and audit records when the kubeconfig names
-# none (in a pod: the service account, "system:serviceaccount:krea-ops:<name>").
 Snapshot = TypeVar("Snapshot")
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What ``read`` may use. ``source``: the telemetry source (Prometheus, or a scrape
+    of the exporters), None when none could be opened (``source_error`` says why);
+    ``user``: who the controller acts as in plans, Events and audit records (in a pod,
+    ``system:serviceaccount:krea-ops:<name>``); ``namespace``: the controller's own
+    (where the state ConfigMap and the Lease live)."""
+
+    cluster: Cluster
+    source: TelemetrySource | None
+    policy: HealthPolicy
+    user: str
+    namespace: str = NAMESPACE
+    source_error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -82,8 +99,9 @@ class Controller(Protocol[Snapshot]):
 
     name: str  # burst-taint, migrate-back, node-health, quota-sync
 
-    def read(self, inputs: Any, now: float) -> Snapshot:
-        """One pass's I/O: ``inputs`` gives the cluster client and the telemetry source."""
+    def read(self, inputs: Inputs, now: float) -> Snapshot:
+        """One pass's I/O. Raises ``krea_ops.errors.Unavailable`` when an input it cannot
+        do without is unreachable (the runner then changes nothing this pass)."""
         ...
 
     def decide(self, snapshot: Snapshot, now: float, state: Mapping[str, Any]) -> Decision:
