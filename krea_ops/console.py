@@ -155,6 +155,27 @@ class ConsoleActions(Protocol):
         self, nodes: Collection[str], *, force: bool = False, reason: str | None = None
     ) -> Plan: ...
 
+    def plan_launch_again(
+        self, name: str, *, namespace: str, new_name: str
+    ) -> tuple[Plan, dict[str, object]]: ...
+
+    def plan_resume(
+        self, name: str, *, namespace: str, checkpoint: str = "latest"
+    ) -> tuple[Plan, dict[str, object]]: ...
+
+    def plan_burst_pause(self, *, reason: str) -> Plan: ...
+
+    def plan_burst_unpause(self) -> Plan: ...
+
+    def plan_burst_migrate(
+        self,
+        *,
+        direction: str,
+        max_pods: int | None = None,
+        selector: str | None = None,
+        timeout_s: float = 600.0,
+    ) -> Plan: ...
+
     def execute(self, plan: Plan) -> RunResult: ...
 
 
@@ -406,6 +427,23 @@ class Console:
             node_severity=health.severity,
             mount=parse_mount(self.settings.training_checkpoint_mount),
         )
+
+    def plan_launch_again(
+        self, name: str, *, namespace: str, new_name: str
+    ) -> tuple[Plan, dict[str, object]]:
+        """The plan of launching run ``namespace/name`` again as ``new_name``: the same
+        nodes, image, queue, priority, trainer and arguments (read from the JobSet, as
+        ``train resume`` reads them), starting fresh in the new run's own checkpoint
+        directory; BadInput for a run that is not ours or a name already taken."""
+        import dataclasses
+
+        from krea_ops.runbook.training import read_spec
+
+        spec = read_spec(self.cluster, name, namespace=namespace)
+        fresh = dataclasses.replace(
+            spec, name=new_name.strip(), checkpoint_dir=None, resume_from=None
+        )
+        return self.plan_launch(fresh)
 
     def plan_resume(
         self, name: str, *, namespace: str, checkpoint: str = "latest"

@@ -252,7 +252,7 @@ class KreaOpsApp(App[None]):
 
     def help_sections(self) -> list[tuple[str, list[tuple[str, str]]]]:
         """(title, [(key, what)]) for the help screen: the app's keys, the screen's keys,
-        and the runbook actions that are coming (hidden in read-only mode)."""
+        and the screen's runbook actions (hidden in read-only mode)."""
         app_keys = [
             ("?", "this help"),
             (":", "command mode: fleet, fabric, queue, burst, training, node NAME, quit"),
@@ -280,13 +280,6 @@ class KreaOpsApp(App[None]):
                 sections.append((title, keys))
             if screen.ACTIONS and self.actions is not None:
                 sections.append(("Actions", list(screen.ACTIONS)))
-            if screen.ACTIONS_COMING and not self.read_only:
-                sections.append(
-                    (
-                        "Actions (coming with the runbook commands)",
-                        [(k, f"{what} (coming)") for k, what in screen.ACTIONS_COMING],
-                    )
-                )
         return sections
 
     # -- command mode and filter -----------------------------------------------------

@@ -41,8 +41,6 @@ class DataScreen(Screen[None]):
     ACTIONS: ClassVar[tuple[tuple[str, str], ...]] = ()
     """(key, action) pairs of the runbook actions this screen offers; listed in help
     unless the dashboard is read-only or its console cannot write."""
-    ACTIONS_COMING: ClassVar[tuple[tuple[str, str], ...]] = ()
-    """(key, action) pairs the runbook issue will add here; shown in help as coming."""
 
     @property
     def krea(self) -> KreaOpsApp:

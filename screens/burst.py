@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import BindingType
+from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
 from textual.widgets import DataTable, Input, Static
 
@@ -164,13 +164,18 @@ class BurstScreen(DataScreen):
         "on), GPU-hours and cost per provider, the pods placed offsite, and the inference "
         "pods waiting with no node."
     )
-    ACTIONS_COMING = (
-        ("b", "migrate burst pods back"),
-        ("o", "migrate pods out"),
-        ("p", "pause bursting"),
-        ("P", "unpause"),
+    ACTIONS = (
+        ("b", "migrate inference back in-cluster while GPUs are free (paced, shows the plan)"),
+        ("o", "migrate inference out to the virtual nodes (clears GPUs for a training)"),
+        ("p", "pause bursting: our taint on every virtual node (asks why)"),
+        ("P", "unpause bursting: our taint off, nothing else"),
     )
-    BINDINGS: ClassVar[list[BindingType]] = []
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("b", "migrate('back')", "Migrate back", show=False),
+        Binding("o", "migrate('out')", "Migrate out", show=False),
+        Binding("p", "pause", "Pause bursting", show=False),
+        Binding("P", "unpause", "Unpause", show=False),
+    ]
 
     def __init__(self) -> None:
         super().__init__()
@@ -273,6 +278,40 @@ class BurstScreen(DataScreen):
             return
         for widget in self.query(".burst-data"):
             widget.set_class(True, "stale")
+
+    # -- actions ----------------------------------------------------------------------
+
+    def action_migrate(self, direction: str) -> None:
+        """``b``/``o``: ``burst migrate --back|--out`` with its defaults: as many pods as
+        the free GPUs on the other side hold, each waited for until its replacement is
+        Ready, one at a time per workload."""
+        self.krea.start_action(
+            f"migrate {direction}",
+            lambda actions: actions.plan_burst_migrate(direction=direction),
+        )
+
+    def action_pause(self) -> None:
+        if not self.krea.can_act("pause bursting"):
+            return
+        from screens.dialogs import ReasonScreen
+
+        def reasoned(reason: str | None) -> None:
+            if reason:
+                self.krea.start_action(
+                    "pause bursting", lambda actions: actions.plan_burst_pause(reason=reason)
+                )
+
+        self.app.push_screen(
+            ReasonScreen(
+                "Pause bursting",
+                question="Why? (recorded on every virtual node and in the audit log)",
+                placeholder="e.g. provider outage",
+            ),
+            reasoned,
+        )
+
+    def action_unpause(self) -> None:
+        self.krea.start_action("unpause bursting", lambda actions: actions.plan_burst_unpause())
 
     # -- filter ---------------------------------------------------------------------
 

@@ -97,20 +97,33 @@ class ConfirmScreen(ModalScreen[bool]):
 
 
 class ReasonScreen(ModalScreen[str | None]):
-    """Asks why (the audit's ``--reason``) before an action is planned; Esc cancels, an
-    empty reason is not accepted."""
+    """Asks one line before an action is planned: why (the audit's ``--reason``, by
+    default), or what the action needs (a new run's name); Esc cancels, an empty answer
+    is not accepted."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, title: str) -> None:
+    def __init__(
+        self,
+        title: str,
+        *,
+        question: str = "Why? (recorded in the audit log, the node's annotations and Events)",
+        placeholder: str = "e.g. GPU 3 at 88 C",
+        value: str = "",
+        needed: str = "a reason is needed",
+    ) -> None:
         super().__init__()
         self.title_text = title
+        self.question = question
+        self.placeholder = placeholder
+        self.value = value
+        self.needed = needed
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="confirm-body"):
             yield Static(Text(self.title_text, style="bold"))
-            yield Static("Why? (recorded in the audit log, the node's annotations and Events)")
-            yield Input(placeholder="e.g. GPU 3 at 88 C", id="reason")
+            yield Static(self.question)
+            yield Input(value=self.value, placeholder=self.placeholder, id="reason")
             yield Static(
                 Text("Enter plans the action (nothing is written yet); Esc cancels.", style="dim")
             )
@@ -120,11 +133,11 @@ class ReasonScreen(ModalScreen[str | None]):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
-        reason = event.value.strip()
-        if not reason:
-            self.notify("a reason is needed", severity="warning")
+        answer = event.value.strip()
+        if not answer:
+            self.notify(self.needed, severity="warning")
             return
-        self.dismiss(reason)
+        self.dismiss(answer)
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -186,7 +186,6 @@ class QueueScreen(DataScreen):
         "Kueue: GPU quota per ClusterQueue and flavor (used, reserved, borrowed) against "
         "healthy capacity, the workloads in queue order, and why the selected one waits."
     )
-    ACTIONS_COMING = (("L", "launch a training"), ("S", "resume the selected training"))
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "why", "Why (re-read)"),
     ]

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import BindingType
+from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
 from textual.widgets import DataTable, Input, Static
 
@@ -155,6 +155,18 @@ def advice_text(advice: Advice | None, run: TrainingRun) -> Text:
     return out
 
 
+def next_name(name: str, taken: set[str]) -> str:
+    """The name offered for launching ``name`` again: ``name-2``, ``-3``... (a trailing
+    ``-N`` counts up), the first not taken."""
+    stem, _, tail = name.rpartition("-")
+    base, n = (stem, int(tail)) if stem and tail.isdigit() else (name, 1)
+    while True:
+        n += 1
+        candidate = f"{base}-{n}"
+        if candidate not in taken:
+            return candidate
+
+
 class TrainingScreen(DataScreen):
     SCREEN_NAME = "training"
     SCREEN_TITLE = "Training"
@@ -165,11 +177,14 @@ class TrainingScreen(DataScreen):
         "selected run its checkpoints (complete or why not) and the checkpoint-interval "
         "advice (Young/Daly, lost work per failure, waste, MTBF)."
     )
-    ACTIONS_COMING = (
-        ("L", "launch a DiT training"),
-        ("S", "resume from the newest complete checkpoint"),
+    ACTIONS = (
+        ("L", "launch the selected run again under a new name (fresh checkpoints)"),
+        ("S", "resume the selected finished run from its newest complete checkpoint"),
     )
-    BINDINGS: ClassVar[list[BindingType]] = []
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("L", "launch_again", "Launch again", show=False),
+        Binding("S", "resume", "Resume", show=False),
+    ]
 
     def __init__(self) -> None:
         super().__init__()
@@ -282,6 +297,52 @@ class TrainingScreen(DataScreen):
         order = {key: i for i, key in enumerate(rows)}  # the core's: newest first
         sync_table(table, rows, order=lambda key: order.get(key, len(order)))
         advice.update(advice_text(run.advice, run))
+
+    # -- actions ----------------------------------------------------------------------
+
+    def _selected_run(self, title: str) -> TrainingRun | None:
+        run = self.runs.get(self.selected) if self.selected else None
+        if run is None:
+            self.notify(f"{title}: no run selected", severity="warning")
+        return run
+
+    def action_launch_again(self) -> None:
+        """``L``: the selected run's nodes, image, queue and arguments as a new run, under a
+        name the operator gives (a suffix is offered)."""
+        run = self._selected_run("launch again")
+        if run is None or not self.krea.can_act("launch again"):
+            return
+        from screens.dialogs import ReasonScreen
+
+        def named(new_name: str | None) -> None:
+            if new_name:
+                self.krea.start_action(
+                    f"launch {run.namespace}/{new_name}",
+                    lambda actions: actions.plan_launch_again(
+                        run.name, namespace=run.namespace, new_name=new_name
+                    )[0],
+                )
+
+        self.app.push_screen(
+            ReasonScreen(
+                f"Launch {run_key(run)} again",
+                question="Name of the new run (its own checkpoint directory; it starts fresh)",
+                placeholder=f"{run.name}-2",
+                value=next_name(run.name, {r.name for r in self.runs.values()}),
+                needed="a name is needed",
+            ),
+            named,
+        )
+
+    def action_resume(self) -> None:
+        """``S``: relaunch the selected finished run from its newest complete checkpoint."""
+        run = self._selected_run("resume")
+        if run is None:
+            return
+        self.krea.start_action(
+            f"resume {run_key(run)}",
+            lambda actions: actions.plan_resume(run.name, namespace=run.namespace)[0],
+        )
 
     # -- filter ---------------------------------------------------------------------
 

@@ -275,6 +275,15 @@ def plan_launch(
 FINISHED = ("Failed", "Completed")
 
 
+def read_spec(cluster: Cluster, name: str, *, namespace: str) -> TrainingSpec:
+    """The launch spec of our training ``namespace/name`` as its JobSet holds it;
+    BadInput when there is none or it is not ours."""
+    obj = _get(cluster, f"jobset {namespace}/{name}", jobset_path(namespace, name))
+    if obj is None:
+        raise BadInput(f"no training {namespace}/{name} (krea-ops train list shows them)")
+    return spec_of(obj)
+
+
 def _state(obj: Obj) -> str:
     status = obj.get("status") or {}
     conds = {c.get("type"): c.get("status") for c in status.get("conditions") or ()}

@@ -1,0 +1,275 @@
+"""The training and burst screens' actions, against a simulated API server with the real
+Console: `S` resumes the selected finished run from its newest complete checkpoint and `L`
+launches it again under a new name (each through the plan dialog, which starts on
+Cancel); `p` asks why and pauses bursting on every virtual node, `P` unpauses; `b` with no
+free in-cluster GPU is refused in one line and writes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.widgets import Button, DataTable, Input, Static
+
+from krea_ops.burst import PAUSE_TAINT_KEY, PAUSED_REASON
+from krea_ops.console import Console
+from krea_ops.kube.cluster import Cluster
+from krea_ops.runbook.training import jobset_path
+from krea_ops.settings import load_settings
+from krea_ops.sim.local import LocalApiServer
+from krea_ops.training.manifests import RESUME_FROM_ANNOTATION, spec_of
+from screens.app import KreaOpsApp
+from screens.dialogs import ConfirmScreen, OutcomeScreen, ReasonScreen
+from screens.training import next_name
+from tests.kube.conftest import cluster, create, set_status, sim
+from tests.runbook.conftest import node_obj
+from tests.runbook.test_burst import VKS, virtual_nodes
+from tests.runbook.test_train import NAME, NS, launched
+from tests.screens.conftest import wait_until
+from tests.training.dcp_fixture import write_dcp_checkpoint
+
+__all__ = ["cluster", "sim"]
+
+KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
+
+
+def kueue_and_nodes(cluster: Cluster, count: int = 2) -> None:
+    """What a launch checks: the namespace's LocalQueue, its ClusterQueue and GPU
+    flavor, the priority class, and ``count`` Ready nodes of 8 GPUs in the flavor."""
+    create(
+        cluster,
+        f"{KUEUE}/resourceflavors",
+        {"metadata": {"name": "h200"}, "spec": {"nodeLabels": {"krea.ai/pool": "h200"}}},
+    )
+    create(
+        cluster,
+        f"{KUEUE}/clusterqueues",
+        {
+            "metadata": {"name": "training"},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["nvidia.com/gpu"],
+                        "flavors": [
+                            {
+                                "name": "h200",
+                                "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 64}],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+    )
+    create(
+        cluster,
+        f"{KUEUE}/namespaces/{NS}/localqueues",
+        {"metadata": {"name": "training"}, "spec": {"clusterQueue": "training"}},
+    )
+    create(
+        cluster,
+        f"{KUEUE}/workloadpriorityclasses",
+        {"metadata": {"name": "training"}, "value": 1000},
+    )
+    for i in range(count):
+        name = f"gpu-node-{i:03d}"
+        create(
+            cluster,
+            "/api/v1/nodes",
+            {"metadata": {"name": name, "labels": {"krea.ai/pool": "h200"}}},
+        )
+        set_status(
+            cluster,
+            f"/api/v1/nodes/{name}",
+            {
+                "allocatable": {"nvidia.com/gpu": "8"},
+                "capacity": {"nvidia.com/gpu": "8"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        )
+
+
+def make_app(sim: LocalApiServer, audit: Path, **settings: Any) -> KreaOpsApp:
+    values = {
+        "kubeconfig": str(sim.kubeconfig),
+        "prometheus_url": "http://127.0.0.1:9",  # no telemetry
+        "audit_log": str(audit),
+        **settings,
+    }
+    return KreaOpsApp(Console(load_settings(values, env={})), refresh_s=60.0)
+
+
+@pytest.fixture(autouse=True)
+def quiet_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KREA_OPS_CONFIG", "/nonexistent/krea-ops.yaml")
+
+
+def dialog_text(app: KreaOpsApp) -> str:
+    return "\n".join(str(w.render()) for w in app.screen.query(Static))
+
+
+async def run_the_plan(app: KreaOpsApp, pilot: Any, count: int = 1) -> OutcomeScreen:
+    """The confirm dialog is up and starts on Cancel; for more than one node the count
+    is typed first; then Run, and the outcome."""
+    confirm = await wait_until(
+        pilot, lambda: app.screen if isinstance(app.screen, ConfirmScreen) else None
+    )
+    assert app.focused is confirm.query_one("#cancel", Button)
+    if count > 1:
+        await pilot.press("tab", "enter")  # Run without the count: refused, still here
+        await pilot.pause(0.1)
+        assert app.screen is confirm
+        confirm.query_one("#confirm-count", Input).focus()
+        await pilot.press(*str(count))
+        confirm.query_one("#run", Button).focus()
+        await pilot.press("enter")
+    else:
+        await pilot.press("tab", "enter")
+    outcome: OutcomeScreen = await wait_until(
+        pilot, lambda: app.screen if isinstance(app.screen, OutcomeScreen) else None, timeout=90
+    )
+    return outcome
+
+
+def jobsets(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    answer = cluster.request("jobsets", "GET", jobset_path(NS))
+    assert answer.body is not None
+    return {o["metadata"]["name"]: o for o in answer.body["items"]}
+
+
+def test_next_name_counts_up_past_the_names_taken() -> None:
+    assert next_name("dit", set()) == "dit-2"
+    assert next_name("dit", {"dit-2", "dit-3"}) == "dit-4"
+    assert next_name("dit-7", set()) == "dit-8"
+    assert next_name("dit-v2", set()) == "dit-v2-2"
+
+
+def test_training_screen_resumes_and_launches_again(
+    sim: LocalApiServer, cluster: Cluster, tmp_path: Path
+) -> None:
+    root = tmp_path / "mnt"
+    run_dir = root / NS / NAME
+    write_dcp_checkpoint(run_dir / "step-100")
+    write_dcp_checkpoint(run_dir / "step-200")
+    write_dcp_checkpoint(run_dir / "step-300", commit=False)  # the crash's incomplete step
+    launched(cluster)  # Failed: maxRestarts spent
+    kueue_and_nodes(cluster)
+    audit = tmp_path / "audit.jsonl"
+
+    async def body() -> None:
+        app = make_app(sim, audit, training_checkpoint_mount=f"/checkpoints={root}")
+        async with app.run_test(size=(150, 50)) as pilot:
+            app.go("training")
+            table = await wait_until(
+                pilot,
+                lambda: next(
+                    (t for t in app.screen.query("#run-table").results(DataTable) if t.row_count),
+                    None,
+                ),
+            )
+            assert table.row_count == 1
+            actions = dict(dict(app.help_sections()).get("Actions", []))
+            assert set(actions) == {"L", "S"}
+
+            # S: delete the Failed run and create it again from step-200, never step-300
+            await pilot.press("S")
+            await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            text = dialog_text(app)
+            assert f"DELETE {jobset_path(NS, NAME)}" in text
+            assert f"POST {jobset_path(NS)}" in text and "step-200" in text
+            assert "step-300" not in text.split("Findings")[0]
+            assert jobsets(cluster)[NAME]["status"]["restarts"] == 10  # nothing written yet
+            outcome = await run_the_plan(app, pilot)
+            assert outcome.title_text == f"resume {NS}/{NAME}: done", outcome.lines
+            resumed = jobsets(cluster)[NAME]
+            assert resumed["metadata"]["annotations"][RESUME_FROM_ANNOTATION].endswith("step-200")
+            assert not (resumed.get("status") or {}).get("conditions")
+            await pilot.press("escape")
+
+            # L: the same gang under a new name, starting fresh in its own directory
+            await pilot.press("L")
+            prompt = await wait_until(
+                pilot, lambda: app.screen if isinstance(app.screen, ReasonScreen) else None
+            )
+            assert prompt.query_one("#reason", Input).value == f"{NAME}-2"
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            assert f"POST {jobset_path(NS)}" in dialog_text(app)
+            assert f"{NAME}-2" not in jobsets(cluster)
+            outcome = await run_the_plan(app, pilot)
+            assert outcome.title_text == f"launch {NS}/{NAME}-2: done", outcome.lines
+            again = jobsets(cluster)[f"{NAME}-2"]
+            old, new = spec_of(resumed), spec_of(again)
+            assert (new.nodes, new.image, new.queue, new.args) == (
+                old.nodes,
+                old.image,
+                old.queue,
+                old.args,
+            )
+            assert new.resume_from is None and new.checkpoints == f"/checkpoints/{NS}/{NAME}-2"
+            assert again["spec"]["suspend"] is True  # for Kueue to admit
+
+    asyncio.run(body())
+    records = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert [r["action"] for r in records if r["record"] == "end"] == [
+        "train resume",
+        "train launch",
+    ]
+
+
+def test_burst_screen_pauses_unpauses_and_refuses_a_migrate_with_no_room(
+    sim: LocalApiServer, cluster: Cluster, tmp_path: Path
+) -> None:
+    virtual_nodes(cluster)
+    audit = tmp_path / "audit.jsonl"
+
+    def paused() -> dict[str, str | None]:
+        out = {}
+        for vk in VKS:
+            obj = node_obj(cluster, vk)
+            keys = {t["key"] for t in obj["spec"].get("taints") or []}
+            reason = (obj["metadata"].get("annotations") or {}).get(PAUSED_REASON)
+            out[vk] = reason if PAUSE_TAINT_KEY in keys else None
+        return out
+
+    async def body() -> None:
+        app = make_app(sim, audit)
+        async with app.run_test(size=(150, 50)) as pilot:
+            app.go("burst")
+            await pilot.pause(0.3)
+            assert set(dict(dict(app.help_sections()).get("Actions", []))) == {"b", "o", "p", "P"}
+
+            # b: no in-cluster GPU is free, so the plan is refused in one line
+            await pilot.press("b")
+            await pilot.pause(0.2)
+            note = await wait_until(
+                pilot,
+                lambda: next((n for n in app._notifications if n.severity == "error"), None),
+            )
+            assert note.message.startswith("migrate back: ") and "\n" not in note.message
+            assert not isinstance(app.screen, ConfirmScreen)
+
+            await pilot.press("p")
+            await wait_until(pilot, lambda: isinstance(app.screen, ReasonScreen))
+            await pilot.press(*"drill")
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            assert paused() == {vk: None for vk in VKS}
+            outcome = await run_the_plan(app, pilot, count=len(VKS))
+            assert outcome.title_text == "pause bursting: done", outcome.lines
+            assert paused() == {vk: "drill" for vk in VKS}
+            await pilot.press("escape")
+
+            await pilot.press("P")
+            outcome = await run_the_plan(app, pilot, count=len(VKS))
+            assert outcome.title_text == "unpause bursting: done", outcome.lines
+            assert paused() == {vk: None for vk in VKS}
+
+    asyncio.run(body())
+    assert not [
+        r for r in map(json.loads, audit.read_text().splitlines()) if r["action"] == "burst migrate"
+    ]
