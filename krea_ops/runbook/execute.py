@@ -213,6 +213,12 @@ def execute(
         plan, run_id, tuple(results), tuple(state.blocked), tuple(state.failed), stopped
     )
     if audit is not None:
+        # a stopped run names the steps it never began, so the log alone says what ran
+        not_run = [
+            {"step": i, "kind": str(s.kind), "description": s.description}
+            for i, s in enumerate(plan.steps, 1)
+            if i > len(results)
+        ]
         audit.append(
             {
                 **base,
@@ -222,6 +228,7 @@ def execute(
                 "blocked": list(run.blocked),
                 "failed": list(run.failed),
                 "stopped": stopped,
+                "not_run": not_run,
             }
         )
     return run
@@ -367,7 +374,7 @@ def _drain(
         failed = not result.done and result.outcome not in (Outcome.BLOCKED, Outcome.THROTTLED)
         (state.failed if failed else state.blocked).append(text)
         _pod_event(events, plan, pod, node, WARNING, "EvictionBlocked", lines[-1])
-    state.left[node] = left
+    state.left.setdefault(node, []).extend(left)  # a gang's step, then the rest
     return ("blocked" if left else "done"), lines
 
 
