@@ -12,6 +12,10 @@ for until it is gone. Events go through ``kube.events.EventRecorder``.
 Blocked pods (a budget still refusing at the deadline, a pod still terminating) make the
 result ``blocked`` (exit 3) naming each pod and the budget holding it; the node stays
 cordoned, tainted and annotated. Anything else that fails makes it ``failed`` (exit 1).
+An error that stops the run (the API server gone) ends it ``failed`` at that step; the
+audit log's ``end`` record then lists the steps never begun (``not_run``), so the log
+alone says what ran, what failed and what did not run; the same command run again plans
+only what is left.
 """
 
 from __future__ import annotations
