@@ -339,17 +339,18 @@ def _disruption_rule(job_spec: Obj) -> str | None:
     return None
 
 
-def gang_fate(jobset: Obj, rjob: str | None) -> tuple[str, str]:
-    """What the JobSet does when one of its pods (of replicated job ``rjob``) is evicted,
-    as the Job controller and the JobSet controller decide it: ``("restarts", why)``
-    (every pod of the gang replaced at once), ``("fails", why)`` (the JobSet ends
-    Failed) or ``("hangs", why)`` (only the evicted pod is replaced; the other ranks wait
-    in their collective until the NCCL timeout)."""
+def gang_fate(jobset: Obj, rjob: str | None, *, evicted: bool = True) -> tuple[str, str]:
+    """What the JobSet does when one of its pods (of replicated job ``rjob``) is evicted
+    (``evicted``; a pod deleted instead, ``--force``, carries no ``DisruptionTarget``
+    condition, so no rule on it applies), as the Job controller and the JobSet controller
+    decide it: ``("restarts", why)`` (every pod of the gang replaced at once),
+    ``("fails", why)`` (the JobSet ends Failed) or ``("hangs", why)`` (only that pod is
+    replaced; the other ranks wait in their collective until the NCCL timeout)."""
     spec = jobset.get("spec") or {}
     rjobs = spec.get("replicatedJobs") or []
     chosen = next((r for r in rjobs if r.get("name") == rjob), rjobs[0] if rjobs else {})
     job_spec = (chosen.get("template") or {}).get("spec") or {}
-    action = _disruption_rule(job_spec)
+    action = _disruption_rule(job_spec) if evicted else None
     backoff = int(job_spec.get("backoffLimit", 6))
     if action == "FailJob":
         reason, how = "PodFailurePolicy", "podFailurePolicy FailJob on DisruptionTarget"
@@ -360,7 +361,7 @@ def gang_fate(jobset: Obj, rjob: str | None) -> tuple[str, str]:
             else f"its Job's backoffLimit is {backoff} and no podFailurePolicy rule fails "
             "the Job on DisruptionTarget"
         )
-        return "hangs", f"{why}: the Job replaces only the evicted pod"
+        return "hangs", f"{why}: the Job replaces only the pod that went"
     else:
         reason, how = "BackoffLimitExceeded", "backoffLimit 0"
     policy = spec.get("failurePolicy")
@@ -443,7 +444,7 @@ def _gangs(
             )
             continue
         rjob = ((ranks[0][1].get("metadata") or {}).get("labels") or {}).get(RJOB_LABEL)
-        fate, why = gang_fate(answer.body, rjob)
+        fate, why = gang_fate(answer.body, rjob, evicted=not force)
         if fate == "restarts":
             findings.append(
                 Finding(

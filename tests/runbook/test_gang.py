@@ -129,6 +129,13 @@ def test_the_checkpoint_directory_is_named_when_it_is_not_mounted_here(cluster: 
         "from its newest complete checkpoint under /checkpoints/training/dit:"
         in (gang_messages(plan)["training/dit"])
     )
+    # a pod deleted (--force) carries no DisruptionTarget: the restart then counts
+    forced = plan_evict(cluster, [BAD], reason="XID 79", user="op", force=True)
+    assert gang_messages(forced)["training/dit"].startswith(
+        "JobSet training/dit restarts its whole gang at once, from its newest complete "
+        "checkpoint under /checkpoints/training/dit: its Job fails (backoffLimit 0) and its "
+        "failurePolicy restarts the gang, using 1 of its 10 restarts left"
+    )
 
 
 def test_a_gang_without_a_disruption_policy_would_hang_and_is_refused_unless_forced(
@@ -145,7 +152,7 @@ def test_a_gang_without_a_disruption_policy_would_hang_and_is_refused_unless_for
     assert warning.startswith(
         "JobSet training/theirs has no disruption policy: its Job's backoffLimit is 3 and no "
         "podFailurePolicy rule fails the Job on DisruptionTarget: the Job replaces only the "
-        "evicted pod, and its other pods would hang in their collective until the NCCL timeout"
+        "pod that went, and its other pods would hang in their collective until the NCCL timeout"
     )
     assert plan.refused is not None and plan.refused.startswith(
         "JobSet training/theirs would hang until the NCCL timeout"
