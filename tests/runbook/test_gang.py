@@ -215,7 +215,7 @@ def world(tmp_path: Path) -> Iterator[SimWorld]:
 
 
 def _pods(w: SimWorld, attempt: str) -> list[dict[str, Any]] | None:
-    raw = client.CoreV1Api(w.client).list_namespaced_pod(
+    raw: Any = client.CoreV1Api(w.client).list_namespaced_pod(
         NS,
         label_selector=f"krea.ai/training=dit,jobset.sigs.k8s.io/restart-attempt={attempt}",
         _preload_content=False,
@@ -257,7 +257,9 @@ def test_the_gang_of_a_launched_run_restarts_once_at_once_without_using_a_restar
 
     new_gang = wait_for(lambda: _pods(world, "1"), timeout=60)
     assert node not in {p["spec"]["nodeName"] for p in new_gang}
-    js = custom.get_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", NS, "jobsets", "dit")
+    js: Any = custom.get_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", NS, "jobsets", "dit"
+    )
     assert js["status"]["restarts"] == 1
     assert js["status"].get("restartsCountTowardsMax", 0) == 0  # a disruption is free
     assert not any(c["type"] == "Failed" for c in js["status"].get("conditions") or ())
