@@ -331,10 +331,7 @@ def _disruption_rule(job_spec: Obj) -> str | None:
     carries ``DisruptionTarget``), or None when no rule does."""
     for rule in (job_spec.get("podFailurePolicy") or {}).get("rules") or ():
         for pattern in rule.get("onPodConditions") or ():
-            if pattern.get("type") == "DisruptionTarget" and pattern.get("status", "True") in (
-                "True",
-                "",
-            ):
+            if pattern.get("type") == "DisruptionTarget" and pattern.get("status") == "True":
                 return str(rule.get("action"))
     return None
 
@@ -354,6 +351,8 @@ def gang_fate(jobset: Obj, rjob: str | None, *, evicted: bool = True) -> tuple[s
     backoff = int(job_spec.get("backoffLimit", 6))
     if action == "FailJob":
         reason, how = "PodFailurePolicy", "podFailurePolicy FailJob on DisruptionTarget"
+        # the Job controller's words (pkg/controller/job/pod_failure_policy.go)
+        message = "Pod {pod} has condition DisruptionTarget matching FailJob rule at index"
     elif action == "Ignore" or backoff > 0:
         why = (
             "its podFailurePolicy ignores a disruption"
@@ -364,6 +363,7 @@ def gang_fate(jobset: Obj, rjob: str | None, *, evicted: bool = True) -> tuple[s
         return "hangs", f"{why}: the Job replaces only the pod that went"
     else:
         reason, how = "BackoffLimitExceeded", "backoffLimit 0"
+        message = "Job has reached the specified backoff limit"
     policy = spec.get("failurePolicy")
     if policy is None:
         return "fails", f"its Job fails ({how}) and it has no failurePolicy"
@@ -371,16 +371,29 @@ def gang_fate(jobset: Obj, rjob: str | None, *, evicted: bool = True) -> tuple[s
     for candidate in policy.get("rules") or ():
         reasons = candidate.get("onJobFailureReasons") or []
         targets = candidate.get("targetReplicatedJobs") or []
-        if (not reasons or reason in reasons) and (not targets or chosen.get("name") in targets):
+        patterns = candidate.get("onJobFailureMessagePatterns") or []
+        if (
+            (not reasons or reason in reasons)
+            and (not targets or chosen.get("name") in targets)
+            and (not patterns or any(_matches(p, message) for p in patterns))
+        ):
             rule = candidate
             break
     what = str(rule.get("action", "RestartJobSet"))
     named = f"failurePolicy rule {rule.get('name')!r}" if rule else "failurePolicy"
-    if what == "RestartJobSetAndIgnoreMaxRestarts":
-        return "restarts", f"its Job fails ({how}) and its {named} restarts the gang " \
-            "without counting towards maxRestarts"  # fmt: skip
+    if what in ("RestartJobSetAndIgnoreMaxRestarts", "RestartJobAndIgnoreMaxRestarts"):
+        return "restarts", (
+            f"its Job fails ({how}) and its {named} restarts the gang without counting "
+            "towards maxRestarts"
+        )
     if what == "FailJobSet":
         return "fails", f"its Job fails ({how}) and its {named} fails the JobSet"
+    jobs = sum(int(r.get("replicas", 1) or 1) for r in rjobs)
+    if what.startswith("RestartJob") and not what.startswith("RestartJobSet") and jobs > 1:
+        return "hangs", (
+            f"its Job fails ({how}) and its {named} restarts only that Job ({what}), not "
+            f"the other {jobs - 1}"
+        )
     cap = int(policy.get("maxRestarts", 0) or 0)
     counted = int((jobset.get("status") or {}).get("restartsCountTowardsMax") or 0)
     if counted >= cap:
@@ -389,6 +402,13 @@ def gang_fate(jobset: Obj, rjob: str | None, *, evicted: bool = True) -> tuple[s
         f"its Job fails ({how}) and its {named} restarts the gang, using 1 of its "
         f"{cap - counted} restarts left"
     )
+
+
+def _matches(pattern: str, message: str) -> bool:
+    try:
+        return re.search(pattern, message) is not None
+    except re.error:  # not a pattern Python reads (JobSet uses Go's RE2): assume it does
+        return True
 
 
 def _newest_checkpoint(jobset: Obj, mount: tuple[str, Path] | None) -> str:
@@ -469,8 +489,9 @@ def _gangs(
             )
         else:
             hang = (
-                f"JobSet {ns}/{name} has no disruption policy: {why}, and its other pods "
-                "would hang in their collective until the NCCL timeout"
+                f"JobSet {ns}/{name} does not restart its whole gang on a disruption: "
+                f"{why}, and its other pods would hang in their collective until the NCCL "
+                "timeout"
             )
             then = (
                 "--force deletes its pods anyway"

@@ -46,9 +46,12 @@ def jobset(cluster: Cluster, name: str, **spec_options: Any) -> dict[str, Any]:
     return create(cluster, JOBSETS, training_jobset(spec, launched_by="someone"))
 
 
-def foreign_jobset(cluster: Cluster, name: str, *, backoff: int, policy: Any) -> None:
-    """A JobSet made by someone else: one replicated job, ``backoffLimit`` ``backoff``,
-    no podFailurePolicy, ``failurePolicy`` ``policy`` (None: none)."""
+def foreign_jobset(
+    cluster: Cluster, name: str, *, backoff: int, policy: Any, replicas: int = 1
+) -> None:
+    """A JobSet made by someone else: one replicated job of ``replicas`` Jobs,
+    ``backoffLimit`` ``backoff``, no podFailurePolicy, ``failurePolicy`` ``policy``
+    (None: none)."""
     template = {
         "spec": {
             "restartPolicy": "Never",
@@ -56,7 +59,7 @@ def foreign_jobset(cluster: Cluster, name: str, *, backoff: int, policy: Any) ->
         }
     }
     job = {"parallelism": 2, "completions": 2, "backoffLimit": backoff, "template": template}
-    spec: dict[str, Any] = {"replicatedJobs": [{"name": "workers", "replicas": 1,
+    spec: dict[str, Any] = {"replicatedJobs": [{"name": "workers", "replicas": replicas,
                                                 "template": {"spec": job}}]}  # fmt: skip
     if policy is not None:
         spec["failurePolicy"] = policy
@@ -150,9 +153,10 @@ def test_a_gang_without_a_disruption_policy_would_hang_and_is_refused_unless_for
 
     warning = gang_messages(plan)["training/theirs"]
     assert warning.startswith(
-        "JobSet training/theirs has no disruption policy: its Job's backoffLimit is 3 and no "
-        "podFailurePolicy rule fails the Job on DisruptionTarget: the Job replaces only the "
-        "pod that went, and its other pods would hang in their collective until the NCCL timeout"
+        "JobSet training/theirs does not restart its whole gang on a disruption: its Job's "
+        "backoffLimit is 3 and no podFailurePolicy rule fails the Job on DisruptionTarget: the "
+        "Job replaces only the pod that went, and its other pods would hang in their "
+        "collective until the NCCL timeout"
     )
     assert plan.refused is not None and plan.refused.startswith(
         "JobSet training/theirs would hang until the NCCL timeout"
@@ -193,6 +197,42 @@ def test_a_gang_whose_job_fails_without_a_restart_policy_will_fail(cluster: Clus
     gang_step = plan.steps[2]
     assert gang_step.description.endswith(
         "of JobSet training/counted, training/once first (the gang restarts at once)"
+    )
+
+
+def test_failure_policy_rules_are_read_as_the_jobset_controller_reads_them(
+    cluster: Cluster,
+) -> None:
+    create(cluster, "/api/v1/namespaces", {"metadata": {"name": NS}})
+    fleet(cluster, 10)
+    # RestartJob recreates only the failed Job: the other Job's ranks are left waiting
+    rule = {
+        "name": "per-job",
+        "action": "RestartJob",
+        "onJobFailureReasons": ["BackoffLimitExceeded"],
+    }
+    per_job = {"maxRestarts": 3, "rules": [rule]}
+    foreign_jobset(cluster, "split", backoff=0, policy=per_job, replicas=2)
+    rank(cluster, BAD, "split", rjob="workers")
+    # a rule whose message pattern does not match the failure is passed over
+    rule = {"name": "oom", "action": "FailJobSet", "onJobFailureMessagePatterns": ["OOMKilled"]}
+    oom = {"maxRestarts": 3, "rules": [rule]}
+    foreign_jobset(cluster, "oom", backoff=0, policy=oom)
+    rank(cluster, "gpu-node-001", "oom", rjob="workers")
+
+    plan = plan_evict(cluster, [BAD], reason="XID 48", user="op")
+
+    messages = gang_messages(plan)
+    assert messages["training/split"].startswith(
+        "JobSet training/split does not restart its whole gang on a disruption: its Job fails "
+        "(backoffLimit 0) and its failurePolicy rule 'per-job' restarts only that Job "
+        "(RestartJob), not the other 1"
+    )
+    assert plan.refused is not None and "training/split" in plan.refused
+    assert "training/oom" not in plan.refused
+    assert (
+        "its failurePolicy restarts the gang, using 1 of its 3 restarts left"
+        in (messages["training/oom"])
     )
 
 
