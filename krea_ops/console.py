@@ -391,6 +391,7 @@ class Console:
         """The plan of ``nodes evict``, built from the cluster as it is now (nothing is
         written); BadInput for an unknown node or an empty reason."""
         from krea_ops.runbook.nodes import plan_evict
+        from krea_ops.training.runs import parse_mount
 
         return plan_evict(
             self.cluster,
@@ -401,6 +402,7 @@ class Console:
             grace_period_s=grace_period_s,
             force=force,
             max_share=self.settings.max_share,
+            mount=parse_mount(self.settings.training_checkpoint_mount),
         )
 
     def plan_restore(

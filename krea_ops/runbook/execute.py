@@ -12,6 +12,10 @@ for until it is gone. Events go through ``kube.events.EventRecorder``.
 Blocked pods (a budget still refusing at the deadline, a pod still terminating) make the
 result ``blocked`` (exit 3) naming each pod and the budget holding it; the node stays
 cordoned, tainted and annotated. Anything else that fails makes it ``failed`` (exit 1).
+An error that stops the run (the API server gone) ends it ``failed`` at that step; the
+audit log's ``end`` record then lists the steps never begun (``not_run``), so the log
+alone says what ran, what failed and what did not run; the same command run again plans
+only what is left.
 """
 
 from __future__ import annotations
@@ -213,6 +217,12 @@ def execute(
         plan, run_id, tuple(results), tuple(state.blocked), tuple(state.failed), stopped
     )
     if audit is not None:
+        # a stopped run names the steps it never began, so the log alone says what ran
+        not_run = [
+            {"step": i, "kind": str(s.kind), "description": s.description}
+            for i, s in enumerate(plan.steps, 1)
+            if i > len(results)
+        ]
         audit.append(
             {
                 **base,
@@ -222,6 +232,7 @@ def execute(
                 "blocked": list(run.blocked),
                 "failed": list(run.failed),
                 "stopped": stopped,
+                "not_run": not_run,
             }
         )
     return run
@@ -367,7 +378,7 @@ def _drain(
         failed = not result.done and result.outcome not in (Outcome.BLOCKED, Outcome.THROTTLED)
         (state.failed if failed else state.blocked).append(text)
         _pod_event(events, plan, pod, node, WARNING, "EvictionBlocked", lines[-1])
-    state.left[node] = left
+    state.left.setdefault(node, []).extend(left)  # a gang's step, then the rest
     return ("blocked" if left else "done"), lines
 
 

@@ -6,6 +6,17 @@ node before any pod is moved, so an evicted pod cannot land on the next node of 
 action), then evict every pod on the nodes through the Eviction API (``--force``:
 delete), DaemonSet and mirror pods excepted, as ``kubectl drain`` leaves them.
 
+Gangs: the pods of a JobSet (a training gang) are evicted in steps of their own, before
+any other pod of any node, and the plan says what the JobSet will do with the gang. A
+JobSet whose Jobs fail on a disruption (``podFailurePolicy`` FailJob on
+``DisruptionTarget``, or ``backoffLimit: 0``) and whose ``failurePolicy`` then restarts
+it (``RestartJobSetAndIgnoreMaxRestarts``, as ``train launch`` makes them, or
+``RestartJobSet`` with restarts left) restarts every pod at once from its newest complete
+checkpoint: no rank is left waiting on the evicted one. A JobSet whose Job would only
+replace the evicted pod (a ``backoffLimit`` above 0 without such a rule, or an ``Ignore``
+rule) would leave its other ranks hanging in their collective until the NCCL timeout:
+that plan is refused unless ``force`` (docs/operations.md, "Evicting a training gang").
+
 Restore: remove our taint and annotations and uncordon, in one read-modify-write; every
 other taint, label and annotation stays, and so does a cordon someone else had set before
 the eviction (``krea.ai/evicted-cordoned-before``). A node without our marks is refused unless
@@ -23,6 +34,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -50,6 +62,8 @@ from krea_ops.runbook.plan import (
     Step,
     StepKind,
 )
+from krea_ops.training.checkpoints import latest_complete
+from krea_ops.training.runs import CHECKPOINT_DIR_ANNOTATION, local_path
 
 TAINT_KEY = "krea.ai/unhealthy"
 TAINT_EFFECT = "NoSchedule"
@@ -60,6 +74,8 @@ EVICTED_AT = "krea.ai/evicted-at"
 CORDONED_BEFORE = "krea.ai/evicted-cordoned-before"
 OUR_ANNOTATIONS = (EVICTED_BY, EVICTED_REASON, EVICTED_AT, CORDONED_BEFORE)
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
+RJOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+JOBSET_PATH = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets/{name}"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 EVENTS_OF_NODES = "default"  # events about cluster-scoped objects live there
 DEFAULT_TIMEOUT_S = 300.0
@@ -243,7 +259,6 @@ def _preflight(
     pods: Mapping[str, list[Obj]], budgets: list[Obj], force: bool, timeout_s: float
 ) -> list[Finding]:
     findings: list[Finding] = []
-    gangs: dict[tuple[str, str], list[str]] = {}
     for node_name, node_pods in pods.items():
         for pod in node_pods:
             meta = pod.get("metadata") or {}
@@ -298,21 +313,203 @@ def _preflight(
                         (f"{ns}/{name}",),
                     )
                 )
-            jobset = labels.get(JOBSET_LABEL)
-            if jobset:
-                gangs.setdefault((ns, jobset), []).append(f"{ns}/{name}")
-    for (ns, jobset), members in sorted(gangs.items()):
-        findings.append(
-            Finding(
-                "gang",
-                Severity.WARNING,
-                f"JobSet {ns}/{jobset} will restart: evicting {len(members)} of its pods "
-                f"({', '.join(members)})",
-                None,
-                (f"{ns}/{jobset}", *members),
-            )
-        )
     return findings
+
+
+# -- gangs ----------------------------------------------------------------------------
+
+
+def gang_of(pod: Obj) -> tuple[str, str] | None:
+    """The JobSet (namespace, name) a pod is a rank of, or None."""
+    meta = pod.get("metadata") or {}
+    jobset = (meta.get("labels") or {}).get(JOBSET_LABEL)
+    return (str(meta.get("namespace")), str(jobset)) if jobset else None
+
+
+def _disruption_rule(job_spec: Obj) -> str | None:
+    """The action of the first ``podFailurePolicy`` rule an evicted pod matches (it
+    carries ``DisruptionTarget``), or None when no rule does."""
+    for rule in (job_spec.get("podFailurePolicy") or {}).get("rules") or ():
+        for pattern in rule.get("onPodConditions") or ():
+            if pattern.get("type") == "DisruptionTarget" and pattern.get("status") == "True":
+                return str(rule.get("action"))
+    return None
+
+
+def gang_fate(jobset: Obj, rjob: str | None, *, evicted: bool = True) -> tuple[str, str]:
+    """What the JobSet does when one of its pods (of replicated job ``rjob``) is evicted
+    (``evicted``; a pod deleted instead, ``--force``, carries no ``DisruptionTarget``
+    condition, so no rule on it applies), as the Job controller and the JobSet controller
+    decide it: ``("restarts", why)`` (every pod of the gang replaced at once),
+    ``("fails", why)`` (the JobSet ends Failed) or ``("hangs", why)`` (only that pod is
+    replaced; the other ranks wait in their collective until the NCCL timeout)."""
+    spec = jobset.get("spec") or {}
+    rjobs = spec.get("replicatedJobs") or []
+    chosen = next((r for r in rjobs if r.get("name") == rjob), rjobs[0] if rjobs else {})
+    job_spec = (chosen.get("template") or {}).get("spec") or {}
+    action = _disruption_rule(job_spec) if evicted else None
+    backoff = int(job_spec.get("backoffLimit", 6))
+    if action == "FailJob":
+        reason, how = "PodFailurePolicy", "podFailurePolicy FailJob on DisruptionTarget"
+        # the Job controller's words (pkg/controller/job/pod_failure_policy.go)
+        message = "Pod {pod} has condition DisruptionTarget matching FailJob rule at index"
+    elif action == "Ignore" or backoff > 0:
+        why = (
+            "its podFailurePolicy ignores a disruption"
+            if action == "Ignore"
+            else f"its Job's backoffLimit is {backoff} and no podFailurePolicy rule fails "
+            "the Job on DisruptionTarget"
+        )
+        return "hangs", f"{why}: the Job replaces only the pod that went"
+    else:
+        reason, how = "BackoffLimitExceeded", "backoffLimit 0"
+        message = "Job has reached the specified backoff limit"
+    policy = spec.get("failurePolicy")
+    if policy is None:
+        return "fails", f"its Job fails ({how}) and it has no failurePolicy"
+    rule: Obj = {}
+    for candidate in policy.get("rules") or ():
+        reasons = candidate.get("onJobFailureReasons") or []
+        targets = candidate.get("targetReplicatedJobs") or []
+        patterns = candidate.get("onJobFailureMessagePatterns") or []
+        if (
+            (not reasons or reason in reasons)
+            and (not targets or chosen.get("name") in targets)
+            and (not patterns or any(_matches(p, message) for p in patterns))
+        ):
+            rule = candidate
+            break
+    what = str(rule.get("action", "RestartJobSet"))
+    named = f"failurePolicy rule {rule.get('name')!r}" if rule else "failurePolicy"
+    if what in ("RestartJobSetAndIgnoreMaxRestarts", "RestartJobAndIgnoreMaxRestarts"):
+        return "restarts", (
+            f"its Job fails ({how}) and its {named} restarts the gang without counting "
+            "towards maxRestarts"
+        )
+    if what == "FailJobSet":
+        return "fails", f"its Job fails ({how}) and its {named} fails the JobSet"
+    jobs = sum(int(r.get("replicas", 1) or 1) for r in rjobs)
+    if what.startswith("RestartJob") and not what.startswith("RestartJobSet") and jobs > 1:
+        return "hangs", (
+            f"its Job fails ({how}) and its {named} restarts only that Job ({what}), not "
+            f"the other {jobs - 1}"
+        )
+    cap = int(policy.get("maxRestarts", 0) or 0)
+    counted = int((jobset.get("status") or {}).get("restartsCountTowardsMax") or 0)
+    if counted >= cap:
+        return "fails", f"its Job fails ({how}) and its maxRestarts {cap} is spent"
+    return "restarts", (
+        f"its Job fails ({how}) and its {named} restarts the gang, using 1 of its "
+        f"{cap - counted} restarts left"
+    )
+
+
+def _matches(pattern: str, message: str) -> bool:
+    try:
+        return re.search(pattern, message) is not None
+    except re.error:  # not a pattern Python reads (JobSet uses Go's RE2): assume it does
+        return True
+
+
+def _newest_checkpoint(jobset: Obj, mount: tuple[str, Path] | None) -> str:
+    """``newest complete checkpoint`` said as precisely as can be cheaply known: the
+    checkpoint's path and step when the run's directory is mounted here."""
+    folder = ((jobset.get("metadata") or {}).get("annotations") or {}).get(
+        CHECKPOINT_DIR_ANNOTATION
+    )
+    if not folder:
+        return "its newest complete checkpoint (if its trainer resumes from one)"
+    root = local_path(str(folder), mount)
+    newest = latest_complete(root) if root is not None and root.is_dir() else None
+    if newest is None or root is None:
+        return f"its newest complete checkpoint under {folder}"
+    rel = newest.path.relative_to(root).as_posix()
+    where = folder.rstrip("/") + ("/" + rel if rel != "." else "")
+    return f"its newest complete checkpoint, {where} (step {newest.step})"
+
+
+def _gangs(
+    cluster: Cluster,
+    pods: Mapping[str, list[Obj]],
+    force: bool,
+    mount: tuple[str, Path] | None,
+) -> tuple[list[Finding], str | None]:
+    """A finding per JobSet with pods on the nodes: what happens to its gang; and why the
+    plan is refused (a gang that would hang, unless ``force``), or None."""
+    members: dict[tuple[str, str], list[tuple[str, Obj]]] = {}
+    for node_name, node_pods in pods.items():
+        for pod in node_pods:
+            gang = gang_of(pod)
+            if gang is not None:
+                members.setdefault(gang, []).append((node_name, pod))
+    findings: list[Finding] = []
+    hanging: list[str] = []
+    for (ns, name), ranks in sorted(members.items()):
+        names = [f"{ns}/{p['metadata']['name']}" for _, p in ranks]
+        objects = (f"{ns}/{name}", *names)
+        evicting = f"evicting {len(names)} of its pods first ({', '.join(names)})"
+        path = JOBSET_PATH.format(ns=quote(ns), name=quote(name))
+        answer = cluster.request(f"get jobset {ns}/{name}", "GET", path)
+        if not answer.ok or answer.body is None:
+            why = "not found" if answer.status == 404 else f"HTTP {answer.status}"
+            findings.append(
+                Finding(
+                    "gang",
+                    Severity.WARNING,
+                    f"JobSet {ns}/{name} could not be read ({why}): what its gang does is "
+                    f"unknown; {evicting}",
+                    None,
+                    objects,
+                )
+            )
+            continue
+        rjob = ((ranks[0][1].get("metadata") or {}).get("labels") or {}).get(RJOB_LABEL)
+        fate, why = gang_fate(answer.body, rjob, evicted=not force)
+        if fate == "restarts":
+            findings.append(
+                Finding(
+                    "gang",
+                    Severity.WARNING,
+                    f"JobSet {ns}/{name} restarts its whole gang at once, from "
+                    f"{_newest_checkpoint(answer.body, mount)}: {why}; {evicting}",
+                    None,
+                    objects,
+                )
+            )
+        elif fate == "fails":
+            findings.append(
+                Finding(
+                    "gang",
+                    Severity.WARNING,
+                    f"JobSet {ns}/{name} will fail: {why}; {evicting} (krea-ops train resume "
+                    "relaunches a run of ours from its newest complete checkpoint)",
+                    None,
+                    objects,
+                )
+            )
+        else:
+            hang = (
+                f"JobSet {ns}/{name} does not restart its whole gang on a disruption: "
+                f"{why}, and its other pods would hang in their collective until the NCCL "
+                "timeout"
+            )
+            then = (
+                "--force deletes its pods anyway"
+                if force
+                else "refused without --force: suspend the JobSet first, evict, then "
+                "resume it (docs/operations.md, Evicting a training gang)"
+            )
+            findings.append(Finding("gang", Severity.WARNING, f"{hang}; {then}", None, objects))
+            if not force:
+                hanging.append(f"JobSet {ns}/{name}")
+    refused = None
+    if hanging:
+        refused = (
+            f"{', '.join(hanging)} would hang until the NCCL timeout (no disruption policy "
+            "restarts its gang): suspend it first (its pods stop, no restart counted), or "
+            "pass --force"
+        )
+    return findings, refused
 
 
 # -- the plans ------------------------------------------------------------------------
@@ -329,7 +526,11 @@ def plan_evict(
     force: bool = False,
     max_share: float = DEFAULT_MAX_SHARE,
     now: Callable[[], float] = time.time,
+    mount: tuple[str, Path] | None = None,
 ) -> Plan:
+    """``mount``: where the pods' checkpoint volume is mounted here (the
+    ``training_checkpoint_mount`` setting), so a gang's finding can name the checkpoint
+    it restarts from."""
     reason = (reason or "").strip()
     if not reason:
         raise BadInput("--reason must say why the node is evicted (it goes on the node)")
@@ -424,72 +625,46 @@ def plan_evict(
             cluster, "list poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets"
         )
     findings.extend(_preflight(pods, budgets, force, timeout_s))
+    gang_findings, hangs = _gangs(cluster, pods, force, mount)
+    findings.extend(gang_findings)
     findings.extend(stays)
+    if hangs and refused is None:
+        refused = hangs
+        findings.append(Finding("gang", Severity.BLOCKING, hangs))
 
+    # every gang's pods first, on every node: its JobSet restarts the whole gang at once
+    # and its new pods cannot land on a node of this action (all cordoned above)
+    gang_steps: list[Step] = []
     drain: list[Step] = []
     refs: dict[str, tuple[PodRef, ...]] = {}
     for name in nodes:
-        node_pods = tuple(
-            PodRef(p["metadata"]["namespace"], p["metadata"]["name"], p["metadata"].get("uid", ""))
-            for p in pods[name]
-        )
-        refs[name] = node_pods
-        if not node_pods:
+        refs[name] = tuple(_ref(p) for p in pods[name])
+        ranks = tuple(_ref(p) for p in pods[name] if gang_of(p) is not None)
+        rest = tuple(_ref(p) for p in pods[name] if gang_of(p) is None)
+        if ranks:
+            jobsets = sorted({f"{n}/{j}" for n, j in filter(None, map(gang_of, pods[name]))})
+            gang_steps.append(
+                _drain_step(
+                    ranks,
+                    name,
+                    force,
+                    timeout_s,
+                    f"of JobSet {', '.join(jobsets)} first (the gang restarts at once)",
+                )
+            )
+        if rest:
+            drain.append(_drain_step(rest, name, force, timeout_s, ""))
+        if not refs[name]:
             continue
-        calls: list[Call] = []
-        for ref in node_pods:
-            path = f"/api/v1/namespaces/{quote(ref.namespace)}/pods/{quote(ref.name)}"
-            if force:
-                calls.append(
-                    Call(
-                        "DELETE",
-                        path,
-                        f"pod {ref.what}",
-                        "--force: delete, PodDisruptionBudgets not consulted",
-                        None,
-                        f"uid {ref.uid}",
-                    )
-                )
-            else:
-                calls.append(
-                    Call(
-                        "POST",
-                        f"{path}/eviction",
-                        f"pod {ref.what}",
-                        "evict through the Eviction API (429 from a budget retried, 1 s "
-                        f"doubling to 30 s, until --timeout {timeout_s:g}s)",
-                        None,
-                        f"uid {ref.uid}",
-                    )
-                )
-            calls.append(
-                event_call(
-                    ref.namespace, "pod", ref.name, f"audit: Event about pod {ref.what}'s eviction"
-                )
-            )
-        kind = StepKind.DELETE if force else StepKind.EVICT
-        verb = "delete" if force else "evict"
-        drain.append(
-            Step(
-                kind,
-                f"{verb} {len(node_pods)} pods from node {name}",
-                tuple(calls),
-                parallel=True,
-                node=name,
-                pods=node_pods,
-            )
-        )
         note = f"drained by {user}: {reason}"
-        drain.append(
-            node_event(name, objs[name], "Drain", "Drained", note, blocked="DrainBlocked")
-        )
+        drain.append(node_event(name, objs[name], "Drain", "Drained", note, blocked="DrainBlocked"))
 
     return Plan(
         action="nodes evict",
         nodes=nodes,
         reason=reason,
         user=user,
-        steps=(*cordon, *drain),
+        steps=(*cordon, *gang_steps, *drain),
         findings=tuple(findings),
         options={
             "timeout_s": timeout_s,
@@ -500,6 +675,59 @@ def plan_evict(
         pods=refs,
         fleet_nodes=fleet,
         refused=refused,
+    )
+
+
+def _ref(pod: Obj) -> PodRef:
+    meta = pod["metadata"]
+    return PodRef(meta["namespace"], meta["name"], meta.get("uid", ""))
+
+
+def _drain_step(
+    node_pods: tuple[PodRef, ...], name: str, force: bool, timeout_s: float, what: str
+) -> Step:
+    """One node's pods evicted (``force``: deleted) in parallel, each call followed by
+    the Event about its pod."""
+    calls: list[Call] = []
+    for ref in node_pods:
+        path = f"/api/v1/namespaces/{quote(ref.namespace)}/pods/{quote(ref.name)}"
+        if force:
+            calls.append(
+                Call(
+                    "DELETE",
+                    path,
+                    f"pod {ref.what}",
+                    "--force: delete, PodDisruptionBudgets not consulted",
+                    None,
+                    f"uid {ref.uid}",
+                )
+            )
+        else:
+            calls.append(
+                Call(
+                    "POST",
+                    f"{path}/eviction",
+                    f"pod {ref.what}",
+                    "evict through the Eviction API (429 from a budget retried, 1 s "
+                    f"doubling to 30 s, until --timeout {timeout_s:g}s)",
+                    None,
+                    f"uid {ref.uid}",
+                )
+            )
+        calls.append(
+            event_call(
+                ref.namespace, "pod", ref.name, f"audit: Event about pod {ref.what}'s eviction"
+            )
+        )
+    kind = StepKind.DELETE if force else StepKind.EVICT
+    verb = "delete" if force else "evict"
+    return Step(
+        kind,
+        f"{verb} {len(node_pods)} pods from node {name}" + (f" {what}" if what else ""),
+        tuple(calls),
+        parallel=True,
+        node=name,
+        pods=node_pods,
     )
 
 

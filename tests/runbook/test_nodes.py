@@ -91,19 +91,17 @@ def test_evict_runs_exactly_its_plan_and_leaves_daemonset_and_mirror_pods(
     plan = evict_plan(cluster)
 
     kinds = [str(s.kind) for s in plan.steps]
-    assert kinds == ["update", "event", "evict", "event"]
+    assert kinds == ["update", "event", "evict", "evict", "event"]  # the gang's pod first
     patch = plan.steps[0].calls[0]
     assert (patch.method, patch.path) == ("PATCH", f"/api/v1/nodes/{BAD}")
     assert (
         patch.precondition
         == f"resourceVersion {node_obj(cluster, BAD)['metadata']['resourceVersion']}"
     )
-    evictions = [c for c in plan.steps[2].calls if c.path.endswith("/eviction")]
-    assert sorted(c.about for c in evictions) == [
-        "pod default/debug",
-        "pod default/train-0",
-        "pod default/web-0",
-    ]
+    gang = [c.about for c in plan.steps[2].calls if c.path.endswith("/eviction")]
+    assert gang == ["pod default/train-0"]
+    evictions = [c for c in plan.steps[3].calls if c.path.endswith("/eviction")]
+    assert sorted(c.about for c in evictions) == ["pod default/debug", "pod default/web-0"]
     found = {(f.kind, f.objects[0] if f.objects else "") for f in plan.findings}
     assert ("gang", "default/dit-xl") in found
     assert ("unmanaged", "default/debug") in found

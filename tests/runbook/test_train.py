@@ -56,9 +56,7 @@ def launched(cluster: Cluster, *, failed: bool = True, **options: Any) -> dict[s
             "message": "jobset failed due to reaching max number of restarts",
             "lastTransitionTime": "2026-12-01T00:00:00Z",
         }
-        js = set_status(
-            cluster, jobset_path(NS, NAME), {"restarts": 10, "conditions": [condition]}
-        )
+        js = set_status(cluster, jobset_path(NS, NAME), {"restarts": 10, "conditions": [condition]})
     return js
 
 
