@@ -23,6 +23,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -318,18 +319,7 @@ def _preflight(
 # -- the plans ------------------------------------------------------------------------
 
 
-def plan_evict(
-    cluster: Cluster,
-    names: Sequence[str],
-    *,
-    reason: str,
-    user: str,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    grace_period_s: int | None = None,
-    force: bool = False,
-    max_share: float = DEFAULT_MAX_SHARE,
-    now: Callable[[], float] = time.time,
-) -> Plan:
+def _check_evict_options(reason: str, timeout_s: float, grace_period_s: int | None) -> str:
     reason = (reason or "").strip()
     if not reason:
         raise BadInput("--reason must say why the node is evicted (it goes on the node)")
@@ -337,12 +327,101 @@ def plan_evict(
         raise BadInput("--timeout must be 0 or more seconds")
     if grace_period_s is not None and grace_period_s < 0:
         raise BadInput("--grace-period must be 0 or more seconds")
+    return reason
+
+
+@dataclass(frozen=True)
+class EvictInputs:
+    """What an eviction plan is built from, read from the cluster in one go
+    (``read_evict``): the nodes as read (their ``resourceVersion`` is the plan's
+    precondition), the fleet's size, the pods each node's drain moves (``stays``: those
+    it leaves, as findings) and the PodDisruptionBudgets. ``build_evict`` turns it into a
+    Plan without another call, so a controller can decide on it purely."""
+
+    nodes: tuple[str, ...]
+    objs: Mapping[str, Obj]
+    fleet: int
+    pods: Mapping[str, Sequence[Obj]]  # node -> pods its drain moves, by namespace/name
+    stays: tuple[Finding, ...] = ()
+    budgets: tuple[Obj, ...] = ()
+
+    def only(self, names: Sequence[str]) -> EvictInputs:
+        """The same read, for some of its nodes (one plan per node)."""
+        keep = tuple(n for n in _unique(names) if n in self.objs)
+        return EvictInputs(
+            nodes=keep,
+            objs={n: self.objs[n] for n in keep},
+            fleet=self.fleet,
+            pods={n: self.pods.get(n, ()) for n in keep},
+            stays=tuple(f for f in self.stays if f.node in keep),
+            budgets=self.budgets,
+        )
+
+
+def read_evict(cluster: Cluster, names: Sequence[str]) -> EvictInputs:
+    """Every read ``plan_evict`` makes: the nodes (BadInput naming any missing), the
+    fleet's size, the pods on each node and, when any pod moves, the budgets."""
     nodes = _unique(names)
     objs = read_nodes(cluster, nodes)
-    slug = reason_slug(reason)
-    at = rfc3339(now())
-
     fleet = _fleet_size(cluster)
+    pods: dict[str, list[Obj]] = {}
+    stays: list[Finding] = []
+    for name in nodes:
+        selector = f"spec.nodeName={name},status.phase!=Succeeded,status.phase!=Failed"
+        listed = pages(cluster, f"list pods on {name}", "/api/v1/pods", fieldSelector=selector)
+        moving: list[Obj] = []
+        for pod in sorted(
+            listed, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])
+        ):
+            why = _stays(pod)
+            meta = pod["metadata"]
+            if why is None:
+                moving.append(pod)
+            else:
+                stays.append(
+                    Finding(
+                        "stays",
+                        Severity.INFO,
+                        f"pod {meta['namespace']}/{meta['name']} on {name} stays: {why}",
+                        name,
+                        (f"{meta['namespace']}/{meta['name']}",),
+                    )
+                )
+        pods[name] = moving
+    budgets: list[Obj] = []
+    if any(pods.values()):
+        budgets = pages(
+            cluster, "list poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets"
+        )
+    return EvictInputs(
+        nodes=nodes,
+        objs=objs,
+        fleet=fleet,
+        pods=pods,
+        stays=tuple(stays),
+        budgets=tuple(budgets),
+    )
+
+
+def build_evict(
+    inputs: EvictInputs,
+    *,
+    reason: str,
+    user: str,
+    now: float,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    grace_period_s: int | None = None,
+    force: bool = False,
+    max_share: float = DEFAULT_MAX_SHARE,
+) -> Plan:
+    """The eviction plan of ``inputs``' nodes, made at ``now`` (Unix s): pure."""
+    reason = _check_evict_options(reason, timeout_s, grace_period_s)
+    nodes = inputs.nodes
+    objs = inputs.objs
+    slug = reason_slug(reason)
+    at = rfc3339(now)
+
+    fleet = inputs.fleet
     offline = [n for n in nodes if not (objs[n].get("spec") or {}).get("unschedulable")]
     limit = allowed_nodes(fleet, max_share)
     findings: list[Finding] = [
@@ -394,35 +473,9 @@ def plan_evict(
         note = f"cordoned and tainted {TAINT_KEY}={slug}:{TAINT_EFFECT} by {user}: {reason}"
         cordon.append(node_event(name, obj, "Cordon", "Cordoned", note))
 
-    pods: dict[str, list[Obj]] = {}
-    stays: list[Finding] = []
-    for name in nodes:
-        selector = f"spec.nodeName={name},status.phase!=Succeeded,status.phase!=Failed"
-        listed = pages(cluster, f"list pods on {name}", "/api/v1/pods", fieldSelector=selector)
-        moving: list[Obj] = []
-        for pod in sorted(
-            listed, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])
-        ):
-            why = _stays(pod)
-            meta = pod["metadata"]
-            if why is None:
-                moving.append(pod)
-            else:
-                stays.append(
-                    Finding(
-                        "stays",
-                        Severity.INFO,
-                        f"pod {meta['namespace']}/{meta['name']} on {name} stays: {why}",
-                        name,
-                        (f"{meta['namespace']}/{meta['name']}",),
-                    )
-                )
-        pods[name] = moving
-    budgets: list[Obj] = []
-    if any(pods.values()):
-        budgets = pages(
-            cluster, "list poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets"
-        )
+    pods = {name: list(inputs.pods[name]) for name in nodes}
+    stays = [f for f in inputs.stays if f.node in nodes]
+    budgets = list(inputs.budgets)
     findings.extend(_preflight(pods, budgets, force, timeout_s))
     findings.extend(stays)
 
@@ -503,6 +556,31 @@ def plan_evict(
     )
 
 
+def plan_evict(
+    cluster: Cluster,
+    names: Sequence[str],
+    *,
+    reason: str,
+    user: str,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    grace_period_s: int | None = None,
+    force: bool = False,
+    max_share: float = DEFAULT_MAX_SHARE,
+    now: Callable[[], float] = time.time,
+) -> Plan:
+    reason = _check_evict_options(reason, timeout_s, grace_period_s)
+    return build_evict(
+        read_evict(cluster, names),
+        reason=reason,
+        user=user,
+        now=now(),
+        timeout_s=timeout_s,
+        grace_period_s=grace_period_s,
+        force=force,
+        max_share=max_share,
+    )
+
+
 def evicted_by_us(obj: Obj) -> bool:
     """The node carries our annotation or our taint."""
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
@@ -519,7 +597,19 @@ def plan_restore(
     reason: str | None = None,
 ) -> Plan:
     nodes = _unique(names)
-    objs = read_nodes(cluster, nodes)
+    return build_restore(read_nodes(cluster, nodes), nodes, user=user, force=force, reason=reason)
+
+
+def build_restore(
+    objs: Mapping[str, Obj],
+    names: Sequence[str],
+    *,
+    user: str,
+    force: bool = False,
+    reason: str | None = None,
+) -> Plan:
+    """The restore plan of the named nodes from ``objs`` (each node as read): pure."""
+    nodes = _unique(names)
     findings: list[Finding] = []
     refused: list[str] = []
     steps: list[Step] = []
