@@ -99,7 +99,7 @@ from krea_ops.errors import BadInput
 from krea_ops.fleet import load_fleet
 from krea_ops.health import HealthPolicy
 from krea_ops.kube.cluster import node_info
-from krea_ops.kube.times import parse_time
+from krea_ops.kube.times import parse_time, rfc3339
 from krea_ops.kube.writes import SetLabels
 from krea_ops.model import NodeInfo, Reason, Severity, Verdict
 from krea_ops.runbook.nodes import (
@@ -116,10 +116,10 @@ from krea_ops.runbook.nodes import (
     update_step,
 )
 from krea_ops.runbook.plan import Plan
+from krea_ops.training.manifests import LEMON_LABEL
 
 NAME = "node-health"
 OPT_OUT_LABEL = "krea.ai/auto-remediate"
-LEMON_LABEL = "krea.ai/lemon"
 
 # findings that say we cannot see the node: while any holds, what was seen before stays
 BLIND_CODES = frozenset({"exporter_down", "no_telemetry", "telemetry_stale", "gpu_no_readings"})
@@ -476,6 +476,7 @@ class _Pass:
         self._redrain(ours)
 
         new = {n for p in self.plans if p.action == "nodes evict" and p.steps for n in p.nodes}
+        stamp = parse_time(rfc3339(self.now))  # the evicted-at its plans write
         gpu_nodes = len(self.infos)
         cap = self.cfg.cap(gpu_nodes)
         gauges = {
@@ -503,7 +504,8 @@ class _Pass:
             "marked": sorted(marked),
             "restoring": sorted(restoring),
             "evicting": {
-                n: _version(self.snap.evict.objs.get(n) or self.snap.nodes[n]) for n in sorted(new)
+                n: [_version(self.snap.evict.objs.get(n) or self.snap.nodes[n]), stamp]
+                for n in sorted(new - ours)
             },
         }
         return Decision(
@@ -528,27 +530,43 @@ class _Pass:
         ours = set(self.prev.get("restoring") or ())
         # evicted last pass, never seen marked: restored since, unless the eviction
         # never happened (the node is still the object the plan was made from)
-        evicting = self._prev("evicting")
-        for name, version in evicting.items():
-            if name in self.infos and _version(self.snap.nodes[name]) != version:
-                before.add(name)
+        for name in self._evicted_since():
+            before.add(name)
         for name in sorted((before & set(self.infos)) - marked - ours):
             restored[name] = self.now
         for name in marked:
             restored.pop(name, None)  # evicted again (by hand): its cool-down is over
         return restored
 
+    def _evicted_since(self) -> dict[str, float]:
+        """Nodes the last pass evicted that have been written since (the eviction ran):
+        node -> the evicted-at it wrote. One still at the resourceVersion that pass read
+        was never evicted (its plan failed)."""
+        out: dict[str, float] = {}
+        for name, entry in self._prev("evicting").items():
+            if name not in self.infos or not isinstance(entry, list | tuple) or len(entry) != 2:
+                continue
+            version, at = entry
+            if _version(self.snap.nodes[name]) != str(version):
+                out[name] = float(at)
+        return out
+
     def _remediations(self, marked: set[str]) -> dict[str, list[float]]:
-        """Node -> the eviction times seen (its evicted-at), within the lemon window."""
+        """Node -> the eviction times seen (its evicted-at, or the time the last pass
+        evicted it at), within the lemon window."""
         horizon = self.now - self.cfg.lemon_window_s
         out: dict[str, list[float]] = {}
         for name, times in self._prev("remediations").items():
             kept = sorted({float(t) for t in times or () if float(t) > horizon})
             if kept and name in self.infos:
                 out[name] = kept
+        seen_at = dict(self._evicted_since())
         for name in sorted(marked):
             at = parse_time(_annotation(self.snap.nodes[name], EVICTED_AT))
-            if at is None or at <= horizon:
+            if at is not None:
+                seen_at[name] = at
+        for name, at in sorted(seen_at.items()):
+            if at <= horizon:
                 continue
             seen = out.setdefault(name, [])
             if at not in seen:

@@ -37,6 +37,8 @@ from krea_ops.runbook.nodes import (
     reason_slug,
 )
 from krea_ops.runbook.plan import Plan, StepKind
+from krea_ops.sim.world.scheduler import node_matches_pod
+from krea_ops.training.manifests import TrainingSpec, training_jobset
 from tests.kube.conftest import cluster, create, set_status, sim
 from tests.runbook.conftest import node_obj, pod_names, pod_on
 from tests.runbook.test_nodes import assert_plan_was_run
@@ -113,9 +115,10 @@ class Fleet:
             ack_by="alice" if self.ack_at else None,
         )
 
-    def step(self, now: float) -> Decision:
+    def step(self, now: float, *, run: bool = True) -> Decision:
+        """One pass; ``run=False``: its plans fail before their first write."""
         decision = self.controller.decide(self.snapshot(), now, self.state)
-        for plan in decision.plans:
+        for plan in decision.plans if run else ():
             self.apply(plan)
         self.state = json.loads(json.dumps(decision.state))  # as the runner stores it
         self.decisions.append(decision)
@@ -414,6 +417,17 @@ def test_a_manual_restore_is_respected_for_the_cooldown() -> None:
     assert all(not d.plans for d in during) and fleet.quarantined() == []
     assert skips(during[-1], "cooldown") == [name_of(4)]
     assert evicted(fleet.step(T0 + 6 * HOUR + 2 * MINUTE)) == [name_of(4)]
+    # the eviction the operator undid at once still counts: twice in 28 days
+    lemon = fleet.step(T0 + 6 * HOUR + 3 * MINUTE)
+    assert [p.action for p in lemon.plans] == ["nodes label-lemon"]
+
+
+def test_an_eviction_that_never_ran_is_no_manual_restore() -> None:
+    fleet = Fleet(64)
+    fleet.verdicts[name_of(4)] = hot()
+    assert evicted(fleet.step(T0, run=False)) == [name_of(4)]  # its plan failed
+
+    assert evicted(fleet.step(T0 + MINUTE)) == [name_of(4)]  # planned again, no cool-down
 
 
 def test_the_controllers_own_restore_is_no_manual_restore() -> None:
@@ -469,6 +483,17 @@ def test_two_remediations_more_than_28_days_apart_make_no_lemon() -> None:
 
     assert all(not d.plans for d in later)
     assert LEMON_LABEL not in fleet.objs[name_of(6)]["metadata"]["labels"]
+
+
+def test_training_pods_are_kept_off_a_lemon_and_inference_is_not() -> None:
+    jobset = training_jobset(TrainingSpec(name="dit-xl", nodes=4, image="reg/dit:7"))
+    trainer = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    lemon, fine = Fleet(2).objs.values()
+    lemon["metadata"]["labels"][LEMON_LABEL] = "true"
+
+    # the scheduler's node-affinity filter, as the simulator's scheduler applies it
+    assert node_matches_pod(trainer, fine) and not node_matches_pod(trainer, lemon)
+    assert node_matches_pod({"containers": [{"name": "serve", "image": "img:1"}]}, lemon)
 
 
 # -- settings -------------------------------------------------------------------------
