@@ -25,7 +25,8 @@ and keeps in its state only what the cluster cannot say):
   hot before its exporter died and is hot again after is not given a new window.
 * **Blast cap.** Automation never holds more than ``cap`` GPU nodes quarantined without
   an operator's acknowledgement: ``cap = max(cap_min_nodes, floor(cap_share × GPU
-  nodes))`` (default max(1, 2 %)). Counted from the cluster each pass, however slowly the
+  nodes))`` (default max(1, 2 %); GPU nodes: those with ``nvidia.com/gpu`` capacity,
+  virtual ones aside). Counted from the cluster each pass, however slowly the
   nodes came: nodes carrying our marks with ``krea.ai/evicted-by`` = the controller's
   user and ``krea.ai/evicted-at`` after the last acknowledgement (``krea.ai/ack-at`` on
   the ConfigMap ``krea-ops-controller-state``, written by ``krea-ops controller ack``),
@@ -39,7 +40,11 @@ and keeps in its state only what the cluster cannot say):
   (60 s) of each other, nothing is evicted for that class while it holds
   (``Skip(why="veto")``) and one ``Alert(kind="veto")`` names the nodes. It holds while
   that many of those nodes still show it, or until an acknowledgement newer than the
-  wave: after it, the nodes are judged one by one again (and counted by the cap).
+  wave: after it, the nodes are judged one by one again (and counted by the cap). A
+  finding's onset is the pass that first saw it (NotReady: the Ready condition's
+  transition time), so on a first pass without state, nodes already BAD with the same
+  finding look simultaneous: the veto then errs on the side of doing nothing, and says so.
+  Nodes already quarantined still count towards a wave (they are evidence of it).
 * **Tripping never blocks recovery.** Cap and veto only hold back new evictions.
   Restores flow: a node this controller quarantined that has been OK for
   ``restore_after_s`` (default 1 h; None turns automatic restores off) is restored with
@@ -64,6 +69,9 @@ and keeps in its state only what the cluster cannot say):
   UPDATE plan, with an Event); training JobSets require nodes without that label
   (``training.manifests``), so a lemon still serves inference but no gang. An operator
   clears it by removing the label; the evictions before that are then forgotten.
+* **Not acted on either:** a BAD node whose eviction inputs were not read
+  (``Skip(why="unread")``, only when the snapshot was made without them) or whose plan
+  the runbook refuses (``Skip(why="refused")``, with the runbook's words).
 * **Unfinished drains.** A node we quarantined whose pods were not all moved (a budget
   held them) is drained again each pass, with the same reason.
 
@@ -713,15 +721,15 @@ class _Pass:
                     continue  # acknowledged: judged one by one again
                 vetoed.setdefault(cls, [])
                 vetoed[cls] = sorted(set(vetoed[cls]) | set(wave))
-        for cls, nodes in vetoed.items():
+        for cls, held_nodes in vetoed.items():
             self.alerts.append(
                 Alert(
                     "veto",
-                    f"{len(nodes)} nodes showed the same {cls} finding within "
+                    f"{len(held_nodes)} nodes showed the same {cls} finding within "
                     f"{_for(cfg.veto_window_s)} (threshold {threshold} of {gpu_nodes} GPU "
                     "nodes): an exporter, rack or fabric problem, not bad nodes; nothing is "
-                    f"evicted for it until it clears or krea-ops controller ack",
-                    tuple(nodes),
+                    "evicted for it until it clears or krea-ops controller ack",
+                    tuple(held_nodes),
                 )
             )
 
