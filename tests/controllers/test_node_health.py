@@ -12,7 +12,14 @@ from typing import Any
 
 import pytest
 
-from krea_ops.controllers.base import Decision, Inputs
+from krea_ops.controllers.base import (
+    ACK_AT,
+    ACK_BY,
+    NAMESPACE,
+    STATE_CONFIGMAP,
+    Decision,
+    Inputs,
+)
 from krea_ops.controllers.node_health import (
     LEMON_LABEL,
     OPT_OUT_LABEL,
@@ -24,7 +31,7 @@ from krea_ops.controllers.node_health import (
 from krea_ops.errors import BadInput
 from krea_ops.health import HealthPolicy
 from krea_ops.kube.cluster import Cluster
-from krea_ops.kube.times import rfc3339
+from krea_ops.kube.times import parse_time, rfc3339
 from krea_ops.model import OK_VERDICT, Reason, Severity, Verdict
 from krea_ops.runbook.execute import execute
 from krea_ops.runbook.nodes import (
@@ -183,6 +190,11 @@ def test_a_hot_gpus_node_is_evicted_with_the_runbooks_plan_and_nothing_else() ->
     fleet = Fleet(64)
     fleet.verdicts[name_of(7)] = hot()
     fleet.verdicts[name_of(8)] = warm()  # suspect is never grounds for an eviction
+    snapshot = fleet.snapshot()
+    before = copy.deepcopy(snapshot.nodes)
+    # pure: the same snapshot, time and state decide the same, and nothing read changes
+    same = fleet.controller.decide(snapshot, T0, {})
+    assert fleet.controller.decide(snapshot, T0, {}) == same and snapshot.nodes == before
 
     decision = fleet.step(T0)
 
@@ -557,6 +569,13 @@ def test_one_pass_on_the_simulator_plans_the_eviction_the_executor_then_runs(
     pod_on(cluster, dead, "web-0", labels={"app": "web"})
     pod_on(cluster, dead, "exporter-x", owned_by=("DaemonSet", "exporter"))
     pod_on(cluster, name_of(3), "web-1", labels={"app": "web"})
+    acked = rfc3339(time.time() - HOUR)
+    create(cluster, "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+    create(
+        cluster,
+        f"/api/v1/namespaces/{NAMESPACE}/configmaps",
+        {"metadata": {"name": STATE_CONFIGMAP, "annotations": {ACK_AT: acked, ACK_BY: "alice"}}},
+    )
     controller = NodeHealth()
     # no telemetry source: every GPU node is UNKNOWN for it, never grounds for a cordon
     inputs = Inputs(cluster=cluster, source=None, policy=HealthPolicy(), user=USER)
@@ -565,6 +584,10 @@ def test_one_pass_on_the_simulator_plans_the_eviction_the_executor_then_runs(
     decision = controller.decide(snapshot, time.time(), {})
 
     assert snapshot.evict.nodes == (dead,)
+    assert (snapshot.ack_at, snapshot.ack_by) == (parse_time(acked), "alice")
+    assert {n for n, v in snapshot.verdicts.items() if v.severity is Severity.UNKNOWN} == {
+        name_of(i) for i in range(8) if i != 2
+    }
     (plan,) = decision.plans
     assert plan.nodes == (dead,) and plan.reason is not None
     assert plan.reason.startswith("NotReady for 10 min")
