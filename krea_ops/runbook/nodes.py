@@ -15,6 +15,10 @@ Both plans are built from what the cluster holds now, so a second run plans noth
 and a run killed between two steps plans what is left. Every node is read before
 anything is written: an unknown node, an empty reason, a share of the fleet beyond
 ``max_share`` are refused with nothing written.
+
+Each plan is a read and a pure build: ``read_evict`` (every read an eviction plan needs,
+as ``EvictInputs``) then ``build_evict``, ``read_nodes`` then ``build_restore``. The
+node-health controller reads in its pass's I/O and builds in its pure decision.
 """
 
 from __future__ import annotations
