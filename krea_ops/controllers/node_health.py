@@ -103,7 +103,7 @@ from krea_ops.controllers.base import (
     Inputs,
     Skip,
 )
-from krea_ops.errors import BadInput
+from krea_ops.errors import BadInput, Unavailable
 from krea_ops.fleet import load_fleet
 from krea_ops.health import HealthPolicy
 from krea_ops.kube.cluster import node_info
@@ -409,7 +409,10 @@ class NodeHealth:
         verdicts = {v.info.name: v.verdict for v in fleet.views}
         ack_at, ack_by = self._read_ack(inputs)
         actable = evictable(objs, verdicts, inputs.user)
-        evict = read_evict(cluster, actable) if actable else no_evict_inputs()
+        try:
+            evict = read_evict(cluster, actable) if actable else no_evict_inputs()
+        except BadInput as exc:  # a node deleted since the list: the next pass sees it gone
+            raise Unavailable(f"{NAME}: nodes changed while read ({exc})") from exc
         return NodeHealthSnapshot(
             nodes=objs,
             verdicts=verdicts,
