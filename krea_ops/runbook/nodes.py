@@ -26,6 +26,10 @@ Both plans are built from what the cluster holds now, so a second run plans noth
 and a run killed between two steps plans what is left. Every node is read before
 anything is written: an unknown node, an empty reason, a share of the fleet beyond
 ``max_share`` are refused with nothing written.
+
+Each plan is a read and a pure build: ``read_evict`` (every read an eviction plan needs,
+as ``EvictInputs``) then ``build_evict``, ``read_nodes`` then ``build_restore``. The
+node-health controller reads in its pass's I/O and builds in its pure decision.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -429,10 +434,9 @@ def _newest_checkpoint(jobset: Obj, mount: tuple[str, Path] | None) -> str:
 
 
 def _gangs(
-    cluster: Cluster,
+    gangs: Mapping[tuple[str, str], GangRead],
     pods: Mapping[str, list[Obj]],
     force: bool,
-    mount: tuple[str, Path] | None,
 ) -> tuple[list[Finding], str | None]:
     """A finding per JobSet with pods on the nodes: what happens to its gang; and why the
     plan is refused (a gang that would hang, unless ``force``), or None."""
@@ -448,10 +452,9 @@ def _gangs(
         names = [f"{ns}/{p['metadata']['name']}" for _, p in ranks]
         objects = (f"{ns}/{name}", *names)
         evicting = f"evicting {len(names)} of its pods first ({', '.join(names)})"
-        path = JOBSET_PATH.format(ns=quote(ns), name=quote(name))
-        answer = cluster.request(f"get jobset {ns}/{name}", "GET", path)
-        if not answer.ok or answer.body is None:
-            why = "not found" if answer.status == 404 else f"HTTP {answer.status}"
+        read = gangs.get((ns, name)) or GangRead(None, None, "")
+        if read.jobset is None:
+            why = "not found" if read.status == 404 else f"HTTP {read.status}"
             findings.append(
                 Finding(
                     "gang",
@@ -464,14 +467,14 @@ def _gangs(
             )
             continue
         rjob = ((ranks[0][1].get("metadata") or {}).get("labels") or {}).get(RJOB_LABEL)
-        fate, why = gang_fate(answer.body, rjob, evicted=not force)
+        fate, why = gang_fate(read.jobset, rjob, evicted=not force)
         if fate == "restarts":
             findings.append(
                 Finding(
                     "gang",
                     Severity.WARNING,
                     f"JobSet {ns}/{name} restarts its whole gang at once, from "
-                    f"{_newest_checkpoint(answer.body, mount)}: {why}; {evicting}",
+                    f"{read.checkpoint}: {why}; {evicting}",
                     None,
                     objects,
                 )
@@ -515,22 +518,7 @@ def _gangs(
 # -- the plans ------------------------------------------------------------------------
 
 
-def plan_evict(
-    cluster: Cluster,
-    names: Sequence[str],
-    *,
-    reason: str,
-    user: str,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    grace_period_s: int | None = None,
-    force: bool = False,
-    max_share: float = DEFAULT_MAX_SHARE,
-    now: Callable[[], float] = time.time,
-    mount: tuple[str, Path] | None = None,
-) -> Plan:
-    """``mount``: where the pods' checkpoint volume is mounted here (the
-    ``training_checkpoint_mount`` setting), so a gang's finding can name the checkpoint
-    it restarts from."""
+def _check_evict_options(reason: str, timeout_s: float, grace_period_s: int | None) -> str:
     reason = (reason or "").strip()
     if not reason:
         raise BadInput("--reason must say why the node is evicted (it goes on the node)")
@@ -538,12 +526,143 @@ def plan_evict(
         raise BadInput("--timeout must be 0 or more seconds")
     if grace_period_s is not None and grace_period_s < 0:
         raise BadInput("--grace-period must be 0 or more seconds")
+    return reason
+
+
+@dataclass(frozen=True)
+class GangRead:
+    """A JobSet with pods on the nodes, as read: its object (None when it could not be
+    read: ``status`` says why), and its newest complete checkpoint as precisely as can be
+    cheaply known (``_newest_checkpoint``)."""
+
+    status: int | None
+    jobset: Obj | None
+    checkpoint: str
+
+
+@dataclass(frozen=True)
+class EvictInputs:
+    """What an eviction plan is built from, read from the cluster in one go
+    (``read_evict``): the nodes as read (their ``resourceVersion`` is the plan's
+    precondition), the fleet's size, the pods each node's drain moves (``stays``: those
+    it leaves, as findings), the PodDisruptionBudgets and the JobSets of the gangs with
+    pods there. ``build_evict`` turns it into a Plan without another call, so a
+    controller can decide on it purely."""
+
+    nodes: tuple[str, ...]
+    objs: Mapping[str, Obj]
+    fleet: int
+    pods: Mapping[str, Sequence[Obj]]  # node -> pods its drain moves, by namespace/name
+    stays: tuple[Finding, ...] = ()
+    budgets: tuple[Obj, ...] = ()
+    gangs: Mapping[tuple[str, str], GangRead] = field(default_factory=dict)
+
+    def only(self, names: Sequence[str]) -> EvictInputs:
+        """The same read, for some of its nodes (one plan per node)."""
+        keep = tuple(n for n in _unique(names) if n in self.objs)
+        pods = {n: self.pods.get(n, ()) for n in keep}
+        wanted = {g for ps in pods.values() for g in map(gang_of, ps) if g is not None}
+        return EvictInputs(
+            nodes=keep,
+            objs={n: self.objs[n] for n in keep},
+            fleet=self.fleet,
+            pods=pods,
+            stays=tuple(f for f in self.stays if f.node in keep),
+            budgets=self.budgets,
+            gangs={g: r for g, r in self.gangs.items() if g in wanted},
+        )
+
+
+def _read_gangs(
+    cluster: Cluster, pods: Mapping[str, Sequence[Obj]], mount: tuple[str, Path] | None
+) -> dict[tuple[str, str], GangRead]:
+    out: dict[tuple[str, str], GangRead] = {}
+    for node_pods in pods.values():
+        for pod in node_pods:
+            gang = gang_of(pod)
+            if gang is None or gang in out:
+                continue
+            ns, name = gang
+            path = JOBSET_PATH.format(ns=quote(ns), name=quote(name))
+            answer = cluster.request(f"get jobset {ns}/{name}", "GET", path)
+            if not answer.ok or answer.body is None:
+                out[gang] = GangRead(answer.status, None, "")
+            else:
+                out[gang] = GangRead(
+                    answer.status, answer.body, _newest_checkpoint(answer.body, mount)
+                )
+    return out
+
+
+def read_evict(
+    cluster: Cluster, names: Sequence[str], *, mount: tuple[str, Path] | None = None
+) -> EvictInputs:
+    """Every read ``plan_evict`` makes: the nodes (BadInput naming any missing), the
+    fleet's size, the pods on each node, when any pod moves the budgets, and each gang's
+    JobSet (``mount``: where the pods' checkpoint volume is mounted here, so a gang's
+    finding can name the checkpoint it restarts from)."""
     nodes = _unique(names)
     objs = read_nodes(cluster, nodes)
-    slug = reason_slug(reason)
-    at = rfc3339(now())
-
     fleet = _fleet_size(cluster)
+    pods: dict[str, list[Obj]] = {}
+    stays: list[Finding] = []
+    for name in nodes:
+        selector = f"spec.nodeName={name},status.phase!=Succeeded,status.phase!=Failed"
+        listed = pages(cluster, f"list pods on {name}", "/api/v1/pods", fieldSelector=selector)
+        moving: list[Obj] = []
+        for pod in sorted(
+            listed, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])
+        ):
+            why = _stays(pod)
+            meta = pod["metadata"]
+            if why is None:
+                moving.append(pod)
+            else:
+                stays.append(
+                    Finding(
+                        "stays",
+                        Severity.INFO,
+                        f"pod {meta['namespace']}/{meta['name']} on {name} stays: {why}",
+                        name,
+                        (f"{meta['namespace']}/{meta['name']}",),
+                    )
+                )
+        pods[name] = moving
+    budgets: list[Obj] = []
+    if any(pods.values()):
+        budgets = pages(
+            cluster, "list poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets"
+        )
+    return EvictInputs(
+        nodes=nodes,
+        objs=objs,
+        fleet=fleet,
+        pods=pods,
+        stays=tuple(stays),
+        budgets=tuple(budgets),
+        gangs=_read_gangs(cluster, pods, mount),
+    )
+
+
+def build_evict(
+    inputs: EvictInputs,
+    *,
+    reason: str,
+    user: str,
+    now: float,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    grace_period_s: int | None = None,
+    force: bool = False,
+    max_share: float = DEFAULT_MAX_SHARE,
+) -> Plan:
+    """The eviction plan of ``inputs``' nodes, made at ``now`` (Unix s): pure."""
+    reason = _check_evict_options(reason, timeout_s, grace_period_s)
+    nodes = inputs.nodes
+    objs = inputs.objs
+    slug = reason_slug(reason)
+    at = rfc3339(now)
+
+    fleet = inputs.fleet
     offline = [n for n in nodes if not (objs[n].get("spec") or {}).get("unschedulable")]
     limit = allowed_nodes(fleet, max_share)
     findings: list[Finding] = [
@@ -595,39 +714,11 @@ def plan_evict(
         note = f"cordoned and tainted {TAINT_KEY}={slug}:{TAINT_EFFECT} by {user}: {reason}"
         cordon.append(node_event(name, obj, "Cordon", "Cordoned", note))
 
-    pods: dict[str, list[Obj]] = {}
-    stays: list[Finding] = []
-    for name in nodes:
-        selector = f"spec.nodeName={name},status.phase!=Succeeded,status.phase!=Failed"
-        listed = pages(cluster, f"list pods on {name}", "/api/v1/pods", fieldSelector=selector)
-        moving: list[Obj] = []
-        for pod in sorted(
-            listed, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])
-        ):
-            why = _stays(pod)
-            meta = pod["metadata"]
-            if why is None:
-                moving.append(pod)
-            else:
-                stays.append(
-                    Finding(
-                        "stays",
-                        Severity.INFO,
-                        f"pod {meta['namespace']}/{meta['name']} on {name} stays: {why}",
-                        name,
-                        (f"{meta['namespace']}/{meta['name']}",),
-                    )
-                )
-        pods[name] = moving
-    budgets: list[Obj] = []
-    if any(pods.values()):
-        budgets = pages(
-            cluster, "list poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets"
-        )
-    findings.extend(_preflight(pods, budgets, force, timeout_s))
-    gang_findings, hangs = _gangs(cluster, pods, force, mount)
+    pods = {name: list(inputs.pods[name]) for name in nodes}
+    findings.extend(_preflight(pods, list(inputs.budgets), force, timeout_s))
+    gang_findings, hangs = _gangs(inputs.gangs, pods, force)
     findings.extend(gang_findings)
-    findings.extend(stays)
+    findings.extend(f for f in inputs.stays if f.node in nodes)
     if hangs and refused is None:
         refused = hangs
         findings.append(Finding("gang", Severity.BLOCKING, hangs))
@@ -675,6 +766,35 @@ def plan_evict(
         pods=refs,
         fleet_nodes=fleet,
         refused=refused,
+    )
+
+
+def plan_evict(
+    cluster: Cluster,
+    names: Sequence[str],
+    *,
+    reason: str,
+    user: str,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    grace_period_s: int | None = None,
+    force: bool = False,
+    max_share: float = DEFAULT_MAX_SHARE,
+    now: Callable[[], float] = time.time,
+    mount: tuple[str, Path] | None = None,
+) -> Plan:
+    """``mount``: where the pods' checkpoint volume is mounted here (the
+    ``training_checkpoint_mount`` setting), so a gang's finding can name the checkpoint
+    it restarts from."""
+    reason = _check_evict_options(reason, timeout_s, grace_period_s)
+    return build_evict(
+        read_evict(cluster, names, mount=mount),
+        reason=reason,
+        user=user,
+        now=now(),
+        timeout_s=timeout_s,
+        grace_period_s=grace_period_s,
+        force=force,
+        max_share=max_share,
     )
 
 
@@ -747,7 +867,19 @@ def plan_restore(
     reason: str | None = None,
 ) -> Plan:
     nodes = _unique(names)
-    objs = read_nodes(cluster, nodes)
+    return build_restore(read_nodes(cluster, nodes), nodes, user=user, force=force, reason=reason)
+
+
+def build_restore(
+    objs: Mapping[str, Obj],
+    names: Sequence[str],
+    *,
+    user: str,
+    force: bool = False,
+    reason: str | None = None,
+) -> Plan:
+    """The restore plan of the named nodes from ``objs`` (each node as read): pure."""
+    nodes = _unique(names)
     findings: list[Finding] = []
     refused: list[str] = []
     steps: list[Step] = []

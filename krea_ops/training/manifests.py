@@ -15,6 +15,10 @@ without counting it, JobSet's own host-maintenance pattern. (An ``Ignore`` rule 
 would only replace the disrupted pod, and the other ranks would hang in their collective
 until NCCL's timeout.)
 
+Placement: the pods require nodes not labelled ``krea.ai/lemon=true`` (a node remediated
+twice within 28 days, labelled by the node-health controller until an operator clears
+it): a lemon still serves inference, but no gang.
+
 Rendezvous (torchrun's environment): ``MASTER_ADDR`` is pod 0 of job 0 through the
 JobSet's headless service, ``<jobset>-<rjob>-0-0.<jobset>``; ``NODE_RANK`` is the Job's
 completion index; ``WORLD_SIZE`` the GPUs of the gang, ``NNODES`` its nodes.
@@ -54,6 +58,9 @@ DEFAULT_QUEUE = "training"
 DEFAULT_PRIORITY = "training"
 DEFAULT_MAX_RESTARTS = 10
 DISRUPTION_RULE = "disruption"
+# a node the node-health controller found remediated too often (controllers.node_health):
+# a gang on it would restart again, so training pods require nodes without it
+LEMON_LABEL = "krea.ai/lemon"
 
 
 def default_checkpoint_dir(namespace: str, name: str) -> str:
@@ -199,6 +206,19 @@ def training_jobset(
             "tolerations": [
                 {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
             ],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {"key": LEMON_LABEL, "operator": "NotIn", "values": ["true"]}
+                                ]
+                            }
+                        ]
+                    }
+                }
+            },
         },
     }
     manifest: dict[str, Any] = {

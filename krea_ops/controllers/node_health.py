@@ -1,0 +1,842 @@
+"""node-health: evict the nodes the health policy finds BAD, with a blast cap and a veto.
+
+What one pass does (``decide``; level-based: it looks at every GPU node as it is now,
+and keeps in its state only what the cluster cannot say):
+
+* **Evict.** A GPU node whose verdict is BAD for longer than its finding's window
+  (``NodeHealthConfig.bad_for_s``, by finding class, below) is evicted with the
+  runbook's own plan (``runbook.nodes.build_evict``: cordon, taint
+  ``krea.ai/unhealthy=<reason>``, annotate evicted-by/why/when, drain through the
+  Eviction API), the finding's text as the reason and the controller's user as
+  evicted-by. One plan per node, oldest finding first. Windows: the health policy
+  already waits out its own window for the findings it judges over time (a GPU at or
+  above ``hot_c`` for the whole ``window_s``, NVLink and InfiniBand error counts over
+  ``window_s``), so those classes act at once (0 s); the classes that are a state seen
+  at one moment wait: ``not-ready`` 300 s (the node lifecycle controller's own default
+  toleration of a NotReady node, measured from the Ready condition's
+  ``lastTransitionTime``), ``infiniband`` 120 s (a port that is down, not one that
+  retrains), anything else the policy's ``window_s``. Classes: ``not-ready``,
+  ``gpu-lost`` (NVML lost the GPU, XID 79), ``thermal``, ``slowdown`` (power brake,
+  hardware slowdown), ``memory`` (uncorrectable ECC, failed row remap, XID 48/64/95),
+  ``nvlink``, ``infiniband``, ``other``.
+* **Unknown is not bad.** A node we cannot see (exporter down, no telemetry, stale
+  samples, Prometheus down) is UNKNOWN: it is counted in a gauge and never grounds for
+  a cordon. Its findings' first-seen times are kept while it is blind, so a node that was
+  hot before its exporter died and is hot again after is not given a new window.
+* **Blast cap.** Automation never holds more than ``cap`` GPU nodes quarantined without
+  an operator's acknowledgement: ``cap = max(cap_min_nodes, floor(cap_share × GPU
+  nodes))`` (default max(1, 2 %); GPU nodes: those with ``nvidia.com/gpu`` capacity,
+  virtual ones aside). Counted from the cluster each pass, however slowly the
+  nodes came: nodes carrying our marks with ``krea.ai/evicted-by`` = the controller's
+  user and ``krea.ai/evicted-at`` after the last acknowledgement (``krea.ai/ack-at`` on
+  the ConfigMap ``krea-ops-controller-state``, written by ``krea-ops controller ack``),
+  plus the evictions this pass plans. Beyond it: ``Skip(why="cap")`` per node and one
+  ``Alert(kind="cap")``. The acknowledgement lifts it: what was quarantined before it
+  no longer counts.
+* **Systemic veto.** The same finding class appearing on several nodes at once is an
+  exporter, a rack or a fabric problem, not N bad nodes: when at least
+  ``max(2, min(veto_nodes, ceil(veto_share × GPU nodes)))`` nodes (default: 3 nodes or
+  1 %, whichever is fewer, never one node) first showed it within ``veto_window_s``
+  (60 s) of each other, nothing is evicted for that class while it holds
+  (``Skip(why="veto")``) and one ``Alert(kind="veto")`` names the nodes. It holds while
+  that many of those nodes still show it, or until an acknowledgement newer than the
+  wave: after it, the nodes are judged one by one again (and counted by the cap). A
+  finding's onset is the pass that first saw it (NotReady: the Ready condition's
+  transition time), so on a first pass without state, nodes already BAD with the same
+  finding look simultaneous: the veto then errs on the side of doing nothing, and says so.
+  Nodes already quarantined still count towards a wave (they are evidence of it).
+* **Tripping never blocks recovery.** Cap and veto only hold back new evictions.
+  Restores flow: a node this controller quarantined that has been OK for
+  ``restore_after_s`` (default 1 h; None turns automatic restores off) is restored with
+  the runbook's plan (``build_restore``), cap or veto or not; and a manual
+  ``krea-ops nodes restore`` is never undone (next item).
+* **Manual restore.** A node whose eviction marks disappear without this controller
+  restoring it (``nodes restore``, or ``kubectl uncordon`` plus the taint removed) was
+  restored by an operator: it is not evicted again for ``cooldown_s`` (6 h) after the
+  pass that saw it (``Skip(why="cooldown")``). Detected from the controller's own state
+  (which nodes carried the marks last pass or were evicted by it, which it restored
+  itself), so it needs no extra annotation on the node (``nodes restore`` leaves every
+  annotation but ours as it was); a node evicted by the last pass that is unmarked now
+  and still at the resourceVersion that pass read was never evicted (its plan failed),
+  not restored. A restore made while no controller ran is not seen.
+* **Opt-out.** Nodes labelled ``krea.ai/auto-remediate=false`` are reported only:
+  ``Skip(why="opt-out")`` for each action it would have taken.
+* **Someone else's cordon.** A BAD node cordoned by someone else (no marks of ours) is
+  theirs to handle: ``Skip(why="cordoned")``.
+* **Lemons.** Every eviction seen on a node (its ``krea.ai/evicted-at``, whoever
+  evicted it) is remembered for ``lemon_window_s`` (28 days). A node remediated
+  ``lemon_remediations`` (2) times within that is labelled ``krea.ai/lemon=true`` (an
+  UPDATE plan, with an Event); training JobSets require nodes without that label
+  (``training.manifests``), so a lemon still serves inference but no gang. An operator
+  clears it by removing the label; the evictions before that are then forgotten.
+* **Not acted on either:** a BAD node whose eviction inputs were not read
+  (``Skip(why="unread")``, only when the snapshot was made without them) or whose plan
+  the runbook refuses (``Skip(why="refused")``, with the runbook's words).
+* **Unfinished drains.** A node we quarantined whose pods were not all moved (a budget
+  held them) is drained again each pass, with the same reason.
+
+State (JSON, persisted by the runner): per node, when each finding class was first seen
+(``onsets``), since when a quarantined node is OK (``healthy``), the eviction times seen
+(``remediations``), lemons labelled (``lemons``), manual restores seen (``restored``),
+which nodes carried our marks (``marked``), which the last pass evicted (``evicting``,
+with the resourceVersion its plan was made from) and which it restored (``restoring``).
+
+Gauges: ``quarantined`` (nodes carrying our marks by this controller), ``quarantined_unacked``
+(those counted by the cap, with this pass's), ``cap``, ``cap_reached`` (0/1),
+``veto_active`` (0/1), ``bad_nodes``, ``unknown_nodes``, ``lemons``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+from urllib.parse import quote
+
+from krea_ops.controllers.base import (
+    ACK_AT,
+    ACK_BY,
+    STATE_CONFIGMAP,
+    Alert,
+    Decision,
+    Inputs,
+    Skip,
+)
+from krea_ops.errors import BadInput, Unavailable
+from krea_ops.fleet import load_fleet
+from krea_ops.health import HealthPolicy
+from krea_ops.kube.cluster import node_info
+from krea_ops.kube.times import parse_time, rfc3339
+from krea_ops.kube.writes import SetLabels
+from krea_ops.model import NodeInfo, Reason, Severity, Verdict
+from krea_ops.runbook.nodes import (
+    EVICTED_AT,
+    EVICTED_BY,
+    EVICTED_REASON,
+    EvictInputs,
+    build_evict,
+    build_restore,
+    evicted_by_us,
+    node_event,
+    pages,
+    read_evict,
+    update_step,
+)
+from krea_ops.runbook.plan import Plan
+from krea_ops.training.manifests import LEMON_LABEL
+
+NAME = "node-health"
+OPT_OUT_LABEL = "krea.ai/auto-remediate"
+
+# findings that say we cannot see the node: while any holds, what was seen before stays
+BLIND_CODES = frozenset({"exporter_down", "no_telemetry", "telemetry_stale", "gpu_no_readings"})
+
+CLASSES = (
+    "not-ready",
+    "gpu-lost",
+    "thermal",
+    "slowdown",
+    "memory",
+    "nvlink",
+    "infiniband",
+    "other",
+)
+_CLASS_OF_CODE = {
+    "node_not_ready": "not-ready",
+    "gpu_lost": "gpu-lost",
+    "xid_bus": "gpu-lost",
+    "gpu_hot": "thermal",
+    "gpu_no_margin": "thermal",
+    "gpu_hw_thermal": "thermal",
+    "gpu_sw_thermal": "thermal",
+    "gpu_hw_power_brake": "slowdown",
+    "gpu_hw_slowdown": "slowdown",
+    "gpu_ecc_uncorrected": "memory",
+    "gpu_row_remap_failed": "memory",
+    "xid_memory": "memory",
+    "nvlink_errors": "nvlink",
+    "nvlink_down": "nvlink",
+    "xid_nvlink": "nvlink",
+}
+# None: the policy's window_s
+DEFAULT_BAD_FOR_S: Mapping[str, float | None] = {
+    "not-ready": 300.0,
+    "gpu-lost": 0.0,
+    "thermal": 0.0,
+    "slowdown": 0.0,
+    "memory": 0.0,
+    "nvlink": 0.0,
+    "infiniband": 120.0,
+    "other": None,
+}
+
+Obj = dict[str, Any]
+
+
+def finding_class(code: str) -> str:
+    """The class of a BAD reason's code: what the windows and the veto group by."""
+    if code in _CLASS_OF_CODE:
+        return _CLASS_OF_CODE[code]
+    if code.startswith("ib_"):
+        return "infiniband"
+    return "other"
+
+
+def _number(key: str, value: Any, *, minimum: float = 0.0) -> float:
+    if isinstance(value, bool):
+        raise BadInput(f"node-health setting {key}: expected a number, got {value!r}")
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise BadInput(f"node-health setting {key}: expected a number, got {value!r}") from None
+    if not math.isfinite(out) or out < minimum:
+        raise BadInput(f"node-health setting {key}: must be {minimum:g} or more, got {value!r}")
+    return out
+
+
+@dataclass(frozen=True)
+class NodeHealthConfig:
+    """node-health's settings (the ``node-health`` section of the controllers' settings).
+
+    ``cap_share``, ``cap_min_nodes``: the blast cap, max(cap_min_nodes, floor(cap_share ×
+    GPU nodes)) nodes quarantined by automation without an acknowledgement.
+    ``veto_nodes``, ``veto_share``, ``veto_window_s``: the same finding class first seen
+    on max(2, min(veto_nodes, ceil(veto_share × GPU nodes))) nodes within veto_window_s
+    vetoes evictions for it. ``bad_for_s``: per finding class, how long a node must be
+    BAD with it before it is evicted (seconds; None: the health policy's window_s).
+    ``restore_after_s``: a node we quarantined that is OK this long is restored (None:
+    never automatically). ``cooldown_s``: after a manual restore, the node is not
+    evicted again for this long. ``lemon_window_s``, ``lemon_remediations``: that many
+    evictions within the window make a lemon. ``drain_timeout_s``: the plans' eviction
+    timeout."""
+
+    cap_share: float = 0.02
+    cap_min_nodes: int = 1
+    veto_nodes: int = 3
+    veto_share: float = 0.01
+    veto_window_s: float = 60.0
+    bad_for_s: Mapping[str, float | None] = field(default_factory=lambda: dict(DEFAULT_BAD_FOR_S))
+    restore_after_s: float | None = 3600.0
+    cooldown_s: float = 6 * 3600.0
+    lemon_window_s: float = 28 * 86400.0
+    lemon_remediations: int = 2
+    drain_timeout_s: float = 300.0
+
+    @staticmethod
+    def from_mapping(values: Mapping[str, Any] | None) -> NodeHealthConfig:
+        """From a settings section; keys are the field names (``-`` or ``_``). An
+        unknown key or a bad value is BadInput naming it. ``bad_for_s`` entries
+        override the defaults class by class."""
+        known = {f.name for f in fields(NodeHealthConfig)}
+        out: dict[str, Any] = {}
+        for raw_key, value in (values or {}).items():
+            key = str(raw_key).replace("-", "_")
+            if key not in known:
+                raise BadInput(
+                    f"node-health setting {raw_key}: unknown (known: {', '.join(sorted(known))})"
+                )
+            if key == "bad_for_s":
+                if not isinstance(value, Mapping):
+                    raise BadInput(
+                        "node-health setting bad_for_s: expected a mapping of finding class "
+                        "to seconds"
+                    )
+                windows: dict[str, float | None] = dict(DEFAULT_BAD_FOR_S)
+                for cls, seconds in value.items():
+                    if cls not in DEFAULT_BAD_FOR_S:
+                        raise BadInput(
+                            f"node-health setting bad_for_s: unknown finding class {cls!r} "
+                            f"(known: {', '.join(CLASSES)})"
+                        )
+                    windows[cls] = None if seconds is None else _number(f"bad_for_s.{cls}", seconds)
+                out[key] = windows
+            elif key == "restore_after_s":
+                out[key] = None if value is None else _number(key, value)
+            elif key in ("cap_min_nodes", "veto_nodes", "lemon_remediations"):
+                number = _number(key, value, minimum=1)
+                if number != int(number):
+                    raise BadInput(f"node-health setting {key}: expected a whole number")
+                out[key] = int(number)
+            else:
+                out[key] = _number(key, value)
+        if "cap_share" in out and out["cap_share"] > 1:
+            raise BadInput("node-health setting cap_share: a share of the fleet, 0 to 1")
+        if "veto_share" in out and out["veto_share"] > 1:
+            raise BadInput("node-health setting veto_share: a share of the fleet, 0 to 1")
+        return NodeHealthConfig(**out)
+
+    def cap(self, gpu_nodes: int) -> int:
+        return max(self.cap_min_nodes, math.floor(gpu_nodes * self.cap_share + 1e-9))
+
+    def veto_threshold(self, gpu_nodes: int) -> int:
+        share = math.ceil(gpu_nodes * self.veto_share - 1e-9)
+        return max(2, min(self.veto_nodes, share))
+
+    def window(self, cls: str, policy: HealthPolicy) -> float:
+        seconds = self.bad_for_s.get(cls, self.bad_for_s.get("other"))
+        return policy.window_s if seconds is None else seconds
+
+
+@dataclass(frozen=True)
+class NodeHealthSnapshot:
+    """One pass's reading. ``nodes``: every node object as listed (by name);
+    ``verdicts``: the health policy's verdict of each; ``evict``: what the eviction
+    plans of the nodes it may evict are built from (each node read again, its pods, the
+    budgets); ``ack_at``/``ack_by``: the last acknowledgement of the cap or veto."""
+
+    nodes: Mapping[str, Obj]
+    verdicts: Mapping[str, Verdict]
+    evict: EvictInputs
+    user: str
+    policy: HealthPolicy = field(default_factory=HealthPolicy)
+    ack_at: float | None = None
+    ack_by: str | None = None
+    telemetry_error: str | None = None
+
+
+def no_evict_inputs() -> EvictInputs:
+    return EvictInputs(nodes=(), objs={}, fleet=0, pods={})
+
+
+def _is_gpu_node(info: NodeInfo) -> bool:
+    return not info.virtual and (info.gpu_capacity or 0) > 0
+
+
+def _marked_by(obj: Obj) -> str | None:
+    """Who evicted the node (its evicted-by), "" when only our taint says so, None when
+    it carries no marks of ours."""
+    if not evicted_by_us(obj):
+        return None
+    return str(((obj.get("metadata") or {}).get("annotations") or {}).get(EVICTED_BY) or "")
+
+
+def _annotation(obj: Obj, key: str) -> str | None:
+    value = ((obj.get("metadata") or {}).get("annotations") or {}).get(key)
+    return None if value is None else str(value)
+
+
+def _version(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _opted_out(info: NodeInfo) -> bool:
+    return str(info.labels.get(OPT_OUT_LABEL, "")).lower() == "false"
+
+
+def _bad_reasons(verdict: Verdict) -> list[Reason]:
+    return [r for r in verdict.reasons if r.severity is Severity.BAD]
+
+
+def _blind(verdict: Verdict) -> bool:
+    return any(r.code in BLIND_CODES for r in verdict.reasons)
+
+
+def _for(seconds: float) -> str:
+    if seconds >= 2 * 3600:
+        return f"{seconds / 3600:g} h"
+    if seconds >= 120:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"
+
+
+def _waves(onsets: Mapping[str, float], window_s: float, threshold: int) -> list[list[str]]:
+    """Groups of at least ``threshold`` nodes whose onsets lie within ``window_s`` of the
+    group's first (the largest such group starting at each onset; overlapping groups
+    merged)."""
+    ordered = sorted(onsets.items(), key=lambda kv: (kv[1], kv[0]))
+    merged: list[list[str]] = []
+    for i, (_, start) in enumerate(ordered):
+        group = [n for n, t in ordered[i:] if t - start <= window_s]
+        if len(group) < threshold:
+            continue
+        if merged and set(group) & set(merged[-1]):
+            merged[-1] = sorted(set(merged[-1]) | set(group))
+        else:
+            merged.append(sorted(group))
+    return merged
+
+
+def evictable(objs: Mapping[str, Obj], verdicts: Mapping[str, Verdict], user: str) -> list[str]:
+    """The GPU nodes whose eviction plans ``read`` prepares: BAD ones without marks, not
+    opted out and not cordoned by someone else, and those ``user`` quarantined (an
+    unfinished drain is driven on)."""
+    out: list[str] = []
+    for name, obj in sorted(objs.items()):
+        info = node_info(obj)
+        if not _is_gpu_node(info):
+            continue
+        marked = _marked_by(obj)
+        verdict = verdicts.get(name)
+        if marked == user or (
+            marked is None
+            and verdict is not None
+            and verdict.severity is Severity.BAD
+            and not _opted_out(info)
+            and not info.unschedulable
+        ):
+            out.append(name)
+    return out
+
+
+class NodeHealth:
+    """The node-health controller (module docstring)."""
+
+    name = NAME
+
+    def __init__(self, config: NodeHealthConfig | None = None) -> None:
+        self.config = config or NodeHealthConfig()
+
+    # -- read ---------------------------------------------------------------------
+
+    def read(self, inputs: Inputs, now: float) -> NodeHealthSnapshot:
+        """Lists the nodes (one paginated list), reads their verdicts through
+        ``load_fleet`` (verdicts only), the acknowledgement on the state ConfigMap, and
+        for the nodes it may evict (BAD, not opted out, not cordoned by someone else, or
+        quarantined by this controller) what their eviction plans need."""
+        cluster = inputs.cluster
+        raw = pages(cluster, "list nodes", "/api/v1/nodes")
+        objs = {str((o.get("metadata") or {}).get("name")): o for o in raw}
+        infos = [node_info(o) for o in raw]
+        fleet = load_fleet(
+            cluster,
+            inputs.source,
+            inputs.policy,
+            nodes=infos,
+            source_error=inputs.source_error,
+            families=("verdicts",),
+        )
+        verdicts = {v.info.name: v.verdict for v in fleet.views}
+        ack_at, ack_by = self._read_ack(inputs)
+        actable = evictable(objs, verdicts, inputs.user)
+        try:
+            evict = read_evict(cluster, actable) if actable else no_evict_inputs()
+        except BadInput as exc:  # a node deleted since the list: the next pass sees it gone
+            raise Unavailable(f"{NAME}: nodes changed while read ({exc})") from exc
+        return NodeHealthSnapshot(
+            nodes=objs,
+            verdicts=verdicts,
+            evict=evict,
+            user=inputs.user,
+            policy=inputs.policy,
+            ack_at=ack_at,
+            ack_by=ack_by,
+            telemetry_error=fleet.telemetry_error,
+        )
+
+    @staticmethod
+    def _read_ack(inputs: Inputs) -> tuple[float | None, str | None]:
+        path = f"/api/v1/namespaces/{quote(inputs.namespace)}/configmaps/{quote(STATE_CONFIGMAP)}"
+        what = f"get configmap {inputs.namespace}/{STATE_CONFIGMAP}"
+        answer = inputs.cluster.request(what, "GET", path)
+        if answer.status == 404:
+            return None, None
+        if not answer.ok or answer.body is None:
+            raise inputs.cluster.refusal(what, answer)
+        notes = (answer.body.get("metadata") or {}).get("annotations") or {}
+        return parse_time(notes.get(ACK_AT)), notes.get(ACK_BY)
+
+    # -- decide -------------------------------------------------------------------
+
+    def decide(
+        self, snapshot: NodeHealthSnapshot, now: float, state: Mapping[str, Any]
+    ) -> Decision:
+        return _Pass(self.config, snapshot, now, state).run()
+
+
+class _Pass:
+    """One ``decide``: pure, over the snapshot, the time and the state it is given."""
+
+    def __init__(
+        self,
+        config: NodeHealthConfig,
+        snap: NodeHealthSnapshot,
+        now: float,
+        state: Mapping[str, Any],
+    ) -> None:
+        self.cfg, self.snap, self.now = config, snap, now
+        self.prev = state or {}
+        self.plans: list[Plan] = []
+        self.skipped: list[Skip] = []
+        self.alerts: list[Alert] = []
+        self.infos = {
+            name: info
+            for name, obj in sorted(snap.nodes.items())
+            if _is_gpu_node(info := node_info(obj))
+        }
+        self.verdicts = {n: snap.verdicts.get(n, Verdict(Severity.UNKNOWN)) for n in self.infos}
+
+    def _prev(self, key: str) -> dict[str, Any]:
+        value = self.prev.get(key)
+        return dict(value) if isinstance(value, Mapping) else {}
+
+    def run(self) -> Decision:
+        snap, user = self.snap, self.snap.user
+        marks = {n: _marked_by(snap.nodes[n]) for n in self.infos}
+        marked = {n for n, by in marks.items() if by is not None}
+        ours = {n for n, by in marks.items() if by == user}
+
+        restored = self._manual_restores(marked)
+        remediations = self._remediations(marked)
+        onsets = self._onsets()
+        healthy = self._healthy(ours)
+
+        restoring = self._restores(ours, healthy)
+        lemons = self._lemons(remediations)
+        quarantined, vetoed = self._evictions(marks, ours, onsets, restored)
+        self._redrain(ours)
+
+        new = {n for p in self.plans if p.action == "nodes evict" and p.steps for n in p.nodes}
+        stamp = parse_time(rfc3339(self.now))  # the evicted-at its plans write
+        gpu_nodes = len(self.infos)
+        cap = self.cfg.cap(gpu_nodes)
+        gauges = {
+            "quarantined": float(len((ours - restoring) | new)),
+            "quarantined_unacked": float(quarantined),
+            "cap": float(cap),
+            "cap_reached": 1.0 if quarantined >= cap else 0.0,
+            "veto_active": 1.0 if vetoed else 0.0,
+            "bad_nodes": float(
+                sum(1 for v in self.verdicts.values() if v.severity is Severity.BAD)
+            ),
+            "unknown_nodes": float(
+                sum(1 for v in self.verdicts.values() if v.severity is Severity.UNKNOWN)
+            ),
+            "lemons": float(
+                sum(1 for i in self.infos.values() if i.labels.get(LEMON_LABEL) == "true")
+            ),
+        }
+        new_state = {
+            "onsets": onsets,
+            "healthy": healthy,
+            "remediations": remediations,
+            "lemons": lemons,
+            "restored": restored,
+            "marked": sorted(marked),
+            "restoring": sorted(restoring),
+            "evicting": {
+                n: [_version(self.snap.evict.objs.get(n) or self.snap.nodes[n]), stamp]
+                for n in sorted(new - ours)
+            },
+        }
+        return Decision(
+            controller=NAME,
+            plans=tuple(p for p in self.plans if p.steps),
+            skipped=tuple(self.skipped),
+            alerts=tuple(self.alerts),
+            gauges=gauges,
+            state=new_state,
+        )
+
+    # -- what the state remembers ---------------------------------------------------
+
+    def _manual_restores(self, marked: set[str]) -> dict[str, float]:
+        """Node -> when a restore not ours was seen, while its cool-down lasts."""
+        restored = {
+            n: float(t)
+            for n, t in self._prev("restored").items()
+            if n in self.infos and self.now - float(t) < self.cfg.cooldown_s
+        }
+        before = set(self.prev.get("marked") or ())
+        ours = set(self.prev.get("restoring") or ())
+        # evicted last pass, never seen marked: restored since, unless the eviction
+        # never happened (the node is still the object the plan was made from)
+        for name in self._evicted_since():
+            before.add(name)
+        for name in sorted((before & set(self.infos)) - marked - ours):
+            restored[name] = self.now
+        for name in marked:
+            restored.pop(name, None)  # evicted again (by hand): its cool-down is over
+        return restored
+
+    def _evicted_since(self) -> dict[str, float]:
+        """Nodes the last pass evicted that have been written since (the eviction ran):
+        node -> the evicted-at it wrote. One still at the resourceVersion that pass read
+        was never evicted (its plan failed)."""
+        out: dict[str, float] = {}
+        for name, entry in self._prev("evicting").items():
+            if name not in self.infos or not isinstance(entry, list | tuple) or len(entry) != 2:
+                continue
+            version, at = entry
+            if _version(self.snap.nodes[name]) != str(version):
+                out[name] = float(at)
+        return out
+
+    def _remediations(self, marked: set[str]) -> dict[str, list[float]]:
+        """Node -> the eviction times seen (its evicted-at, or the time the last pass
+        evicted it at), within the lemon window."""
+        horizon = self.now - self.cfg.lemon_window_s
+        out: dict[str, list[float]] = {}
+        for name, times in self._prev("remediations").items():
+            kept = sorted({float(t) for t in times or () if float(t) > horizon})
+            if kept and name in self.infos:
+                out[name] = kept
+        seen_at = dict(self._evicted_since())
+        for name in sorted(marked):
+            at = parse_time(_annotation(self.snap.nodes[name], EVICTED_AT))
+            if at is not None:
+                seen_at[name] = at
+        for name, at in sorted(seen_at.items()):
+            if at <= horizon:
+                continue
+            seen = out.setdefault(name, [])
+            if at not in seen:
+                seen.append(at)
+                seen.sort()
+        return out
+
+    def _onsets(self) -> dict[str, dict[str, float]]:
+        """Node -> finding class -> when it was first seen BAD. A node we cannot see
+        keeps what it had; a node seen without the finding loses it."""
+        prev = self._prev("onsets")
+        out: dict[str, dict[str, float]] = {}
+        for name, info in self.infos.items():
+            verdict = self.verdicts[name]
+            had = {c: float(t) for c, t in (prev.get(name) or {}).items()}
+            now_bad: dict[str, float] = {}
+            for reason in _bad_reasons(verdict):
+                cls = finding_class(reason.code)
+                if cls in now_bad:
+                    continue
+                start = had.get(cls, self.now)
+                if cls == "not-ready" and info.ready_since is not None:
+                    start = min(info.ready_since, self.now)  # the API says since when
+                now_bad[cls] = start
+            if _blind(verdict):
+                now_bad = {**had, **now_bad}
+            if now_bad:
+                out[name] = now_bad
+        return out
+
+    def _healthy(self, ours: set[str]) -> dict[str, float]:
+        """Node we quarantined -> since when it is OK."""
+        prev = self._prev("healthy")
+        return {
+            n: float(prev.get(n, self.now))
+            for n in sorted(ours)
+            if self.verdicts[n].severity is Severity.OK
+        }
+
+    # -- actions --------------------------------------------------------------------
+
+    def _restores(self, ours: set[str], healthy: Mapping[str, float]) -> set[str]:
+        after = self.cfg.restore_after_s
+        restoring: set[str] = set()
+        if after is None:
+            return restoring
+        for name in sorted(ours):
+            since = healthy.get(name)
+            if since is None or self.now - since < after:
+                continue
+            if _opted_out(self.infos[name]):
+                self.skipped.append(
+                    Skip(name, "opt-out", f"healthy for {_for(self.now - since)}: not restored")
+                )
+                continue
+            plan = build_restore(
+                {name: self.snap.nodes[name]},
+                [name],
+                user=self.snap.user,
+                reason=f"{NAME}: healthy (OK) for {_for(self.now - since)}",
+            )
+            self.plans.append(plan)
+            restoring.add(name)
+        return restoring
+
+    def _lemons(self, remediations: Mapping[str, list[float]]) -> dict[str, Any]:
+        """Label the nodes remediated too often; remember each labelled lemon (``at``:
+        its newest eviction then; ``seen``: the label was seen on it since)."""
+        out: dict[str, Any] = {}
+        prev = self._prev("lemons")
+        for name, info in self.infos.items():
+            times = remediations.get(name) or []
+            labelled = info.labels.get(LEMON_LABEL) == "true"
+            had = prev.get(name) if isinstance(prev.get(name), Mapping) else None
+            if had is not None and not labelled and had.get("seen"):
+                # an operator cleared it: the evictions up to then are forgiven
+                cutoff = float(had.get("at", 0.0))
+                times[:] = [t for t in times if t > cutoff]
+                had = None
+            if labelled:
+                at = float(had.get("at")) if had else (times[-1] if times else self.now)
+                out[name] = {"at": at, "seen": True}
+                continue
+            if len(times) < self.cfg.lemon_remediations:
+                continue
+            window = (
+                _for(self.cfg.lemon_window_s)
+                if self.cfg.lemon_window_s < 2 * 86400
+                else (f"{self.cfg.lemon_window_s / 86400:g} days")
+            )
+            why = f"remediated {len(times)} times within {window}"
+            if _opted_out(info):
+                self.skipped.append(Skip(name, "opt-out", f"{why}: not labelled a lemon"))
+                continue
+            self.plans.append(self._lemon_plan(name, why))
+            out[name] = {"at": times[-1], "seen": False}
+        return out
+
+    def _lemon_plan(self, name: str, why: str) -> Plan:
+        obj = self.snap.nodes[name]
+        step = update_step(
+            name, obj, (SetLabels({LEMON_LABEL: "true"}),), "keep a repeat offender out of training"
+        )
+        note = f"labelled {LEMON_LABEL}=true by {self.snap.user}: {why}"
+        steps = (step, node_event(name, obj, "Label", "Lemon", note)) if step else ()
+        return Plan(
+            action="nodes label-lemon",
+            nodes=(name,),
+            reason=why,
+            user=self.snap.user,
+            steps=steps,
+        )
+
+    def _evictions(
+        self,
+        marks: Mapping[str, str | None],
+        ours: set[str],
+        onsets: Mapping[str, Mapping[str, float]],
+        restored: Mapping[str, float],
+    ) -> tuple[int, bool]:
+        """Plan the evictions; return (nodes counted by the cap after them, whether a
+        veto holds)."""
+        snap, now, cfg = self.snap, self.now, self.cfg
+        gpu_nodes = len(self.infos)
+        ack = snap.ack_at
+        counted = 0
+        for name in ours:
+            at = parse_time(_annotation(snap.nodes[name], EVICTED_AT))
+            if ack is None or at is None or at > ack:
+                counted += 1
+
+        # the veto: per class, waves of onsets among the nodes showing it now
+        threshold = cfg.veto_threshold(gpu_nodes)
+        showing: dict[str, dict[str, float]] = {}
+        for name, verdict in self.verdicts.items():
+            for reason in _bad_reasons(verdict):
+                cls = finding_class(reason.code)
+                showing.setdefault(cls, {})[name] = onsets[name][cls]
+        vetoed: dict[str, list[str]] = {}
+        for cls, nodes in sorted(showing.items()):
+            for wave in _waves(nodes, cfg.veto_window_s, threshold):
+                latest = max(nodes[n] for n in wave)
+                if ack is not None and latest <= ack:
+                    continue  # acknowledged: judged one by one again
+                vetoed.setdefault(cls, [])
+                vetoed[cls] = sorted(set(vetoed[cls]) | set(wave))
+        for cls, held_nodes in vetoed.items():
+            self.alerts.append(
+                Alert(
+                    "veto",
+                    f"{len(held_nodes)} nodes showed the same {cls} finding within "
+                    f"{_for(cfg.veto_window_s)} (threshold {threshold} of {gpu_nodes} GPU "
+                    "nodes): an exporter, rack or fabric problem, not bad nodes; nothing is "
+                    "evicted for it until it clears or krea-ops controller ack",
+                    tuple(held_nodes),
+                )
+            )
+
+        # candidates: BAD past their window, oldest finding first
+        ripe: list[tuple[float, str, list[Reason]]] = []
+        for name, verdict in self.verdicts.items():
+            if marks[name] is not None:
+                continue
+            reasons: list[Reason] = []
+            first: float | None = None
+            held: list[str] = []
+            for reason in _bad_reasons(verdict):
+                cls = finding_class(reason.code)
+                start = onsets[name][cls]
+                if now - start < cfg.window(cls, snap.policy):
+                    continue
+                if cls in vetoed:
+                    held.append(cls)
+                    continue
+                reasons.append(reason)
+                first = start if first is None else min(first, start)
+            if held and not reasons:
+                self.skipped.append(
+                    Skip(
+                        name,
+                        "veto",
+                        f"{', '.join(held)} finding vetoed as systemic: "
+                        f"{verdict.reasons[0].message}",
+                    )
+                )
+            if reasons and first is not None:
+                ripe.append((first, name, reasons))
+        ripe.sort()
+
+        cap = cfg.cap(gpu_nodes)
+        capped: list[str] = []
+        for _, name, reasons in ripe:
+            info = self.infos[name]
+            text = "; ".join(r.message for r in reasons)
+            if _opted_out(info):
+                self.skipped.append(Skip(name, "opt-out", f"{OPT_OUT_LABEL}=false: {text}"))
+                continue
+            if name in restored:
+                left = cfg.cooldown_s - (now - restored[name])
+                self.skipped.append(
+                    Skip(
+                        name,
+                        "cooldown",
+                        f"restored by hand; not evicted again for another {_for(left)}: {text}",
+                    )
+                )
+                continue
+            if info.unschedulable:
+                self.skipped.append(
+                    Skip(name, "cordoned", f"cordoned by someone else, left to them: {text}")
+                )
+                continue
+            if counted >= cap:
+                capped.append(name)
+                self.skipped.append(
+                    Skip(name, "cap", f"blast cap of {cap} quarantined nodes reached: {text}")
+                )
+                continue
+            if name not in snap.evict.objs:
+                self.skipped.append(Skip(name, "unread", f"its pods were not read: {text}"))
+                continue
+            plan = build_evict(
+                snap.evict.only([name]),
+                reason=text,
+                user=snap.user,
+                now=now,
+                timeout_s=cfg.drain_timeout_s,
+            )
+            if plan.refused:
+                self.skipped.append(Skip(name, "refused", plan.refused))
+                continue
+            self.plans.append(plan)
+            counted += 1
+        if capped:
+            since = f" since {snap.ack_by}'s acknowledgement" if ack is not None else ""
+            self.alerts.append(
+                Alert(
+                    "cap",
+                    f"blast cap reached: {counted} of {cap} GPU nodes quarantined by "
+                    f"{NAME}{since}; {len(capped)} more BAD nodes held back until an operator "
+                    "acknowledges (krea-ops controller ack)",
+                    tuple(capped),
+                )
+            )
+        return counted, bool(vetoed)
+
+    def _redrain(self, ours: set[str]) -> None:
+        """Nodes we quarantined whose pods were not all moved: drain them again."""
+        restoring = {n for p in self.plans if p.action == "nodes restore" for n in p.nodes}
+        for name in sorted(ours - restoring):
+            if name not in self.snap.evict.objs or not self.snap.evict.pods.get(name):
+                continue
+            reason = _annotation(self.snap.evict.objs[name], EVICTED_REASON) or NAME
+            plan = build_evict(
+                self.snap.evict.only([name]),
+                reason=reason,
+                user=self.snap.user,
+                now=self.now,
+                timeout_s=self.cfg.drain_timeout_s,
+            )
+            if not plan.refused:
+                self.plans.append(plan)
