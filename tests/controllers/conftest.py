@@ -4,6 +4,7 @@ virtual nodes, a telemetry source serving a recorded fleet, and a clock the test
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from collections.abc import Collection, Iterator
@@ -206,10 +207,8 @@ class PausableProxy:
         self.closed = True
         self.running.set()
         for s in self.sockets:
-            try:
+            with contextlib.suppress(OSError):
                 s.close()
-            except OSError:
-                pass
 
 
 @pytest.fixture

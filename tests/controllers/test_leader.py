@@ -166,7 +166,7 @@ def test_two_replicas_running_elect_one_and_hand_over_when_it_stops(ops: Cluster
 def test_timings_are_checked_and_identities_are_unique() -> None:
     with pytest.raises(BadInput, match="longer than the renew deadline"):
         ElectionSettings(lease_duration_s=10, renew_deadline_s=10)
-    with pytest.raises(BadInput, match="1.2 x the retry period"):
+    with pytest.raises(BadInput, match=r"1\.2 x the retry period"):
         ElectionSettings(lease_duration_s=15, renew_deadline_s=2, retry_period_s=2)
     one = new_identity({"POD_NAME": "krea-ops-controllers-7d9f-abcde"})
     two = new_identity({"POD_NAME": "krea-ops-controllers-7d9f-abcde"})
