@@ -43,7 +43,6 @@ from tests.controllers.conftest import (
     taints_of,
     virtual_node,
 )
-from tests.kube.conftest import create
 
 PAUSE_TAINT = {"key": "krea.ai/burst-paused", "value": "true", "effect": "NoSchedule"}
 OURS = (TAINT_KEY, "true", "NoSchedule")
