@@ -36,6 +36,7 @@ import json
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -447,6 +448,10 @@ class Runner:
         except KreaError as exc:
             self.log(name, "error", error=str(exc))
             result = PassResult(name, "error", detail=str(exc))
+        except Exception as exc:  # a bug in one controller must not stop the others
+            detail = f"unexpected {type(exc).__name__}: {exc}"
+            self.log(name, "error", error=detail, traceback=traceback.format_exc(limit=8))
+            result = PassResult(name, "error", detail=detail)
         self.metrics.passes.labels(name, result.outcome).inc()
         self.metrics.last_pass.labels(name).set(self.wall())
         return result

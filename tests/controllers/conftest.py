@@ -153,6 +153,12 @@ class RecordedSource:
     def close(self) -> None:
         pass
 
+    def __enter__(self) -> RecordedSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 class PausableProxy:
     """A TCP proxy to ``target`` on a loopback port; ``pause()`` stops it forwarding

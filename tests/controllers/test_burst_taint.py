@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from krea_ops.controllers.base import Decision
 from krea_ops.controllers.burst_taint import (
     TAINT_KEY,
     BurstTaint,
@@ -88,7 +89,7 @@ class Simulation:
         self.virtual = virtual
         self.state: dict[str, Any] = {}
         self.changes: list[tuple[float, str]] = []  # (t, plan action)
-        self.last = None
+        self.last: Decision | None = None
 
     def step(self, t: float, snap: BurstTaintSnapshot) -> None:
         decision = self.ctl.decide(snap, T0 + t, self.state)
