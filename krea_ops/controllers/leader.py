@@ -129,19 +129,23 @@ class LeaseRecord:
         )
 
     def same_as(self, other: LeaseRecord | None) -> bool:
-        """The same record (what a follower watches for change), whatever its version."""
+        """The same record, what a follower watches for change: any write to the Lease
+        (a new ``resourceVersion``) counts as one, so a holder whose wall clock stands
+        still still proves it is alive by renewing."""
         return other is not None and (
             self.holder,
             self.lease_duration_s,
             self.acquire_time,
             self.renew_time,
             self.transitions,
+            self.resource_version,
         ) == (
             other.holder,
             other.lease_duration_s,
             other.acquire_time,
             other.renew_time,
             other.transitions,
+            other.resource_version,
         )
 
 

@@ -345,3 +345,65 @@ def test_every_controller_metric_is_served_and_documented(
     doc = (ROOT / "docs" / "metrics.md").read_text()
     documented = set(re.findall(r"`(krea_[a-z0-9_]+)", doc))
     assert sorted(ours - documented) == []
+
+
+def test_two_running_replicas_hand_over_and_the_new_leader_retaints_a_recreated_node(
+    ops: Cluster, tmp_path: Path
+) -> None:
+    """The real loops on threads (short Lease timings, real clocks): one replica leads
+    and taints; it stops (releasing its Lease), the other leads and taints the virtual
+    node its provider re-created meanwhile."""
+    import threading
+    import time
+
+    from krea_ops.controllers.leader import ElectionSettings
+    from tests.conftest import wait_for
+
+    for name in GPU_NODES:
+        gpu_node(ops, name)
+    virtual_node(ops, "vk-0")
+    source = RecordedSource(healthy_telemetry(GPU_NODES, time.time()))
+    fast = ElectionSettings(lease_duration_s=3, renew_deadline_s=2, retry_period_s=0.25)
+    runners, stops, threads = {}, {}, {}
+    for identity in ("a", "b"):
+        runners[identity] = Runner(
+            ops,
+            [BurstTaint(BurstTaintConfig(free_gpus_high=8, free_gpus_low=4, hold_s=0))],
+            lambda name, i=identity: Inputs(ops, source, HealthPolicy(), f"tester-{i}"),
+            identity=identity,
+            election=fast,
+            audit=AuditLog(tmp_path / f"audit-{identity}.jsonl"),
+            log=JsonLog(io.StringIO()),
+        )
+        stops[identity] = threading.Event()
+    try:
+        for identity, runner in runners.items():
+            threads[identity] = threading.Thread(
+                target=runner.run, args=(stops[identity],), kwargs={"interval_s": 0.2}
+            )
+            threads[identity].start()
+            if identity == "a":
+                wait_for(lambda: OURS in taints_of(ops, "vk-0"), timeout=30)
+
+        def leaders() -> list[str]:
+            return [i for i, r in runners.items() if r.leads("burst-taint")]
+
+        (first,) = wait_for(lambda: leaders() if len(leaders()) == 1 else None, timeout=30)
+        second = "b" if first == "a" else "a"
+        stops[first].set()
+        threads[first].join(timeout=30)
+        ops.request("delete", "DELETE", "/api/v1/nodes/vk-0")
+        virtual_node(ops, "vk-0")
+
+        def last_action() -> dict[str, Any]:
+            action = read_state(ops, NAMESPACE).data.get("burst-taint.last-action") or {}
+            return action if action.get("by") == second else {}
+
+        assert wait_for(last_action, timeout=30)["nodes"] == ["vk-0"]
+        assert OURS in taints_of(ops, "vk-0")
+        assert runners[second].leads("burst-taint")
+    finally:
+        for stop in stops.values():
+            stop.set()
+        for thread in threads.values():
+            thread.join(timeout=30)
