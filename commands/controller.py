@@ -81,6 +81,13 @@ def run(
     console = console_of(ctx)
     settings = console.settings
     controllers = resolve(which, settings)
+    if which == "all":
+        from krea_ops.controllers.loop import REGISTRY
+
+        running = {c.name for c in controllers}
+        absent = [n for n in REGISTRY if n not in running]
+        if absent:
+            print(f"not in this build, not run: {', '.join(absent)}", file=sys.stderr)
     cluster = console.cluster
     inputs = LiveInputs(settings, cluster, namespace)
     ctx.call_on_close(inputs.close)

@@ -421,8 +421,9 @@ class Runner:
         if self.dry_run:
             return True
         leads = self.electors[name].is_leader(now)
-        if self._leading.get(name) != leads:
-            self._leading[name] = leads
+        before = self._leading.get(name)
+        self._leading[name] = leads
+        if before != leads and (before is not None or leads):  # not "follower" at start
             self.log(
                 name,
                 "leader",
