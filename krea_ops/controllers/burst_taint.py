@@ -10,7 +10,8 @@ acts, so free GPUs swinging around one threshold never flap the taint. What it w
 a new leader keeps the hold.
 
 Free GPUs: ``nvidia.com/gpu`` allocatable on every in-cluster node that is Ready, not
-cordoned, without a NoSchedule/NoExecute taint (``NodeInfo.schedulable``), not virtual,
+cordoned, without a NoSchedule/NoExecute taint a GPU pod does not tolerate (every GPU
+pod tolerates ``nvidia.com/gpu``, the taint GPU node pools often carry), not virtual,
 and healthy by the health policy's verdict (OK or SUSPECT: not BAD, not UNKNOWN), minus
 the GPUs requested by the pods on it that have not ended.
 
@@ -46,6 +47,10 @@ TAINT_KEY = "krea.ai/burst-disabled"
 TAINT_VALUE = "true"
 TAINT_EFFECT = "NoSchedule"
 HEALTHY = (Severity.OK, Severity.SUSPECT)
+# Taints every GPU pod tolerates: GKE (and many sites) taint GPU nodes
+# nvidia.com/gpu=present:NoSchedule, and the ExtendedResourceToleration admission plugin
+# gives each pod that requests nvidia.com/gpu the toleration for it.
+GPU_POD_TOLERATED = frozenset({"nvidia.com/gpu"})
 
 Obj = dict[str, Any]
 
@@ -105,12 +110,24 @@ class BurstTaintSnapshot:
         """(free, healthy) GPUs on the schedulable, healthy in-cluster nodes."""
         free = healthy = 0
         for n in self.nodes:
-            if n.virtual or not n.schedulable or self.severity.get(n.name) not in HEALTHY:
+            if n.virtual or not takes_gpu_pods(n) or self.severity.get(n.name) not in HEALTHY:
                 continue
             gpus = n.gpu_allocatable or 0
             healthy += gpus
             free += max(0, gpus - self.requested.get(n.name, 0))
         return free, healthy
+
+
+def takes_gpu_pods(node: NodeInfo) -> bool:
+    """Ready, not cordoned, and no NoSchedule/NoExecute taint a GPU pod does not tolerate."""
+    return (
+        node.ready is True
+        and not node.unschedulable
+        and not any(
+            t.effect in ("NoSchedule", "NoExecute") and t.key not in GPU_POD_TOLERATED
+            for t in node.taints
+        )
+    )
 
 
 def is_virtual(labels: Mapping[str, str]) -> bool:

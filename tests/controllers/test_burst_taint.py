@@ -224,6 +224,9 @@ def test_only_schedulable_healthy_gpus_count_as_free(
     snap = snapshot(0, {"vk-a": virtual_obj("vk-a")}, nodes=nodes, severity=severity)
     assert snap.free_gpus() == (0, 0)
     assert snapshot(0, {}, severity=Severity.SUSPECT).free_gpus() == (32, 32)
+    # GPU node pools' own taint is tolerated by every GPU pod: those GPUs count
+    gke = gpu_nodes(taints=(Taint("nvidia.com/gpu", "present", "NoSchedule"),))
+    assert snapshot(0, {}, nodes=gke).free_gpus() == (32, 32)
     assert snapshot(12, {}).free_gpus() == (20, 32)
 
 
