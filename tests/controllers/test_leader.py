@@ -111,6 +111,7 @@ def test_a_leader_whose_api_calls_stall_stops_acting_before_another_starts(
     b = elector(ops, "b", clock)
     assert a.try_acquire_or_renew(0.0)
     assert not b.try_acquire_or_renew(0.0)
+    a.cluster.timeout_s = 1  # each hanging call costs that (short, to keep the test so)
     proxy.pause()
     leading: dict[float, tuple[bool, bool]] = {}
     for t in ticks(0.5, 30):

@@ -364,12 +364,18 @@ def test_two_running_replicas_hand_over_and_the_new_leader_retaints_a_recreated_
     virtual_node(ops, "vk-0")
     source = RecordedSource(healthy_telemetry(GPU_NODES, time.time()))
     fast = ElectionSettings(lease_duration_s=3, renew_deadline_s=2, retry_period_s=0.25)
-    runners, stops, threads = {}, {}, {}
+    runners: dict[str, Runner] = {}
+    stops: dict[str, threading.Event] = {}
+    threads: dict[str, threading.Thread] = {}
+
+    def inputs(name: str) -> Inputs:
+        return Inputs(ops, source, HealthPolicy(), "tester")
+
     for identity in ("a", "b"):
         runners[identity] = Runner(
             ops,
             [BurstTaint(BurstTaintConfig(free_gpus_high=8, free_gpus_low=4, hold_s=0))],
-            lambda name, i=identity: Inputs(ops, source, HealthPolicy(), f"tester-{i}"),
+            inputs,
             identity=identity,
             election=fast,
             audit=AuditLog(tmp_path / f"audit-{identity}.jsonl"),
@@ -407,3 +413,70 @@ def test_two_running_replicas_hand_over_and_the_new_leader_retaints_a_recreated_
             stop.set()
         for thread in threads.values():
             thread.join(timeout=30)
+
+
+def test_a_partitioned_leader_acts_no_more_and_the_other_takes_over_once(
+    ops: Cluster, fleet: RecordedSource, tmp_path: Path, sim: Any, proxy: Any
+) -> None:
+    """a reaches the API server only through a proxy that stops forwarding (a
+    partition: its renews and its reads hang until they time out); b reaches it
+    directly. The provider re-creates the virtual node every second: a's passes
+    change nothing (fail-static, then follower), b acts only once it holds the Lease,
+    and after the partition heals a stays a follower."""
+    import copy
+
+    from kubernetes import client
+
+    base = sim.api_client()
+    config = copy.deepcopy(base.configuration)
+    base.close()
+    config.host = f"https://127.0.0.1:{proxy.port}"
+    config.retries = False  # one timeout per call, not four
+    api = client.ApiClient(config)
+    try:
+        partitioned = Cluster(api, timeout_s=10)
+        clock = Clock()
+        a = Replica(partitioned, "a", clock, fleet, tmp_path)
+        b = Replica(ops, "b", clock, fleet, tmp_path)
+        assert a.elector.try_acquire_or_renew(0.0)
+        assert not b.elector.try_acquire_or_renew(0.0)
+        assert [r.status for r in a.pass_once().runs] == ["done"]
+        # partitioned: each call of a's hangs until its timeout (short, to keep the test so)
+        partitioned.timeout_s = a.elector.cluster.timeout_s = 1
+        proxy.pause()
+        acted: dict[str, list[float]] = {"a": [], "b": []}
+        outcomes: dict[float, str] = {}
+        for second in range(1, 21):
+            t = float(second)
+            clock.t = t
+            b.elector.try_acquire_or_renew(t)
+            if second in (2, 4):  # a's renew loop tries, and hangs
+                assert not a.elector.try_acquire_or_renew(t)
+            ops.request("delete", "DELETE", "/api/v1/nodes/vk-0")
+            virtual_node(ops, "vk-0", [PROVIDER_TAINT, PAUSE_TAINT])
+            for name, replica in (("a", a), ("b", b)):
+                if name == "a" and second not in (1, 5, 9, 10, 15, 20):
+                    continue  # a's passes that hang cost a timeout each: a few suffice
+                result = replica.pass_once()
+                if name == "a":
+                    outcomes[t] = result.outcome
+                if any(c.method == "PATCH" for r in result.runs for c in r.made):
+                    acted[name].append(t)
+        assert acted["a"] == []
+        assert outcomes == {
+            1.0: "unavailable",
+            5.0: "unavailable",
+            9.0: "unavailable",
+            10.0: "follower",
+            15.0: "follower",
+            20.0: "follower",
+        }
+        assert acted["b"] == [float(s) for s in range(15, 21)]
+        proxy.resume()
+        clock.t = 21.0
+        assert not a.elector.try_acquire_or_renew(21.0)
+        assert a.pass_once().outcome == "follower"
+        assert a.lines("fail-static") and "cannot reach" in a.lines("fail-static")[0]["why"]
+        assert a.metric("krea_ops_controller_unavailable", controller="burst-taint") == 1
+    finally:
+        api.close()
