@@ -497,7 +497,7 @@ class Runner:
             except LostLeadership as exc:
                 self.log(name, "fail-static", why=str(exc))
                 return result
-            run = execute(fenced, plan, audit=self.audit, fence=fence)
+            run = execute(fenced, plan, audit=self.audit, wall=self.wall, fence=fence)
             result.runs.append(run)
             self.metrics.actions.labels(name, run.status).inc()
             last = self._action_record(plan, run)
