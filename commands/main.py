@@ -19,6 +19,7 @@ import typer
 
 from commands import (
     burst,
+    controller,
     conventions,
     dashboard,
     exporter,
@@ -82,6 +83,7 @@ app.add_typer(queue.app, name="queue", rich_help_panel="Queue")
 app.add_typer(burst.app, name="burst", rich_help_panel="Inference")
 app.add_typer(train.app, name="train", rich_help_panel="Training")
 app.add_typer(exporter.app, name="exporter", rich_help_panel="Services")
+app.add_typer(controller.app, name="controller", rich_help_panel="Services")
 app.add_typer(sim.app, name="sim", rich_help_panel="Simulator")
 
 

@@ -108,6 +108,25 @@ class Settings:
             "$XDG_STATE_HOME/krea-ops/audit.jsonl, else ~/.local/state/krea-ops/audit.jsonl"
         ),
     )
+    # --- controllers (krea_ops/controllers) ---
+    burst_taint_free_gpus_high: int = field(
+        default=16,
+        metadata=_doc(
+            "burst-taint: taint the virtual nodes when more healthy in-cluster GPUs than "
+            "this have been free for burst_taint_hold_s"
+        ),
+    )
+    burst_taint_free_gpus_low: int = field(
+        default=8,
+        metadata=_doc(
+            "burst-taint: remove the taint when fewer than this have been free for "
+            "burst_taint_hold_s"
+        ),
+    )
+    burst_taint_hold_s: float = field(
+        default=300.0,
+        metadata=_doc("burst-taint: how long a threshold must hold before it acts, seconds"),
+    )
     # --- health policy (krea_ops/health.py) ---
     health_hot_c: float = field(
         default=78.0, metadata=_doc("GPU temperature that throttles a run, deg C (BAD)")

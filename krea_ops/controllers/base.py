@@ -107,3 +107,16 @@ class Controller(Protocol[Snapshot]):
     def decide(self, snapshot: Snapshot, now: float, state: Mapping[str, Any]) -> Decision:
         """Pure: no clock, no network, no randomness beyond what the snapshot holds."""
         ...
+
+
+class ReadTimes(Protocol):
+    """What the runner looks for on a snapshot, when it is there: ``read_at`` maps each
+    input a pass read (``nodes``, ``pods``, ``telemetry`` ...) to when it was last read
+    successfully (Unix seconds); the runner exports it as
+    ``krea_ops_controller_input_last_read_timestamp_seconds``. An input that failed is
+    left out (its gauge keeps the last good time).
+
+    The runner makes a controller with ``Class.from_settings(settings)`` when the class
+    has that static method, else with ``Class()``."""
+
+    read_at: Mapping[str, float]

@@ -184,8 +184,12 @@ def execute(
     clock: Callable[[], float] = time.monotonic,
     wall: Callable[[], float] = time.time,
     concurrency: int = CONCURRENCY,
+    fence: Callable[[], None] | None = None,
 ) -> RunResult:
-    """Run ``plan``'s steps in order. A refused plan raises before any call."""
+    """Run ``plan``'s steps in order. A refused plan raises before any call.
+
+    ``fence`` (a leader-elected controller's): called before every step; a ``KreaError``
+    from it stops the run there (``stopped`` says why) and no later step is made."""
     if plan.refused:
         raise BadInput(f"{plan.refused}; nothing was changed")
     recording = RecordingCluster(cluster)
@@ -199,6 +203,12 @@ def execute(
     stopped: str | None = None
     with EventRecorder(recording, secrets=secrets) as events:
         for index, step in enumerate(plan.steps, 1):
+            if fence is not None:
+                try:
+                    fence()
+                except KreaError as exc:
+                    stopped = str(exc)
+                    break
             try:
                 status, lines = _run_step(recording, events, plan, step, state, clock, concurrency)
             except KreaError as exc:

@@ -1,0 +1,316 @@
+"""``krea-ops controller``: run the bundled controllers (``run``), see who leads them and
+what they did last (``status``), and lift the node-health blast cap or veto after an
+operator has looked (``ack``, audited like every write)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from commands.common import OutputOption, console_of
+from commands.output import OutputFormat, emit, render
+from commands.plans import DryRunOption, PlanFormat, PlanOutput, YesOption, run_plan
+from krea_ops.errors import BadInput
+
+if TYPE_CHECKING:
+    from krea_ops.controllers.loop import StoredState
+    from krea_ops.kube.cluster import Cluster
+    from krea_ops.runbook.plan import Plan
+
+app = typer.Typer(
+    no_args_is_help=True,
+    help="The bundled controllers: burst taint, migrate-back, node health, quota sync.",
+)
+
+
+NamespaceOption = typer.Option(
+    "krea-ops", "--namespace", "-n", help="where the Leases and the state ConfigMap live"
+)
+STATUS_COLUMNS = ("controller", "leader", "renewed", "last_action", "last_status", "last_at")
+STATUS_WIDE_COLUMNS = (*STATUS_COLUMNS, "lease", "acquired", "transitions", "last_reason")
+
+
+def iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+# -- run ---------------------------------------------------------------------------------
+
+
+@app.command("run")
+def run(
+    ctx: typer.Context,
+    which: str = typer.Argument(
+        ..., metavar="NAME", help="burst-taint, migrate-back, node-health, quota-sync or all"
+    ),
+    once: bool = typer.Option(False, "--once", help="one pass, then exit"),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="decide and log the plans; change nothing, take no lease"
+    ),
+    interval: float = typer.Option(30.0, "--interval", metavar="S", help="seconds between passes"),
+    metrics_port: int = typer.Option(
+        None, "--metrics-port", metavar="P", help="serve /metrics on this port (0: any free one)"
+    ),
+    metrics_address: str = typer.Option(
+        "127.0.0.1", "--metrics-address", help="address to serve /metrics on"
+    ),
+    namespace: str = NamespaceOption,
+) -> None:
+    """Run controllers: leader-elected through one Lease each (15 s lease, 10 s renew
+    deadline, 2 s retry; a replica acts only while renewed within the deadline), one
+    pass every --interval. NAME is burst-taint, migrate-back, node-health, quota-sync
+    or all. Each action, skip and alert is one JSON line on stderr; an input that
+    cannot be read changes nothing (fail-static). --once exits 1 when another replica
+    leads or the pass failed."""
+    from pathlib import Path
+
+    from krea_ops.controllers.leader import new_identity
+    from krea_ops.controllers.loop import ControllerMetrics, LiveInputs, Runner, resolve
+    from krea_ops.kube.events import client_secrets
+    from krea_ops.runbook.audit import AuditLog, default_path
+
+    if interval <= 0:
+        raise BadInput("--interval must be more than 0 seconds")
+    console = console_of(ctx)
+    settings = console.settings
+    controllers = resolve(which, settings)
+    if which == "all":
+        from krea_ops.controllers.loop import REGISTRY
+
+        running = {c.name for c in controllers}
+        absent = [n for n in REGISTRY if n not in running]
+        if absent:
+            print(f"not in this build, not run: {', '.join(absent)}", file=sys.stderr)
+    cluster = console.cluster
+    inputs = LiveInputs(settings, cluster, namespace)
+    ctx.call_on_close(inputs.close)
+    path = Path(settings.audit_log) if settings.audit_log else default_path()
+    metrics = ControllerMetrics()
+    if metrics_port is not None:
+        server = metrics.serve(metrics_port, metrics_address)
+        ctx.call_on_close(server.shutdown)
+        print(f"metrics on http://{metrics_address}:{server.server_port}/metrics", file=sys.stderr)
+    runner = Runner(
+        cluster,
+        controllers,
+        inputs,
+        namespace=namespace,
+        identity=new_identity(),
+        dry_run=dry_run,
+        audit=AuditLog(path, secrets=client_secrets(cluster)),
+        metrics=metrics,
+    )
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM (a pod stopped): finish the pass, release the Leases, exit 0
+        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        ctx.call_on_close(lambda: signal.signal(signal.SIGTERM, previous))
+    try:
+        code = runner.run(stop, interval_s=interval, once=once)
+    except KeyboardInterrupt:
+        stop.set()
+        code = 0
+    if code:
+        raise typer.Exit(code)
+
+
+# -- status --------------------------------------------------------------------------------
+
+
+def status_rows(
+    cluster: Cluster, namespace: str, now: float
+) -> tuple[list[dict[str, Any]], StoredState]:
+    """One object per registered controller: its Lease (who leads, since when, last
+    renew, whether that renew is within the lease duration by our clock), its last
+    action, and for node-health the blast cap and veto it persisted (keys ``cap`` and
+    ``veto`` of its state). The ConfigMap's acknowledgement rides on every row."""
+    from krea_ops.controllers.base import ACK_AT, ACK_BY, ACK_REASON
+    from krea_ops.controllers.leader import lease_name, read_lease
+    from krea_ops.controllers.loop import LAST_ACTION_SUFFIX, REGISTRY, read_state
+    from krea_ops.kube.times import parse_time
+
+    stored = read_state(cluster, namespace)
+    ack = {
+        "at": stored.annotations.get(ACK_AT),
+        "by": stored.annotations.get(ACK_BY),
+        "reason": stored.annotations.get(ACK_REASON),
+    }
+    rows: list[dict[str, Any]] = []
+    for name in REGISTRY:
+        lease = read_lease(cluster, namespace, lease_name(name))
+        state = stored.data.get(name)
+        state = state if isinstance(state, dict) else None
+        last = stored.data.get(name + LAST_ACTION_SUFFIX)
+        last = last if isinstance(last, dict) else None
+        held = None
+        if lease is not None:
+            duration = lease.lease_duration_s or 0
+            held = bool(
+                lease.holder and lease.renew_time is not None and lease.renew_time + duration > now
+            )
+        rows.append(
+            {
+                "controller": name,
+                "lease": f"{namespace}/{lease_name(name)}",
+                "running": bool(held),
+                "leader": lease.holder if lease is not None and held else None,
+                "last_holder": lease.holder if lease is not None else None,
+                "acquired_at": iso(lease.acquire_time) if lease else None,
+                "renewed_at": iso(lease.renew_time) if lease else None,
+                "lease_duration_s": lease.lease_duration_s if lease else None,
+                "transitions": lease.transitions if lease else None,
+                "blast_cap": state.get("cap") if state and name == "node-health" else None,
+                "veto": state.get("veto") if state and name == "node-health" else None,
+                "state": state,
+                "last_action": last,
+                "last_action_at_s": parse_time(last.get("at")) if last else None,
+                "ack": ack if any(ack.values()) else None,
+            }
+        )
+    return rows, stored
+
+
+def _brief(value: Any) -> str:
+    import json
+
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def status_text(rows: list[dict[str, Any]], fmt: OutputFormat) -> str:
+    table = [
+        {
+            "controller": r["controller"],
+            "leader": r["leader"] or ("-" if not r["last_holder"] else "none (expired)"),
+            "renewed": r["renewed_at"],
+            "last_action": (r["last_action"] or {}).get("action"),
+            "last_status": (r["last_action"] or {}).get("status"),
+            "last_at": (r["last_action"] or {}).get("at"),
+            "lease": r["lease"],
+            "acquired": r["acquired_at"],
+            "transitions": r["transitions"],
+            "last_reason": (r["last_action"] or {}).get("reason"),
+        }
+        for r in rows
+    ]
+    out = render(table, fmt, columns=STATUS_COLUMNS, wide_columns=STATUS_WIDE_COLUMNS)
+    notes = []
+    for r in rows:
+        if r["blast_cap"] is not None:
+            notes.append(f"node-health blast cap: {_brief(r['blast_cap'])}")
+        if r["veto"] is not None:
+            notes.append(f"node-health veto: {_brief(r['veto'])}")
+    ack = rows[0]["ack"] if rows else None
+    if ack:
+        notes.append(
+            f"acknowledged at {ack['at'] or '?'} by {ack['by'] or '?'}: {ack['reason'] or ''}"
+        )
+    if not any(r["running"] for r in rows):
+        notes.append("no controller leads now (krea-ops controller run NAME|all starts them)")
+    return out + ("\n".join(notes) + "\n" if notes else "")
+
+
+@app.command("status")
+def status(
+    ctx: typer.Context, output: OutputFormat = OutputOption, namespace: str = NamespaceOption
+) -> None:
+    """Which controllers run (a Lease renewed within its duration), who leads each, the
+    node-health blast cap and veto state, the last acknowledgement, and the last action
+    of each. json and yaml: one object per controller (shape in docs/cli.md)."""
+    cluster = console_of(ctx).cluster
+    rows, _ = status_rows(cluster, namespace, time.time())
+    if output in (OutputFormat.json, OutputFormat.yaml):
+        emit(render(rows, output))
+        return
+    if output is OutputFormat.csv:
+        emit(render(rows, output, columns=("controller", "running", "leader", "renewed_at")))
+        return
+    emit(status_text(rows, output))
+
+
+# -- ack -------------------------------------------------------------------------------------
+
+
+def plan_ack(cluster: Cluster, namespace: str, *, reason: str, user: str, now: float) -> Plan:
+    """Annotate the state ConfigMap with who acknowledged, why and when (a
+    read-modify-write carrying its resourceVersion; created when there is none yet)."""
+    from krea_ops.controllers.base import ACK_AT, ACK_BY, ACK_REASON, STATE_CONFIGMAP
+    from krea_ops.controllers.loop import state_path
+    from krea_ops.kube.times import rfc3339
+    from krea_ops.kube.writes import SetAnnotations, Target
+    from krea_ops.runbook.plan import Call, Plan, Step, StepKind
+
+    reason = (reason or "").strip()
+    if not reason:
+        raise BadInput("--reason must say what was looked at (it goes on the acknowledgement)")
+    path = state_path(namespace)
+    what = f"configmap {namespace}/{STATE_CONFIGMAP}"
+    annotations = {ACK_AT: rfc3339(now), ACK_BY: user, ACK_REASON: reason}
+    answer = cluster.request(f"get {what}", "GET", path)
+    if answer.status == 404:
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": STATE_CONFIGMAP,
+                "namespace": namespace,
+                "annotations": annotations,
+            },
+        }
+        call = Call(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/configmaps",
+            what,
+            "acknowledge: lift the node-health blast cap or veto",
+            body,
+        )
+        step = Step(StepKind.CREATE, f"{what}: create with the acknowledgement", (call,))
+    else:
+        if not answer.ok or answer.body is None:
+            raise cluster.refusal(f"get {what}", answer)
+        version = str((answer.body.get("metadata") or {}).get("resourceVersion") or "")
+        edit = SetAnnotations(annotations)
+        call = Call(
+            "PATCH",
+            path,
+            what,
+            "acknowledge: lift the node-health blast cap or veto (merge patch; on 409 "
+            "re-read and re-applied)",
+            {"metadata": {"annotations": annotations, "resourceVersion": version}},
+            f"resourceVersion {version}",
+        )
+        target = Target("ConfigMap", STATE_CONFIGMAP, path, namespace)
+        step = Step(
+            StepKind.UPDATE, f"{what}: {edit.describe()}", (call,), target=target, edits=(edit,)
+        )
+    return Plan(
+        action="controller ack",
+        nodes=(),
+        reason=reason,
+        user=user,
+        steps=(step,),
+        subject=what,
+    )
+
+
+@app.command("ack")
+def ack(
+    ctx: typer.Context,
+    reason: str = typer.Option(..., "--reason", help="what was looked at (on the annotation)"),
+    dry_run: bool = DryRunOption,
+    yes: bool = YesOption,
+    output: PlanFormat = PlanOutput,
+    namespace: str = NamespaceOption,
+) -> None:
+    """Lift the node-health blast cap or veto after an operator has looked: annotate
+    the state ConfigMap krea-ops-controller-state with krea.ai/ack-at, -by and -reason.
+    Audited like every write."""
+    console = console_of(ctx)
+    plan = plan_ack(console.cluster, namespace, reason=reason, user=console.user(), now=time.time())
+    run_plan(console, plan, dry_run=dry_run, yes=yes, output=output)
