@@ -293,6 +293,7 @@ class NodeHealthSnapshot:
     ack_at: float | None = None
     ack_by: str | None = None
     telemetry_error: str | None = None
+    read_at: Mapping[str, float] = field(default_factory=dict)  # input -> when read
 
 
 def no_evict_inputs() -> EvictInputs:
@@ -422,6 +423,10 @@ class NodeHealth:
             ack_at=ack_at,
             ack_by=ack_by,
             telemetry_error=fleet.telemetry_error,
+            read_at={
+                "nodes": now,
+                **({"telemetry": fleet.collected_at} if fleet.telemetry is not None else {}),
+            },
         )
 
     @staticmethod
@@ -514,6 +519,14 @@ class _Pass:
             "restored": restored,
             "marked": sorted(marked),
             "restoring": sorted(restoring),
+            # what `krea-ops controller status` shows
+            "cap": {
+                "quarantined_unacked": quarantined,
+                "limit": cap,
+                "reached": quarantined >= cap,
+                "acked_at": rfc3339(snap.ack_at) if snap.ack_at is not None else None,
+            },
+            "veto": {"active": bool(vetoed), "classes": dict(sorted(vetoed.items()))},
             "evicting": {
                 n: [_version(self.snap.evict.objs.get(n) or self.snap.nodes[n]), stamp]
                 for n in sorted(new - ours)
@@ -697,9 +710,9 @@ class _Pass:
         ours: set[str],
         onsets: Mapping[str, Mapping[str, float]],
         restored: Mapping[str, float],
-    ) -> tuple[int, bool]:
-        """Plan the evictions; return (nodes counted by the cap after them, whether a
-        veto holds)."""
+    ) -> tuple[int, dict[str, list[str]]]:
+        """Plan the evictions; return (nodes counted by the cap after them, the vetoed
+        finding classes and their nodes)."""
         snap, now, cfg = self.snap, self.now, self.cfg
         gpu_nodes = len(self.infos)
         ack = snap.ack_at
@@ -822,7 +835,7 @@ class _Pass:
                     tuple(capped),
                 )
             )
-        return counted, bool(vetoed)
+        return counted, vetoed
 
     def _redrain(self, ours: set[str]) -> None:
         """Nodes we quarantined whose pods were not all moved: drain them again."""
