@@ -493,19 +493,24 @@ def applied(base: list[Obj], tmp_path_factory: pytest.TempPathFactory) -> Iterat
         server.close()
 
 
-def _allowed(cluster: Cluster, controller: str, attributes: Obj) -> bool:
-    review = {
-        "apiVersion": "authorization.k8s.io/v1",
-        "kind": "SubjectAccessReview",
-        "spec": {
+def _allowed(cluster: Cluster, controller: str | None, attributes: Obj) -> bool:
+    """Whether controller's service account (None: a member of group krea-ops:readers)
+    may make the call ``attributes`` describe."""
+    if controller is None:
+        who: Obj = {"user": "someone", "groups": ["krea-ops:readers", "system:authenticated"]}
+    else:
+        who = {
             "user": f"system:serviceaccount:{NAMESPACE}:krea-ops-{controller}",
             "groups": [
                 "system:serviceaccounts",
                 f"system:serviceaccounts:{NAMESPACE}",
                 "system:authenticated",
             ],
-            "resourceAttributes": attributes,
-        },
+        }
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {**who, "resourceAttributes": attributes},
     }
     answer = cluster.request(
         "review", "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=review
@@ -572,6 +577,23 @@ def test_the_api_server_accepts_the_base_and_enforces_each_controllers_access(
                     more["name"] = target.format(lease=f"krea-ops-{name}", other=other)
                 attributes = _attributes(group, resource, verb, **more)
                 assert _allowed(cluster, name, attributes) is expected, (name, attributes)
+
+
+def test_readers_can_see_who_leads_and_change_nothing(applied: Cluster) -> None:
+    """``krea-ops controller status`` reads each Lease and the state ConfigMap."""
+    cluster = applied
+    for name in CONTROLLERS:
+        lease = _attributes(
+            "coordination.k8s.io", "leases", "get", namespace=NAMESPACE, name=f"krea-ops-{name}"
+        )
+        assert _allowed(cluster, None, lease)
+        assert not _allowed(cluster, None, {**lease, "verb": "update"})
+    state = _attributes(
+        "", "configmaps", "get", namespace=NAMESPACE, name="krea-ops-controller-state"
+    )
+    assert _allowed(cluster, None, state)
+    assert not _allowed(cluster, None, {**state, "verb": "patch"})
+    assert not _allowed(cluster, None, {**state, "name": "another"})
 
 
 def test_a_controllers_own_token_gets_exactly_its_access(applied: Cluster) -> None:
