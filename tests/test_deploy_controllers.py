@@ -314,6 +314,12 @@ def test_deployments_run_two_locked_down_replicas(base: list[Obj]) -> None:
         assert pod["securityContext"]["runAsUser"] == 65532
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         assert not pod.get("hostNetwork") and not pod.get("hostPID") and not pod.get("hostIPC")
+        # the leader and its stand-in on different nodes
+        (spread,) = pod["affinity"]["podAntiAffinity"][
+            "preferredDuringSchedulingIgnoredDuringExecution"
+        ]
+        assert spread["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+        assert spread["podAffinityTerm"]["labelSelector"] == spec["selector"]
         (container,) = pod["containers"]
         sc = container["securityContext"]
         assert sc["runAsNonRoot"] is True and sc["runAsUser"] == 65532
