@@ -399,14 +399,14 @@ def test_every_setting_in_the_config_map_is_one_the_controllers_read(
     from krea_ops.settings import Settings, load_settings
 
     data = _one(base, "ConfigMap", "krea-ops-config")["data"]
-    missing = set(yaml.safe_load(data["config.yaml"])) - {
-        f.name for f in dataclasses.fields(Settings)
-    }
+    settings = yaml.safe_load(data["config.yaml"])
+    missing = set(settings) - {f.name for f in dataclasses.fields(Settings)}
     if missing:
         pytest.skip(f"settings the controllers have not defined yet: {', '.join(sorted(missing))}")
     path = tmp_path / "config.yaml"
     path.write_text(data["config.yaml"])
-    load_settings(env={"KREA_OPS_CONFIG": str(path)})
+    loaded = load_settings(env={"KREA_OPS_CONFIG": str(path)})
+    assert {key: getattr(loaded, key) for key in settings} == settings
 
 
 # -- Kueue and the descheduler ----------------------------------------------------------------
