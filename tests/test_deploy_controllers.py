@@ -9,9 +9,11 @@ deploy/prometheus-operator/prometheusrules.yaml from deploy/prometheus/*.yaml.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -602,30 +604,36 @@ def test_readers_can_see_who_leads_and_change_nothing(applied: Cluster) -> None:
     assert not _allowed(cluster, None, {**state, "name": "another"})
 
 
+@contextlib.contextmanager
+def _own_cluster(admin: Cluster, controller: str) -> Iterator[Cluster]:
+    """A client that calls as ``controller``'s service account, with a token the API
+    server issues for it (TokenRequest), as the kubelet mounts one in its pod."""
+    from kubernetes import client
+
+    token = admin.request(
+        "token",
+        "POST",
+        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/krea-ops-{controller}/token",
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )
+    assert token.ok and token.body is not None, token.body
+    config = client.Configuration()
+    config.host = admin.api.configuration.host
+    config.ssl_ca_cert = admin.api.configuration.ssl_ca_cert
+    config.api_key = {"authorization": f"Bearer {token.body['status']['token']}"}
+    with client.ApiClient(config) as api:
+        yield Cluster(api, timeout_s=30)
+
+
 def test_a_controllers_own_token_gets_exactly_its_access(applied: Cluster) -> None:
     """With node-health's own service-account token (as in its pod): it takes its Lease,
     cordons a node; writing a ClusterQueue or deleting a pod is refused with 403."""
     cluster = applied
-    token = cluster.request(
-        "token",
-        "POST",
-        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/krea-ops-node-health/token",
-        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-    )
-    assert token.ok and token.body is not None, token.body
     create_node = cluster.request(
         "node", "POST", "/api/v1/nodes", body={"metadata": {"name": "gpu-node-000"}}
     )
     assert create_node.ok
-    api = cluster.api
-    config = type(api.configuration)()
-    config.host = api.configuration.host
-    config.ssl_ca_cert = api.configuration.ssl_ca_cert
-    config.api_key = {"authorization": f"Bearer {token.body['status']['token']}"}
-    from kubernetes import client
-
-    with client.ApiClient(config) as own_api:
-        own = Cluster(own_api, timeout_s=30)
+    with _own_cluster(cluster, "node-health") as own:
         lease = own.request(
             "lease",
             "POST",
@@ -725,3 +733,109 @@ if __name__ == "__main__":
     out = DEPLOY / "prometheus-operator" / "prometheusrules.yaml"
     out.write_text(prometheus_rules_text())
     print(f"wrote {out}")
+
+
+def test_node_health_with_its_own_token_quarantines_a_dead_node(applied: Cluster) -> None:
+    """node-health's pass, read to execution, as its own service account with the RBAC of
+    deploy/: a node NotReady for 10 minutes is cordoned, tainted and drained (a gang's
+    JobSet read, budgets listed, pods evicted, Events written), nothing refused."""
+    from krea_ops.controllers.base import Inputs
+    from krea_ops.controllers.node_health import NodeHealth
+    from krea_ops.health import HealthPolicy
+    from krea_ops.kube.times import rfc3339
+    from krea_ops.runbook.execute import execute
+    from tests.runbook.conftest import pod_names, pod_on
+
+    admin = applied
+    dead = "nh-node-002"
+    for i in range(8):
+        name = f"nh-node-{i:03d}"
+        made = admin.request("node", "POST", "/api/v1/nodes", body={"metadata": {"name": name}})
+        assert made.ok, made.body
+        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+        if name == dead:
+            ready = {
+                "type": "Ready",
+                "status": "Unknown",
+                "reason": "NodeStatusUnknown",
+                "lastTransitionTime": rfc3339(time.time() - 600),
+            }
+        status = admin.request(
+            "status",
+            "PATCH",
+            f"/api/v1/nodes/{name}/status",
+            body={
+                "status": {
+                    "capacity": {"nvidia.com/gpu": "8"},
+                    "allocatable": {"nvidia.com/gpu": "8"},
+                    "conditions": [ready],
+                }
+            },
+            content_type="application/merge-patch+json",
+        )
+        assert status.ok, status.body
+    jobset = admin.request(
+        "jobset",
+        "POST",
+        "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets",
+        body=JOBSET,
+    )
+    assert jobset.ok, jobset.body
+    pod_on(admin, dead, "web-0", labels={"app": "web"})
+    pod_on(
+        admin,
+        dead,
+        "run-1-workers-0-0",
+        labels={"jobset.sigs.k8s.io/jobset-name": "run-1"},
+        owned_by=("Job", "run-1-workers-0"),
+    )
+
+    with _own_cluster(admin, "node-health") as own:
+        user = f"system:serviceaccount:{NAMESPACE}:krea-ops-node-health"
+        controller = NodeHealth()
+        inputs = Inputs(cluster=own, source=None, policy=HealthPolicy(), user=user)
+        snapshot = controller.read(inputs, time.time())
+        assert snapshot.evict.nodes == (dead,)
+        assert {k: g.status for k, g in snapshot.evict.gangs.items()} == {("default", "run-1"): 200}
+        decision = controller.decide(snapshot, time.time(), {})
+        assert len(decision.plans) == 1, (decision.skipped, decision.alerts)
+        (plan,) = decision.plans
+        result = execute(own, plan)
+        assert result.status == "done", result
+    node = admin.get("node", f"/api/v1/nodes/{dead}")
+    assert node["spec"]["unschedulable"] is True
+    assert node["metadata"]["annotations"]["krea.ai/evicted-by"] == user
+    assert pod_names(admin, dead) == []
+    events = admin.get("events", "/api/v1/namespaces/default/events")["items"]
+    assert {e["reason"] for e in events if e["involvedObject"]["name"] == dead} >= {
+        "Cordoned",
+        "Drained",
+    }
+
+
+JOBSET: Obj = {
+    "apiVersion": "jobset.x-k8s.io/v1alpha2",
+    "kind": "JobSet",
+    "metadata": {"name": "run-1"},
+    "spec": {
+        # a rank evicted fails its Job (backoffLimit 0) and the JobSet restarts the gang
+        "failurePolicy": {"maxRestarts": 3},
+        "replicatedJobs": [
+            {
+                "name": "workers",
+                "replicas": 1,
+                "template": {
+                    "spec": {
+                        "backoffLimit": 0,
+                        "template": {
+                            "spec": {
+                                "restartPolicy": "Never",
+                                "containers": [{"name": "c", "image": "img:1"}],
+                            }
+                        },
+                    }
+                },
+            }
+        ],
+    },
+}
