@@ -96,6 +96,11 @@ PENDING_SETTINGS = frozenset(
         "node_health_veto_nodes",
         "node_health_veto_share",
         "node_health_veto_window_s",
+        "node_health_restore_after_s",
+        "node_health_cooldown_s",
+        "node_health_lemon_window_s",
+        "node_health_lemon_remediations",
+        "node_health_drain_timeout_s",
         "quota_sync_mode",
         "quota_sync_training_share",
         "quota_sync_headroom_gpus",
@@ -409,6 +414,24 @@ def test_every_setting_in_the_config_map_is_one_the_controllers_read(
     path.write_text(data["config.yaml"])
     loaded = load_settings(env={"KREA_OPS_CONFIG": str(path)})
     assert {key: getattr(loaded, key) for key in settings} == settings
+
+
+def test_node_health_settings_are_its_config_with_the_issues_limits(base: list[Obj]) -> None:
+    """The node_health_* settings are node-health's own (NodeHealthConfig), and say: blast
+    cap max(1 node, 2 %), veto at 3 nodes or 1 % within 60 s."""
+    from krea_ops.controllers.node_health import NodeHealthConfig
+
+    data = _one(base, "ConfigMap", "krea-ops-config")["data"]
+    prefix = "node_health_"
+    section = {
+        key.removeprefix(prefix): value
+        for key, value in yaml.safe_load(data["config.yaml"]).items()
+        if key.startswith(prefix)
+    }
+    config = NodeHealthConfig.from_mapping(section)
+    assert {key: getattr(config, key) for key in section} == section
+    assert [config.cap(n) for n in (10, 50, 100, 1500)] == [1, 1, 2, 30]
+    assert (config.veto_nodes, config.veto_share, config.veto_window_s) == (3, 0.01, 60.0)
 
 
 # -- Kueue and the descheduler ----------------------------------------------------------------
