@@ -127,6 +127,60 @@ class Settings:
         default=300.0,
         metadata=_doc("burst-taint: how long a threshold must hold before it acts, seconds"),
     )
+    node_health_cap_share: float = field(
+        default=0.02,
+        metadata=_doc(
+            "node-health: blast cap, the share of GPU nodes automation may hold quarantined "
+            "without an acknowledgement (with node_health_cap_min_nodes, the larger counts)"
+        ),
+    )
+    node_health_cap_min_nodes: int = field(
+        default=1, metadata=_doc("node-health: blast cap in nodes, at least this many")
+    )
+    node_health_veto_nodes: int = field(
+        default=3,
+        metadata=_doc(
+            "node-health: the same finding first seen on this many nodes within "
+            "node_health_veto_window_s vetoes evictions for it (one alert instead)"
+        ),
+    )
+    node_health_veto_share: float = field(
+        default=0.01,
+        metadata=_doc(
+            "node-health: or on this share of GPU nodes, whichever is fewer (at least 2)"
+        ),
+    )
+    node_health_veto_window_s: float = field(
+        default=60.0, metadata=_doc("node-health: the veto's window, seconds")
+    )
+    node_health_restore_after_s: float = field(
+        default=3600.0,
+        metadata=_doc(
+            "node-health: a node it quarantined that reads OK this long is restored, "
+            "seconds (0: never automatically)"
+        ),
+    )
+    node_health_cooldown_s: float = field(
+        default=21600.0,
+        metadata=_doc(
+            "node-health: after an operator's restore the node is not evicted again for "
+            "this long, seconds"
+        ),
+    )
+    node_health_lemon_window_s: float = field(
+        default=2419200.0,
+        metadata=_doc("node-health: evictions within this window count towards a lemon, s"),
+    )
+    node_health_lemon_remediations: int = field(
+        default=2,
+        metadata=_doc(
+            "node-health: this many evictions within the window label the node "
+            "krea.ai/lemon=true (kept out of training placement)"
+        ),
+    )
+    node_health_drain_timeout_s: float = field(
+        default=300.0, metadata=_doc("node-health: its evictions' --timeout, seconds")
+    )
     # --- health policy (krea_ops/health.py) ---
     health_hot_c: float = field(
         default=78.0, metadata=_doc("GPU temperature that throttles a run, deg C (BAD)")

@@ -124,6 +124,7 @@ from krea_ops.runbook.nodes import (
     update_step,
 )
 from krea_ops.runbook.plan import Plan
+from krea_ops.settings import Settings
 from krea_ops.training.manifests import LEMON_LABEL
 
 NAME = "node-health"
@@ -266,6 +267,26 @@ class NodeHealthConfig:
             raise BadInput("node-health setting veto_share: a share of the fleet, 0 to 1")
         return NodeHealthConfig(**out)
 
+    @staticmethod
+    def from_settings(settings: Settings) -> NodeHealthConfig:
+        """From the ``node_health_*`` settings (the ``bad_for_s`` windows keep their
+        defaults)."""
+        restore = settings.node_health_restore_after_s
+        return NodeHealthConfig.from_mapping(
+            {
+                "cap_share": settings.node_health_cap_share,
+                "cap_min_nodes": settings.node_health_cap_min_nodes,
+                "veto_nodes": settings.node_health_veto_nodes,
+                "veto_share": settings.node_health_veto_share,
+                "veto_window_s": settings.node_health_veto_window_s,
+                "restore_after_s": restore if restore > 0 else None,
+                "cooldown_s": settings.node_health_cooldown_s,
+                "lemon_window_s": settings.node_health_lemon_window_s,
+                "lemon_remediations": settings.node_health_lemon_remediations,
+                "drain_timeout_s": settings.node_health_drain_timeout_s,
+            }
+        )
+
     def cap(self, gpu_nodes: int) -> int:
         return max(self.cap_min_nodes, math.floor(gpu_nodes * self.cap_share + 1e-9))
 
@@ -384,6 +405,10 @@ class NodeHealth:
     """The node-health controller (module docstring)."""
 
     name = NAME
+
+    @staticmethod
+    def from_settings(settings: Settings) -> NodeHealth:
+        return NodeHealth(NodeHealthConfig.from_settings(settings))
 
     def __init__(self, config: NodeHealthConfig | None = None) -> None:
         self.config = config or NodeHealthConfig()
