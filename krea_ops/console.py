@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
+import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -378,6 +379,16 @@ class Console:
         from krea_ops.runbook.audit import kubeconfig_user
 
         return kubeconfig_user(self.settings.kubeconfig, self.settings.context)
+
+    def controllers(self) -> list[dict[str, object]]:
+        """The bundled controllers as ``krea-ops controller status -o json`` shows them:
+        which run (a Lease renewed within its duration), who leads, node-health's blast
+        cap and veto, the last action of each."""
+        from krea_ops.controllers.base import NAMESPACE
+        from krea_ops.controllers.status import controller_status
+
+        rows, _ = controller_status(self.cluster, NAMESPACE, time.time())
+        return rows
 
     def plan_evict(
         self,

@@ -40,6 +40,7 @@ from screens.messages import (
     ActionDone,
     ActionFailed,
     BurstLoaded,
+    ControllersLoaded,
     DataFailed,
     FleetLoaded,
     Loaded,
@@ -347,11 +348,18 @@ class KreaOpsApp(App[None]):
             return lambda: BurstLoaded(console.burst())
         if key == "training":
             return lambda: TrainingLoaded(console.training())
+        if key == "controllers":
+            read = console.controllers  # type: ignore[attr-defined]
+            return lambda: ControllersLoaded(read())
         raise KeyError(key)
 
     def wanted_kinds(self) -> list[str]:
-        """``fleet`` (the header needs it) and what the visible screen shows."""
+        """``fleet`` and ``controllers`` (the header shows them) and what the visible
+        screen shows. A console that cannot read the controllers' Leases (a recorded
+        fleet) leaves them out."""
         kinds = ["fleet"]
+        if callable(getattr(self.session, "controllers", None)):
+            kinds.append("controllers")
         screen = self.screen
         if isinstance(screen, DataScreen):
             kinds += [k for k in screen.kinds() if k not in kinds]

@@ -79,6 +79,16 @@ class TrainingLoaded(Loaded):
         self.runs = runs
 
 
+class ControllersLoaded(Loaded):
+    """The bundled controllers' status (``controller status``), for the header."""
+
+    KIND = "controllers"
+
+    def __init__(self, rows: list[dict[str, object]]) -> None:
+        super().__init__()
+        self.rows = rows
+
+
 class DataFailed(Message):
     """A read of ``key`` failed with a one-line ``error``."""
 

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from krea_ops import units
 from krea_ops.model import Severity
+from screens.messages import ControllersLoaded
 
 if TYPE_CHECKING:
     from screens.app import KreaOpsApp
@@ -63,8 +64,35 @@ def status_text(app: KreaOpsApp) -> Text:
         for sev in (Severity.BAD, Severity.UNKNOWN, Severity.SUSPECT):
             if counts[sev]:
                 out.append(f"  {sev}: {counts[sev]}", style=SEVERITY_STYLE[sev])
+    loaded = app.latest("controllers")
+    if isinstance(loaded, ControllersLoaded):
+        out.append_text(controllers_text(loaded.rows))
     if app.read_only:
         out.append("  [read-only]", style="bold")
+    return out
+
+
+def controllers_text(rows: list[dict[str, Any]]) -> Text:
+    """The header's controllers: how many of them run (a leader holds the Lease), and
+    node-health's blast cap and veto when they hold (red: automation is holding back)."""
+    out = Text("  controllers: ")
+    running = [r for r in rows if r.get("running")]
+    if not running:
+        out.append("none running", style="dim")
+        return out
+    out.append(f"{len(running)}/{len(rows)} led", style="green")
+    for row in rows:
+        cap = row.get("blast_cap") if row.get("running") else None
+        if isinstance(cap, dict) and cap.get("limit") is not None:
+            quarantined, limit = cap.get("quarantined_unacked", 0), cap["limit"]
+            style = "bold red" if cap.get("reached") else ""
+            out.append(f"  quarantined {quarantined}/{limit}", style=style)
+            if cap.get("reached"):
+                out.append(" (cap: controller ack lifts it)", style="red")
+        veto = row.get("veto") if row.get("running") else None
+        if isinstance(veto, dict) and veto.get("active"):
+            classes = ", ".join(sorted(veto.get("classes") or {}))
+            out.append(f"  VETO: {classes} (fleet-wide signal)", style="bold red")
     return out
 
 

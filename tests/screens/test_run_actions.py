@@ -273,3 +273,73 @@ def test_burst_screen_pauses_unpauses_and_refuses_a_migrate_with_no_room(
     assert not [
         r for r in map(json.loads, audit.read_text().splitlines()) if r["action"] == "burst migrate"
     ]
+
+
+def test_header_shows_the_controllers_and_a_reached_blast_cap(
+    sim: LocalApiServer, cluster: Cluster, tmp_path: Path
+) -> None:
+    """What the runner leaves in the cluster (its Lease renewed now, node-health's state
+    with the cap reached) reads in the header as controllers led and the cap in red;
+    with the Lease expired, none running."""
+    import time
+
+    from krea_ops.kube.times import rfc3339
+
+    create(cluster, "/api/v1/namespaces", {"metadata": {"name": "krea-ops"}})
+    leases = "/apis/coordination.k8s.io/v1/namespaces/krea-ops/leases"
+    now = rfc3339(time.time()).replace("Z", ".000000Z")
+    lease = create(
+        cluster,
+        leases,
+        {
+            "metadata": {"name": "krea-ops-node-health"},
+            "spec": {
+                "holderIdentity": "controllers-0-ab12",
+                "leaseDurationSeconds": 15,
+                "acquireTime": now,
+                "renewTime": now,
+            },
+        },
+    )
+    state = {"cap": {"quarantined_unacked": 1, "limit": 1, "reached": True},
+             "veto": {"active": False, "classes": {}}}  # fmt: skip
+    create(
+        cluster,
+        "/api/v1/namespaces/krea-ops/configmaps",
+        {"metadata": {"name": "krea-ops-controller-state"},
+         "data": {"node-health": json.dumps(state)}},
+    )  # fmt: skip
+
+    async def body() -> None:
+        app = make_app(sim, tmp_path / "audit.jsonl")
+
+        def header_with(text: str) -> str | None:
+            shown = str(app.screen.query_one("#status-bar").render())
+            return shown if text in shown else None
+
+        async with app.run_test(size=(200, 50)) as pilot:
+            header = await wait_until(
+                pilot,
+                lambda: header_with("controllers:"),
+            )
+            assert "controllers: 1/4 led" in header
+            assert "quarantined 1/1 (cap: controller ack lifts it)" in header
+
+            # the leader stopped renewing 20 s ago: its Lease has expired
+            old = rfc3339(time.time() - 20).replace("Z", ".000000Z")
+            cluster.request(
+                "renew",
+                "PATCH",
+                f"{leases}/krea-ops-node-health",
+                body={"spec": {"renewTime": old},
+                      "metadata": {"resourceVersion": lease["metadata"]["resourceVersion"]}},
+                content_type="application/merge-patch+json",
+            )  # fmt: skip
+            app.action_refresh_now()
+            header = await wait_until(
+                pilot,
+                lambda: header_with("none running"),
+            )
+            assert "quarantined" not in header
+
+    asyncio.run(body())
