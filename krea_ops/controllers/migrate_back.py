@@ -82,6 +82,8 @@ from krea_ops.runbook.plan import Severity as FindingSeverity
 
 NAME = "migrate-back"
 STATE_VERSION = 1
+# refills add up in floating point (ten of 0.1 make 0.999...): a token this close is whole
+TOKEN_EPSILON = 1e-6
 Obj = dict[str, Any]
 
 
@@ -323,11 +325,11 @@ class _Pace:
 
     def empty(self, keys: Sequence[str]) -> str | None:
         """The first of ``keys`` without a whole token, or None."""
-        return next((k for k in keys if self._get(k) < 1.0), None)
+        return next((k for k in keys if self._get(k) < 1.0 - TOKEN_EPSILON), None)
 
     def take(self, keys: Sequence[str]) -> None:
         for key in keys:
-            self.tokens[key] = self._get(key) - 1.0
+            self.tokens[key] = max(0.0, self._get(key) - 1.0)
 
     def next_token_s(self, key: str) -> float | None:
         bucket = self.bucket(key)
@@ -341,7 +343,7 @@ class _Pace:
         for key in sorted(self.tokens):
             bucket = self.bucket(key)
             if bucket is not None and self.tokens[key] < bucket.burst:
-                out[key] = {"tokens": round(self.tokens[key], 6), "at": self.now}
+                out[key] = {"tokens": self.tokens[key], "at": self.now}
         return out
 
 
