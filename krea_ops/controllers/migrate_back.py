@@ -40,7 +40,10 @@ Which pods are left, and why (``Skip.why``):
   from ``now`` and the stored time, so a restarted controller keeps its pace (the
   upstream descheduler resets its limits every cycle and has no rate). A bucket absent
   from the state is full; a full bucket is dropped from it; an unreadable entry counts
-  as empty (a corrupt state never buys a burst of evictions).
+  as empty (a corrupt state never buys a burst of evictions). A token is spent when the
+  move is planned: one the executor does not make (an earlier move blocked) is not
+  given back, so the pace errs slow. A runner that only prints plans (``--dry-run``)
+  should not keep the state it returns.
 
 Gauges: ``burst_disabled`` (1 while the taint holds), ``offsite_pods``,
 ``free_in_cluster_gpus`` (healthy room), ``moves_planned``, and
@@ -363,12 +366,28 @@ class MigrateBack:
         self.config = config or MigrateBackConfig()
 
     def read(self, inputs: Inputs, now: float) -> MigrateBackSnapshot:
-        """The virtual nodes (label-selected lists); while one carries the taint, also
-        every node, the active pods bound to nodes (for free GPUs), node health (a
-        verdicts-only telemetry read), the pods matching the selector and the budgets."""
+        """The virtual nodes (label-selected lists); while one carries the taint, the
+        pods matching the selector on each (field-selected lists); while any runs there,
+        also every node, the active pods bound to nodes (for free GPUs), node health (a
+        verdicts-only telemetry read), the pods matching the selector everywhere (Ready
+        counts) and the budgets. The taint can hold for hours with nothing offsite: those
+        passes cost a few small lists."""
         cluster = inputs.cluster
         virtual = tuple(info for info, _ in find_virtual_nodes(cluster))
         if not any(_disabled(v) for v in virtual):
+            return MigrateBackSnapshot(inputs.user, virtual)
+        offsite = [
+            pod
+            for v in virtual
+            for pod in pages(
+                cluster,
+                f"list pods matching {self.config.selector} on {v.name}",
+                "/api/v1/pods",
+                labelSelector=self.config.selector,
+                fieldSelector=f"spec.nodeName={v.name},status.phase=Running",
+            )
+        ]
+        if not offsite:
             return MigrateBackSnapshot(inputs.user, virtual)
         side = read_side(cluster, False, [v.name for v in virtual])
         fleet = load_fleet(
@@ -496,6 +515,8 @@ class MigrateBack:
             if ready_by_name.get(str(workload), 0) < was and now - at < config.floor_hold_s:
                 moves[str(workload)] = {"ready": was, "at": at}
 
+        if not offsite:
+            return done([], moves, [])
         open_nodes = [v for v in snapshot.virtual if v.ready is True and not _closed(v)]
         if open_nodes:
             for node in open_nodes:

@@ -235,6 +235,10 @@ def test_a_virtual_node_still_open_to_new_pods_holds_every_move() -> None:
 
     assert not decision.acts
     assert whys(decision) == {"node vk-1": "hold"}
+    # with nothing offsite there is nothing to hold either
+    world.pods = [mb_pod(f"serve-{i}", "gpu-a") for i in range(3)]
+    assert controller().decide(world.snapshot(), 0.0, {}).skipped == ()
+    world.pods = [mb_pod(f"serve-{i}", VK) for i in range(3)]
     # a paused node takes nothing new either: then the move goes ahead
     paused = mb_virtual(Taint(PAUSE_TAINT_KEY, "true", "NoSchedule"), name="vk-1")
     world.virtual = (mb_virtual(DISABLED), paused)
