@@ -584,6 +584,15 @@ class MigrateBack:
                     )
                 )
                 continue
+            # the pace first: a placement costs a sort of the nodes, and with an empty
+            # bucket every pod left would pay it for nothing
+            keys = _keys(pod)
+            empty = pace.empty(keys)
+            if empty is not None:
+                wait = pace.next_token_s(empty)
+                when = f"next token in {wait:.0f}s" if wait is not None else "no refill"
+                skipped.append(Skip(what, "pace", f"bucket {empty} is empty ({when})"))
+                continue
             target = room.place(pod)
             if target is None:
                 need = pod_gpus(pod.get("spec") or {})
@@ -595,14 +604,6 @@ class MigrateBack:
                         f"({room.total_free} free in all)",
                     )
                 )
-                continue
-            keys = _keys(pod)
-            empty = pace.empty(keys)
-            if empty is not None:
-                room.free[target] += pod_gpus(pod.get("spec") or {})  # not taken after all
-                wait = pace.next_token_s(empty)
-                when = f"next token in {wait:.0f}s" if wait is not None else "no refill"
-                skipped.append(Skip(what, "pace", f"bucket {empty} is empty ({when})"))
                 continue
             pace.take(keys)
             planned[workload] = planned.get(workload, 0) + 1
