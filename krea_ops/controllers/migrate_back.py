@@ -32,7 +32,12 @@ Which pods are left, and why (``Skip.why``):
   match its nodeSelector, and are not judged BAD by the health policy (UNKNOWN ones
   count as room while ``count_unknown``, as does every node when health cannot be read,
   which raises a ``stale-input`` alert); first fit, most free GPUs first, each planned
-  move taking its GPUs.
+  move taking its GPUs. A Kueue-managed pod (label ``kueue.x-k8s.io/queue-name``) also
+  needs quota: its replacement is admitted anew, on the first flavor of its
+  ClusterQueue with room (its unused quota, then what its cohort lends within its
+  borrowingLimit); where that is no in-cluster flavor (none has room, or the first with
+  room is the virtual nodes'), the replacement would go offsite again or wait Pending,
+  so the pod stays.
 - ``pace``: a token bucket is empty. One bucket for the cluster, one per namespace, one
   per workload (``kind namespace/name``); each holds at most ``burst`` tokens and
   refills at ``per_hour``; a move takes one token from all three. The buckets live in
@@ -69,8 +74,16 @@ from krea_ops.controllers.base import Alert, Decision, Inputs, Skip
 from krea_ops.errors import BadInput
 from krea_ops.fleet import load_fleet
 from krea_ops.health import severities
-from krea_ops.kube.cluster import node_info, pod_gpus
+from krea_ops.kube.cluster import MissingCrd, node_info, pod_gpus
 from krea_ops.model import NodeInfo, Severity
+from krea_ops.queue import (
+    KUEUE_GROUP,
+    KUEUE_VERSIONS,
+    ClusterQueueInfo,
+    LocalQueueInfo,
+    parse_cluster_queue,
+    parse_local_queue,
+)
 from krea_ops.runbook.burst import (
     Side,
     controller_of,
@@ -84,6 +97,7 @@ from krea_ops.runbook.plan import Finding, Plan, PodRef, Step
 from krea_ops.runbook.plan import Severity as FindingSeverity
 
 NAME = "migrate-back"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 STATE_VERSION = 1
 # refills add up in floating point (ten of 0.1 make 0.999...): a token this close is whole
 TOKEN_EPSILON = 1e-6
@@ -212,7 +226,9 @@ class MigrateBackSnapshot:
     (allocatable minus what active pods bound there ask for). ``severity``: the health
     policy's verdict per node, None when health could not be read (``health_error``).
     ``pods``: active pods matching the selector, wherever they run; ``budgets``: the
-    PodDisruptionBudgets. Pods and budgets are read only while the taint holds."""
+    PodDisruptionBudgets. ``kueue``: Kueue's queues where a pod to move is
+    Kueue-managed (None: none is, or Kueue is not installed). Pods and budgets are read
+    only while the taint holds and a pod runs offsite."""
 
     user: str
     virtual: tuple[NodeInfo, ...]
@@ -222,6 +238,121 @@ class MigrateBackSnapshot:
     health_error: str | None = None
     pods: tuple[Obj, ...] = ()
     budgets: tuple[Obj, ...] = ()
+    kueue: KueueQueues | None = None
+
+
+@dataclass(frozen=True)
+class KueueQueues:
+    """Kueue's ClusterQueues (quota, reservation, cohort), LocalQueues and each
+    ResourceFlavor's nodeLabels: what decides where Kueue admits a replacement."""
+
+    cluster_queues: tuple[ClusterQueueInfo, ...]
+    local_queues: tuple[LocalQueueInfo, ...]
+    flavor_labels: Mapping[str, Mapping[str, str]]
+
+
+def read_kueue(cluster: Any) -> KueueQueues | None:
+    """Three Kueue lists; None where Kueue is not installed."""
+    try:
+        cqs = cluster.custom_objects(KUEUE_GROUP, "clusterqueues", KUEUE_VERSIONS)
+        lqs = cluster.custom_objects(KUEUE_GROUP, "localqueues", KUEUE_VERSIONS)
+        flavors = cluster.custom_objects(KUEUE_GROUP, "resourceflavors", KUEUE_VERSIONS)
+    except MissingCrd:
+        return None
+    return KueueQueues(
+        tuple(parse_cluster_queue(o) for o in cqs),
+        tuple(parse_local_queue(o) for o in lqs),
+        {
+            str(_meta(f).get("name")): dict((f.get("spec") or {}).get("nodeLabels") or {})
+            for f in flavors
+        },
+    )
+
+
+class _Quota:
+    """Kueue's view of room: the GPU quota a Kueue-managed replacement can be admitted
+    on, flavor by flavor in its ClusterQueue's order (its own unused quota, then what
+    the other ClusterQueues of its cohort lend, within its borrowingLimit), less what
+    this pass's moves take. Hierarchical Cohorts' own quota is left out (it only adds
+    room, so the check errs strict)."""
+
+    def __init__(self, kueue: KueueQueues, virtual: Sequence[NodeInfo]) -> None:
+        self.kueue = kueue
+        self.virtual = virtual
+        self.taken: dict[tuple[str, str], int] = {}
+
+    def _offsite(self, flavor: str) -> bool:
+        labels = self.kueue.flavor_labels.get(flavor) or {}
+        return bool(labels) and any(
+            all(v.labels.get(k) == val for k, val in labels.items()) for v in self.virtual
+        )
+
+    def _available(self, cq: ClusterQueueInfo, flavor: str) -> float:
+        mine = cq.quota(flavor)
+        if mine is None or mine.nominal is None:
+            return 0.0
+        reserved = mine.reserved or 0.0
+        own = max(0.0, mine.nominal - reserved)
+        borrow = 0.0
+        if cq.cohort:
+            for other in self.kueue.cluster_queues:
+                theirs = other.quota(flavor)
+                if other.name == cq.name or other.cohort != cq.cohort or theirs is None:
+                    continue
+                unused = max(0.0, (theirs.nominal or 0.0) - (theirs.reserved or 0.0))
+                if theirs.lending_limit is not None:
+                    unused = min(unused, theirs.lending_limit)
+                borrow += unused - self.taken.get((other.name, flavor), 0)
+            if mine.borrowing_limit is not None:
+                borrowed = max(0.0, reserved - mine.nominal)
+                borrow = min(borrow, mine.borrowing_limit - borrowed)
+        return own + max(0.0, borrow) - self.taken.get((cq.name, flavor), 0)
+
+    def admit(self, pod: Obj) -> tuple[str | None, dict[str, str] | None, str | None]:
+        """Where Kueue would admit the pod's replacement: (``cq/flavor``, the
+        replacement's nodeSelector, None) in-cluster, else (None, None, why not). A pod
+        without Kueue's queue label: (None, None, None)."""
+        queue = (_meta(pod).get("labels") or {}).get(QUEUE_LABEL)
+        if not queue:
+            return None, None, None
+        namespace = _meta(pod).get("namespace")
+        lq = next(
+            (q for q in self.kueue.local_queues if q.namespace == namespace and q.name == queue),
+            None,
+        )
+        cq = next((c for c in self.kueue.cluster_queues if lq and c.name == lq.cluster_queue), None)
+        if cq is None:
+            return None, None, f"LocalQueue {namespace}/{queue} leads to no ClusterQueue"
+        need = pod_gpus(pod.get("spec") or {})
+        for quota in cq.gpu_quotas:
+            if self._available(cq, quota.flavor) < need:
+                continue
+            if self._offsite(quota.flavor):
+                return (
+                    None,
+                    None,
+                    (
+                        f"Kueue would admit its replacement on flavor {quota.flavor} "
+                        f"(offsite): ClusterQueue {cq.name} has no {need} GPUs of in-cluster "
+                        "quota free"
+                    ),
+                )
+            # the pod carries the node labels of the flavor it was admitted on (offsite);
+            # its replacement gets those of the flavor it is admitted on now
+            selector = dict((pod.get("spec") or {}).get("nodeSelector") or {})
+            for other in cq.gpu_quotas:
+                if self._offsite(other.flavor):
+                    for key, value in (self.kueue.flavor_labels.get(other.flavor) or {}).items():
+                        if selector.get(key) == value:
+                            del selector[key]
+            selector.update(self.kueue.flavor_labels.get(quota.flavor) or {})
+            return f"{cq.name}/{quota.flavor}", selector, None
+        return None, None, f"ClusterQueue {cq.name} has no {need} GPUs of quota free"
+
+    def take(self, admitted: str, pod: Obj) -> None:
+        cq, _, flavor = admitted.partition("/")
+        key = (cq, flavor)
+        self.taken[key] = self.taken.get(key, 0) + pod_gpus(pod.get("spec") or {})
 
 
 def _disabled(node: NodeInfo) -> bool:
@@ -411,6 +542,7 @@ class MigrateBack:
         budgets = pages(
             cluster, "list poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets"
         )
+        managed = any(QUEUE_LABEL in (_meta(p).get("labels") or {}) for p in offsite)
         return MigrateBackSnapshot(
             user=inputs.user,
             virtual=virtual,
@@ -420,6 +552,7 @@ class MigrateBack:
             health_error=health_error,
             pods=tuple(pods),
             budgets=tuple(budgets),
+            kueue=read_kueue(cluster) if managed else None,
         )
 
     def decide(
@@ -533,6 +666,7 @@ class MigrateBack:
 
         steps: list[Step] = []
         planned: dict[str, int] = {}  # workload -> moves planned this pass
+        quota = _Quota(snapshot.kueue, snapshot.virtual) if snapshot.kueue else None
         virtual_order = tuple(sorted(virtual_names))
         for pod in order_back(offsite):
             what = f"pod {_what(pod)}"
@@ -593,7 +727,16 @@ class MigrateBack:
                 when = f"next token in {wait:.0f}s" if wait is not None else "no refill"
                 skipped.append(Skip(what, "pace", f"bucket {empty} is empty ({when})"))
                 continue
-            target = room.place(pod)
+            admitted, selector = None, None
+            if quota is not None:
+                admitted, selector, refused = quota.admit(pod)
+                if refused is not None:
+                    skipped.append(Skip(what, "no-room", refused))
+                    continue
+            probe = pod
+            if selector is not None:  # placed as its replacement will be
+                probe = {**pod, "spec": {**(pod.get("spec") or {}), "nodeSelector": selector}}
+            target = room.place(probe)
             if target is None:
                 need = pod_gpus(pod.get("spec") or {})
                 skipped.append(
@@ -605,11 +748,20 @@ class MigrateBack:
                     )
                 )
                 continue
+            if quota is not None and admitted is not None:
+                quota.take(admitted, pod)
             pace.take(keys)
             planned[workload] = planned.get(workload, 0) + 1
             moves[workload] = {"ready": ready_by_name.get(workload, 0), "at": now}
             steps.append(
-                move_step(pod, target, virtual_order, ready_now - 1, config.move_timeout_s)
+                move_step(
+                    pod,
+                    target,
+                    virtual_order,
+                    ready_now - 1,
+                    config.move_timeout_s,
+                    node_selector=selector,
+                )
             )
         findings: list[Finding] = []
         if steps:

@@ -341,7 +341,9 @@ class MoveSpec:
     """What the executor needs to pace one move: the pod's workload (its controller's
     UID and a selector to list its pods), the nodes of the side it goes to (``to``:
     ``in-cluster`` or ``virtual``), the Ready count the workload must not fall below,
-    and the GPUs it needs there."""
+    and the GPUs it needs there. ``node_selector``: the nodeSelector its replacement
+    will have, where it differs from the pod's (Kueue admits the replacement anew and
+    gives it its flavor's node labels); None: the pod's own."""
 
     namespace: str
     controller_uid: str
@@ -351,6 +353,7 @@ class MoveSpec:
     virtual_nodes: tuple[str, ...]
     ready_floor: int
     gpus: int
+    node_selector: tuple[tuple[str, str], ...] | None = None
 
 
 def order_back(pods: list[Obj]) -> list[Obj]:
@@ -656,10 +659,12 @@ def move_step(
     timeout_s: float,
     *,
     back: bool = True,
+    node_selector: Mapping[str, str] | None = None,
 ) -> Step:
     """The MIGRATE step that moves ``pod`` (``--back``: home, where ``target`` has room
     now; else offsite), never taking its workload below ``ready_floor`` Ready pods, and
-    waits for its replacement Ready on the other side (``run_move`` paces it). The
+    waits for its replacement Ready on the other side (``run_move`` paces it).
+    ``node_selector``: the replacement's, where it is not the pod's (``MoveSpec``). The
     migrate-back controller builds its plans from it too."""
     meta = _meta(pod)
     ns, name, uid = str(meta.get("namespace")), str(meta.get("name")), str(meta.get("uid"))
@@ -703,6 +708,7 @@ def move_step(
             tuple(virtual_nodes),
             ready_floor,
             gpus,
+            None if node_selector is None else tuple(sorted(node_selector.items())),
         ),
     )
 
@@ -782,7 +788,11 @@ def run_move(
         return "blocked", [problem], problem
     there_before = counts[-1][1]
     side = read_side(cluster, move.to == "virtual", move.virtual_nodes)
-    if side.place(current) is None:
+    probe = current
+    if move.node_selector is not None:  # the replacement's, not the pod's
+        spec = {**(current.get("spec") or {}), "nodeSelector": dict(move.node_selector)}
+        probe = {**current, "spec": spec}
+    if side.place(probe) is None:
         where = "in-cluster" if move.to == "in-cluster" else "offsite"
         problem = f"pod {pod.what} not moved: no {where} GPU is free for it now"
         return "blocked", [problem], problem

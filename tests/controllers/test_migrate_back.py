@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from krea_ops.burst import (
 from krea_ops.controllers.base import Decision, Inputs
 from krea_ops.controllers.migrate_back import (
     Bucket,
+    KueueQueues,
     MigrateBack,
     MigrateBackConfig,
     MigrateBackSnapshot,
@@ -30,6 +32,7 @@ from krea_ops.errors import BadInput
 from krea_ops.health import HealthPolicy
 from krea_ops.kube.cluster import Cluster
 from krea_ops.model import NodeInfo, Severity, Taint
+from krea_ops.queue import parse_cluster_queue, parse_local_queue
 from krea_ops.runbook.execute import execute
 from krea_ops.runbook.plan import StepKind
 from krea_ops.sim.world import burst
@@ -334,6 +337,98 @@ def test_a_budget_that_allows_no_disruption_leaves_its_pods() -> None:
     assert all(not m.startswith("serving/serve") for m in moves(decision))
     assert [w for t, w in whys(decision).items() if "serve-" in t] == ["budget"] * 3
     assert moves(decision) == ["serving/other-0", "serving/other-1", "serving/other-2"]
+
+
+# -- Kueue-managed inference: its replacement needs quota in-cluster ----------------------------
+
+
+def mb_cq(name: str, quotas: dict[str, tuple[int, int]], **limits: Any) -> Any:
+    """A ClusterQueue in cohort ``gpu``: flavor -> (nominal, reserved) GPUs."""
+    return parse_cluster_queue(
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "cohortName": "gpu",
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["nvidia.com/gpu"],
+                        "flavors": [
+                            {
+                                "name": f,
+                                "resources": [
+                                    {"name": "nvidia.com/gpu", "nominalQuota": str(n), **limits}
+                                ],
+                            }
+                            for f, (n, _) in quotas.items()
+                        ],
+                    }
+                ],
+            },
+            "status": {
+                "flavorsReservation": [
+                    {"name": f, "resources": [{"name": "nvidia.com/gpu", "total": str(r)}]}
+                    for f, (_, r) in quotas.items()
+                ]
+            },
+        }
+    )
+
+
+def mb_kueue(training_reserved: int, **inference_limits: Any) -> KueueQueues:
+    return KueueQueues(
+        cluster_queues=(
+            mb_cq("training", {"h200": (24, training_reserved)}),
+            mb_cq("inference", {"h200": (8, 8), "burst": (16, 3)}, **inference_limits),
+        ),
+        local_queues=(
+            parse_local_queue(
+                {
+                    "metadata": {"name": "inference", "namespace": "serving"},
+                    "spec": {"clusterQueue": "inference"},
+                }
+            ),
+        ),
+        flavor_labels={"h200": {"krea.ai/pool": "h200"}, "burst": {"type": "virtual-kubelet"}},
+    )
+
+
+def mb_kueue_pod(name: str) -> dict[str, Any]:
+    """An offsite pod Kueue admitted on the burst flavor (its node labels injected)."""
+    pod = mb_pod(name, VK)
+    pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "inference"
+    pod["spec"]["nodeSelector"] = {"type": "virtual-kubelet", "disk": "nvme"}
+    return pod
+
+
+def test_kueue_managed_pods_move_only_as_far_as_in_cluster_quota_goes() -> None:
+    world = Little({"gpu-a": 8})
+    world.nodes["gpu-a"]["metadata"]["labels"]["disk"] = "nvme"
+    world.pods = [mb_kueue_pod(f"serve-{i}") for i in range(4)]
+
+    def decide(kueue: KueueQueues) -> Decision:
+        snap = world.snapshot()
+        return controller().decide(replace(snap, kueue=kueue), 0.0, {})
+
+    # the inference queue's h200 quota is all reserved and training lends nothing: Kueue
+    # would admit the replacements on burst again (offsite)
+    full = decide(mb_kueue(training_reserved=24))
+    assert not full.acts
+    assert set(whys(full).values()) == {"no-room"}
+    assert "on flavor burst (offsite)" in full.skipped[0].detail
+    # training leaves 2 GPUs unused: inference borrows them in the cohort, two come home
+    two = decide(mb_kueue(training_reserved=22))
+    assert moves(two) == ["serving/serve-0", "serving/serve-1"]
+    assert whys(two) == {"pod serving/serve-2": "no-room", "pod serving/serve-3": "no-room"}
+    # placed, and paced by the executor, as the replacement will be: h200's labels, not
+    # the burst flavor's, and the pod's own
+    (plan,) = two.plans
+    assert plan.steps[0].move is not None
+    assert dict(plan.steps[0].move.node_selector or ()) == {
+        "krea.ai/pool": "h200",
+        "disk": "nvme",
+    }
+    # a borrowing limit of 0: nothing to borrow
+    assert not decide(mb_kueue(training_reserved=0, borrowingLimit="0")).acts
 
 
 # -- the pace, over simulated hours ---------------------------------------------------------------
