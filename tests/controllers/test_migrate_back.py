@@ -6,6 +6,8 @@ and simulated hours, then one pass against the simulated world."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -37,18 +39,9 @@ from krea_ops.runbook.execute import execute
 from krea_ops.runbook.plan import StepKind
 from krea_ops.sim.world import burst
 from krea_ops.sim.world.actor import WorldConfig
+from krea_ops.sim.world.training import submit_training
 from krea_ops.sim.world.world import SimWorld
-from tests.burst.test_runbook_world import (
-    CHEAP,
-    MID,
-    NO_DEPLOYMENTS,
-    NS,
-    cordon,
-    deployment,
-    ready_where,
-    request,
-    vk_node,
-)
+from tests.burst.test_runbook_world import CHEAP, MID, NO_DEPLOYMENTS, request, vk_node
 from tests.conftest import wait_for
 from tests.runbook.test_nodes import assert_plan_was_run
 
@@ -569,57 +562,106 @@ def test_settings_from_a_mapping_and_one_line_errors() -> None:
 # -- against the simulated world --------------------------------------------------------------
 
 
+def mb_serving(cluster: Cluster) -> list[dict[str, Any]]:
+    body = cluster.get("pods", "/api/v1/namespaces/inference/pods", labelSelector="app=serve")
+    return [p for p in body["items"] if not p["metadata"].get("deletionTimestamp")]
+
+
+def mb_ready_where(cluster: Cluster) -> tuple[int, int]:
+    """(Ready pods of ``serve`` in-cluster, Ready on the virtual node)."""
+    ready = [p for p in mb_serving(cluster) if mb_is_ready(p)]
+    offsite = sum(1 for p in ready if p["spec"].get("nodeName") == burst.VK_NODE)
+    return len(ready) - offsite, offsite
+
+
+def mb_is_ready(pod: dict[str, Any]) -> bool:
+    return any(
+        c["type"] == "Ready" and c["status"] == "True"
+        for c in pod["status"].get("conditions") or ()
+    )
+
+
+def mb_training_pods(cluster: Cluster) -> int:
+    body = cluster.get("pods", "/api/v1/namespaces/training/pods")
+    return sum(1 for p in body["items"] if p["status"].get("phase") == "Running")
+
+
 @pytest.fixture
-def mb_offsite_world(tmp_path: Path) -> Iterator[tuple[SimWorld, Cluster]]:
-    """Three Ready replicas of ``serve`` on the virtual node (the in-cluster nodes were
-    cordoned while they were placed, and are uncordoned now)."""
-    config = WorldConfig(nodes=2, speed=120, providers=(CHEAP, MID), extra=NO_DEPLOYMENTS)
-    with SimWorld(config, tmp_path, parts=("cluster", "burst")) as world:
+def mb_kueue_world(tmp_path: Path) -> Iterator[tuple[SimWorld, Cluster]]:
+    """Two 8-GPU nodes with the simulated Kueue and virtual kubelet. A training took
+    every in-cluster GPU, so Kueue admitted the three replicas of the Kueue-managed
+    inference Deployment ``serve`` on the burst flavor (offsite); then the training
+    ended: the GPUs and the quota are free."""
+    service = burst.InferenceService("serve", "img:1", "1", "1Gi", 1, 3, 1.0, 12.0)
+    manifest = burst.deployment_manifest(service, 3)
+    manifest["metadata"].pop("annotations")  # no autoscaler: three replicas stay
+    manifest["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 5
+    config = WorldConfig(
+        nodes=2,
+        speed=120,
+        providers=(CHEAP, MID),
+        exporters=False,
+        prometheus=False,
+        extra={**NO_DEPLOYMENTS, "slow_burners": False},
+    )
+    with SimWorld(config, tmp_path, parts=("cluster", "kueue", "burst")) as world:
         cluster = Cluster(world.client, timeout_s=30)
         wait_for(lambda: vk_node(cluster), timeout=30)
-        nodes = [
-            n["metadata"]["name"]
-            for n in cluster.get("nodes", "/api/v1/nodes", labelSelector="type!=virtual-kubelet")[
-                "items"
-            ]
-        ]
-        cordon(cluster, nodes, True)
-        request(cluster, "POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
-        request(cluster, "POST", f"/apis/apps/v1/namespaces/{NS}/deployments", deployment(3))
-        wait_for(lambda: ready_where(cluster) == (0, 3), timeout=60)
-        cordon(cluster, nodes, False)
+        submit_training(world.client, "big", nodes=2)
+        wait_for(lambda: mb_training_pods(cluster) == 2, timeout=60)
+        request(cluster, "POST", "/apis/apps/v1/namespaces/inference/deployments", manifest)
+        wait_for(lambda: mb_ready_where(cluster) == (0, 3), timeout=60)
+        path = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/training/jobsets/big"
+        assert cluster.request("delete jobset", "DELETE", path).ok
+        wait_for(lambda: mb_training_pods(cluster) == 0, timeout=60)
         yield world, cluster
 
 
-def test_against_the_simulator_a_pod_comes_home_at_the_pace(
-    mb_offsite_world: tuple[SimWorld, Cluster],
+def test_against_the_simulator_kueue_managed_inference_comes_home_at_the_pace(
+    mb_kueue_world: tuple[SimWorld, Cluster],
 ) -> None:
-    _, cluster = mb_offsite_world
+    _, cluster = mb_kueue_world
     mb = MigrateBack(MigrateBackConfig(cluster=Bucket(per_hour=1.0, burst=1.0), move_timeout_s=120))
     inputs = Inputs(cluster, None, HealthPolicy(), "system:serviceaccount:krea-ops:migrate-back")
 
-    # no taint yet: the pass reads the virtual node only and plans nothing
+    # no burst-disabled taint yet: nothing is planned
     assert not mb.decide(mb.read(inputs, 0.0), 0.0, {}).acts
 
-    taints = (vk_node(cluster) or {})["spec"]["taints"]
+    node = vk_node(cluster) or {}
     ours = {"key": DISABLED_TAINT_KEY, "value": DISABLED_TAINT_VALUE, "effect": "NoSchedule"}
-    request(
-        cluster,
-        "PATCH",
-        f"/api/v1/nodes/{burst.VK_NODE}",
-        {"spec": {"taints": [*taints, ours]}},
-        True,
-    )
+    taints = {"spec": {"taints": [*node["spec"]["taints"], ours]}}
+    request(cluster, "PATCH", f"/api/v1/nodes/{burst.VK_NODE}", taints, True)
     decision = mb.decide(mb.read(inputs, 0.0), 0.0, {})
     (plan,) = decision.plans
-    assert [str(s.kind) for s in plan.steps] == ["migrate"]  # one token: one pod
+    (step,) = plan.steps  # one token: one pod
+    assert step.kind is StepKind.MIGRATE and step.move is not None
+    # Kueue admitted it offsite with the burst flavor's labels; its replacement gets h200's
+    assert dict(step.move.node_selector or ()) == {"krea.ai/pool": "h200"}
 
-    result = execute(cluster, plan)
+    samples: list[tuple[int, int]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            samples.append(mb_ready_where(cluster))
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        result = execute(cluster, plan)
+    finally:
+        done.set()
+        sampler.join()
 
     assert result.status == "done", result.as_dict()
     assert_plan_was_run(plan, result)
-    assert wait_for(lambda: ready_where(cluster) == (1, 2), timeout=30)
-    # the next pass, a minute later, waits for the bucket; nothing else was touched
+    assert min(a + b for a, b in samples) >= 3 - 1  # never below its Ready count minus one
+    assert wait_for(lambda: mb_ready_where(cluster) == (1, 2), timeout=30)
+    home = [p for p in mb_serving(cluster) if p["spec"].get("nodeName") != burst.VK_NODE]
+    assert [p["spec"].get("nodeSelector") for p in home] == [{"krea.ai/pool": "h200"}]
+    # the next pass, a minute later (after a restart: the state through JSON), waits for
+    # the bucket; the taint is as it was
     state = json.loads(json.dumps(decision.state))
     later = mb.decide(mb.read(inputs, 60.0), 60.0, state)
     assert not later.acts
