@@ -9,7 +9,9 @@ between the configured ClusterQueues.
 Schedulable GPUs of a flavor: the allocatable ``nvidia.com/gpu`` of the nodes its
 ``nodeLabels`` select that are Ready, not cordoned, carry no NoSchedule/NoExecute taint
 the flavor does not tolerate (its ``tolerations`` and ``nodeTaints``; our quarantine
-taint ``krea.ai/unhealthy`` is one) and are not judged BAD by the health policy
+taint ``krea.ai/unhealthy`` is one; ``ignore_taints``, default ``krea.ai/burst-out``,
+which ``burst migrate --out`` sets only to steer inference off nodes it clears for a
+training, are not) and are not judged BAD by the health policy
 (``krea_ops.queue.flavor_capacity`` decides, as ``queue list`` shows it). Nodes whose
 health is UNKNOWN count while ``count_unknown`` (an exporter that stops answering is no
 reason to withdraw quota); when health cannot be read at all, nodes are judged by Ready,
@@ -45,7 +47,7 @@ gauges. Gauges: ``schedulable_gpus{flavor}``, ``nominal_gpus{cluster_queue,flavo
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -54,6 +56,7 @@ from krea_ops.errors import BadInput
 from krea_ops.fleet import load_fleet
 from krea_ops.health import severities
 from krea_ops.kube.cluster import GPU_RESOURCE, MissingCrd
+from krea_ops.model import NodeInfo, Severity
 from krea_ops.queue import KUEUE_GROUP, KUEUE_VERSIONS, FlavorCapacity, flavor_capacity
 from krea_ops.runbook.plan import Plan
 from krea_ops.runbook.quota import QuotaChange, lending_limit, nominal_quota, plan_quota
@@ -63,6 +66,9 @@ STATE_VERSION = 1
 APPLY, RECOMMEND = "apply", "recommend"
 # The bundled Kueue setup (deploy/): training and inference ClusterQueues on h200.
 DEFAULT_SPLIT = {"h200": {"training": 0.75, "inference": 0.25}}
+# Taints that steer pods without taking capacity away: ``burst migrate --out`` keeps
+# inference replacements off the nodes it clears for a training, for the move's duration.
+IGNORED_TAINTS = ("krea.ai/burst-out",)
 
 Obj = dict[str, Any]
 
@@ -143,7 +149,8 @@ class QuotaSyncConfig:
     ceiling}}``. ``headroom``, ``floor``, ``ceiling``: the defaults of every flavor
     (GPUs). ``mode``: ``apply`` or ``recommend``. ``raise_after_s`` / ``lower_after_s``:
     how long a higher / lower target must hold before it is written. ``count_unknown``:
-    nodes whose health is UNKNOWN are capacity."""
+    nodes whose health is UNKNOWN are capacity. ``ignore_taints``: taint keys that do not
+    take a node's GPUs out of capacity (steering taints)."""
 
     flavors: tuple[FlavorSplit, ...] = field(
         default_factory=lambda: tuple(FlavorSplit(f, s) for f, s in DEFAULT_SPLIT.items())
@@ -155,6 +162,7 @@ class QuotaSyncConfig:
     raise_after_s: float = 120.0
     lower_after_s: float = 0.0
     count_unknown: bool = True
+    ignore_taints: tuple[str, ...] = IGNORED_TAINTS
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> QuotaSyncConfig:
@@ -174,6 +182,11 @@ class QuotaSyncConfig:
         count_unknown = values.get("count_unknown", True)
         if not isinstance(count_unknown, bool):
             raise BadInput(f"{NAME}: count_unknown must be true or false")
+        ignore = values.get("ignore_taints", list(IGNORED_TAINTS))
+        if not isinstance(ignore, list | tuple) or not all(
+            isinstance(k, str) and k for k in ignore
+        ):
+            raise BadInput(f"{NAME}: ignore_taints must be a list of taint keys")
         base = cls(
             flavors=(),
             mode=mode,
@@ -183,6 +196,7 @@ class QuotaSyncConfig:
             raise_after_s=_seconds("raise_after_s", values.get("raise_after_s", 120.0)),
             lower_after_s=_seconds("lower_after_s", values.get("lower_after_s", 0.0)),
             count_unknown=count_unknown,
+            ignore_taints=tuple(ignore),
         )
         raw = values.get("flavors", DEFAULT_SPLIT)
         if not isinstance(raw, Mapping) or not raw:
@@ -196,15 +210,31 @@ class QuotaSyncConfig:
 
 @dataclass(frozen=True)
 class QuotaSyncSnapshot:
-    """One pass's reading: the ClusterQueues and Cohorts as the API has them (name ->
-    object), each ResourceFlavor's capacity now, and why node health is missing."""
+    """One pass's reading: the ClusterQueues, Cohorts and ResourceFlavors as the API has
+    them (name -> object), every node, the health policy's verdict per node (None when
+    health could not be read: ``health_error`` says why)."""
 
     user: str
     api_version: str
     cluster_queues: Mapping[str, Obj]
     cohorts: Mapping[str, Obj]
-    flavors: Mapping[str, FlavorCapacity]
+    flavors: Mapping[str, Obj]
+    nodes: tuple[NodeInfo, ...]
+    severity: Mapping[str, Severity] | None = None
     health_error: str | None = None
+
+    def capacity(self, flavor: str, ignore_taints: Sequence[str] = ()) -> FlavorCapacity | None:
+        """The flavor's nodes and which are capacity (``queue.flavor_capacity``), taints
+        with a key in ``ignore_taints`` tolerated."""
+        obj = self.flavors.get(flavor)
+        if obj is None:
+            return None
+        if ignore_taints:
+            spec = dict(obj.get("spec") or {})
+            extra = [{"key": key, "operator": "Exists"} for key in ignore_taints]
+            spec["tolerations"] = [*(spec.get("tolerations") or ()), *extra]
+            obj = {**obj, "spec": spec}
+        return flavor_capacity(obj, self.nodes, None, self.severity)
 
 
 def _name(obj: Mapping[str, Any]) -> str:
@@ -286,9 +316,16 @@ class QuotaSync:
         health_error = fleet.telemetry_error
         if inputs.source is None and health_error is None:
             health_error = "no telemetry source"
-        severity = None if health_error else severities(fleet.views)
-        flavors = {_name(f): flavor_capacity(f, nodes, None, severity) for f in flavor_objs}
-        return QuotaSyncSnapshot(inputs.user, version, cqs, cohorts, flavors, health_error)
+        return QuotaSyncSnapshot(
+            inputs.user,
+            version,
+            cqs,
+            cohorts,
+            {_name(f): f for f in flavor_objs},
+            tuple(nodes),
+            None if health_error else severities(fleet.views),
+            health_error,
+        )
 
     def decide(self, snapshot: QuotaSyncSnapshot, now: float, state: Mapping[str, Any]) -> Decision:
         config = self.config
@@ -309,7 +346,7 @@ class QuotaSync:
             )
         for split in config.flavors:
             flavor = split.flavor
-            cap = snapshot.flavors.get(flavor)
+            cap = snapshot.capacity(flavor, config.ignore_taints)
             if cap is None:
                 skipped.append(
                     Skip(f"flavor {flavor}", "missing", f"no ResourceFlavor {flavor}: nothing set")

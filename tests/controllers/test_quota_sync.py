@@ -23,7 +23,6 @@ from krea_ops.errors import BadInput
 from krea_ops.health import HealthPolicy
 from krea_ops.kube.cluster import Cluster
 from krea_ops.model import NodeInfo, Severity, Taint
-from krea_ops.queue import flavor_capacity
 from krea_ops.runbook.execute import execute
 from krea_ops.runbook.plan import StepKind
 from krea_ops.runbook.quota import SetNominalQuota, nominal_quota
@@ -77,7 +76,9 @@ def qs_snapshot(
         api_version="v1beta2",
         cluster_queues={c["metadata"]["name"]: c for c in cqs},
         cohorts=dict(cohorts or {}),
-        flavors={"h200": flavor_capacity(H200, nodes, None, severity)},
+        flavors={"h200": H200},
+        nodes=tuple(nodes),
+        severity=severity,
     )
 
 
@@ -200,6 +201,11 @@ def test_bad_nodes_are_not_capacity_unknown_ones_are_unless_told_otherwise() -> 
     # our quarantine taint takes a node out too
     tainted = [qs_node(0, taints=(Taint("krea.ai/unhealthy", "xid-79", "NoSchedule"),)), *FOUR[1:]]
     assert written(sync().decide(qs_snapshot(tainted, IN_STEP), 0.0, {}))["training"] == 18
+    # but not the taint burst migrate --out steers inference with: those GPUs are being
+    # cleared for a training, which needs the quota
+    steering = [qs_node(0, taints=(Taint("krea.ai/burst-out", "true", "NoSchedule"),)), *FOUR[1:]]
+    assert not sync().decide(qs_snapshot(steering, IN_STEP), 0.0, {}).acts
+    assert sync(ignore_taints=()).decide(qs_snapshot(steering, IN_STEP), 0.0, {}).acts
 
 
 def test_recommend_mode_writes_nothing_and_says_what_it_would_set() -> None:
