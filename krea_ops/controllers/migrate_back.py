@@ -32,12 +32,12 @@ Which pods are left, and why (``Skip.why``):
   match its nodeSelector, and are not judged BAD by the health policy (UNKNOWN ones
   count as room while ``count_unknown``, as does every node when health cannot be read,
   which raises a ``stale-input`` alert); first fit, most free GPUs first, each planned
-  move taking its GPUs. A Kueue-managed pod (label ``kueue.x-k8s.io/queue-name``) also
-  needs quota: its replacement is admitted anew, on the first flavor of its
-  ClusterQueue with room (its unused quota, then what its cohort lends within its
-  borrowingLimit); where that is no in-cluster flavor (none has room, or the first with
-  room is the virtual nodes'), the replacement would go offsite again or wait Pending,
-  so the pod stays.
+  move taking its GPUs and leaving at least ``keep_free_gpus`` free. A Kueue-managed
+  pod (label ``kueue.x-k8s.io/queue-name``) also needs quota: its replacement is
+  admitted anew, on the first flavor of its ClusterQueue with room (its unused quota,
+  then what its cohort lends within its borrowingLimit); where that is no in-cluster
+  flavor (none has room, or the first with room is the virtual nodes'), the replacement
+  would go offsite again or wait Pending, so the pod stays.
 - ``pace``: a token bucket is empty. One bucket for the cluster, one per namespace, one
   per workload (``kind namespace/name``); each holds at most ``burst`` tokens and
   refills at ``per_hour``; a move takes one token from all three. The buckets live in
@@ -167,7 +167,9 @@ class MigrateBackConfig:
     never moved, it would go dark). ``move_timeout_s``: how long one move may wait for
     its budget, then for its replacement Ready. ``count_unknown``: nodes whose health
     cannot be judged count as room. ``floor_hold_s``: how long a workload whose last
-    replacement is not Ready is left alone at most."""
+    replacement is not Ready is left alone at most. ``keep_free_gpus``: healthy
+    in-cluster GPUs no move may take (room kept for a training that waits; burst-taint's
+    low threshold keeps the two from working against each other)."""
 
     selector: str = INFERENCE_SELECTOR
     cluster: Bucket = field(default_factory=lambda: Bucket(per_hour=60.0, burst=4.0))
@@ -177,6 +179,7 @@ class MigrateBackConfig:
     move_timeout_s: float = 300.0
     count_unknown: bool = True
     floor_hold_s: float = 3600.0
+    keep_free_gpus: int = 0
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> MigrateBackConfig:
@@ -199,6 +202,9 @@ class MigrateBackConfig:
             raise BadInput(f"{NAME}: min_ready must be a whole number >= 0")
         timeout = _number("move_timeout_s", values.get("move_timeout_s", base.move_timeout_s))
         hold = _number("floor_hold_s", values.get("floor_hold_s", base.floor_hold_s))
+        keep = _number("keep_free_gpus", values.get("keep_free_gpus", base.keep_free_gpus))
+        if keep < 0 or not float(keep).is_integer():
+            raise BadInput(f"{NAME}: keep_free_gpus must be a whole number >= 0")
         if timeout <= 0 or hold < 0:
             raise BadInput(f"{NAME}: move_timeout_s must be > 0 and floor_hold_s >= 0")
         count_unknown = values.get("count_unknown", base.count_unknown)
@@ -213,6 +219,7 @@ class MigrateBackConfig:
             move_timeout_s=timeout,
             count_unknown=count_unknown,
             floor_hold_s=hold,
+            keep_free_gpus=int(keep),
         )
 
 
@@ -745,6 +752,18 @@ class MigrateBack:
                         "no-room",
                         f"no healthy in-cluster node has {need} GPUs free for it "
                         f"({room.total_free} free in all)",
+                    )
+                )
+                continue
+            if room.total_free < config.keep_free_gpus:
+                need = pod_gpus(pod.get("spec") or {})
+                room.free[target] += need  # not taken after all
+                skipped.append(
+                    Skip(
+                        what,
+                        "no-room",
+                        f"its {need} GPUs would leave {room.total_free - need} free in-cluster, "
+                        f"below keep_free_gpus {config.keep_free_gpus}",
                     )
                 )
                 continue

@@ -297,6 +297,11 @@ def test_only_pods_that_fit_on_healthy_in_cluster_gpus_move() -> None:
     assert moves(decision) == ["serving/a-0"]
     assert whys(decision) == {"pod serving/b-0": "no-room", "pod serving/c-0": "no-room"}
     assert decision.gauges["free_in_cluster_gpus"] == 1
+    # room kept free for a training: none of it is taken
+    world.free["gpu-a"] = 3
+    kept = controller(keep_free_gpus=2).decide(world.snapshot(), 0.0, {})
+    assert moves(kept) == ["serving/a-0"]
+    assert "below keep_free_gpus 2" in next(s.detail for s in kept.skipped if "b-0" in s.target)
 
 
 def test_unknown_nodes_count_as_room_unless_configured_not_to() -> None:
