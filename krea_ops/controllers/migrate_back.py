@@ -50,9 +50,10 @@ Which pods are left, and why (``Skip.why``):
   given back, so the pace errs slow. A runner that only prints plans (``--dry-run``)
   should not keep the state it returns.
 
-Gauges: ``burst_disabled`` (1 while the taint holds), ``offsite_pods``,
-``free_in_cluster_gpus`` (healthy room), ``moves_planned``, and
-``bucket_tokens{bucket="..."}`` per bucket in the state.
+Gauges: ``burst_disabled`` (1 while the taint holds); while it holds,
+``offsite_pods``, ``free_in_cluster_gpus`` (healthy room), ``moves_planned``,
+``cluster_bucket_tokens`` and ``empty_buckets`` (buckets, of any kind, without a whole
+token).
 """
 
 from __future__ import annotations
@@ -599,8 +600,14 @@ class MigrateBack:
             gauges["moves_planned"] = float(len(steps))
             buckets = pace.stored()
             new_state = {"version": STATE_VERSION, "buckets": buckets, "moves": dict(moves)}
-            for key, entry in buckets.items():
-                gauges[f'bucket_tokens{{bucket="{key}"}}'] = float(entry["tokens"])
+            # the cluster's bucket always (a gauge left out keeps its last value); the
+            # namespaces' and workloads' as one count (one series each would be unbounded)
+            gauges["cluster_bucket_tokens"] = float(
+                buckets.get("cluster", {}).get("tokens", config.cluster.burst)
+            )
+            gauges["empty_buckets"] = float(
+                sum(1 for e in buckets.values() if e["tokens"] < 1.0 - TOKEN_EPSILON)
+            )
             plans: tuple[Plan, ...] = ()
             if steps:
                 refs: dict[str, list[PodRef]] = {}

@@ -487,6 +487,8 @@ def test_the_buckets_survive_a_restart_through_json() -> None:
     assert "next token in 1200s" in next(s.detail for s in restarted.skipped if s.why == "pace")
     # (forgetting the state would have bought a fresh burst)
     assert controller(**config).decide(world.snapshot(), 1600.0, {}).acts
+    assert restarted.gauges["cluster_bucket_tokens"] == pytest.approx(1 / 3)
+    assert restarted.gauges["empty_buckets"] == 1
     # half an hour after the first move, the token is back
     later = controller(**config).decide(world.snapshot(), 2800.0, json.loads(json.dumps(stored)))
     assert moves(later) == ["serving/serve-1"]
