@@ -183,6 +183,21 @@ class MigrateBackConfig:
     keep_free_gpus: int = 0
 
     @classmethod
+    def from_settings(cls, settings: Any) -> MigrateBackConfig:
+        """From the krea-ops settings: ``migrate_back_cluster_per_minute``,
+        ``migrate_back_namespace_per_minute``, ``migrate_back_workload_per_minute`` (each
+        bucket's refill; a setting the settings do not have keeps the default)."""
+        base = cls()
+        section: dict[str, Any] = {}
+        for kind in ("cluster", "namespace", "workload"):
+            rate = getattr(settings, f"migrate_back_{kind}_per_minute", None)
+            if rate is not None:
+                default: Bucket = getattr(base, kind)
+                per_hour = _number(f"migrate_back_{kind}_per_minute", rate) * 60.0
+                section[kind] = {"per_hour": per_hour, "burst": default.burst}
+        return cls.from_mapping(section)
+
+    @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> MigrateBackConfig:
         """From the settings file's section; BadInput (one line) on anything wrong."""
         if data is None:
@@ -503,6 +518,11 @@ class MigrateBack:
 
     def __init__(self, config: MigrateBackConfig | None = None) -> None:
         self.config = config or MigrateBackConfig()
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> MigrateBack:
+        """The runner's way in: ``MigrateBackConfig.from_settings``."""
+        return cls(MigrateBackConfig.from_settings(settings))
 
     def read(self, inputs: Inputs, now: float) -> MigrateBackSnapshot:
         """The virtual nodes (label-selected lists); while one carries the taint, the

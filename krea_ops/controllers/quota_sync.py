@@ -165,6 +165,37 @@ class QuotaSyncConfig:
     ignore_taints: tuple[str, ...] = IGNORED_TAINTS
 
     @classmethod
+    def from_settings(cls, settings: Any) -> QuotaSyncConfig:
+        """From the krea-ops settings: ``quota_sync_mode``, ``quota_sync_training_share``
+        (ClusterQueue ``training`` gets that share of flavor ``h200``, ``inference`` the
+        rest; 1: training alone is managed), ``quota_sync_headroom_gpus``,
+        ``quota_sync_floor_gpus``, ``quota_sync_ceiling_gpus``; or
+        ``quota_sync_flavors`` (the ``flavors`` mapping of ``from_mapping``) where the
+        settings have it. A setting the settings do not have keeps the default."""
+        section: dict[str, Any] = {}
+        for key, name in (
+            ("mode", "quota_sync_mode"),
+            ("headroom", "quota_sync_headroom_gpus"),
+            ("floor", "quota_sync_floor_gpus"),
+            ("ceiling", "quota_sync_ceiling_gpus"),
+            ("flavors", "quota_sync_flavors"),
+        ):
+            value = getattr(settings, name, None)
+            if value is not None:
+                section[key] = value
+        share = getattr(settings, "quota_sync_training_share", None)
+        if share is not None and "flavors" not in section:
+            if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+                raise BadInput(
+                    f"{NAME}: quota_sync_training_share must be in (0, 1], not {share!r}"
+                )
+            split = {"training": float(share)}
+            if share < 1:
+                split["inference"] = round(1.0 - float(share), 9)
+            section["flavors"] = {"h200": split}
+        return cls.from_mapping(section)
+
+    @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> QuotaSyncConfig:
         """From the settings file's section; BadInput (one line) on anything wrong."""
         if data is None:
@@ -286,6 +317,11 @@ class QuotaSync:
 
     def __init__(self, config: QuotaSyncConfig | None = None) -> None:
         self.config = config or QuotaSyncConfig()
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> QuotaSync:
+        """The runner's way in: ``QuotaSyncConfig.from_settings``."""
+        return cls(QuotaSyncConfig.from_settings(settings))
 
     def read(self, inputs: Inputs, now: float) -> QuotaSyncSnapshot:
         """Kueue's ClusterQueues, ResourceFlavors and Cohorts (three lists; Cohorts only

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -564,6 +565,19 @@ def test_settings_from_a_mapping_and_one_line_errors() -> None:
         with pytest.raises(BadInput) as error:
             MigrateBackConfig.from_mapping(bad)
         assert words in str(error.value) and "\n" not in str(error.value)
+
+
+def test_settings_from_the_krea_ops_settings_per_minute() -> None:
+    # the deploy's settings file names one refill rate per bucket, in moves per minute
+    settings = SimpleNamespace(
+        migrate_back_cluster_per_minute=4.0, migrate_back_workload_per_minute=0.5
+    )
+    config = MigrateBack.from_settings(settings).config
+    assert config.cluster == Bucket(per_hour=240.0, burst=MigrateBackConfig().cluster.burst)
+    assert config.workload.per_hour == 30.0
+    assert config.namespace == MigrateBackConfig().namespace  # not set: the default
+    with pytest.raises(BadInput, match="migrate_back_cluster_per_minute must be a number"):
+        MigrateBackConfig.from_settings(SimpleNamespace(migrate_back_cluster_per_minute="x"))
 
 
 # -- against the simulated world --------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -276,6 +277,27 @@ def test_settings_from_a_mapping_and_one_line_errors() -> None:
         with pytest.raises(BadInput) as error:
             QuotaSyncConfig.from_mapping(bad)
         assert words in str(error.value) and "\n" not in str(error.value)
+
+
+def test_settings_from_the_krea_ops_settings() -> None:
+    settings = SimpleNamespace(
+        quota_sync_mode="recommend",
+        quota_sync_training_share=0.75,
+        quota_sync_headroom_gpus=0,
+        quota_sync_floor_gpus=8,
+        quota_sync_ceiling_gpus=4096,
+    )
+    config = QuotaSync.from_settings(settings).config
+    assert config.mode == "recommend"
+    assert config.flavors == (
+        FlavorSplit("h200", {"training": 0.75, "inference": 0.25}, 0, 8, 4096),
+    )
+    # a training share of 1: the inference queue's quota is not managed (it borrows)
+    alone = QuotaSyncConfig.from_settings(SimpleNamespace(quota_sync_training_share=1))
+    assert alone.flavors == (FlavorSplit("h200", {"training": 1.0}),)
+    assert QuotaSyncConfig.from_settings(SimpleNamespace()) == QuotaSyncConfig()
+    with pytest.raises(BadInput, match="quota_sync_training_share must be in"):
+        QuotaSyncConfig.from_settings(SimpleNamespace(quota_sync_training_share=1.5))
 
 
 # -- against the simulated Kueue ---------------------------------------------------------------
