@@ -51,9 +51,9 @@ Which pods are left, and why (``Skip.why``):
   should not keep the state it returns.
 
 Gauges: ``burst_disabled`` (1 while the taint holds); while it holds,
-``offsite_pods``, ``free_in_cluster_gpus`` (healthy room), ``moves_planned``,
-``cluster_bucket_tokens`` and ``empty_buckets`` (buckets, of any kind, without a whole
-token).
+``offsite_pods``, ``moves_planned``, ``cluster_bucket_tokens`` and ``empty_buckets``
+(buckets, of any kind, without a whole token); while pods also run offsite,
+``free_in_cluster_gpus`` (healthy room).
 """
 
 from __future__ import annotations
@@ -605,16 +605,6 @@ class MigrateBack:
         ]
         gauges["offsite_pods"] = float(len(offsite))
         room = _room(snapshot, config.count_unknown)
-        gauges["free_in_cluster_gpus"] = float(room.total_free)
-        if snapshot.health_error:
-            how = "counted as room" if config.count_unknown else "not counted as room"
-            alerts.append(
-                Alert(
-                    "stale-input",
-                    f"node health unread ({snapshot.health_error}); in-cluster nodes are "
-                    f"judged by Ready, cordon and taints only and {how}",
-                )
-            )
 
         def done(steps: list[Step], moves: Mapping[str, Any], findings: list[Finding]) -> Decision:
             gauges["moves_planned"] = float(len(steps))
@@ -682,8 +672,18 @@ class MigrateBack:
             if ready_by_name.get(str(workload), 0) < was and now - at < config.floor_hold_s:
                 moves[str(workload)] = {"ready": was, "at": at}
 
-        if not offsite:
+        if not offsite:  # (the in-cluster nodes were not read)
             return done([], moves, [])
+        gauges["free_in_cluster_gpus"] = float(room.total_free)
+        if snapshot.health_error:
+            how = "counted as room" if config.count_unknown else "not counted as room"
+            alerts.append(
+                Alert(
+                    "stale-input",
+                    f"node health unread ({snapshot.health_error}); in-cluster nodes are "
+                    f"judged by Ready, cordon and taints only and {how}",
+                )
+            )
         open_nodes = [v for v in snapshot.virtual if v.ready is True and not _closed(v)]
         if open_nodes:
             for node in open_nodes:
