@@ -117,7 +117,7 @@ def mb_pod(
     }
 
 
-class Little:
+class MbModel:
     """Nodes, pods and budgets as a pass reads them; ``run`` plays the executor: each move
     evicts the pod and starts its replacement on the node the plan found room on, Ready
     after ``ready_after`` passes."""
@@ -214,7 +214,7 @@ def moves(decision: Decision) -> list[str]:
 
 
 def test_without_the_burst_disabled_taint_nothing_moves_and_nothing_is_skipped() -> None:
-    world = Little({"gpu-a": 8}, mb_virtual(), mb_virtual(name="vk-1"))
+    world = MbModel({"gpu-a": 8}, mb_virtual(), mb_virtual(name="vk-1"))
     world.pods = [mb_pod(f"serve-{i}", VK) for i in range(3)]
 
     decision = controller().decide(world.snapshot(), 0.0, {})
@@ -225,7 +225,7 @@ def test_without_the_burst_disabled_taint_nothing_moves_and_nothing_is_skipped()
 
 def test_a_virtual_node_still_open_to_new_pods_holds_every_move() -> None:
     # the other virtual node would take the replacements: moving now just churns
-    world = Little({"gpu-a": 8}, mb_virtual(DISABLED), mb_virtual(name="vk-1"))
+    world = MbModel({"gpu-a": 8}, mb_virtual(DISABLED), mb_virtual(name="vk-1"))
     world.pods = [mb_pod(f"serve-{i}", VK) for i in range(3)]
 
     decision = controller().decide(world.snapshot(), 0.0, {})
@@ -243,7 +243,7 @@ def test_a_virtual_node_still_open_to_new_pods_holds_every_move() -> None:
 
 
 def test_a_plan_is_migrate_steps_that_wait_for_the_replacement_within_the_floor() -> None:
-    world = Little({"gpu-a": 8})
+    world = MbModel({"gpu-a": 8})
     world.pods = [mb_pod(f"serve-{i}", VK) for i in range(3)]
 
     decision = controller().decide(world.snapshot(), 0.0, {})
@@ -267,7 +267,7 @@ def test_a_plan_is_migrate_steps_that_wait_for_the_replacement_within_the_floor(
 
 
 def test_a_single_replica_is_never_moved_it_would_go_dark() -> None:
-    world = Little({"gpu-a": 8})
+    world = MbModel({"gpu-a": 8})
     world.pods = [mb_pod("solo-0", VK, workload="solo")]
 
     decision = controller().decide(world.snapshot(), 0.0, {})
@@ -281,7 +281,7 @@ def test_a_single_replica_is_never_moved_it_would_go_dark() -> None:
 
 
 def test_only_pods_that_fit_on_healthy_in_cluster_gpus_move() -> None:
-    world = Little({"gpu-a": 1, "gpu-bad": 8})
+    world = MbModel({"gpu-a": 1, "gpu-bad": 8})
     world.severity = {"gpu-a": Severity.OK, "gpu-bad": Severity.BAD}
     world.pods = [
         mb_pod("a-0", VK, workload="a", price=3.0),
@@ -306,7 +306,7 @@ def test_only_pods_that_fit_on_healthy_in_cluster_gpus_move() -> None:
 
 
 def test_unknown_nodes_count_as_room_unless_configured_not_to() -> None:
-    world = Little({"gpu-a": 8})
+    world = MbModel({"gpu-a": 8})
     world.severity = None  # the telemetry could not be read
     world.pods = [mb_pod(f"serve-{i}", VK) for i in range(3)]
 
@@ -320,7 +320,7 @@ def test_unknown_nodes_count_as_room_unless_configured_not_to() -> None:
 
 
 def test_a_budget_that_allows_no_disruption_leaves_its_pods() -> None:
-    world = Little({"gpu-a": 8})
+    world = MbModel({"gpu-a": 8})
     world.pods = [mb_pod(f"serve-{i}", VK) for i in range(3)]
     world.pods += [mb_pod(f"other-{i}", VK, workload="other") for i in range(3)]
     world.budgets = [
@@ -400,7 +400,7 @@ def mb_kueue_pod(name: str) -> dict[str, Any]:
 
 
 def test_kueue_managed_pods_move_only_as_far_as_in_cluster_quota_goes() -> None:
-    world = Little({"gpu-a": 8})
+    world = MbModel({"gpu-a": 8})
     world.nodes["gpu-a"]["metadata"]["labels"]["disk"] = "nvme"
     world.pods = [mb_kueue_pod(f"serve-{i}") for i in range(4)]
 
@@ -434,7 +434,7 @@ def test_kueue_managed_pods_move_only_as_far_as_in_cluster_quota_goes() -> None:
 
 
 def test_the_pace_follows_the_cluster_bucket_over_hours() -> None:
-    world = Little({"gpu-a": 8, "gpu-b": 8})
+    world = MbModel({"gpu-a": 8, "gpu-b": 8})
     world.pods = [mb_pod(f"serve-{i}", VK) for i in range(16)]
     mb = controller(cluster=Bucket(per_hour=6.0, burst=2.0))
     state: Mapping[str, Any] = {}
@@ -450,7 +450,7 @@ def test_the_pace_follows_the_cluster_bucket_over_hours() -> None:
 
 
 def test_namespace_and_workload_buckets_pace_each_on_its_own() -> None:
-    world = Little({"gpu-a": 8, "gpu-b": 8})
+    world = MbModel({"gpu-a": 8, "gpu-b": 8})
     world.pods = [mb_pod(f"a-{i}", VK, workload="a", namespace="ns1") for i in range(4)]
     world.pods += [mb_pod(f"b-{i}", VK, workload="b", namespace="ns1") for i in range(4)]
     world.pods += [mb_pod(f"c-{i}", VK, workload="c", namespace="ns2") for i in range(4)]
@@ -473,7 +473,7 @@ def test_namespace_and_workload_buckets_pace_each_on_its_own() -> None:
 
 
 def test_the_buckets_survive_a_restart_through_json() -> None:
-    world = Little({"gpu-a": 8})
+    world = MbModel({"gpu-a": 8})
     world.pods = [mb_pod(f"serve-{i}", VK) for i in range(8)]
     config = {"cluster": Bucket(per_hour=2.0, burst=1.0)}
 
@@ -496,7 +496,7 @@ def test_the_buckets_survive_a_restart_through_json() -> None:
 
 
 def test_a_corrupt_or_future_state_never_buys_a_burst() -> None:
-    world = Little({"gpu-a": 8})
+    world = MbModel({"gpu-a": 8})
     world.pods = [mb_pod(f"serve-{i}", VK) for i in range(4)]
     mb = controller(cluster=Bucket(per_hour=1.0, burst=3.0))
     corrupt = {"buckets": {"cluster": {"tokens": "lots", "at": None}}}
@@ -510,7 +510,7 @@ def test_a_corrupt_or_future_state_never_buys_a_burst() -> None:
 
 
 def test_never_below_ready_minus_one_while_replacements_take_their_time() -> None:
-    world = Little({"gpu-a": 8, "gpu-b": 8})
+    world = MbModel({"gpu-a": 8, "gpu-b": 8})
     world.pods = [mb_pod(f"serve-{i}", VK) for i in range(6)]
     mb = controller()  # buckets never in the way: only the floor holds it back
     state: Mapping[str, Any] = {}
@@ -532,7 +532,7 @@ def test_never_below_ready_minus_one_while_replacements_take_their_time() -> Non
 
 
 def test_a_workload_scaled_down_meanwhile_is_not_held_forever() -> None:
-    world = Little({"gpu-a": 8})
+    world = MbModel({"gpu-a": 8})
     world.pods = [mb_pod(f"serve-{i}", VK) for i in range(4)]
     mb = controller(floor_hold_s=600.0)
     first = mb.decide(world.snapshot(), 0.0, {})
