@@ -5,7 +5,8 @@ to 40" into one ``UPDATE`` step per ClusterQueue: a read-modify-write whose edit
 (``SetNominalQuota``) change that one ``nominalQuota`` and nothing else, sent as a merge
 patch carrying the ``resourceVersion`` read (409: read again, edit again), so a quota
 someone changed meanwhile is never written over blindly, and a run that finds the value
-already there writes nothing.
+already there writes nothing. Each is followed by an audit Event ``QuotaSynced`` about
+the ClusterQueue (what changed, and the capacity it stands on).
 
 Kueue's rules kept: the quota is written as a whole-number quantity string; a
 ``lendingLimit`` above the new quota is lowered to it (Kueue's webhook refuses a
@@ -25,10 +26,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from krea_ops.kube.cluster import GPU_RESOURCE
+from krea_ops.kube.events import ObjectRef
 from krea_ops.kube.quantity import number
 from krea_ops.kube.writes import Target, custom_object, merge_patch
 from krea_ops.runbook.execute import about
-from krea_ops.runbook.plan import Call, Finding, Plan, Severity, Step, StepKind
+from krea_ops.runbook.nodes import EVENTS_OF_NODES
+from krea_ops.runbook.plan import Call, EventSpec, Finding, Plan, Severity, Step, StepKind
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 ACTION = "quota-sync"
@@ -182,6 +185,7 @@ def plan_quota(
                 edits=edits,
             )
         )
+        steps.append(_event_step(obj, api_version, f"{', '.join(parts)}: {'; '.join(whys)}"))
     return Plan(
         action=ACTION,
         nodes=(),
@@ -190,6 +194,25 @@ def plan_quota(
         steps=tuple(steps),
         findings=tuple(findings),
         subject="clusterqueue " + ", ".join(sorted(by_cq)) if by_cq else "clusterqueues",
+    )
+
+
+def _event_step(obj: Obj, api_version: str, note: str) -> Step:
+    """The audit Event about the ClusterQueue (cluster-scoped: it lives in ``default``,
+    as Kubernetes puts Events about nodes)."""
+    ref = ObjectRef.of(obj, kind="ClusterQueue", api_version=f"{KUEUE_GROUP}/{api_version}")
+    ref = ObjectRef(ref.kind, ref.name, "", ref.uid, ref.api_version)  # not a version
+    call = Call(
+        "POST",
+        f"/api/v1/namespaces/{EVENTS_OF_NODES}/events",
+        f"event about clusterqueue {ref.name}",
+        f"audit: Event QuotaSynced on clusterqueue {ref.name}",
+    )
+    return Step(
+        StepKind.EVENT,
+        f"record Event QuotaSynced on clusterqueue {ref.name}",
+        (call,),
+        event=EventSpec(ref, "SetQuota", "QuotaSynced", note),
     )
 
 

@@ -99,8 +99,10 @@ def written(decision: Decision) -> dict[str, int]:
     """ClusterQueue -> the h200 GPU quota its planned patch sets."""
     out = {}
     for plan in decision.plans:
-        for step in plan.steps:
-            assert step.kind is StepKind.UPDATE
+        # each write, then the audit Event about it
+        kinds = [s.kind for s in plan.steps]
+        assert kinds == [StepKind.UPDATE, StepKind.EVENT] * (len(kinds) // 2)
+        for step in plan.steps[::2]:
             (call,) = step.calls
             assert call.method == "PATCH" and call.precondition == "resourceVersion 7"
             name = call.path.rsplit("/", 1)[1]
@@ -361,6 +363,12 @@ def test_against_the_simulator_quota_follows_a_node_cordoned_and_restored(
     qs_cordon(cluster, "gpu-node-000", True)
     assert one_pass(60.0).acts
     assert qs_quotas(cluster) == {"training": 6, "inference": 2}
+    events = cluster.get("events", "/api/v1/namespaces/default/events")["items"]
+    synced = [e for e in events if e["reason"] == "QuotaSynced"]
+    assert {e["involvedObject"]["name"] for e in synced} == {"training", "inference"}
+    training = next(e for e in synced if e["involvedObject"]["name"] == "training")
+    assert training["involvedObject"]["kind"] == "ClusterQueue"
+    assert "h200 nvidia.com/gpu nominalQuota 12 -> 6" in training["message"]
 
     qs_cordon(cluster, "gpu-node-000", False)
     assert one_pass(120.0).acts
