@@ -262,6 +262,8 @@ class MigrateBackSnapshot:
     pods: tuple[Obj, ...] = ()
     budgets: tuple[Obj, ...] = ()
     kueue: KueueQueues | None = None
+    # input -> when it was last read (the runner's last-read gauge; base.ReadTimes)
+    read_at: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -533,8 +535,9 @@ class MigrateBack:
         passes cost a few small lists."""
         cluster = inputs.cluster
         virtual = tuple(info for info, _ in find_virtual_nodes(cluster))
+        read_at = {"virtual_nodes": now}
         if not any(_disabled(v) for v in virtual):
-            return MigrateBackSnapshot(inputs.user, virtual)
+            return MigrateBackSnapshot(inputs.user, virtual, read_at=read_at)
         offsite = [
             pod
             for v in virtual
@@ -546,8 +549,9 @@ class MigrateBack:
                 fieldSelector=f"spec.nodeName={v.name},status.phase=Running",
             )
         ]
+        read_at["offsite_pods"] = now
         if not offsite:
-            return MigrateBackSnapshot(inputs.user, virtual)
+            return MigrateBackSnapshot(inputs.user, virtual, read_at=read_at)
         side = read_side(cluster, False, [v.name for v in virtual])
         fleet = load_fleet(
             cluster,
@@ -571,6 +575,12 @@ class MigrateBack:
             cluster, "list poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets"
         )
         managed = any(QUEUE_LABEL in (_meta(p).get("labels") or {}) for p in offsite)
+        kueue = read_kueue(cluster) if managed else None
+        read_at.update(nodes=now, pods=now, budgets=now)
+        if managed:
+            read_at["kueue"] = now
+        if not health_error:
+            read_at["telemetry"] = now
         return MigrateBackSnapshot(
             user=inputs.user,
             virtual=virtual,
@@ -580,7 +590,8 @@ class MigrateBack:
             health_error=health_error,
             pods=tuple(pods),
             budgets=tuple(budgets),
-            kueue=read_kueue(cluster) if managed else None,
+            kueue=kueue,
+            read_at=read_at,
         )
 
     def decide(

@@ -253,6 +253,8 @@ class QuotaSyncSnapshot:
     nodes: tuple[NodeInfo, ...]
     severity: Mapping[str, Severity] | None = None
     health_error: str | None = None
+    # input -> when it was last read (the runner's last-read gauge; base.ReadTimes)
+    read_at: Mapping[str, float] = field(default_factory=dict)
 
     def capacity(self, flavor: str, ignore_taints: Sequence[str] = ()) -> FlavorCapacity | None:
         """The flavor's nodes and which are capacity (``queue.flavor_capacity``), taints
@@ -361,6 +363,7 @@ class QuotaSync:
             tuple(nodes),
             None if health_error else severities(fleet.views),
             health_error,
+            {"kueue": now, "nodes": now, **({} if health_error else {"telemetry": now})},
         )
 
     def decide(self, snapshot: QuotaSyncSnapshot, now: float, state: Mapping[str, Any]) -> Decision:

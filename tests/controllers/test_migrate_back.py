@@ -652,7 +652,17 @@ def test_against_the_simulator_kueue_managed_inference_comes_home_at_the_pace(
     ours = {"key": DISABLED_TAINT_KEY, "value": DISABLED_TAINT_VALUE, "effect": "NoSchedule"}
     taints = {"spec": {"taints": [*node["spec"]["taints"], ours]}}
     request(cluster, "PATCH", f"/api/v1/nodes/{burst.VK_NODE}", taints, True)
-    decision = mb.decide(mb.read(inputs, 0.0), 0.0, {})
+    snapshot = mb.read(inputs, 0.0)
+    # what the runner exports as each input's last read (no telemetry here)
+    assert set(snapshot.read_at) == {
+        "virtual_nodes",
+        "offsite_pods",
+        "nodes",
+        "pods",
+        "budgets",
+        "kueue",
+    }
+    decision = mb.decide(snapshot, 0.0, {})
     (plan,) = decision.plans
     (step,) = plan.steps  # one token: one pod
     assert step.kind is StepKind.MIGRATE and step.move is not None

@@ -356,6 +356,7 @@ def test_against_the_simulator_quota_follows_a_node_cordoned_and_restored(
             assert_plan_was_run(plan, result)
         return decision
 
+    assert set(qs.read(inputs, 0.0).read_at) == {"kueue", "nodes"}  # no telemetry here
     first = one_pass(0.0)
     assert not first.acts  # 16 GPUs: already in step
     assert [a.kind for a in first.alerts] == ["stale-input"]  # no telemetry here
