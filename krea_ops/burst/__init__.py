@@ -9,6 +9,10 @@ pods placed on them (the simulator's virtual kubelet follows them too):
   no new placements; running offsite pods keep running. ``burst pause`` sets it with
   annotations ``krea.ai/burst-paused-by|-reason|-at`` (who, why, since); a pause taint
   set by hand may carry the reason as its value instead;
+- node taint ``krea.ai/burst-disabled=true:NoSchedule``: the burst-taint controller's,
+  set while healthy in-cluster GPUs are free (nothing new goes offsite), removed when
+  trainings take them; while it holds, the migrate-back controller brings offsite
+  inference home. Separate from the pause so that neither undoes the other;
 - node annotation ``burst.krea.ai/usage``: JSON with per-provider ``gpusInUse``,
   ``pods``, ``gpuHours``, ``costUsd``, ``usdPerGpuHour``, ``capacityGpus`` and an
   ``updatedAt`` timestamp, kept by the virtual kubelet (it also counts pods that left);
@@ -29,6 +33,9 @@ PAUSED_BY = "krea.ai/burst-paused-by"
 PAUSED_REASON = "krea.ai/burst-paused-reason"
 PAUSED_AT = "krea.ai/burst-paused-at"
 PAUSE_ANNOTATIONS = (PAUSED_BY, PAUSED_REASON, PAUSED_AT)
+DISABLED_TAINT_KEY = "krea.ai/burst-disabled"
+DISABLED_TAINT_VALUE = "true"
+DISABLED_TAINT_EFFECT = "NoSchedule"
 OUR_TAINT_PREFIX = "krea.ai/"
 ANN_USAGE = "burst.krea.ai/usage"
 ANN_PROVIDER = "burst.krea.ai/provider"

@@ -341,7 +341,9 @@ class MoveSpec:
     """What the executor needs to pace one move: the pod's workload (its controller's
     UID and a selector to list its pods), the nodes of the side it goes to (``to``:
     ``in-cluster`` or ``virtual``), the Ready count the workload must not fall below,
-    and the GPUs it needs there."""
+    and the GPUs it needs there. ``node_selector``: the nodeSelector its replacement
+    will have, where it differs from the pod's (Kueue admits the replacement anew and
+    gives it its flavor's node labels); None: the pod's own."""
 
     namespace: str
     controller_uid: str
@@ -351,9 +353,10 @@ class MoveSpec:
     virtual_nodes: tuple[str, ...]
     ready_floor: int
     gpus: int
+    node_selector: tuple[tuple[str, str], ...] | None = None
 
 
-def _order_back(pods: list[Obj]) -> list[Obj]:
+def order_back(pods: list[Obj]) -> list[Obj]:
     """The dearest provider first (most saved per move), then by workload and name."""
 
     def price(pod: Obj) -> float:
@@ -444,7 +447,7 @@ def plan_migrate(
                 )
                 continue
         candidates.append(pod)
-    ordered = _order_back(candidates) if back else _order_out(candidates)
+    ordered = order_back(candidates) if back else _order_out(candidates)
 
     side = "in-cluster" if back else "virtual-node"
     free_before = there.total_free
@@ -625,54 +628,11 @@ def plan_migrate(
     moves: list[Step] = []
     refs: dict[str, list[PodRef]] = {}
     for pod, target in chosen:
-        meta = _meta(pod)
-        ns, name, uid = str(meta.get("namespace")), str(meta.get("name")), str(meta.get("uid"))
-        ref = PodRef(ns, name, uid)
-        source = str((pod.get("spec") or {}).get("nodeName"))
-        refs.setdefault(source, []).append(ref)
         owner = controller_of(pod) or {}
-        workload = workload_name(pod)
-        labels = meta.get("labels") or {}
-        pod_selector = ",".join(
-            f"{k}={v}" for k, v in sorted(labels.items()) if k != "pod-template-hash"
-        )
-        path = f"/api/v1/namespaces/{quote(ns)}/pods/{quote(name)}"
-        gpus = pod_gpus(pod.get("spec") or {})
         floor = ready_now.get(str(owner.get("uid")), 0) - 1
-        calls = (
-            Call(
-                "POST",
-                f"{path}/eviction",
-                f"pod {ref.what}",
-                f"evict through the Eviction API (429 retried until --timeout {timeout_s:g}s), "
-                f"only while {workload} has {max(floor + 1, 0)}+ Ready pods and a GPU is free "
-                f"{'in-cluster' if back else 'offsite'}",
-                None,
-                f"uid {uid}",
-            ),
-            event_call(ns, "pod", name, f"audit: Event about pod {ref.what}'s move"),
-        )
-        moves.append(
-            Step(
-                StepKind.MIGRATE,
-                f"move pod {ref.what} ({workload}, {gpus} GPU) from {source} "
-                f"{'in-cluster (room on ' + target + ')' if back else 'to a virtual node'}; "
-                f"wait for its replacement Ready {'in-cluster' if back else 'offsite'}",
-                calls,
-                node=source,
-                pods=(ref,),
-                move=MoveSpec(
-                    ns,
-                    str(owner.get("uid")),
-                    workload,
-                    pod_selector,
-                    "in-cluster" if back else "virtual",
-                    virtual,
-                    floor,
-                    gpus,
-                ),
-            )
-        )
+        step = move_step(pod, target, virtual, floor, timeout_s, back=back)
+        refs.setdefault(str(step.node), []).extend(step.pods)
+        moves.append(step)
     return Plan(
         action=action,
         nodes=virtual,
@@ -688,6 +648,68 @@ def plan_migrate(
             "free_gpus": free_before,
         },
         pods={k: tuple(v) for k, v in refs.items()},
+    )
+
+
+def move_step(
+    pod: Obj,
+    target: str,
+    virtual_nodes: Sequence[str],
+    ready_floor: int,
+    timeout_s: float,
+    *,
+    back: bool = True,
+    node_selector: Mapping[str, str] | None = None,
+) -> Step:
+    """The MIGRATE step that moves ``pod`` (``--back``: home, where ``target`` has room
+    now; else offsite), never taking its workload below ``ready_floor`` Ready pods, and
+    waits for its replacement Ready on the other side (``run_move`` paces it).
+    ``node_selector``: the replacement's, where it is not the pod's (``MoveSpec``). The
+    migrate-back controller builds its plans from it too."""
+    meta = _meta(pod)
+    ns, name, uid = str(meta.get("namespace")), str(meta.get("name")), str(meta.get("uid"))
+    ref = PodRef(ns, name, uid)
+    source = str((pod.get("spec") or {}).get("nodeName"))
+    owner = controller_of(pod) or {}
+    workload = workload_name(pod)
+    labels = meta.get("labels") or {}
+    pod_selector = ",".join(
+        f"{k}={v}" for k, v in sorted(labels.items()) if k != "pod-template-hash"
+    )
+    path = f"/api/v1/namespaces/{quote(ns)}/pods/{quote(name)}"
+    gpus = pod_gpus(pod.get("spec") or {})
+    calls = (
+        Call(
+            "POST",
+            f"{path}/eviction",
+            f"pod {ref.what}",
+            f"evict through the Eviction API (429 retried until --timeout {timeout_s:g}s), "
+            f"only while {workload} has {max(ready_floor + 1, 0)}+ Ready pods and a GPU is "
+            f"free {'in-cluster' if back else 'offsite'}",
+            None,
+            f"uid {uid}",
+        ),
+        event_call(ns, "pod", name, f"audit: Event about pod {ref.what}'s move"),
+    )
+    return Step(
+        StepKind.MIGRATE,
+        f"move pod {ref.what} ({workload}, {gpus} GPU) from {source} "
+        f"{'in-cluster (room on ' + target + ')' if back else 'to a virtual node'}; "
+        f"wait for its replacement Ready {'in-cluster' if back else 'offsite'}",
+        calls,
+        node=source,
+        pods=(ref,),
+        move=MoveSpec(
+            ns,
+            str(owner.get("uid")),
+            workload,
+            pod_selector,
+            "in-cluster" if back else "virtual",
+            tuple(virtual_nodes),
+            ready_floor,
+            gpus,
+            None if node_selector is None else tuple(sorted(node_selector.items())),
+        ),
     )
 
 
@@ -766,7 +788,11 @@ def run_move(
         return "blocked", [problem], problem
     there_before = counts[-1][1]
     side = read_side(cluster, move.to == "virtual", move.virtual_nodes)
-    if side.place(current) is None:
+    probe = current
+    if move.node_selector is not None:  # the replacement's, not the pod's
+        spec = {**(current.get("spec") or {}), "nodeSelector": dict(move.node_selector)}
+        probe = {**current, "spec": spec}
+    if side.place(probe) is None:
         where = "in-cluster" if move.to == "in-cluster" else "offsite"
         problem = f"pod {pod.what} not moved: no {where} GPU is free for it now"
         return "blocked", [problem], problem
