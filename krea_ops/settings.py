@@ -181,6 +181,38 @@ class Settings:
     node_health_drain_timeout_s: float = field(
         default=300.0, metadata=_doc("node-health: its evictions' --timeout, seconds")
     )
+    migrate_back_cluster_per_minute: float = field(
+        default=1.0,
+        metadata=_doc("migrate-back: pods moved home per minute in the whole cluster (bucket)"),
+    )
+    migrate_back_namespace_per_minute: float = field(
+        default=0.5, metadata=_doc("migrate-back: pods moved home per minute per namespace")
+    )
+    migrate_back_workload_per_minute: float = field(
+        default=0.2, metadata=_doc("migrate-back: pods moved home per minute per workload")
+    )
+    quota_sync_mode: str = field(
+        default="apply",
+        metadata=_doc(
+            "quota-sync: apply (write nominalQuota) or recommend (gauges and log lines only)"
+        ),
+    )
+    quota_sync_training_share: float = field(
+        default=0.75,
+        metadata=_doc(
+            "quota-sync: ClusterQueue training's share of flavor h200's schedulable GPUs, "
+            "inference the rest (1: training alone is managed)"
+        ),
+    )
+    quota_sync_headroom_gpus: int = field(
+        default=0, metadata=_doc("quota-sync: GPUs per flavor kept out of every quota")
+    )
+    quota_sync_floor_gpus: int = field(
+        default=0, metadata=_doc("quota-sync: no quota is set below this many GPUs")
+    )
+    quota_sync_ceiling_gpus: int = field(
+        default=0, metadata=_doc("quota-sync: no quota is set above this (0: no ceiling)")
+    )
     # --- health policy (krea_ops/health.py) ---
     health_hot_c: float = field(
         default=78.0, metadata=_doc("GPU temperature that throttles a run, deg C (BAD)")

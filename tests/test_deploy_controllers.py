@@ -40,8 +40,10 @@ Obj = dict[str, Any]
 #   evicted pod re-read until gone: execute.py _gone, burst.py run_move);
 # - pods/eviction create (kube/eviction.py), poddisruptionbudgets list (the preflights);
 # - jobsets get (the evict preflight reads a gang's JobSet by name);
-# - clusterqueues get/list/patch, resourceflavors list (quota-sync; Cluster.custom_objects
-#   lists, kube/writes.py update GETs then PATCHes);
+# - clusterqueues get/list/patch, resourceflavors and cohorts list (quota-sync;
+#   Cluster.custom_objects lists, kube/writes.py update GETs then PATCHes);
+# - clusterqueues, localqueues, resourceflavors list (migrate-back: where Kueue would
+#   admit a moved pod's replacement);
 # - events create + patch (kube/events.py: core/v1, a series' count is merge-patched).
 EVENTS = {("", "events", "create"), ("", "events", "patch")}
 CLUSTER_CALLS: dict[str, set[tuple[str, str, str]]] = {
@@ -59,6 +61,9 @@ CLUSTER_CALLS: dict[str, set[tuple[str, str, str]]] = {
         ("", "pods", "list"),
         ("", "pods/eviction", "create"),
         ("policy", "poddisruptionbudgets", "list"),
+        ("kueue.x-k8s.io", "clusterqueues", "list"),
+        ("kueue.x-k8s.io", "localqueues", "list"),
+        ("kueue.x-k8s.io", "resourceflavors", "list"),
         *EVENTS,
     },
     "node-health": {
@@ -78,36 +83,10 @@ CLUSTER_CALLS: dict[str, set[tuple[str, str, str]]] = {
         ("kueue.x-k8s.io", "clusterqueues", "list"),
         ("kueue.x-k8s.io", "clusterqueues", "patch"),
         ("kueue.x-k8s.io", "resourceflavors", "list"),
+        ("kueue.x-k8s.io", "cohorts", "list"),
         *EVENTS,
     },
 }
-# Settings in deploy/controllers/config.yaml that the controllers define as they land
-# (issue 16); until krea_ops/settings.py has them the settings test skips, naming them.
-PENDING_SETTINGS = frozenset(
-    {
-        "burst_taint_free_gpus_high",
-        "burst_taint_free_gpus_low",
-        "burst_taint_hold_s",
-        "migrate_back_cluster_per_minute",
-        "migrate_back_namespace_per_minute",
-        "migrate_back_workload_per_minute",
-        "node_health_cap_share",
-        "node_health_cap_min_nodes",
-        "node_health_veto_nodes",
-        "node_health_veto_share",
-        "node_health_veto_window_s",
-        "node_health_restore_after_s",
-        "node_health_cooldown_s",
-        "node_health_lemon_window_s",
-        "node_health_lemon_remediations",
-        "node_health_drain_timeout_s",
-        "quota_sync_mode",
-        "quota_sync_training_share",
-        "quota_sync_headroom_gpus",
-        "quota_sync_floor_gpus",
-        "quota_sync_ceiling_gpus",
-    }
-)
 
 
 def _kustomize(directory: Path) -> list[Obj]:
@@ -386,10 +365,7 @@ def test_config_map_settings_read_as_krea_ops_reads_them(base: list[Obj], tmp_pa
     check_url(data["prometheusURL"], "prometheusURL")
     settings = yaml.safe_load(data["config.yaml"])
     known = {f.name for f in dataclasses.fields(Settings)}
-    unknown = set(settings) - known
-    assert unknown <= PENDING_SETTINGS, (
-        f"not settings of krea-ops: {sorted(unknown - PENDING_SETTINGS)}"
-    )
+    assert set(settings) - known == set(), "not settings of krea-ops"
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump({k: v for k, v in settings.items() if k in known}))
     loaded = load_settings(env={"KREA_OPS_CONFIG": str(path)})
@@ -407,9 +383,7 @@ def test_every_setting_in_the_config_map_is_one_the_controllers_read(
 
     data = _one(base, "ConfigMap", "krea-ops-config")["data"]
     settings = yaml.safe_load(data["config.yaml"])
-    missing = set(settings) - {f.name for f in dataclasses.fields(Settings)}
-    if missing:
-        pytest.skip(f"settings the controllers have not defined yet: {', '.join(sorted(missing))}")
+    assert set(settings) <= {f.name for f in dataclasses.fields(Settings)}
     path = tmp_path / "config.yaml"
     path.write_text(data["config.yaml"])
     loaded = load_settings(env={"KREA_OPS_CONFIG": str(path)})

@@ -96,6 +96,7 @@ from krea_ops.runbook.burst import (
 from krea_ops.runbook.nodes import pages, selector_matches
 from krea_ops.runbook.plan import Finding, Plan, PodRef, Step
 from krea_ops.runbook.plan import Severity as FindingSeverity
+from krea_ops.settings import Settings
 
 NAME = "migrate-back"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -183,18 +184,17 @@ class MigrateBackConfig:
     keep_free_gpus: int = 0
 
     @classmethod
-    def from_settings(cls, settings: Any) -> MigrateBackConfig:
+    def from_settings(cls, settings: Settings) -> MigrateBackConfig:
         """From the krea-ops settings: ``migrate_back_cluster_per_minute``,
         ``migrate_back_namespace_per_minute``, ``migrate_back_workload_per_minute`` (each
-        bucket's refill; a setting the settings do not have keeps the default)."""
+        bucket's refill; the buckets' sizes stay as they are)."""
         base = cls()
         section: dict[str, Any] = {}
         for kind in ("cluster", "namespace", "workload"):
-            rate = getattr(settings, f"migrate_back_{kind}_per_minute", None)
-            if rate is not None:
-                default: Bucket = getattr(base, kind)
-                per_hour = _number(f"migrate_back_{kind}_per_minute", rate) * 60.0
-                section[kind] = {"per_hour": per_hour, "burst": default.burst}
+            rate = getattr(settings, f"migrate_back_{kind}_per_minute")
+            default: Bucket = getattr(base, kind)
+            per_hour = _number(f"migrate_back_{kind}_per_minute", rate) * 60.0
+            section[kind] = {"per_hour": per_hour, "burst": default.burst}
         return cls.from_mapping(section)
 
     @classmethod

@@ -60,6 +60,7 @@ from krea_ops.model import NodeInfo, Severity
 from krea_ops.queue import KUEUE_GROUP, KUEUE_VERSIONS, FlavorCapacity, flavor_capacity
 from krea_ops.runbook.plan import Plan
 from krea_ops.runbook.quota import QuotaChange, lending_limit, nominal_quota, plan_quota
+from krea_ops.settings import Settings
 
 NAME = "quota-sync"
 STATE_VERSION = 1
@@ -165,26 +166,20 @@ class QuotaSyncConfig:
     ignore_taints: tuple[str, ...] = IGNORED_TAINTS
 
     @classmethod
-    def from_settings(cls, settings: Any) -> QuotaSyncConfig:
+    def from_settings(cls, settings: Settings) -> QuotaSyncConfig:
         """From the krea-ops settings: ``quota_sync_mode``, ``quota_sync_training_share``
         (ClusterQueue ``training`` gets that share of flavor ``h200``, ``inference`` the
         rest; 1: training alone is managed), ``quota_sync_headroom_gpus``,
-        ``quota_sync_floor_gpus``, ``quota_sync_ceiling_gpus``; or
-        ``quota_sync_flavors`` (the ``flavors`` mapping of ``from_mapping``) where the
-        settings have it. A setting the settings do not have keeps the default."""
-        section: dict[str, Any] = {}
-        for key, name in (
-            ("mode", "quota_sync_mode"),
-            ("headroom", "quota_sync_headroom_gpus"),
-            ("floor", "quota_sync_floor_gpus"),
-            ("ceiling", "quota_sync_ceiling_gpus"),
-            ("flavors", "quota_sync_flavors"),
-        ):
-            value = getattr(settings, name, None)
-            if value is not None:
-                section[key] = value
-        share = getattr(settings, "quota_sync_training_share", None)
-        if share is not None and "flavors" not in section:
+        ``quota_sync_floor_gpus``, ``quota_sync_ceiling_gpus`` (0: none)."""
+        section: dict[str, Any] = {
+            "mode": settings.quota_sync_mode,
+            "headroom": settings.quota_sync_headroom_gpus,
+            "floor": settings.quota_sync_floor_gpus,
+        }
+        if settings.quota_sync_ceiling_gpus:
+            section["ceiling"] = settings.quota_sync_ceiling_gpus
+        share = settings.quota_sync_training_share
+        if share is not None:
             if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
                 raise BadInput(
                     f"{NAME}: quota_sync_training_share must be in (0, 1], not {share!r}"

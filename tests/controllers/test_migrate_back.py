@@ -5,13 +5,13 @@ and simulated hours, then one pass against the simulated world."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -38,6 +38,7 @@ from krea_ops.model import NodeInfo, Severity, Taint
 from krea_ops.queue import parse_cluster_queue, parse_local_queue
 from krea_ops.runbook.execute import execute
 from krea_ops.runbook.plan import StepKind
+from krea_ops.settings import load_settings
 from krea_ops.sim.world import burst
 from krea_ops.sim.world.actor import WorldConfig
 from krea_ops.sim.world.training import submit_training
@@ -569,15 +570,18 @@ def test_settings_from_a_mapping_and_one_line_errors() -> None:
 
 def test_settings_from_the_krea_ops_settings_per_minute() -> None:
     # the deploy's settings file names one refill rate per bucket, in moves per minute
-    settings = SimpleNamespace(
-        migrate_back_cluster_per_minute=4.0, migrate_back_workload_per_minute=0.5
+    settings = load_settings(
+        {"migrate_back_cluster_per_minute": 4.0, "migrate_back_workload_per_minute": 0.5},
+        env={"KREA_OPS_CONFIG": "/nonexistent"},
     )
     config = MigrateBack.from_settings(settings).config
     assert config.cluster == Bucket(per_hour=240.0, burst=MigrateBackConfig().cluster.burst)
     assert config.workload.per_hour == 30.0
     assert config.namespace == MigrateBackConfig().namespace  # not set: the default
     with pytest.raises(BadInput, match="migrate_back_cluster_per_minute must be a number"):
-        MigrateBackConfig.from_settings(SimpleNamespace(migrate_back_cluster_per_minute="x"))
+        MigrateBackConfig.from_settings(
+            dataclasses.replace(settings, migrate_back_cluster_per_minute="x")  # type: ignore[arg-type]
+        )
 
 
 # -- against the simulated world --------------------------------------------------------------

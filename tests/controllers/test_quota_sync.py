@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -27,6 +26,7 @@ from krea_ops.model import NodeInfo, Severity, Taint
 from krea_ops.runbook.execute import execute
 from krea_ops.runbook.plan import StepKind
 from krea_ops.runbook.quota import SetNominalQuota, nominal_quota
+from krea_ops.settings import Settings, load_settings
 from krea_ops.sim.world.actor import WorldConfig
 from krea_ops.sim.world.world import SimWorld
 from tests.conftest import wait_for
@@ -282,24 +282,30 @@ def test_settings_from_a_mapping_and_one_line_errors() -> None:
 
 
 def test_settings_from_the_krea_ops_settings() -> None:
-    settings = SimpleNamespace(
-        quota_sync_mode="recommend",
-        quota_sync_training_share=0.75,
-        quota_sync_headroom_gpus=0,
-        quota_sync_floor_gpus=8,
-        quota_sync_ceiling_gpus=4096,
-    )
-    config = QuotaSync.from_settings(settings).config
+    def settings(**values: object) -> Settings:
+        return load_settings(values, env={"KREA_OPS_CONFIG": "/nonexistent"})
+
+    config = QuotaSync.from_settings(
+        settings(
+            quota_sync_mode="recommend",
+            quota_sync_training_share=0.75,
+            quota_sync_headroom_gpus=0,
+            quota_sync_floor_gpus=8,
+            quota_sync_ceiling_gpus=4096,
+        )
+    ).config
     assert config.mode == "recommend"
     assert config.flavors == (
         FlavorSplit("h200", {"training": 0.75, "inference": 0.25}, 0, 8, 4096),
     )
     # a training share of 1: the inference queue's quota is not managed (it borrows)
-    alone = QuotaSyncConfig.from_settings(SimpleNamespace(quota_sync_training_share=1))
+    alone = QuotaSyncConfig.from_settings(settings(quota_sync_training_share=1))
     assert alone.flavors == (FlavorSplit("h200", {"training": 1.0}),)
-    assert QuotaSyncConfig.from_settings(SimpleNamespace()) == QuotaSyncConfig()
+    assert QuotaSyncConfig.from_settings(settings()) == QuotaSyncConfig()
     with pytest.raises(BadInput, match="quota_sync_training_share must be in"):
-        QuotaSyncConfig.from_settings(SimpleNamespace(quota_sync_training_share=1.5))
+        QuotaSyncConfig.from_settings(settings(quota_sync_training_share=1.5))
+    with pytest.raises(BadInput, match="mode must be apply or recommend"):
+        QuotaSyncConfig.from_settings(settings(quota_sync_mode="yolo"))
 
 
 # -- against the simulated Kueue ---------------------------------------------------------------
