@@ -179,9 +179,6 @@ def test_operator_overlay_adds_only_monitoring(base: list[Obj]) -> None:
 
 
 RULE_FILES = ("krea-ops-rules", "krea-ops-controllers-rules", "krea-ops-node-summary")
-# Metrics the controller alerts use that no part of krea-ops serves yet (issue 16: burst
-# spend); the metrics test fails for any other name the runner does not serve.
-PENDING_METRICS = frozenset({"krea_ops_burst_cost_dollars_total"})
 
 
 def test_controller_alert_rules_are_valid_and_fire_as_tested() -> None:
@@ -216,7 +213,7 @@ def test_controller_alert_rules_use_the_runners_metrics() -> None:
         for rule in group["rules"]
         for name in re.findall(r"\b(krea_[a-z0-9_]+)", rule["expr"])
     }
-    assert sorted(used - served - PENDING_METRICS) == []
+    assert sorted(used - served) == []
 
 
 def test_prometheus_rules_are_the_rule_files() -> None:

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from krea_ops.burst import VIRTUAL_NODE_SELECTORS
+from krea_ops.burst import ANN_PRICE, VIRTUAL_NODE_SELECTORS
 from krea_ops.controllers.base import Alert, Decision, Inputs, Skip
 from krea_ops.kube.cluster import node_info
 from krea_ops.kube.writes import AddTaint, Edit, RemoveTaint
@@ -105,6 +105,10 @@ class BurstTaintSnapshot:
     gpu_nodes: int
     fresh_nodes: int
     read_at: Mapping[str, float] = field(default_factory=dict)
+    # what the pods offsite cost now: GPUs x their burst.krea.ai/usd-per-gpu-hour, and
+    # how many GPUs offsite have no price (their cost is unknown, not 0)
+    offsite_usd_per_hour: float = 0.0
+    offsite_gpus_unpriced: int = 0
 
     def free_gpus(self) -> tuple[int, int]:
         """(free, healthy) GPUs on the schedulable, healthy in-cluster nodes."""
@@ -116,6 +120,14 @@ class BurstTaintSnapshot:
             healthy += gpus
             free += max(0, gpus - self.requested.get(n.name, 0))
         return free, healthy
+
+
+def _price(text: str | None) -> float | None:
+    try:
+        price = float(text) if text is not None else None
+    except ValueError:
+        return None
+    return price if price is not None and price >= 0 else None
 
 
 def takes_gpu_pods(node: NodeInfo) -> bool:
@@ -179,9 +191,16 @@ class BurstTaint:
             else:
                 infos.append(info)
         requested: dict[str, int] = {}
+        spend, unpriced = 0.0, 0
         for pod in cluster.active_pods():
             if pod.node and pod.gpus:
                 requested[pod.node] = requested.get(pod.node, 0) + pod.gpus
+                if pod.node in virtual and pod.phase == "Running":
+                    price = _price(pod.annotations.get(ANN_PRICE))
+                    if price is None:
+                        unpriced += pod.gpus
+                    else:
+                        spend += pod.gpus * price
         read_at = {"nodes": now, "pods": now}
         error = inputs.source_error or (None if inputs.source else "no telemetry source")
         severity: dict[str, Severity] = {}
@@ -212,6 +231,8 @@ class BurstTaint:
             gpu_nodes=gpu_nodes,
             fresh_nodes=fresh,
             read_at=read_at,
+            offsite_usd_per_hour=spend,
+            offsite_gpus_unpriced=unpriced,
         )
 
     # -- decide -----------------------------------------------------------------------
@@ -226,6 +247,8 @@ class BurstTaint:
         gauges: dict[str, float] = {
             "virtual_nodes": float(len(snapshot.virtual)),
             "burst_disabled": float(wanted),
+            "offsite_usd_per_hour": snapshot.offsite_usd_per_hour,
+            "offsite_gpus_unpriced": float(snapshot.offsite_gpus_unpriced),
         }
         stale = self._stale(snapshot)
         if stale is not None:

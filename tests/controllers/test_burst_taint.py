@@ -248,3 +248,36 @@ def test_thresholds_are_checked() -> None:
 
     with pytest.raises(BadInput, match="low threshold"):
         BurstTaintConfig(free_gpus_high=4, free_gpus_low=8)
+
+
+def test_read_prices_the_gpus_offsite_and_counts_those_without_a_price(ops: Any) -> None:
+    """What inference offsite costs now is each Running pod's GPUs times its
+    burst.krea.ai/usd-per-gpu-hour; a pod without a price is counted, not costed as 0."""
+    from krea_ops.burst import ANN_PRICE
+    from krea_ops.controllers.base import Inputs
+    from krea_ops.health import HealthPolicy
+    from tests.controllers.conftest import gpu_node, gpu_pod, virtual_node
+    from tests.kube.conftest import set_status
+
+    gpu_node(ops, "gpu-node-000")
+    virtual_node(ops, "vk-runpod")
+    gpu_pod(ops, "vk-runpod", "serve-a", 2)
+    gpu_pod(ops, "vk-runpod", "serve-b", 1)
+    gpu_pod(ops, "vk-runpod", "serve-c", 4)
+    gpu_pod(ops, "gpu-node-000", "home", 8)  # in-cluster: no burst cost
+    for name, price in (("serve-a", "2.5"), ("serve-b", "3")):
+        path = f"/api/v1/namespaces/default/pods/{name}"
+        ops.request(
+            "price",
+            "PATCH",
+            path,
+            body={"metadata": {"annotations": {ANN_PRICE: price}}},
+            content_type="application/merge-patch+json",
+        )
+    set_status(ops, "/api/v1/namespaces/default/pods/serve-c", {"phase": "Running"})
+    inputs = Inputs(cluster=ops, source=None, policy=HealthPolicy(), user="test")
+    snap = controller().read(inputs, T0)
+    assert snap.offsite_usd_per_hour == 2 * 2.5 + 1 * 3.0
+    assert snap.offsite_gpus_unpriced == 4
+    gauges = controller().decide(snap, T0, {}).gauges
+    assert gauges["offsite_usd_per_hour"] == 8.0 and gauges["offsite_gpus_unpriced"] == 4.0
