@@ -352,13 +352,23 @@ def _item_set(element: dict[str, Any], node: Node, added: bool) -> Tree:
     return out
 
 
+def _same_value(a: Any, b: Any) -> bool:
+    """value.Equals of structured-merge-diff: the comparison typed.Compare makes at a leaf
+    (a scalar, or an atomic map or list, compared whole) and the reason an apply of the
+    value a field already has is no conflict. Maps are maps whatever mapping type decoded
+    them (a request body decodes to ``gojson.JsonObject``, a merged value is a ``dict``),
+    an int equals the same float, and a bool is never a number. ``==`` first: it rejects
+    (and, for equal subtrees, is the cheap half of the check) at C speed."""
+    return bool(a == b) and smp.json_equal(a, b)
+
+
 def compare(old: dict[str, Any], new: dict[str, Any], node: Node) -> tuple[Tree, Tree]:
     """(added or modified, removed) between two maps, as typed.Compare finds them."""
     changed: Tree = {}
     removed: Tree = {}
     for k, b in new.items():
         a = old.get(k, _MISSING)
-        if a is b or (a is not _MISSING and type(a) is type(b) and a == b):
+        if a is b or (a is not _MISSING and _same_value(a, b)):
             continue
         child = node.child(k)
         if a is _MISSING or a is None:
