@@ -79,6 +79,7 @@ _ATOMIC_FIELDS = frozenset(
         ("DeploymentSpec", "selector"),
         ("WorkloadSpec", "selector"),
         ("PodDisruptionBudgetSpec", "selector"),
+        ("NetworkPolicySpec", "podSelector"),
     }
 )
 

@@ -429,6 +429,10 @@ _SCHEMA: dict[str, dict[str, _Field]] = {
         "spec": _struct("PodDisruptionBudgetSpec"),
         "status": _struct("ConditionsStatus"),
     },
+    # networking/v1: no patch strategy anywhere (podSelector, a LabelSelector, merges key by
+    # key; ingress, egress and policyTypes are replaced whole); the spec is named so that
+    # server-side apply finds podSelector atomic (LabelSelector is +structType=atomic).
+    "NetworkPolicy": {"metadata": _struct("ObjectMeta"), "spec": _struct("NetworkPolicySpec")},
     # The status of every kind whose only strategic status list is conditions-by-type.
     "ConditionsStatus": {"conditions": _CONDITIONS},
 }
@@ -456,6 +460,7 @@ _ROOTS: dict[tuple[str, str], str] = {
     ("batch", "Job"): "Workload",
     ("batch", "CronJob"): "CronJob",
     ("policy", "PodDisruptionBudget"): "PodDisruptionBudget",
+    ("networking.k8s.io", "NetworkPolicy"): "NetworkPolicy",
     ("coordination.k8s.io", "Lease"): "Object",
     ("scheduling.k8s.io", "PriorityClass"): "Object",
     ("apiextensions.k8s.io", "CustomResourceDefinition"): "Object",
