@@ -262,7 +262,8 @@ def _default_network_policy(obj: dict[str, Any], lookup: Lookup) -> None:
         spec["policyTypes"] = ["Ingress", "Egress"] if spec.get("egress") else ["Ingress"]
     for direction in ("ingress", "egress"):
         for rule in spec.get(direction) or []:
-            for port in (rule or {}).get("ports") or [] if isinstance(rule, dict) else []:
+            ports = rule.get("ports") if isinstance(rule, dict) else None
+            for port in ports or []:
                 if isinstance(port, dict) and port.get("protocol") is None:
                     port["protocol"] = "TCP"
 
@@ -602,6 +603,25 @@ def _not_supported(path: str, value: Any, supported: tuple[str, ...]) -> FieldEr
 _PROTOCOLS = ("TCP", "UDP", "SCTP")
 
 
+_PORT_NAME_CHARSET = re.compile(r"[-a-z0-9]+")
+
+
+def _port_name_errors(name: str) -> list[str]:
+    """apimachinery validation.IsValidPortName, its messages in its order."""
+    out = []
+    if len(name) > 15:
+        out.append("must be no more than 15 characters")
+    if not _PORT_NAME_CHARSET.fullmatch(name):
+        out.append("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)")
+    if not re.search("[a-z]", name):
+        out.append("must contain at least one letter (a-z)")
+    if "--" in name:
+        out.append("must not contain consecutive hyphens")
+    if name and (name[0] == "-" or name[-1] == "-"):
+        out.append("must not begin or end with a hyphen")
+    return out
+
+
 def _validate_network_policy_port(port: Any, path: str) -> list[FieldError]:
     """ValidateNetworkPolicyPort (pkg/apis/networking/validation/validation.go)."""
     if not isinstance(port, dict):
@@ -618,10 +638,14 @@ def _validate_network_policy_port(port: Any, path: str) -> list[FieldError]:
             out.append(
                 _invalid(f"{path}.endPort", number, "must be greater than or equal to `port`")
             )
-    elif number is not None and end is not None:
-        out.append(
-            _invalid(f"{path}.endPort", end, "may not be specified when `port` is non-numeric")
-        )
+        if isinstance(end, int) and not 1 <= end <= 65535:
+            out.append(_invalid(f"{path}.endPort", end, "must be between 1 and 65535, inclusive"))
+    elif number is not None:
+        if end is not None:
+            out.append(
+                _invalid(f"{path}.endPort", end, "may not be specified when `port` is non-numeric")
+            )
+        out += [_invalid(f"{path}.port", number, m) for m in _port_name_errors(str(number))]
     elif number is None and end is not None:
         out.append(
             _invalid(f"{path}.endPort", end, "may not be specified when `port` is not specified")
@@ -657,7 +681,8 @@ def _validate_network_policy_peer(peer: Any, path: str) -> list[FieldError]:
 
 def _validate_network_policy(obj: dict[str, Any]) -> list[FieldError]:
     """ValidateNetworkPolicySpec: ports, peers and policyTypes, in its order."""
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    raw = obj.get("spec")
+    spec: dict[str, Any] = raw if isinstance(raw, dict) else {}
     out: list[FieldError] = []
     for direction, peers in (("ingress", "from"), ("egress", "to")):
         for i, rule in enumerate(spec.get(direction) or []):

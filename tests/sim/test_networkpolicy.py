@@ -117,7 +117,7 @@ spec:
   policyTypes: [Sideways]
   ingress:
   - from: [{}, {ipBlock: {cidr: 10.0.0.0/8}, podSelector: {}}]
-    ports: [{port: 70000, protocol: ICMP}, {port: metrics, endPort: 9000}]
+    ports: [{port: 70000, protocol: ICMP}, {port: metrics, endPort: 9000}, {port: "9400"}]
 """
     failed = kubectl("apply", "-f", "-", stdin=bad, check=False)
     assert failed.returncode != 0
@@ -129,11 +129,22 @@ spec:
         "inclusive",
         "* spec.ingress[0].ports[1].endPort: Invalid value: 9000: may not be specified when "
         "`port` is non-numeric",
+        '* spec.ingress[0].ports[2].port: Invalid value: "9400": must contain at least one '
+        "letter (a-z)",
         "* spec.ingress[0].from[0]: Required value: must specify a peer",
         "* spec.ingress[0].from[1]: Forbidden: may not specify both ipBlock and another peer",
         '* spec.policyTypes[0]: Unsupported value: "Sideways": supported values: "Ingress", '
         '"Egress"',
     ]
+    # kubectl asks for strict field validation: an unknown field is an error (the server
+    # reads the body through the Go struct, k8s.io/api networking/v1).
+    typo = bad.replace("  podSelector: {}\n", "  podSelektor: {}\n")
+    failed = kubectl("apply", "-f", "-", stdin=typo, check=False)
+    assert failed.returncode != 0
+    assert (
+        'NetworkPolicy in version "v1" cannot be handled as a NetworkPolicy: strict decoding '
+        'error: unknown field "spec.podSelektor"'
+    ) in failed.stderr
     assert kubectl("get", "netpol", "-n", "krea-ops").stderr.strip().startswith("No resources")
 
 
