@@ -455,10 +455,6 @@ def test_descheduler_policy_reads_only_the_burst_taint() -> None:
 
 # -- against an API server ---------------------------------------------------------------------
 
-# The simulated API server does not serve these kinds yet (a real one does): they are left
-# out of the apply below, and this set fails the test the day the simulator serves them.
-NOT_SERVED_BY_THE_SIMULATOR = {("networking.k8s.io/v1", "NetworkPolicy")}
-
 
 @pytest.fixture(scope="module")
 def applied(base: list[Obj], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
@@ -477,18 +473,17 @@ def applied(base: list[Obj], tmp_path_factory: pytest.TempPathFactory) -> Iterat
             namespaced = next(i for i, f in enumerate(fields) if f in ("true", "false"))
             served.add((fields[namespaced - 1], fields[namespaced + 1]))
         kinds = {(d["apiVersion"], d["kind"]) for d in base}
-        assert kinds - served == NOT_SERVED_BY_THE_SIMULATOR
-        docs = yaml.safe_dump_all([d for d in base if (d["apiVersion"], d["kind"]) in served])
+        assert kinds <= served, kinds - served
+        docs = yaml.safe_dump_all(base)
         first = kubectl("apply", "-f", "-", stdin=docs, timeout=120)
-        assert first.stdout.count(" created\n") == len(
-            [d for d in base if (d["apiVersion"], d["kind"]) in served]
-        ), first.stdout
+        assert first.stdout.count(" created\n") == len(base), first.stdout
         # again: nothing new. kubectl always patches a PodDisruptionBudget's selector (its
         # patchStrategy is replace, so the computed patch is never empty): "configured".
         again = kubectl("apply", "-f", "-", stdin=docs, timeout=120).stdout
         assert " created" not in again, again
         changed = {line.split()[0] for line in again.splitlines() if line.endswith(" configured")}
         assert {c.split("/")[0] for c in changed} <= {"poddisruptionbudget.policy"}, again
+        assert "networkpolicy.networking.k8s.io/krea-ops-controllers unchanged" in again
         with server.api_client() as api:
             yield Cluster(api, timeout_s=30)
     finally:
@@ -564,6 +559,18 @@ def test_the_api_server_accepts_the_base_and_enforces_each_controllers_access(
         f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/krea-ops-node-health",
     )
     assert deployment["spec"]["replicas"] == 2
+    for name, port in (("krea-ops-controllers", METRICS_PORT), ("krea-ops-exporter", 9400)):
+        policy = cluster.get(
+            "get networkpolicy",
+            f"/apis/networking.k8s.io/v1/namespaces/{NAMESPACE}/networkpolicies/{name}",
+        )
+        assert policy["spec"]["policyTypes"] == ["Ingress"], name
+        (rule,) = policy["spec"]["ingress"]
+        assert rule["ports"] == [{"port": port, "protocol": "TCP"}], name
+        (peer,) = rule["from"]
+        assert peer == {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
+        }, name
     every = {call for calls in CLUSTER_CALLS.values() for call in calls}
     for name in CONTROLLERS:
         other = next(c for c in CONTROLLERS if c != name)

@@ -79,6 +79,7 @@ _ATOMIC_FIELDS = frozenset(
         ("DeploymentSpec", "selector"),
         ("WorkloadSpec", "selector"),
         ("PodDisruptionBudgetSpec", "selector"),
+        ("NetworkPolicySpec", "podSelector"),
     }
 )
 
@@ -352,15 +353,35 @@ def _item_set(element: dict[str, Any], node: Node, added: bool) -> Tree:
     return out
 
 
+def _same_value(a: Any, b: Any, node: Node) -> bool:
+    """Whether typed.Compare finds nothing changed between ``a`` and ``b``: at a leaf (a
+    scalar, or an atomic map or list, compared whole) that is structured-merge-diff's
+    value.Equals (an int equals the same float, a bool is never a number); a map or list
+    it would walk is unchanged when ``==`` says so. Maps are maps whatever mapping type
+    decoded them: a stored object read from a request body holds ``gojson.JsonObject``
+    maps where a merged one holds plain dicts. ``==`` first, at C speed; only a leaf
+    that is equal by it is checked again (a bool and a number inside a walked map are
+    not told apart)."""
+    if a != b:
+        return False
+    if isinstance(a, dict):
+        return isinstance(b, dict) and (not node.atomic_map or smp.json_equal(a, b))
+    if isinstance(a, list):
+        return isinstance(b, list) and (node.list_kind != "atomic" or smp.json_equal(a, b))
+    return smp.json_equal(a, b)
+
+
 def compare(old: dict[str, Any], new: dict[str, Any], node: Node) -> tuple[Tree, Tree]:
     """(added or modified, removed) between two maps, as typed.Compare finds them."""
     changed: Tree = {}
     removed: Tree = {}
     for k, b in new.items():
         a = old.get(k, _MISSING)
-        if a is b or (a is not _MISSING and type(a) is type(b) and a == b):
+        if a is b:
             continue
         child = node.child(k)
+        if a is not _MISSING and _same_value(a, b, child):
+            continue
         if a is _MISSING or a is None:
             sub = _value_set(b, child, added=True, key=k)
             if sub is not None:

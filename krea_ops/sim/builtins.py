@@ -248,6 +248,26 @@ def _default_pdb(obj: dict[str, Any], lookup: Lookup) -> None:
     }
 
 
+def _default_network_policy(obj: dict[str, Any], lookup: Lookup) -> None:
+    """pkg/apis/networking/v1/defaults.go: "Any policy that does not specify policyTypes
+    implies at least "Ingress"" (and Egress when it has egress rules); "Default any
+    undefined Protocol fields to TCP". ``spec`` and ``spec.podSelector`` are Go structs
+    without omitempty, so they are always written."""
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        spec = obj["spec"] = {}
+    if spec.get("podSelector") is None:
+        spec["podSelector"] = {}
+    if not spec.get("policyTypes"):
+        spec["policyTypes"] = ["Ingress", "Egress"] if spec.get("egress") else ["Ingress"]
+    for direction in ("ingress", "egress"):
+        for rule in spec.get(direction) or []:
+            ports = rule.get("ports") if isinstance(rule, dict) else None
+            for port in ports or []:
+                if isinstance(port, dict) and port.get("protocol") is None:
+                    port["protocol"] = "TCP"
+
+
 Lookup = Callable[[str, str, str], "dict[str, Any] | None"]
 
 # apimachinery/pkg/util/validation/validation.go IsConfigMapKey (the doubled spaces are
@@ -404,6 +424,7 @@ DEFAULTERS: dict[tuple[str, str], Callable[[dict[str, Any], Lookup], None]] = {
     ("apps", "DaemonSet"): _default_daemonset,
     ("batch", "Job"): _default_job,
     ("policy", "PodDisruptionBudget"): _default_pdb,
+    ("networking.k8s.io", "NetworkPolicy"): _default_network_policy,
     ("scheduling.k8s.io", "PriorityClass"): _default_priorityclass,
 }
 
@@ -565,6 +586,122 @@ def _validate_pdb(obj: dict[str, Any]) -> list[FieldError]:
     return []
 
 
+def _invalid(field: str, value: Any, detail: str) -> FieldError:
+    return FieldError("FieldValueInvalid", field, error_body("FieldValueInvalid", value, detail))
+
+
+def _not_supported(path: str, value: Any, supported: tuple[str, ...]) -> FieldError:
+    """field.NotSupported: ``Unsupported value: "X": supported values: "A", "B"``."""
+    listed = ", ".join(f'"{s}"' for s in supported)
+    return FieldError(
+        "FieldValueNotSupported",
+        path,
+        error_body("FieldValueNotSupported", value, f"supported values: {listed}"),
+    )
+
+
+_PROTOCOLS = ("TCP", "UDP", "SCTP")
+
+
+_PORT_NAME_CHARSET = re.compile(r"[-a-z0-9]+")
+
+
+def _port_name_errors(name: str) -> list[str]:
+    """apimachinery validation.IsValidPortName, its messages in its order."""
+    out = []
+    if len(name) > 15:
+        out.append("must be no more than 15 characters")
+    if not _PORT_NAME_CHARSET.fullmatch(name):
+        out.append("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)")
+    if not re.search("[a-z]", name):
+        out.append("must contain at least one letter (a-z)")
+    if "--" in name:
+        out.append("must not contain consecutive hyphens")
+    if name and (name[0] == "-" or name[-1] == "-"):
+        out.append("must not begin or end with a hyphen")
+    return out
+
+
+def _validate_network_policy_port(port: Any, path: str) -> list[FieldError]:
+    """ValidateNetworkPolicyPort (pkg/apis/networking/validation/validation.go)."""
+    if not isinstance(port, dict):
+        return []
+    out = []
+    protocol = port.get("protocol")
+    if protocol is not None and protocol not in _PROTOCOLS:
+        out.append(_not_supported(f"{path}.protocol", protocol, _PROTOCOLS))
+    number, end = port.get("port"), port.get("endPort")
+    if isinstance(number, int) and not isinstance(number, bool):
+        if not 1 <= number <= 65535:
+            out.append(_invalid(f"{path}.port", number, "must be between 1 and 65535, inclusive"))
+        if isinstance(end, int) and end < number:
+            out.append(
+                _invalid(f"{path}.endPort", number, "must be greater than or equal to `port`")
+            )
+        if isinstance(end, int) and not 1 <= end <= 65535:
+            out.append(_invalid(f"{path}.endPort", end, "must be between 1 and 65535, inclusive"))
+    elif number is not None:
+        if end is not None:
+            out.append(
+                _invalid(f"{path}.endPort", end, "may not be specified when `port` is non-numeric")
+            )
+        out += [_invalid(f"{path}.port", number, m) for m in _port_name_errors(str(number))]
+    elif number is None and end is not None:
+        out.append(
+            _invalid(f"{path}.endPort", end, "may not be specified when `port` is not specified")
+        )
+    return out
+
+
+def _validate_network_policy_peer(peer: Any, path: str) -> list[FieldError]:
+    """ValidateNetworkPolicyPeer: one peer at least, and an ipBlock alone."""
+    peer = peer if isinstance(peer, dict) else {}
+    given = [k for k in ("podSelector", "namespaceSelector", "ipBlock") if peer.get(k) is not None]
+    if not given:
+        return [FieldError("FieldValueRequired", path, "Required value: must specify a peer")]
+    if len(given) > 1 and "ipBlock" in given:
+        return [
+            FieldError(
+                "FieldValueForbidden",
+                path,
+                "Forbidden: may not specify both ipBlock and another peer",
+            )
+        ]
+    block = peer.get("ipBlock")
+    if isinstance(block, dict):
+        cidr = block.get("cidr")
+        if not cidr:
+            return [_required(f"{path}.ipBlock.cidr")]
+        try:
+            ipaddress.ip_network(str(cidr), strict=False)
+        except ValueError:
+            return [_invalid(f"{path}.ipBlock.cidr", str(cidr), "not a valid CIDR")]
+    return []
+
+
+def _validate_network_policy(obj: dict[str, Any]) -> list[FieldError]:
+    """ValidateNetworkPolicySpec: ports, peers and policyTypes, in its order."""
+    raw = obj.get("spec")
+    spec: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    out: list[FieldError] = []
+    for direction, peers in (("ingress", "from"), ("egress", "to")):
+        for i, rule in enumerate(spec.get(direction) or []):
+            rule = rule if isinstance(rule, dict) else {}
+            where = f"spec.{direction}[{i}]"
+            for j, port in enumerate(rule.get("ports") or []):
+                out += _validate_network_policy_port(port, f"{where}.ports[{j}]")
+            for j, peer in enumerate(rule.get(peers) or []):
+                out += _validate_network_policy_peer(peer, f"{where}.{peers}[{j}]")
+    types = spec.get("policyTypes") or []
+    if len(types) > 2:
+        out.append(_invalid("spec.policyTypes", types, "may not specify more than two policyTypes"))
+        return out
+    for i, kind in enumerate(types):
+        if kind not in ("Ingress", "Egress"):
+            out.append(_not_supported(f"spec.policyTypes[{i}]", kind, ("Ingress", "Egress")))
+    return out
+
+
 def _validate_priorityclass(obj: dict[str, Any]) -> list[FieldError]:
     value = obj.get("value")
     if not isinstance(value, int):
@@ -658,6 +795,7 @@ VALIDATORS: dict[tuple[str, str], Callable[[dict[str, Any]], list[FieldError]]] 
     ("apps", "DaemonSet"): _validate_selector_matches_template,
     ("batch", "Job"): _validate_template_owner,
     ("policy", "PodDisruptionBudget"): _validate_pdb,
+    ("networking.k8s.io", "NetworkPolicy"): _validate_network_policy,
     ("scheduling.k8s.io", "PriorityClass"): _validate_priorityclass,
 }
 

@@ -61,16 +61,16 @@ def _invalid(message: str) -> PatchError:
 # -- JSON helpers --------------------------------------------------------------------------
 
 
-def _json_eq(a: Any, b: Any) -> bool:
+def json_equal(a: Any, b: Any) -> bool:
     """JSON value equality: numbers compare by value, but a bool is never a number."""
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a == b
     if isinstance(a, int | float) and isinstance(b, int | float):
         return a == b
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_json_eq(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_json_eq(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
     if a is None or b is None:
         return a is None and b is None
     return type(a) is type(b) and bool(a == b)
@@ -277,7 +277,7 @@ def json_patch(target: Any, operations: Any) -> Any:
                 raise _invalid(
                     f"test operation does not apply: is missing path: {path}: missing value"
                 )
-            if not _json_eq(current, value):
+            if not json_equal(current, value):
                 raise _invalid(f"testing value {path} failed: test failed")
         else:  # move, copy
             source = operation.get("from")
@@ -429,6 +429,10 @@ _SCHEMA: dict[str, dict[str, _Field]] = {
         "spec": _struct("PodDisruptionBudgetSpec"),
         "status": _struct("ConditionsStatus"),
     },
+    # networking/v1: no patch strategy anywhere (podSelector, a LabelSelector, merges key by
+    # key; ingress, egress and policyTypes are replaced whole); the spec is named so that
+    # server-side apply finds podSelector atomic (LabelSelector is +structType=atomic).
+    "NetworkPolicy": {"metadata": _struct("ObjectMeta"), "spec": _struct("NetworkPolicySpec")},
     # The status of every kind whose only strategic status list is conditions-by-type.
     "ConditionsStatus": {"conditions": _CONDITIONS},
 }
@@ -456,6 +460,7 @@ _ROOTS: dict[tuple[str, str], str] = {
     ("batch", "Job"): "Workload",
     ("batch", "CronJob"): "CronJob",
     ("policy", "PodDisruptionBudget"): "PodDisruptionBudget",
+    ("networking.k8s.io", "NetworkPolicy"): "NetworkPolicy",
     ("coordination.k8s.io", "Lease"): "Object",
     ("scheduling.k8s.io", "PriorityClass"): "Object",
     ("apiextensions.k8s.io", "CustomResourceDefinition"): "Object",
@@ -614,7 +619,7 @@ def _delete_from_primitive_list(original: dict, field: str, value: Any) -> None:
         raise _bad(_ERR_PRIMITIVE_LIST)
     current = original.get(field)
     if isinstance(current, list):
-        original[field] = [x for x in current if not any(_json_eq(x, d) for d in value)]
+        original[field] = [x for x in current if not any(json_equal(x, d) for d in value)]
 
 
 def _element_kind(*lists: list) -> str:
@@ -642,7 +647,7 @@ def _merge_list(original: list, patch: list, meta: _Field) -> list:
     if kind == "scalar":
         merged: list = []
         for item in original + patch:
-            if not any(_json_eq(item, seen) for seen in merged):
+            if not any(json_equal(item, seen) for seen in merged):
                 merged.append(item)
         patch_items, server_only = _partition(merged, patch, "")
         return _normalize_order(patch_items, server_only, patch, original, "", kind)
@@ -666,7 +671,7 @@ def _special_elements(original: list, patch: list, key: str) -> tuple[list, list
         if directive == "delete":
             if key not in item:
                 raise _no_merge_key(item, key)
-            original = [o for o in original if not (key in o and _json_eq(o[key], item[key]))]
+            original = [o for o in original if not (key in o and json_equal(o[key], item[key]))]
         elif directive == REPLACE:
             replace = True
         elif directive == MERGE:
@@ -684,7 +689,7 @@ def _merge_elements(original: list, patch: list, key: str, meta: _Field) -> list
         if key not in item:
             raise _no_merge_key(item, key)
         for index, existing in enumerate(merged):
-            if key in existing and _json_eq(existing[key], item[key]):
+            if key in existing and json_equal(existing[key], item[key]):
                 merged[index] = _merge_map(existing, item, meta.type)
                 break
         else:
@@ -699,9 +704,9 @@ def _same(a: Any, b: Any, key: str) -> bool:
             and isinstance(b, dict)
             and key in a
             and key in b
-            and (_json_eq(a[key], b[key]))
+            and (json_equal(a[key], b[key]))
         )
-    return _json_eq(a, b)
+    return json_equal(a, b)
 
 
 def _index(order: list, item: Any, key: str) -> int:

@@ -227,6 +227,11 @@ _VIEW_RULES: list[dict[str, Any]] = [
     },
     {"apiGroups": ["batch"], "resources": ["cronjobs", "jobs"], "verbs": _READ},
     {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": _READ},
+    {
+        "apiGroups": ["networking.k8s.io"],
+        "resources": ["ingresses", "ingresses/status", "networkpolicies"],
+        "verbs": _READ,
+    },
 ]
 _EDIT_RULES: list[dict[str, Any]] = [
     {
@@ -261,6 +266,11 @@ _EDIT_RULES: list[dict[str, Any]] = [
     },
     {"apiGroups": ["batch"], "resources": ["cronjobs", "jobs"], "verbs": _WRITE},
     {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": _WRITE},
+    {
+        "apiGroups": ["networking.k8s.io"],
+        "resources": ["ingresses", "networkpolicies"],
+        "verbs": _WRITE,
+    },
     *_VIEW_RULES,
 ]
 _ADMIN_RULES: list[dict[str, Any]] = [

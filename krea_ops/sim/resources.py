@@ -133,6 +133,15 @@ BUILTIN: tuple[ResourceType, ...] = (
         short_names=("pdb",),
         subresources=("status",),
     ),
+    # No status subresource: NetworkPolicyStatus left networking.k8s.io/v1 in 1.28.
+    ResourceType(
+        "networking.k8s.io",
+        "v1",
+        "NetworkPolicy",
+        "networkpolicies",
+        True,
+        short_names=("netpol",),
+    ),
     ResourceType("coordination.k8s.io", "v1", "Lease", "leases", True),
     # RBAC, stored and enforced (sim/rbac.py); kubectl prints roles with the default
     # Name/Created At columns and bindings with Name/Role/Age.
@@ -242,6 +251,7 @@ GROUP_ORDER = (
     "authentication.k8s.io",
     "authorization.k8s.io",
     "batch",
+    "networking.k8s.io",
     "policy",
     "rbac.authorization.k8s.io",
     "coordination.k8s.io",

@@ -433,6 +433,21 @@ _COLUMNS: dict[tuple[str, str], list[dict[str, Any]]] = {
         ),
         _AGE,
     ],
+    # printers.go networkPolicyColumnDefinitions (the description is extensions/v1beta1's).
+    ("networking.k8s.io", "NetworkPolicy"): [
+        _NAME,
+        _col(
+            "Pod-Selector",
+            "string",
+            "Selects the pods to which this NetworkPolicy object applies. The array of "
+            "ingress rules is applied to any pods selected by this field. Multiple network "
+            "policies can select the same set of pods. In this case, the ingress rules for "
+            "each are combined additively. This field is NOT optional and follows standard "
+            "label selector semantics. An empty podSelector matches all pods in this "
+            "namespace.",
+        ),
+        _AGE,
+    ],
     ("coordination.k8s.io", "Lease"): [
         _NAME,
         _col(
@@ -1102,6 +1117,12 @@ def _print_pdb(pdb: Mapping[str, Any], now: datetime) -> Row:
     return cells, None
 
 
+def _print_network_policy(policy: Mapping[str, Any], now: datetime) -> Row:
+    """printNetworkPolicy: the pod selector as ``metav1.FormatLabelSelector`` writes it."""
+    selector = _m(policy.get("spec")).get("podSelector")
+    return [_name(policy), _format_label_selector(selector), _age(policy, now)], None
+
+
 def _print_lease(lease: Mapping[str, Any], now: datetime) -> Row:
     holder = _m(lease.get("spec")).get("holderIdentity")
     return [_name(lease), str(holder or ""), _age(lease, now)], None
@@ -1264,6 +1285,7 @@ _PRINTERS = {
     ("", "Service"): _print_service,
     ("", "Endpoints"): _print_endpoints,
     ("policy", "PodDisruptionBudget"): _print_pdb,
+    ("networking.k8s.io", "NetworkPolicy"): _print_network_policy,
     ("coordination.k8s.io", "Lease"): _print_lease,
     ("apps", "Deployment"): _print_deployment,
     ("apps", "ReplicaSet"): _print_replicaset,

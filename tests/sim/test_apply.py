@@ -439,3 +439,186 @@ def test_apply_of_a_list_item_without_its_key(kubectl: Kubectl) -> None:
         "        env:", "        ports: [{containerPort: 80}]\n        env:"
     )
     kubectl("apply", "--server-side", "-f", "-", stdin=ports)
+
+
+# -- the same value is shared, a different one conflicts ------------------------------------
+#
+# "When trying to apply an object, fields that have a different value and are owned by
+# another manager will result in a conflict." and "If two or more appliers set a field to
+# the same value, they share ownership of that field. Any subsequent attempt to change the
+# value of the shared field, by any of the appliers, results in a conflict." (Server-Side
+# Apply, https://kubernetes.io/docs/reference/using-api/server-side-apply/). In
+# structured-merge-diff, merge/update.go takes the conflicts from
+# ``managerSet.Set().Intersection(compare.Modified.Union(compare.Added))`` and
+# typed/compare.go's doLeaf marks an atomic map or list, or a scalar, Modified only when
+# ``!value.EqualsUsing(...)``: an equal value is no change, so no conflict.
+
+KUEUE_SETUP = """apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: h200}
+spec:
+  nodeLabels: {krea.ai/pool: %(pool)s}
+  tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Cohort
+metadata: {name: gpu}
+spec: {}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: training}
+spec:
+  cohortName: gpu
+  namespaceSelector: %(selector)s
+  resourceGroups:
+  - coveredResources: ["nvidia.com/gpu"]
+    flavors:
+    - name: h200
+      resources: [{name: "nvidia.com/gpu", nominalQuota: 64}]
+"""
+
+
+def _kueue_setup(pool: str = "h200", selector: str = "{}") -> str:
+    return KUEUE_SETUP % {"pool": pool, "selector": selector}
+
+
+@needs_kubectl
+def test_server_side_apply_after_client_side_apply_of_the_same_values(kubectl: Kubectl) -> None:
+    """``kubectl apply`` then ``kubectl apply --server-side`` of the same manifests: the
+    atomic maps (nodeLabels, an empty namespaceSelector, an empty spec) are no conflict."""
+    kubectl("apply", "-f", "-", stdin=_kueue_setup())
+    done = kubectl("apply", "--server-side", "-f", "-", stdin=_kueue_setup())
+    assert done.stdout.count(" serverside-applied\n") == 3, done.stdout
+    assert done.stderr == ""
+    # kubectl then moves the client-side entry into its own (csaupgrade, since 1.26) and
+    # keeps the last-applied annotation under "kubectl-last-applied".
+    managed = _managed(kubectl, "resourceflavor", "h200")
+    assert set(managed) == {"kubectl/Apply", "kubectl-last-applied/Apply"}
+    assert "f:nodeLabels" in managed["kubectl/Apply"]["fieldsV1"]["f:spec"]
+    assert "f:spec" in _managed(kubectl, "cohort", "gpu")["kubectl/Apply"]["fieldsV1"]
+
+    # Another applier with a different value: a conflict with "kubectl", the value kept.
+    failed = kubectl(
+        "apply",
+        "--server-side",
+        "--field-manager=tuner",
+        "-f",
+        "-",
+        stdin=_kueue_setup(pool="b200"),
+        check=False,
+    )
+    assert failed.returncode != 0
+    assert 'Apply failed with 1 conflict: conflict with "kubectl": .spec.nodeLabels' in (
+        failed.stderr
+    )
+    got = kubectl("get", "resourceflavor", "h200", "-o", "jsonpath={.spec.nodeLabels}").stdout
+    assert json.loads(got) == {"krea.ai/pool": "h200"}
+
+
+@needs_kubectl
+def test_applying_the_values_another_manager_wrote_shares_them(kubectl: Kubectl) -> None:
+    """A manager that wrote with ``kubectl create`` (an Update) and an applier of the same
+    values both own every field, atomic or scalar; a changed value then conflicts."""
+    kubectl("create", "-f", "-", stdin=_kueue_setup())
+    done = kubectl("apply", "--server-side", "-f", "-", stdin=_kueue_setup())
+    assert done.stdout.count(" serverside-applied\n") == 3, done.stdout
+    shared = {
+        ("resourceflavor", "h200"): {"f:nodeLabels", "f:tolerations"},
+        ("clusterqueue", "training"): {"f:cohortName", "f:namespaceSelector", "f:resourceGroups"},
+    }
+    for what, fields in shared.items():
+        managed = _managed(kubectl, *what)
+        assert set(managed) == {"kubectl-create/Update", "kubectl/Apply"}, what
+        for entry in managed.values():
+            spec = entry["fieldsV1"]["f:spec"]
+            assert fields <= set(spec), (what, entry["manager"])
+            assert all(spec[f] == {} for f in fields), (what, entry["manager"])  # leaves
+    cohort = _managed(kubectl, "cohort", "gpu")
+    assert {e: cohort[e]["fieldsV1"] for e in cohort} == {
+        "kubectl-create/Update": {"f:spec": {}},
+        "kubectl/Apply": {"f:spec": {}},
+    }
+
+    # Changing a shared value is a conflict with the other owner, whoever applies it.
+    failed = kubectl(
+        "apply",
+        "--server-side",
+        "-f",
+        "-",
+        stdin=_kueue_setup(pool="b200", selector="{matchLabels: {team: vision}}"),
+        check=False,
+    )
+    assert failed.returncode != 0
+    for path in (".spec.nodeLabels", ".spec.namespaceSelector"):
+        assert (
+            'Apply failed with 1 conflict: conflict with "kubectl-create" using '
+            f"kueue.x-k8s.io/v1beta2: {path}"
+        ) in failed.stderr
+    forced = kubectl(
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        "-",
+        stdin=_kueue_setup(pool="b200"),
+    )
+    assert "resourceflavor.kueue.x-k8s.io/h200 serverside-applied" in forced.stdout
+    managed = _managed(kubectl, "resourceflavor", "h200")
+    assert "f:nodeLabels" in managed["kubectl/Apply"]["fieldsV1"]["f:spec"]
+    assert "f:nodeLabels" not in managed["kubectl-create/Update"]["fieldsV1"]["f:spec"]
+    assert "f:tolerations" in managed["kubectl-create/Update"]["fieldsV1"]["f:spec"]
+
+
+def test_an_apply_of_equal_values_is_no_conflict_in_the_response(api: client.ApiClient) -> None:
+    """The official client: the apply's own response already shows both owners, and the
+    409 of a changed value lists each conflict, as getConflictMessage writes them."""
+    custom = client.CustomObjectsApi(api)
+    flavor = yaml.safe_load(_kueue_setup().split("---")[0])
+    custom.create_cluster_custom_object(
+        "kueue.x-k8s.io", "v1beta2", "resourceflavors", flavor, field_manager="platform"
+    )
+
+    def apply(body: dict[str, Any], **options: Any) -> dict[str, Any]:
+        resp = custom.patch_cluster_custom_object(
+            "kueue.x-k8s.io",
+            "v1beta2",
+            "resourceflavors",
+            "h200",
+            body,
+            field_manager="team",
+            _content_type="application/apply-patch+yaml",
+            _preload_content=False,
+            **options,
+        )
+        return dict(json.loads(resp.data))
+
+    got = apply(flavor)
+    owners = {e["manager"]: e["fieldsV1"]["f:spec"] for e in got["metadata"]["managedFields"]}
+    assert set(owners) == {"platform", "team"}
+    assert all("f:nodeLabels" in spec and "f:tolerations" in spec for spec in owners.values())
+
+    # An update that sends the same spec back (a read-modify-write that changed nothing
+    # there) takes no field from them.
+    current = custom.get_cluster_custom_object(
+        "kueue.x-k8s.io", "v1beta2", "resourceflavors", "h200"
+    )
+    current["metadata"]["labels"] = {"reviewed": "yes"}
+    replaced = custom.replace_cluster_custom_object(
+        "kueue.x-k8s.io", "v1beta2", "resourceflavors", "h200", current, field_manager="editor"
+    )
+    fields = {e["manager"]: e["fieldsV1"] for e in replaced["metadata"]["managedFields"]}
+    assert fields["editor"] == {"f:metadata": {"f:labels": {".": {}, "f:reviewed": {}}}}
+    assert all("f:nodeLabels" in fields[m]["f:spec"] for m in ("platform", "team"))
+
+    changed = json.loads(json.dumps(flavor))
+    changed["spec"]["tolerations"][0]["effect"] = "NoExecute"
+    changed["spec"]["nodeLabels"]["krea.ai/pool"] = "b200"
+    with pytest.raises(ApiException) as err:
+        apply(changed)
+    status = json.loads(err.value.body)
+    assert err.value.status == 409 and status["reason"] == "Conflict"
+    assert status["message"] == (
+        'Apply failed with 2 conflicts: conflicts with "platform" using kueue.x-k8s.io/v1beta2:'
+        "\n- .spec.nodeLabels\n- .spec.tolerations"
+    )

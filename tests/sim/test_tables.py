@@ -772,6 +772,30 @@ def test_pdb_rows() -> None:
     assert row(pdb, "policy", "PodDisruptionBudget") == ["trainer", "N/A", "25%", 0, "5m"]
 
 
+def test_network_policy_rows() -> None:
+    """printNetworkPolicy: the pod selector as FormatLabelSelector writes it, ``<none>``
+    for the empty one that selects every pod of the namespace."""
+    assert names("networking.k8s.io", "NetworkPolicy") == ["Name", "Pod-Selector", "Age"]
+    policy = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": meta("metrics"),
+        "spec": {
+            "podSelector": {
+                "matchLabels": {"app": "exporter"},
+                "matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu"]}],
+            }
+        },
+    }
+    assert row(policy, "networking.k8s.io", "NetworkPolicy") == [
+        "metrics",
+        "app=exporter,tier in (gpu)",
+        "5m",
+    ]
+    policy["spec"] = {"podSelector": {}}
+    assert row(policy, "networking.k8s.io", "NetworkPolicy")[1] == "<none>"
+
+
 def test_workload_controllers() -> None:
     template = {
         "metadata": {"labels": {"app": "t"}},

@@ -41,6 +41,7 @@ PACKAGES: tuple[tuple[str, str, str], ...] = (
     ("api", "apps/v1", "apps_v1"),
     ("api", "batch/v1", "batch_v1"),
     ("api", "policy/v1", "policy_v1"),
+    ("api", "networking/v1", "networking_v1"),
     ("api", "coordination/v1", "coordination_v1"),
     ("api", "scheduling/v1", "scheduling_v1"),
 )

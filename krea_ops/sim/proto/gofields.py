@@ -1720,6 +1720,123 @@ FIELDS: dict[str, dict[str, list[Any]]] = {
         'runAsUserName': ['runAsUserName', True, True, 'string'],
         'hostProcess': ['hostProcess', True, True, 'bool'],
     },
+    'k8s.io.api.networking.v1.HTTPIngressPath': {
+        'path': ['path', True, False, 'string'],
+        'pathType': ['pathType', False, True, 'v1.PathType'],
+        'backend': ['backend', False, False, 'v1.IngressBackend'],
+    },
+    'k8s.io.api.networking.v1.HTTPIngressRuleValue': {
+        'paths': ['paths', False, False, '[]v1.HTTPIngressPath'],
+    },
+    'k8s.io.api.networking.v1.IPBlock': {
+        'cidr': ['cidr', False, False, 'string'],
+        'except': ['except', True, False, '[]string'],
+    },
+    'k8s.io.api.networking.v1.Ingress': {
+        'metadata': ['metadata', True, False, 'v1.ObjectMeta'],
+        'spec': ['spec', True, False, 'v1.IngressSpec'],
+        'status': ['status', True, False, 'v1.IngressStatus'],
+    },
+    'k8s.io.api.networking.v1.IngressBackend': {
+        'service': ['service', True, True, 'v1.IngressServiceBackend'],
+        'resource': ['resource', True, True, 'v1.TypedLocalObjectReference'],
+    },
+    'k8s.io.api.networking.v1.IngressClass': {
+        'metadata': ['metadata', True, False, 'v1.ObjectMeta'],
+        'spec': ['spec', True, False, 'v1.IngressClassSpec'],
+    },
+    'k8s.io.api.networking.v1.IngressClassList': {
+        'metadata': ['metadata', True, False, 'v1.ListMeta'],
+        'items': ['items', False, False, '[]v1.IngressClass'],
+    },
+    'k8s.io.api.networking.v1.IngressClassParametersReference': {
+        'aPIGroup': ['apiGroup', True, True, 'string'],
+        'kind': ['kind', False, False, 'string'],
+        'name': ['name', False, False, 'string'],
+        'scope': ['scope', False, True, 'string'],
+        'namespace': ['namespace', True, True, 'string'],
+    },
+    'k8s.io.api.networking.v1.IngressClassSpec': {
+        'controller': ['controller', True, False, 'string'],
+        'parameters': ['parameters', True, True, 'v1.IngressClassParametersReference'],
+    },
+    'k8s.io.api.networking.v1.IngressList': {
+        'metadata': ['metadata', True, False, 'v1.ListMeta'],
+        'items': ['items', False, False, '[]v1.Ingress'],
+    },
+    'k8s.io.api.networking.v1.IngressLoadBalancerIngress': {
+        'ip': ['ip', True, False, 'string'],
+        'hostname': ['hostname', True, False, 'string'],
+        'ports': ['ports', True, False, '[]v1.IngressPortStatus'],
+    },
+    'k8s.io.api.networking.v1.IngressLoadBalancerStatus': {
+        'ingress': ['ingress', True, False, '[]v1.IngressLoadBalancerIngress'],
+    },
+    'k8s.io.api.networking.v1.IngressPortStatus': {
+        'port': ['port', False, False, 'int32'],
+        'protocol': ['protocol', False, False, 'v1.Protocol'],
+        'error': ['error', True, True, 'string'],
+    },
+    'k8s.io.api.networking.v1.IngressRule': {
+        'host': ['host', True, False, 'string'],
+        'ingressRuleValue': ['', False, False, 'v1.IngressRuleValue'],
+    },
+    'k8s.io.api.networking.v1.IngressRuleValue': {
+        'http': ['http', True, True, 'v1.HTTPIngressRuleValue'],
+    },
+    'k8s.io.api.networking.v1.IngressServiceBackend': {
+        'name': ['name', False, False, 'string'],
+        'port': ['port', True, False, 'v1.ServiceBackendPort'],
+    },
+    'k8s.io.api.networking.v1.IngressSpec': {
+        'ingressClassName': ['ingressClassName', True, True, 'string'],
+        'defaultBackend': ['defaultBackend', True, True, 'v1.IngressBackend'],
+        'tls': ['tls', True, False, '[]v1.IngressTLS'],
+        'rules': ['rules', True, False, '[]v1.IngressRule'],
+    },
+    'k8s.io.api.networking.v1.IngressStatus': {
+        'loadBalancer': ['loadBalancer', True, False, 'v1.IngressLoadBalancerStatus'],
+    },
+    'k8s.io.api.networking.v1.IngressTLS': {
+        'hosts': ['hosts', True, False, '[]string'],
+        'secretName': ['secretName', True, False, 'string'],
+    },
+    'k8s.io.api.networking.v1.NetworkPolicy': {
+        'metadata': ['metadata', True, False, 'v1.ObjectMeta'],
+        'spec': ['spec', True, False, 'v1.NetworkPolicySpec'],
+    },
+    'k8s.io.api.networking.v1.NetworkPolicyEgressRule': {
+        'ports': ['ports', True, False, '[]v1.NetworkPolicyPort'],
+        'to': ['to', True, False, '[]v1.NetworkPolicyPeer'],
+    },
+    'k8s.io.api.networking.v1.NetworkPolicyIngressRule': {
+        'ports': ['ports', True, False, '[]v1.NetworkPolicyPort'],
+        'from': ['from', True, False, '[]v1.NetworkPolicyPeer'],
+    },
+    'k8s.io.api.networking.v1.NetworkPolicyList': {
+        'metadata': ['metadata', True, False, 'v1.ListMeta'],
+        'items': ['items', False, False, '[]v1.NetworkPolicy'],
+    },
+    'k8s.io.api.networking.v1.NetworkPolicyPeer': {
+        'podSelector': ['podSelector', True, True, 'v1.LabelSelector'],
+        'namespaceSelector': ['namespaceSelector', True, True, 'v1.LabelSelector'],
+        'ipBlock': ['ipBlock', True, True, 'v1.IPBlock'],
+    },
+    'k8s.io.api.networking.v1.NetworkPolicyPort': {
+        'protocol': ['protocol', True, True, 'v1.Protocol'],
+        'port': ['port', True, True, 'intstr.IntOrString'],
+        'endPort': ['endPort', True, True, 'int32'],
+    },
+    'k8s.io.api.networking.v1.NetworkPolicySpec': {
+        'podSelector': ['podSelector', False, False, 'v1.LabelSelector'],
+        'ingress': ['ingress', True, False, '[]v1.NetworkPolicyIngressRule'],
+        'egress': ['egress', True, False, '[]v1.NetworkPolicyEgressRule'],
+        'policyTypes': ['policyTypes', True, False, '[]v1.PolicyType'],
+    },
+    'k8s.io.api.networking.v1.ServiceBackendPort': {
+        'name': ['name', True, False, 'string'],
+        'number': ['number', True, False, 'int32'],
+    },
     'k8s.io.api.policy.v1.Eviction': {
         'metadata': ['metadata', True, False, 'v1.ObjectMeta'],
         'deleteOptions': ['deleteOptions', True, True, 'v1.DeleteOptions'],
