@@ -34,8 +34,9 @@ Obj = dict[str, Any]
 
 # What each controller's code calls, cluster-wide: (API group, resource, verb). This is the
 # authority the ClusterRoles are checked against, from the code paths:
-# - nodes: get (runbook/nodes.py read_nodes, kube/writes.py update), list (pages of
-#   /api/v1/nodes), patch (the merge PATCH with resourceVersion of update_step / update);
+# - nodes: get (runbook/nodes.py read_nodes, kube/writes.py update: not migrate-back, which
+#   only lists them), list (pages of /api/v1/nodes), patch (the merge PATCH with
+#   resourceVersion of update_step / update);
 # - pods: list (GPUs requested per node, a node's pods, a workload's Ready pods), get (an
 #   evicted pod re-read until gone: execute.py _gone, burst.py run_move);
 # - pods/eviction create (kube/eviction.py), poddisruptionbudgets list (the preflights);
@@ -55,7 +56,6 @@ CLUSTER_CALLS: dict[str, set[tuple[str, str, str]]] = {
         *EVENTS,
     },
     "migrate-back": {
-        ("", "nodes", "get"),
         ("", "nodes", "list"),
         ("", "pods", "get"),
         ("", "pods", "list"),
