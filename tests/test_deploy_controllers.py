@@ -1369,6 +1369,7 @@ def test_a_grant_taken_from_quota_syncs_role_is_refused_with_403_in_its_pass(
     outcome = WITHOUT_GRANT[grant]
     if outcome == "unavailable":
         assert result.outcome == "unavailable" and "forbidden" in (result.detail or "")
+        assert "deploy/rbac/reader.yaml" in (result.detail or "")  # a read: the reader role
         assert result.runs == [] and _h200_quota(admin) == quotas
         return
     assert result.outcome == "ok" and result.decision is not None and result.decision.acts
@@ -1376,6 +1377,10 @@ def test_a_grant_taken_from_quota_syncs_role_is_refused_with_403_in_its_pass(
         (run,) = result.runs  # the first write refused ends the run: nothing after it is made
         assert run.status == "failed"
         assert run.stopped is not None and "forbidden" in run.stopped, run.stopped
+        # a refused write names the acting identity's role, not the read-only one (the
+        # GET of a read-modify-write is a read: the reader role does grant it)
+        if grant[2] != "get":
+            assert "deploy/controllers/" in run.stopped and "reader" not in run.stopped
         assert _h200_quota(admin) == quotas
     else:
         assert [r.status for r in result.runs] == ["done"]

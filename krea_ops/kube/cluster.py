@@ -30,6 +30,11 @@ OPS_CONFIGMAP = "krea-ops-config"
 GPU_RESOURCE = "nvidia.com/gpu"
 VIRTUAL_NODE_LABEL = ("type", "virtual-kubelet")
 RBAC_HINT = "grant the krea-ops-reader ClusterRole (deploy/rbac/reader.yaml)"
+# a refused write: the reader role cannot help, the acting identity's own role must allow it
+RBAC_WRITE_HINT = (
+    "the identity acting needs this verb: its own role (an operator's, or the "
+    "controller's ClusterRole in deploy/controllers/)"
+)
 
 
 def node_info(obj: dict[str, Any]) -> NodeInfo:
@@ -124,6 +129,7 @@ class ApiAnswer:
     body: dict[str, Any] | None
     reason: str = ""
     retry_after: str | None = None
+    method: str = "GET"  # the request's, so a refusal can say what would allow it
 
     @property
     def ok(self) -> bool:
@@ -210,6 +216,7 @@ class Cluster:
             body=decoded if isinstance(decoded, dict) else None,
             reason=str(resp.reason or ""),
             retry_after=resp.headers.get("Retry-After"),
+            method=method.upper(),
         )
 
     def get(self, what: str, path: str, **query: str | int | None) -> Any:
@@ -231,16 +238,21 @@ class Cluster:
 
     def refusal(self, what: str, answer: ApiAnswer) -> Exception:
         """The one-line error for an API answer that is not 2xx."""
-        return self._error_line(what, answer.status, answer.message, answer.reason)
+        return self._error_line(
+            what, answer.status, answer.message, answer.reason, write=answer.method != "GET"
+        )
 
-    def _error_line(self, what: str, status: int, message: str, reason: str) -> Exception:
+    def _error_line(
+        self, what: str, status: int, message: str, reason: str, *, write: bool = False
+    ) -> Exception:
         if status == 401:
             return Unavailable(
                 f"the API server at {self.host} refused the credentials ({what}); "
                 "refresh the kubeconfig's token"
             )
         if status == 403:
-            return Unavailable(f"forbidden: {what} ({message or 'HTTP 403'}); {RBAC_HINT}")
+            hint = RBAC_WRITE_HINT if write else RBAC_HINT
+            return Unavailable(f"forbidden: {what} ({message or 'HTTP 403'}); {hint}")
         if status == 404:
             return BadInput(f"{what}: not found")
         if status == 422:  # the object a write would make is invalid: what was asked is wrong
