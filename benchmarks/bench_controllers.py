@@ -348,8 +348,7 @@ def throughput_once(
     from krea_ops.controllers.node_health import NodeHealth, NodeHealthConfig
     from krea_ops.runbook.nodes import TAINT_KEY
 
-    run_dir = tmp / f"c{concurrency}"
-    run_dir.mkdir()
+    run_dir = Path(tempfile.mkdtemp(prefix=f"c{concurrency}-", dir=tmp))
     server = ServerProcess(cli, run_dir / "state", run_dir / "kubeconfig", run_dir / "ca.pem")
     leading: Leading | None = None
     try:
@@ -429,8 +428,10 @@ def throughput(args: argparse.Namespace, cli: str) -> None:
         flush=True,
     )
     rows = []
+    rates: dict[int, list[float]] = {c: [] for c in args.concurrency}
+    runs = [c for _ in range(args.repeat) for c in args.concurrency]  # alternating
     with tempfile.TemporaryDirectory(prefix="bench-controllers-") as tmp:
-        for concurrency in args.concurrency:
+        for concurrency in runs:
             r = throughput_once(cli, Path(tmp), args.nodes, args.hot, args.pods, concurrency)
             print(
                 f"- concurrency {concurrency}: {args.nodes} nodes created in "
@@ -451,6 +452,7 @@ def throughput(args: argparse.Namespace, cli: str) -> None:
                     f"**{r['nodes_per_s']:.1f}**",
                 ]
             )
+            rates[concurrency].append(r["nodes_per_s"])
     rows.append(["NVSentinel, published (sequential)", "", "", "", "", "", "", "", "~2.5"])
     print()
     print(
@@ -477,6 +479,24 @@ def throughput(args: argparse.Namespace, cli: str) -> None:
         f"Reference: {NVSENTINEL}",
         flush=True,
     )
+    if args.repeat > 1:
+        print()
+        print(
+            table(
+                ["plans at once", "runs", "median nodes/s", "min", "max"],
+                [
+                    [
+                        str(c),
+                        str(len(v)),
+                        f"**{median(v):.1f}**",
+                        f"{min(v):.1f}",
+                        f"{max(v):.1f}",
+                    ]
+                    for c, v in rates.items()
+                ],
+            ),
+            flush=True,
+        )
 
 
 # -- reconcile cost ---------------------------------------------------------------------------
@@ -863,6 +883,7 @@ def main(argv: list[str] | None = None) -> int:
         default=[1, PLAN_CONCURRENCY],
         help="comma-separated plan concurrencies, one fresh run each",
     )
+    t.add_argument("--repeat", type=int, default=1, help="runs of each, alternating")
     c = parts.add_parser("cost", help="one steady pass of each controller")
     c.add_argument("--nodes", type=int, default=4096)
     c.add_argument("--offsite", type=int, default=64)

@@ -73,13 +73,15 @@ ALL = "all"
 DEFAULT_INTERVAL_S = 30.0
 LAST_ACTION_SUFFIX = ".last-action"
 # How many independent plans of one pass run at once. Each node-health eviction is
-# mostly waiting (the API server's answers, the drained pods going), so side by side
-# they quarantine a wave of bad nodes in a few seconds instead of one node after another
-# (NVSentinel's sequential ~2.5 nodes/s at 1,500 nodes; docs/benchmarks.md,
-# "Controllers"). The cap bounds the load one pass puts on the API server: each plan
-# evicts up to ``kube.eviction.CONCURRENCY`` pods at once, so 16 plans mean at most 128
-# evictions in flight and 16 audit records waiting on one fsync'd file; past 16 the
-# benchmark on 2 cores gains little (the API server, not the waiting, is the bound).
+# mostly waiting (the API server's answers, the drained pods going, fsyncs), so side by
+# side a wave of bad nodes is quarantined faster than one after another, even on 2
+# cores (docs/benchmarks.md, "Controllers": 200 of 1,500 nodes at 28-33 nodes/s against
+# 14-22 sequentially; NVSentinel publishes ~2.5 nodes/s, sequential). The cap bounds
+# the load one pass puts on the API server: each plan evicts up to
+# ``kube.eviction.CONCURRENCY`` pods at once, so 16 plans mean at most 128 evictions in
+# flight and 16 audit records waiting on one fsync'd file. Beyond 16 the benchmark
+# gained nothing steady (32: 26 and 38 nodes/s in two runs, 16: 29 and 33): the CPU of
+# the client and of the API server is by then the bound.
 PLAN_CONCURRENCY = 16
 
 
