@@ -40,7 +40,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import IO, Any
 from urllib.parse import quote
@@ -75,13 +75,13 @@ LAST_ACTION_SUFFIX = ".last-action"
 # How many independent plans of one pass run at once. Each node-health eviction is
 # mostly waiting (the API server's answers, the drained pods going, fsyncs), so side by
 # side a wave of bad nodes is quarantined faster than one after another, even on 2
-# cores (docs/benchmarks.md, "Controllers": 200 of 1,500 nodes at 28-33 nodes/s against
-# 14-22 sequentially; NVSentinel publishes ~2.5 nodes/s, sequential). The cap bounds
-# the load one pass puts on the API server: each plan evicts up to
+# cores (docs/benchmarks.md, "Controllers": 200 of 1,500 nodes at a median 30.7 nodes/s
+# against 17.1 sequentially; NVSentinel publishes ~2.5 nodes/s, sequential). The cap
+# bounds the load one pass puts on the API server: each plan evicts up to
 # ``kube.eviction.CONCURRENCY`` pods at once, so 16 plans mean at most 128 evictions in
-# flight and 16 audit records waiting on one fsync'd file. Beyond 16 the benchmark
-# gained nothing steady (32: 26 and 38 nodes/s in two runs, 16: 29 and 33): the CPU of
-# the client and of the API server is by then the bound.
+# flight and 16 audit records waiting on one fsync'd file. 32 gained nothing beyond the
+# runs' spread (32.7 nodes/s): by 16 the CPU of the client and of the API server is the
+# bound.
 PLAN_CONCURRENCY = 16
 
 
@@ -633,7 +633,6 @@ class Runner:
         else:
             with ThreadPoolExecutor(workers, thread_name_prefix=f"{name}-plan") as pool:
                 futures = [pool.submit(one, i, plan) for i, plan in enumerate(group)]
-                wait(futures)
             for future in futures:
                 future.result()  # re-raise the first error, in plan order
         out.done = [done[i] for i in sorted(done)]
