@@ -24,10 +24,19 @@ nothing (quota-sync lowers the quotas to the GPUs there are), then ``--passes`` 
 are timed: wall, CPU of this process (``time.process_time``: the controller, its Lease
 renew thread, the client) and CPU of the API server process (``/proc``), median.
 
-``reaction``: see ``--help`` of that part.
+``reaction``: the simulated world (``SimWorld``: nodes, GPUs with their thermal model,
+per-node exporters, a real Prometheus scraping every ``--scrape`` s) and node-health as
+shipped, run by the ``Runner`` loop every ``--interval`` s on a ``PrometheusSource``
+with ``telemetry_window_s`` = ``--window``. Once Prometheus holds a full window, a
+``hot-gpu`` fault is injected (the ConfigMap ``krea-ops sim inject hot-gpu`` makes);
+the node's exporter and the node are read every 0.1 s: wall time (and simulated time)
+from the first exporter reading >= 78 °C (and from Prometheus' first such sample) to the
+node cordoned, against the bound of two scrape intervals plus the window.
 
-    .venv/bin/python benchmarks/bench_controllers.py throughput --nodes 1500 --hot 200
+    .venv/bin/python benchmarks/bench_controllers.py throughput --nodes 1500 --hot 200 \
+        --concurrency 1,16,32 --repeat 3
     .venv/bin/python benchmarks/bench_controllers.py cost --nodes 4096 --passes 5
+    .venv/bin/python benchmarks/bench_controllers.py reaction
 """
 
 from __future__ import annotations
