@@ -480,3 +480,28 @@ def test_a_partitioned_leader_acts_no_more_and_the_other_takes_over_once(
         assert a.metric("krea_ops_controller_unavailable", controller="burst-taint") == 1
     finally:
         api.close()
+
+
+def test_independent_plans_are_grouped_and_dependent_ones_keep_their_order() -> None:
+    """node-health's one plan per node run side by side; a plan on a node already in the
+    group, about the same subject, or naming no node waits for what came before."""
+    from krea_ops.controllers.loop import independent_groups
+    from krea_ops.runbook.plan import Plan
+
+    def plan(name: str, *nodes: str, subject: str | None = None) -> Plan:
+        return Plan(action=name, nodes=nodes, reason=None, user="u", steps=(), subject=subject)
+
+    a, b, c = plan("a", "n1"), plan("b", "n2"), plan("c", "n3")
+    lemon = plan("lemon", "n2")  # the same node as b: after it
+    quota = plan("quota", subject="clusterqueue training")  # no node: alone
+    d = plan("d", "n4", subject="x")
+    e = plan("e", "n5", subject="x")  # the same subject as d: after it
+    groups = independent_groups([a, b, c, lemon, quota, d, e])
+    assert [[p.action for p in g] for g in groups] == [
+        ["a", "b", "c"],
+        ["lemon"],
+        ["quota"],
+        ["d"],
+        ["e"],
+    ]
+    assert independent_groups([]) == []
