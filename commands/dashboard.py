@@ -154,8 +154,8 @@ CONTROLLERS_AUDIT = "controllers-audit.jsonl"
 
 def demo_window_s(speed: float) -> float:
     """The health policy's window in the demo: the default (5 min) in simulated time,
-    but at least three scrapes, so "hot for the whole window" is never one sample."""
-    return max(Settings().telemetry_window_s / speed, 3 * DEMO_SCRAPE_S)
+    but at least two scrapes, so "hot for the whole window" is never one sample."""
+    return max(Settings().telemetry_window_s / speed, 2 * DEMO_SCRAPE_S)
 
 
 def demo_controller_settings(speed: float, interval_s: float = DEMO_INTERVAL_S) -> dict[str, str]:
