@@ -373,6 +373,11 @@ class FaultSwitch:
         with self._lock:
             return self._seen.get((verb, resource), 0)
 
+    def requests(self) -> dict[tuple[str, str], int]:
+        """Every (verb, resource) seen while rules were set, and how often."""
+        with self._lock:
+            return dict(self._seen)
+
     def spent(self) -> bool:
         """Every rule with ``times`` has fired that often."""
         with self._lock:
