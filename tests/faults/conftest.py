@@ -5,7 +5,6 @@ the audit log of the commands a test runs."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -14,8 +13,9 @@ from krea_ops.kube.cluster import Cluster
 from krea_ops.sim.local import LocalApiServer
 from tests.commands.conftest import audit
 from tests.kube.conftest import cluster, kubectl, sim
+from tests.sim.conftest import api, core
 
-__all__ = ["audit", "cluster", "kubectl", "sim"]
+__all__ = ["api", "audit", "cluster", "core", "kubectl", "sim"]
 
 
 @pytest.fixture
@@ -28,8 +28,3 @@ def product(sim: LocalApiServer) -> Iterator[Cluster]:
 
 def kubeconfig(sim: LocalApiServer) -> list[str]:
     return ["--kubeconfig", str(sim.kubeconfig)]
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    return tmp_path / "home"
