@@ -756,6 +756,7 @@ class ApiServer:
     # -- entry point ----------------------------------------------------------------------
 
     def handle(self, req: Request) -> Response | WatchStream:
+        result: Response | WatchStream
         try:
             self._authenticate(req)
             fault = self._fault(req) if self.faults.active else None
