@@ -176,14 +176,18 @@ def test_a_429_with_retry_after_is_waited_out_and_reads_writes_and_evictions_com
     written = update(product, node(BAD), Cordon())
     assert (faults.seen("get", "nodes"), faults.seen("patch", "nodes")) == (2, 2)
     assert written.changed and node_obj(product, BAD)["spec"]["unschedulable"] is True
+    # a read answered 503 with a Retry-After: the same
+    faults.set([{"verbs": ["list"], "resources": ["nodes"], "status": 503, "retryAfter": 1,
+                 "times": 1}])  # fmt: skip
+    assert len(product.nodes()) == 2 and len(waits) == 5
     # an eviction answered with the Status form (reason TooManyRequests, retryAfterSeconds)
     faults.set([{"verbs": ["create"], "resources": ["pods/eviction"], "status": 429,
                  "body": "status", "retryAfter": 1, "times": 1}])  # fmt: skip
     result = evict(product, "default", "web-0")
     assert result.outcome is Outcome.EVICTED and faults.seen("create", "pods/eviction") == 2
     assert pod_names(product, BAD) == []
-    assert waits == [1.0] * 5
-    assert len(faults.injected()) == 5
+    assert waits == [1.0] * 6
+    assert len(faults.injected()) == 6
 
 
 def test_a_429_that_does_not_end_is_waited_out_bounded_then_one_line(
