@@ -34,13 +34,18 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
     from kubernetes.config.config_exception import ConfigException
 
     path = kubeconfig_path(kubeconfig)
+    # No retries inside urllib3: by default it sends a GET again after a read timeout,
+    # three times, so one stalled call costs four timeouts. Cluster.request retries what
+    # is worth retrying itself (a 429's Retry-After, a GET hung up on).
+    configuration = client.Configuration()
+    configuration.retries = False
     if path is None:
         if os.environ.get("KUBERNETES_SERVICE_HOST"):
             try:
-                config.load_incluster_config()
+                config.load_incluster_config(client_configuration=configuration)
             except ConfigException as exc:
                 raise Unavailable(f"in-cluster configuration failed: {exc}") from None
-            return client.ApiClient()
+            return client.ApiClient(configuration)
         raise BadInput(
             "no kubeconfig: pass --kubeconfig, set KUBECONFIG, or create "
             "~/.kube/config (krea-ops sim serve writes one)"
@@ -48,7 +53,9 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
     if not Path(path).is_file():
         raise BadInput(f"kubeconfig {path} does not exist")
     try:
-        return config.new_client_from_config(config_file=path, context=context)
+        return config.new_client_from_config(
+            config_file=path, context=context, client_configuration=configuration
+        )
     except ConfigException as exc:
         first = str(exc).splitlines()[0] if str(exc) else "invalid configuration"
         raise BadInput(f"kubeconfig {path}: {first}") from None
