@@ -712,18 +712,33 @@ class Runner:
                         file=sys.stderr,
                     )
                     code = 1
-            while not stop.is_set():
-                for controller in self.controllers:
-                    if stop.is_set():
-                        break
+            failed: list[str] = []
+
+            def loop(controller: Controller[Any]) -> None:
+                while not stop.is_set():
                     result = self.pass_once(controller)
                     if result.outcome in ("error", "unavailable") or any(
                         r.status != "done" for r in result.runs
                     ):
-                        code = code if not once else 1
-                if once:
-                    break
-                stop.wait(interval_s)
+                        failed.append(controller.name)
+                    if once:
+                        return
+                    stop.wait(interval_s)
+
+            # Each controller passes on a thread of its own: a long plan of one (migrate-back
+            # waits for each moved pod's replacement to be Ready) never holds up another's
+            # pass (node-health's quarantine). Each has its own Lease and state key.
+            loops = [
+                threading.Thread(target=loop, args=(c,), name=f"pass-{c.name}", daemon=True)
+                for c in self.controllers
+            ]
+            for t in loops:
+                t.start()
+            for t in loops:
+                while t.is_alive():
+                    t.join(timeout=0.5)  # the main thread stays responsive to signals
+            if once and failed:
+                code = 1
         finally:
             stop.set()
             for t in threads:
@@ -771,17 +786,19 @@ class LiveInputs:
             user = service_account() or user
         self.user = user
         self._source: Any = None
+        self._source_lock = threading.Lock()  # the controllers' passes run on threads
         self._error: str | None = None
 
     def __call__(self, name: str) -> Inputs:
-        if self._source is None:
-            from krea_ops.telemetry.source import open_source
+        with self._source_lock:
+            if self._source is None:
+                from krea_ops.telemetry.source import open_source
 
-            try:
-                self._source = open_source(self.settings, self.cluster, self.policy)
-                self._error = None
-            except Unavailable as exc:
-                self._error = str(exc)
+                try:
+                    self._source = open_source(self.settings, self.cluster, self.policy)
+                    self._error = None
+                except Unavailable as exc:
+                    self._error = str(exc)
         return Inputs(
             cluster=self.cluster,
             source=self._source,
