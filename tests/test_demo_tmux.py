@@ -116,7 +116,9 @@ def _run_demo(tmp_path: Path) -> None:
         wait_for_text(session, ["GPUs on"], 15, seen)
         # the controllers: all four led, then node-health quarantines the hot GPU's node
         # (at 6 nodes its blast cap is 1 node, so the header says the cap is reached)
-        wait_for_text(session, ["controllers: 4/4 led"], 60, seen)
+        # (their own process: it starts, imports the client and takes four Leases, which
+        # on a loaded machine takes a while)
+        wait_for_text(session, ["controllers: 4/4 led"], 180, seen)
         wait_for_text(session, ["quarantined 1/1"], 180, seen)
         quarantined = _quarantined(tmp_path / "state" / "kubeconfig")
         tmux("send-keys", "-t", session, "q")
