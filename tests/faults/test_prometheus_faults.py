@@ -1,0 +1,254 @@
+"""Prometheus down, slow, erroring and stale, as the product meets it: a real Prometheus
+scraping two of our exporters (simulated GPUs), reached through an HTTP proxy written
+here that can delay its answers, answer 500, cut a body short or fail one query; or
+stopped outright. The cluster is the API-only simulator with the exporters' two nodes.
+
+- read commands (``gpus``, ``nodes list``): exit 1 and one error line naming Prometheus
+  and what is wrong; ``nodes list`` still prints the nodes, its GPU nodes UNKNOWN;
+- the controllers that read telemetry (node-health, burst-taint), run by the runner:
+  nothing written while it is down, slow or erroring, and the log and the metrics say
+  why; a quarantined node is not restored on readings that are not there;
+- stale series (an exporter stopped past ``telemetry_stale_s``): its node is UNKNOWN,
+  never grounds for a cordon;
+- the dashboard keeps the last good view, greyed, with its age and the error line."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from commands.main import invoke
+from krea_ops.controllers.base import NAMESPACE
+from krea_ops.health import HealthPolicy
+from krea_ops.kube.cluster import Cluster
+from krea_ops.model import Severity
+from krea_ops.settings import Settings
+from krea_ops.sim.local import LocalApiServer
+from krea_ops.telemetry import PrometheusSource
+from tests.conftest import PROCFS_TREE, free_port, require_binary
+from tests.kube.conftest import create, set_status
+from tests.telemetry.conftest import KreaNode, Prometheus, Target, start_krea_node
+
+GPUS = 2
+HOT, COOL = "node-a", "node-b"
+WINDOW_S = 5.0
+STALE_S = 6.0
+TIMEOUT_S = 2.0
+SETTINGS = Settings(
+    telemetry_window_s=WINDOW_S, telemetry_stale_s=STALE_S, telemetry_timeout_s=TIMEOUT_S
+)
+POLICY = HealthPolicy(window_s=WINDOW_S)
+MINUTE, HOUR = 60.0, 3600.0
+# how each fault reads in the one error line (after "Prometheus at URL is not answering")
+FAULTS = {
+    "slow": f"timed out after {TIMEOUT_S:g} s",
+    "error": "HTTP 500: upstream connect error or disconnect/reset before headers",
+    "truncate": "the answer was cut short",
+}
+
+
+class FaultyProxy:
+    """An HTTP proxy in front of Prometheus. ``mode``: ``pass`` (forward), ``slow``
+    (wait ``delay_s`` first), ``error`` (answer 500 as a failing reverse proxy does),
+    ``truncate`` (forward, but send only half of the body under the full
+    Content-Length, then hang up), ``fail-query`` (500 for instant queries whose PromQL
+    contains ``match``; the rest forwarded: one query failing, as one too expensive
+    does). ``requests`` counts what came in, by mode."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = urllib.parse.urlsplit(upstream)
+        self.mode = "pass"
+        self.delay_s = 0.0
+        self.match = ""
+        self.requests: dict[str, int] = {}
+        self._lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                outer._answer(self, None)
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                outer._answer(self, self.rfile.read(length))
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, args=(0.1,), daemon=True).start()
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def set(self, mode: str, *, delay_s: float = 0.0, match: str = "") -> None:
+        self.mode, self.delay_s, self.match = mode, delay_s, match
+
+    def _forward(self, h: BaseHTTPRequestHandler, body: bytes | None) -> tuple[int, str, bytes]:
+        conn = http.client.HTTPConnection(self.upstream.hostname, self.upstream.port, timeout=30)
+        try:
+            headers = {"Content-Type": h.headers.get("Content-Type") or ""} if body else {}
+            conn.request(h.command, h.path, body=body, headers=headers)
+            answer = conn.getresponse()
+            return answer.status, answer.getheader("Content-Type") or "", answer.read()
+        finally:
+            conn.close()
+
+    def _answer(self, h: BaseHTTPRequestHandler, body: bytes | None) -> None:
+        try:
+            self._handle(h, body)
+        except OSError:  # the client gave up first (a slow answer past its timeout)
+            h.close_connection = True
+
+    def _handle(self, h: BaseHTTPRequestHandler, body: bytes | None) -> None:
+        mode = self.mode
+        with self._lock:
+            self.requests[mode] = self.requests.get(mode, 0) + 1
+        if mode == "slow":
+            time.sleep(self.delay_s)
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(h.path).query)
+        if body:
+            query.update(urllib.parse.parse_qs(body.decode()))
+        promql = " ".join(query.get("query") or ())
+        failing = mode == "error" or (
+            mode == "fail-query" and h.path.startswith("/api/v1/query") and self.match in promql
+        )
+        if failing:
+            data = b"upstream connect error or disconnect/reset before headers\n"
+            h.send_response(500)
+            h.send_header("Content-Type", "text/plain")
+            h.send_header("Content-Length", str(len(data)))
+            h.end_headers()
+            h.wfile.write(data)
+            return
+        try:
+            status, ctype, data = self._forward(h, body)
+        except OSError:
+            h.close_connection = True
+            return  # Prometheus not there: hang up, as a proxy with no upstream may
+        h.send_response(status)
+        h.send_header("Content-Type", ctype)
+        h.send_header("Content-Length", str(len(data)))
+        if mode == "truncate":
+            h.send_header("Connection", "close")
+            h.end_headers()
+            h.wfile.write(data[: len(data) // 2])
+            h.wfile.flush()
+            h.close_connection = True
+            return
+        h.end_headers()
+        h.wfile.write(data)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@dataclass
+class Stack:
+    hot: KreaNode
+    cool: KreaNode
+    prom: Prometheus
+    proxy: FaultyProxy
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
+    require_binary("prometheus")
+    hot = start_krea_node(HOT, PROCFS_TREE, gpus=GPUS)
+    cool = start_krea_node(COOL, PROCFS_TREE, gpus=GPUS, seed=1)
+    prom = Prometheus([Target(hot.address, "krea"), Target(cool.address, "krea")])
+    proxy = FaultyProxy(prom.url)
+    try:
+        prom.wait_scrapes("krea", 2)
+        yield Stack(hot, cool, prom, proxy)
+    finally:
+        proxy.close()
+        prom.stop()
+        hot.stop()
+        cool.stop()
+
+
+def set_hot(node: KreaNode, temperature_c: int) -> None:
+    for gpu in node.nvml.gpus:
+        gpu.update(temperature_c=temperature_c)
+
+
+def verdict(url: str, node: str) -> Severity:
+    """The node's verdict from Prometheus now (straight, not through the proxy)."""
+    from krea_ops.health import node_verdict
+
+    with PrometheusSource(url, SETTINGS) as source:
+        tel = source.collect(families=("verdicts",)).nodes.get(node)
+    return node_verdict(None, tel, POLICY).severity
+
+
+def gpu_nodes(cluster: Cluster) -> None:
+    create(cluster, "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+    for name in (HOT, COOL):
+        create(cluster, "/api/v1/nodes", {"metadata": {"name": name}})
+        set_status(
+            cluster,
+            f"/api/v1/nodes/{name}",
+            {
+                "capacity": {"nvidia.com/gpu": str(GPUS)},
+                "allocatable": {"nvidia.com/gpu": str(GPUS)},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        )
+
+
+def cli(capsys: pytest.CaptureFixture[str], sim: LocalApiServer, url: str, *args: str
+        ) -> tuple[int, str, str]:  # fmt: skip
+    capsys.readouterr()
+    code = invoke(["--kubeconfig", str(sim.kubeconfig), "--prometheus", url, *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def commands_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KREA_OPS_CONFIG", "/nonexistent/krea-ops.yaml")
+    monkeypatch.setenv("KREA_OPS_TELEMETRY_WINDOW_S", str(WINDOW_S))
+    monkeypatch.setenv("KREA_OPS_TELEMETRY_STALE_S", str(STALE_S))
+    monkeypatch.setenv("KREA_OPS_TELEMETRY_TIMEOUT_S", str(TIMEOUT_S))
+    monkeypatch.delenv("KREA_OPS_PROMETHEUS_URL", raising=False)
+
+
+@pytest.mark.usefixtures("commands_env")
+def test_read_commands_say_what_is_unknown_when_prometheus_is_down_slow_or_erroring(
+    stack: Stack, sim: LocalApiServer, product: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gpu_nodes(product)
+    proxy = stack.proxy
+    proxy.set("pass")
+    code, out, err = cli(capsys, sim, proxy.url, "nodes", "list", "-o", "json")
+    assert code == 0 and err == "" and {r["name"] for r in json.loads(out)} == {HOT, COOL}
+    down = f"http://127.0.0.1:{free_port()}"  # a Prometheus that is not there
+    cases = [(proxy.url, mode, why) for mode, why in FAULTS.items()]
+    cases.append((down, "down", "connection refused"))
+    for url, mode, why in cases:
+        proxy.set(mode, delay_s=3 * TIMEOUT_S)
+        code, out, err = cli(capsys, sim, url, "nodes", "list", "-o", "json")
+        # the nodes still print (the API answered), GPU nodes UNKNOWN, then one line
+        assert code == 1, (mode, out, err)
+        assert err.count("\n") == 1 and err.startswith("error: "), (mode, err)
+        assert f"Prometheus at {url} is not answering ({why})" in err, (mode, err)
+        rows = json.loads(out)
+        assert {r["name"]: r["verdict"] for r in rows} == {HOT: "UNKNOWN", COOL: "UNKNOWN"}
+        code, out, err = cli(capsys, sim, url, "gpus", "-o", "json")
+        assert code == 1 and out == "" and err.count("\n") == 1, (mode, out, err)
+        assert why in err, (mode, err)
+    proxy.set("pass")
+    code, _, err = cli(capsys, sim, proxy.url, "gpus", "-o", "json")
+    assert code == 0 and err == ""
