@@ -15,6 +15,7 @@ stopped outright. The cluster is the API-only simulator with the exporters' two 
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import threading
 import time
@@ -22,21 +23,28 @@ import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from commands.main import invoke
-from krea_ops.controllers.base import NAMESPACE
+from krea_ops.controllers.base import NAMESPACE, Controller, Inputs
+from krea_ops.controllers.burst_taint import BurstTaint, BurstTaintConfig
+from krea_ops.controllers.loop import ControllerMetrics, JsonLog, PassResult, Runner
+from krea_ops.controllers.node_health import NodeHealth
 from krea_ops.health import HealthPolicy
 from krea_ops.kube.cluster import Cluster
 from krea_ops.model import Severity
+from krea_ops.runbook.audit import AuditLog
+from krea_ops.runbook.nodes import TAINT_KEY
 from krea_ops.settings import Settings
 from krea_ops.sim.local import LocalApiServer
 from krea_ops.telemetry import PrometheusSource
 from tests.conftest import PROCFS_TREE, free_port, require_binary
+from tests.controllers.conftest import Clock, virtual_node
 from tests.kube.conftest import create, set_status
-from tests.telemetry.conftest import KreaNode, Prometheus, Target, start_krea_node
+from tests.telemetry.conftest import KreaNode, Prometheus, Target, start_krea_node, wait_until
 
 GPUS = 2
 HOT, COOL = "node-a", "node-b"
@@ -252,3 +260,115 @@ def test_read_commands_say_what_is_unknown_when_prometheus_is_down_slow_or_error
     proxy.set("pass")
     code, _, err = cli(capsys, sim, proxy.url, "gpus", "-o", "json")
     assert code == 0 and err == ""
+
+
+class Passes:
+    """node-health and burst-taint as in their pods, reading Prometheus through ``url``,
+    in simulated time (the readings are real, taken now)."""
+
+    def __init__(self, cluster: Cluster, url: str, tmp: Path) -> None:
+        self.clock = Clock()
+        self.out = io.StringIO()
+        self.metrics = ControllerMetrics()
+        self.source = PrometheusSource(url, SETTINGS, policy=POLICY)
+        self.node_health = NodeHealth()
+        self.burst_taint = BurstTaint(BurstTaintConfig(hold_s=0))
+        self.runner = Runner(
+            cluster,
+            [self.node_health, self.burst_taint],
+            lambda name: Inputs(
+                cluster, self.source, POLICY, f"system:serviceaccount:krea-ops:{name}"
+            ),
+            identity="replica-a",
+            audit=AuditLog(tmp / "audit.jsonl"),
+            metrics=self.metrics,
+            log=JsonLog(self.out, self.clock.wall),
+            clock=self.clock.mono,
+            wall=self.clock.wall,
+        )
+
+    def pass_at(self, t: float, controller: Controller[Any]) -> PassResult:
+        self.clock.t = t
+        assert self.runner.electors[controller.name].try_acquire_or_renew(t)
+        return self.runner.pass_once(controller)
+
+    def lines(self, event: str) -> list[dict[str, Any]]:
+        records = [json.loads(line) for line in self.out.getvalue().splitlines()]
+        return [r for r in records if r["event"] == event]
+
+    def close(self) -> None:
+        self.source.close()
+
+
+def quarantined(cluster: Cluster) -> set[str]:
+    out = set()
+    for obj in cluster.get("nodes", "/api/v1/nodes").get("items") or ():
+        spec = obj.get("spec") or {}
+        if spec.get("unschedulable") or any(
+            t.get("key") == TAINT_KEY for t in spec.get("taints") or ()
+        ):
+            out.add(obj["metadata"]["name"])
+    return out
+
+
+def test_controllers_change_nothing_while_prometheus_is_down_slow_or_erroring(
+    stack: Stack, sim: LocalApiServer, product: Cluster, tmp_path: Path
+) -> None:
+    gpu_nodes(product)
+    virtual_node(product, "vk-0")
+    set_hot(stack.hot, 80)  # above the hot threshold, clear of the slowdown margin
+    try:
+        wait_until(lambda: verdict(stack.prom.url, HOT) is Severity.BAD, timeout=30)
+        passes = Passes(product, stack.proxy.url, tmp_path)
+        t = 0.0
+        for mode, why in FAULTS.items():
+            stack.proxy.set(mode, delay_s=3 * TIMEOUT_S)
+            for controller in (passes.node_health, passes.burst_taint):
+                result = passes.pass_at(t, controller)
+                assert result.outcome == "ok" and result.runs == [], (mode, controller.name)
+                assert result.decision is not None and not result.decision.acts
+                alerts = [a for a in result.decision.alerts if a.kind == "stale-input"]
+                assert len(alerts) == 1 and why in alerts[0].message, (mode, alerts)
+            t += MINUTE
+        assert quarantined(product) == set()
+        logged = passes.lines("alert")
+        assert {r["controller"] for r in logged} == {"node-health", "burst-taint"}
+        assert all(r["kind"] == "stale-input" and "\n" not in r["message"] for r in logged)
+        text = passes.metrics.text()
+        for name in ("node-health", "burst-taint"):
+            line = (
+                f'krea_ops_controller_alerts_active{{controller="{name}",kind="stale-input"}} 1.0'
+            )
+            assert line in text, text
+        # Prometheus answers again: the node that was hot all along is evicted now
+        stack.proxy.set("pass")
+        result = passes.pass_at(t, passes.node_health)
+        assert [(r.plan.action, r.status) for r in result.runs] == [("nodes evict", "done")]
+        assert quarantined(product) == {HOT}
+        # one query failing (the GPU temperatures): the node still hot must not be
+        # taken for healthy and restored an hour later
+        stack.proxy.set("fail-query", match="temperature")
+        start = t
+        while t < start + 2 * HOUR:
+            t += 10 * MINUTE
+            result = passes.pass_at(t, passes.node_health)
+            assert result.runs == [], (t - start, result.runs)
+            assert result.decision is not None
+            assert result.decision.gauges["unknown_nodes"] == 2
+            assert any(a.kind == "stale-input" for a in result.decision.alerts)
+        assert quarantined(product) == {HOT}
+        stack.proxy.set("pass")
+        set_hot(stack.hot, 40)
+        wait_until(lambda: verdict(stack.prom.url, HOT) is Severity.OK, timeout=30)
+        restored = []
+        start = t
+        while not restored and t < start + 3 * HOUR:
+            t += 10 * MINUTE
+            result = passes.pass_at(t, passes.node_health)
+            restored = [r for r in result.runs if r.plan.action == "nodes restore"]
+        assert [r.status for r in restored] == ["done"] and t - start >= HOUR
+        assert quarantined(product) == set()
+        passes.close()
+    finally:
+        stack.proxy.set("pass")
+        set_hot(stack.hot, 40)
