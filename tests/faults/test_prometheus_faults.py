@@ -14,6 +14,8 @@ stopped outright. The cluster is the API-only simulator with the exporters' two 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import http.client
 import io
 import json
@@ -29,6 +31,7 @@ from typing import Any
 import pytest
 
 from commands.main import invoke
+from krea_ops.console import Console
 from krea_ops.controllers.base import NAMESPACE, Controller, Inputs
 from krea_ops.controllers.burst_taint import BurstTaint, BurstTaintConfig
 from krea_ops.controllers.loop import ControllerMetrics, JsonLog, PassResult, Runner
@@ -38,18 +41,21 @@ from krea_ops.kube.cluster import Cluster
 from krea_ops.model import Severity
 from krea_ops.runbook.audit import AuditLog
 from krea_ops.runbook.nodes import TAINT_KEY
-from krea_ops.settings import Settings
+from krea_ops.settings import Settings, load_settings
 from krea_ops.sim.local import LocalApiServer
 from krea_ops.telemetry import PrometheusSource
+from screens.app import KreaOpsApp
+from screens.widgets.heatmap import GpuHeatmap
 from tests.conftest import PROCFS_TREE, free_port, require_binary
 from tests.controllers.conftest import Clock, virtual_node
 from tests.kube.conftest import create, set_status
+from tests.screens.conftest import wait_until as pump_until
 from tests.telemetry.conftest import KreaNode, Prometheus, Target, start_krea_node, wait_until
 
 GPUS = 2
 HOT, COOL = "node-a", "node-b"
-WINDOW_S = 5.0
-STALE_S = 6.0
+WINDOW_S = 3.0
+STALE_S = 4.0
 TIMEOUT_S = 2.0
 SETTINGS = Settings(
     telemetry_window_s=WINDOW_S, telemetry_stale_s=STALE_S, telemetry_timeout_s=TIMEOUT_S
@@ -183,8 +189,9 @@ def stack() -> Iterator[Stack]:
     finally:
         proxy.close()
         prom.stop()
-        hot.stop()
-        cool.stop()
+        for node in (hot, cool):
+            with contextlib.suppress(Exception):  # (the stale test stops one itself)
+                node.stop()
 
 
 def set_hot(node: KreaNode, temperature_c: int) -> None:
@@ -350,7 +357,7 @@ def test_controllers_change_nothing_while_prometheus_is_down_slow_or_erroring(
         stack.proxy.set("fail-query", match="temperature")
         start = t
         while t < start + 2 * HOUR:
-            t += 10 * MINUTE
+            t += 20 * MINUTE
             result = passes.pass_at(t, passes.node_health)
             assert result.runs == [], (t - start, result.runs)
             assert result.decision is not None
@@ -363,7 +370,7 @@ def test_controllers_change_nothing_while_prometheus_is_down_slow_or_erroring(
         restored = []
         start = t
         while not restored and t < start + 3 * HOUR:
-            t += 10 * MINUTE
+            t += 20 * MINUTE
             result = passes.pass_at(t, passes.node_health)
             restored = [r for r in result.runs if r.plan.action == "nodes restore"]
         assert [r.status for r in restored] == ["done"] and t - start >= HOUR
@@ -372,3 +379,67 @@ def test_controllers_change_nothing_while_prometheus_is_down_slow_or_erroring(
     finally:
         stack.proxy.set("pass")
         set_hot(stack.hot, 40)
+
+
+def test_the_dashboard_keeps_the_last_good_view_greyed_with_its_age_and_the_error(
+    stack: Stack, sim: LocalApiServer, product: Cluster
+) -> None:
+    gpu_nodes(product)
+    settings = load_settings(
+        {
+            "kubeconfig": str(sim.kubeconfig),
+            "prometheus_url": stack.proxy.url,
+            "telemetry_window_s": WINDOW_S,
+            "telemetry_stale_s": STALE_S,
+            "telemetry_timeout_s": TIMEOUT_S,
+        },
+        env={},
+    )
+    app = KreaOpsApp(Console(settings), refresh_s=1.0)
+
+    def error_line() -> str:
+        line = app.screen.query_one("#error-line")
+        return str(line.render()) if line.display else ""
+
+    def header() -> str:
+        return str(app.screen.query_one("#status-bar").render())
+
+    def temperatures() -> dict[tuple[str, int], float | None]:
+        snap = app.fleet_snapshot()
+        if snap is None:
+            return {}
+        return {
+            (v.info.name, g.index): g.temperature_c
+            for v in snap.views
+            for g in (v.telemetry.gpus if v.telemetry else ())
+        }
+
+    async def body() -> None:
+        async with app.run_test(size=(160, 40)) as pilot:
+            heatmap = app.screen.query_one(GpuHeatmap)
+            await pump_until(pilot, lambda: len(temperatures()) == 2 * GPUS)
+            await pump_until(pilot, lambda: error_line() == "")
+            assert all(t is not None for t in temperatures().values())
+            stack.proxy.set("error")
+            text = await pump_until(pilot, lambda: "telemetry:" in (t := error_line()) and t)
+            why = FAULTS["error"]  # (slow answers: tests/screens/test_outage.py)
+            assert f"Prometheus at {stack.proxy.url} is not answering ({why})" in text
+            # the readings of the last good read stay, greyed, the header ageing
+            kept = temperatures()
+            assert len(kept) == 2 * GPUS and all(t is not None for t in kept.values())
+            assert heatmap.has_class("stale")
+            assert app.screen.query_one("#status-bar").has_class("-stale")
+            age = app.data_age("fleet") or 0.0
+            await pump_until(pilot, lambda: (app.data_age("fleet") or 0) > age + 1)
+            assert "old" in header() and temperatures() == kept
+            snap = app.fleet_snapshot()
+            assert snap is not None
+            assert all(v.verdict.severity is not Severity.UNKNOWN for v in snap.views)
+            stack.proxy.set("pass")
+            await pump_until(pilot, lambda: "telemetry:" not in error_line())
+            assert not heatmap.has_class("stale")
+
+    try:
+        asyncio.run(body())
+    finally:
+        stack.proxy.set("pass")
