@@ -443,3 +443,41 @@ def test_the_dashboard_keeps_the_last_good_view_greyed_with_its_age_and_the_erro
         asyncio.run(body())
     finally:
         stack.proxy.set("pass")
+
+
+@pytest.mark.usefixtures("commands_env")
+def test_stale_series_are_unknown_never_grounds_for_a_cordon(
+    stack: Stack,
+    sim: LocalApiServer,
+    product: Cluster,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    gpu_nodes(product)
+    # the cool node's GPUs run hot, then its exporter stops: its last samples are hot
+    set_hot(stack.cool, 80)
+    wait_until(lambda: verdict(stack.prom.url, COOL) is Severity.BAD, timeout=30)
+    stack.cool.stop()
+    with PrometheusSource(stack.prom.url, SETTINGS) as source:
+        wait_until(lambda: source.collect().nodes[COOL].stale, timeout=30)
+    passes = Passes(product, stack.prom.url, tmp_path)
+    t = 0.0
+    while t < 2 * HOUR:
+        result = passes.pass_at(t, passes.node_health)
+        assert result.outcome == "ok" and result.runs == [], (t, result.runs)
+        assert result.decision is not None
+        assert result.decision.gauges["unknown_nodes"] == 1
+        assert result.decision.gauges["bad_nodes"] == 0
+        t += 30 * MINUTE
+    passes.close()
+    assert quarantined(product) == set()
+    # the read commands say it is unknown, and since when
+    code, out, err = cli(capsys, sim, stack.prom.url, "nodes", "list", "-o", "json")
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert code == 0 and err == "", err
+    assert rows[COOL]["verdict"] == "UNKNOWN" and rows[HOT]["verdict"] != "UNKNOWN"
+    assert "last sample" in json.dumps(rows[COOL]["reasons"])
+    code, out, err = cli(capsys, sim, stack.prom.url, "gpus", "-o", "json")
+    gpus = [g for g in json.loads(out) if g["node"] == COOL]
+    assert code == 0 and gpus and all(g["temperature_c"] is None for g in gpus), gpus
+    assert all(g["verdict"] == "UNKNOWN" for g in gpus)
