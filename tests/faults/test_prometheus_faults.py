@@ -40,6 +40,7 @@ from krea_ops.health import HealthPolicy
 from krea_ops.kube.cluster import Cluster
 from krea_ops.model import Severity
 from krea_ops.runbook.audit import AuditLog
+from krea_ops.runbook.execute import RunResult
 from krea_ops.runbook.nodes import TAINT_KEY
 from krea_ops.settings import Settings, load_settings
 from krea_ops.sim.local import LocalApiServer
@@ -109,7 +110,8 @@ class FaultyProxy:
         self.mode, self.delay_s, self.match = mode, delay_s, match
 
     def _forward(self, h: BaseHTTPRequestHandler, body: bytes | None) -> tuple[int, str, bytes]:
-        conn = http.client.HTTPConnection(self.upstream.hostname, self.upstream.port, timeout=30)
+        host = self.upstream.hostname or "127.0.0.1"
+        conn = http.client.HTTPConnection(host, self.upstream.port, timeout=30)
         try:
             headers = {"Content-Type": h.headers.get("Content-Type") or ""} if body else {}
             conn.request(h.command, h.path, body=body, headers=headers)
@@ -367,7 +369,7 @@ def test_controllers_change_nothing_while_prometheus_is_down_slow_or_erroring(
         stack.proxy.set("pass")
         set_hot(stack.hot, 40)
         wait_until(lambda: verdict(stack.prom.url, HOT) is Severity.OK, timeout=30)
-        restored = []
+        restored: list[RunResult] = []
         start = t
         while not restored and t < start + 3 * HOUR:
             t += 20 * MINUTE
