@@ -90,6 +90,7 @@ def test_every_acknowledged_record_survives_thirty_kills(tmp_path: Path) -> None
     acked_all: set[tuple[int, int]] = set()
     deaths = {"SIGKILL": 0, "SIGXFSZ": 0}
     torn_seen = 0
+    torn_by: dict[int, int] = {}
     for gen in range(KILLS):
         before = path.read_bytes() if path.exists() else b""
         # Every other child dies inside a write: its limit falls in its first 1.5 MiB.
@@ -120,8 +121,13 @@ def test_every_acknowledged_record_survives_thirty_kills(tmp_path: Path) -> None
                 assert (g, s) not in acked_all and (g, s + 1) not in found
         if not data.endswith(b"\n"):
             torn_seen += 1
+            torn_by[code] = torn_by.get(code, 0) + 1
             assert HEAD.match(data.rsplit(b"\n", 1)[-1]) or len(data.rsplit(b"\n", 1)[-1]) < 40
 
+    print(
+        f"deaths {deaths}; torn tails after SIGKILL {torn_by.get(-signal.SIGKILL, 0)}, "
+        f"after SIGXFSZ {torn_by.get(-signal.SIGXFSZ, 0)}; {len(acked_all)} records acked"
+    )
     # The next writer after all those deaths: its record is a line of its own.
     before = path.read_bytes()
     AuditLog(path).append({"record": "end", "status": "done"})
