@@ -7,10 +7,12 @@ for verbatim, in base64 and in slices."""
 from __future__ import annotations
 
 import base64
+import io
 import json
 import os
 import signal
 import subprocess
+import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +24,7 @@ from kubernetes import client
 from commands.main import invoke
 from krea_ops.controllers.base import NAMESPACE
 from krea_ops.kube.cluster import Cluster
+from krea_ops.runbook.audit import AuditLog
 from tests.conftest import KREA_OPS, ROOT, free_port, wait_for
 from tests.controllers.conftest import PROVIDER_TAINT, gpu_node, virtual_node
 from tests.kube.conftest import create
@@ -217,3 +220,38 @@ def test_refused_and_broken_credentials_fail_without_showing_them(
         assert creds.leaks(text) == [], (name, text)
     written = world.read_text() if world.exists() else ""
     assert creds.leaks(written + cluster_dump(creds)) == []
+
+
+def test_a_controller_whose_token_is_refused_says_so(
+    creds: Credentials, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not "another replica leads": no replica holds the Lease, the API server refused the
+    token (the CLI waits a lease duration, 15 s, for a Lease to expire; short here)."""
+    from kubernetes import config as kube_config
+
+    from krea_ops.controllers.burst_taint import BurstTaint, BurstTaintConfig
+    from krea_ops.controllers.leader import ElectionSettings
+    from krea_ops.controllers.loop import JsonLog, Runner
+
+    wrong = "kreaWrongCanary" + base64.urlsafe_b64encode(os.urandom(30)).decode()
+    creds.add("wrong token", wrong.removeprefix("kreaWrongCanary"))
+    kubeconfig = _kubeconfig_with(creds, tmp_path / "refused", token=wrong)
+    log = io.StringIO()
+    with kube_config.new_client_from_config(str(kubeconfig)) as api:
+        runner = Runner(
+            Cluster(api, timeout_s=30),
+            [BurstTaint(BurstTaintConfig(free_gpus_high=8, free_gpus_low=4, hold_s=0))],
+            lambda name: pytest.fail("a pass ran without the Lease"),
+            identity="replica-a",
+            election=ElectionSettings(0.6, 0.4, 0.1),
+            audit=AuditLog(tmp_path / "audit.jsonl"),
+            log=JsonLog(log),
+        )
+        capsys.readouterr()
+        code = runner.run(threading.Event(), once=True)
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith("controller burst-taint: its Lease could not be taken: ")
+    assert "refused the credentials" in err and "another replica" not in err
+    assert creds.leaks(err + log.getvalue()) == []
+    assert not (tmp_path / "audit.jsonl").exists()
