@@ -705,12 +705,16 @@ class Runner:
                 wait = settings.lease_duration_s + 2 * settings.retry_period_s
                 for name in self.wait_to_lead(stop, wait):
                     holder = self.electors[name].holder
+                    error = self.electors[name].last_error
                     self.log(name, "follower", holder=holder)
-                    print(
-                        f"controller {name}: another replica leads (lease held by "
-                        f"{holder or 'unknown'}); nothing was done",
-                        file=sys.stderr,
+                    # No holder seen and the Lease could not be read or written (a token
+                    # refused, an API server away): that is the reason, not a rival.
+                    why = (
+                        f"its Lease could not be taken: {error}"
+                        if holder is None and error
+                        else f"another replica leads (lease held by {holder or 'unknown'})"
                     )
+                    print(f"controller {name}: {why}; nothing was done", file=sys.stderr)
                     code = 1
             failed: list[str] = []
 

@@ -53,7 +53,7 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
     if not Path(path).is_file():
         raise BadInput(f"kubeconfig {path} does not exist")
     try:
-        return config.new_client_from_config(
+        api = config.new_client_from_config(
             config_file=path, context=context, client_configuration=configuration
         )
     except ConfigException as exc:
@@ -62,6 +62,27 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
     except Exception as exc:  # yaml errors and the like from a corrupt file
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise BadInput(f"kubeconfig {path} could not be read: {first}") from None
+    _check_client_certificate(api.configuration, path)
+    return api
+
+
+def _check_client_certificate(configuration: Any, path: str) -> None:
+    """Load the kubeconfig's client certificate and key now: a pair that does not load
+    otherwise surfaces as an SSL error inside the first request. The message names
+    the problem, never the data."""
+    import ssl
+
+    cert, key = configuration.cert_file, configuration.key_file
+    if not cert and not key:
+        return
+    try:
+        ssl.create_default_context().load_cert_chain(cert, key)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or (str(exc).splitlines() or [""])[0][:120]
+        raise BadInput(
+            f"kubeconfig {path}: its client certificate and key do not load ({reason}); "
+            "fix client-certificate(-data) and client-key(-data)"
+        ) from None
 
 
 def check_reachable(api: Any, timeout_s: float = 5.0) -> None:
