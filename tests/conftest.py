@@ -20,6 +20,13 @@ NODE_EXPORTER_TREE = IB_FIXTURE / "sys"
 PROCFS_TREE = IB_FIXTURE / "procfs-v0.21.1" / "sys"
 KREA_OPS = [sys.executable, "-m", "commands"]
 
+# pytest-xdist's workers run with COLUMNS=80 and LINES=24 in their environment; rich and
+# Textual size themselves by those, so a program a test starts (the demo in tmux, a
+# command whose table is read) would draw at 80 columns whatever its terminal. Tests see
+# the environment a plain `pytest` run has.
+for _var in ("COLUMNS", "LINES"):
+    os.environ.pop(_var, None)
+
 
 def free_port() -> int:
     with socket.socket() as s:
