@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from krea_ops.errors import BadInput
 from krea_ops.kube.quantity import QuantityError, format_quantity, number, parse_quantity
 from krea_ops.kube.times import parse_time
+from krea_ops.settings import Settings, load_settings
 
 
 @pytest.mark.parametrize("text", ["1e99999999", "1e" + "9" * 5000, "2E-99999999"])
@@ -37,3 +41,37 @@ def test_unicode_digits_are_not_a_quantity() -> None:
 
 def test_a_timestamp_field_holding_a_list_is_no_time() -> None:
     assert parse_time(["2026-11-29T21:00:00Z"]) is None  # type: ignore[arg-type]
+
+
+def _settings_file(tmp_path: Path, content: bytes) -> dict[str, str]:
+    path = tmp_path / "config.yaml"
+    path.write_bytes(content)
+    return {"KREA_OPS_CONFIG": str(path)}
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"\xff\xfe max_share: 1",
+        b"[" * 2000,
+        b"exporter_fake_gpus: " + b"9" * 5000,
+        b"exporter_fake_gpus: .inf",
+        b"telemetry_window_s: " + b"1" + b"0" * 400,
+        b"max_share: .nan",
+    ],
+    ids=["not-utf8", "deep", "huge-int", "int-inf", "float-overflow", "nan"],
+)
+def test_a_bad_settings_file_is_one_line(tmp_path: Path, content: bytes) -> None:
+    with pytest.raises(BadInput) as caught:
+        load_settings(env=_settings_file(tmp_path, content))
+    assert "\n" not in str(caught.value)
+
+
+def test_nan_from_the_environment_is_refused() -> None:
+    with pytest.raises(BadInput, match="max_share"):
+        load_settings(env={"KREA_OPS_CONFIG": "/nonexistent", "KREA_OPS_MAX_SHARE": "nan"})
+
+
+def test_a_setting_with_no_value_keeps_its_default(tmp_path: Path) -> None:
+    settings = load_settings(env=_settings_file(tmp_path, b"max_share:\n"))
+    assert settings.max_share == Settings().max_share
