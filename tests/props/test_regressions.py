@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from krea_ops.errors import BadInput
 from krea_ops.kube.quantity import QuantityError, format_quantity, number, parse_quantity
 from krea_ops.kube.times import parse_time
 from krea_ops.settings import Settings, load_settings
+from krea_ops.training.checkpoints import inspect_checkpoint, read_dcp_metadata, read_tracker
 
 
 @pytest.mark.parametrize("text", ["1e99999999", "1e" + "9" * 5000, "2E-99999999"])
@@ -75,3 +77,27 @@ def test_nan_from_the_environment_is_refused() -> None:
 def test_a_setting_with_no_value_keeps_its_default(tmp_path: Path) -> None:
     settings = load_settings(env=_settings_file(tmp_path, b"max_share:\n"))
     assert settings.max_share == Settings().max_share
+
+
+def test_json_metadata_nested_too_deep_is_unreadable(tmp_path: Path) -> None:
+    path = tmp_path / ".metadata"
+    path.write_bytes(b'{"a":' + b"[" * 100_000)
+    read = read_dcp_metadata(path)
+    assert read.required is None and read.error is not None and "not JSON" in read.error
+
+
+def test_a_shard_name_with_a_newline_gives_a_one_line_reason(tmp_path: Path) -> None:
+    top = tmp_path / "step-1"
+    top.mkdir()
+    (top / "x\ny").write_bytes(b"\0")
+    meta = {"storage_data": {"x\ny": {"offset": 0, "length": 8}}}
+    (top / ".metadata").write_text(json.dumps(meta))
+    cp = inspect_checkpoint(top, now=2_000_000_000.0)
+    assert not cp.complete
+    assert cp.reason == "shard x\\ny is 1 bytes, metadata says at least 8"
+
+
+@pytest.mark.parametrize("text", ["²", "9" * 5000])
+def test_a_tracker_that_is_not_an_iteration_is_unreadable(tmp_path: Path, text: str) -> None:
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text(text)
+    assert read_tracker(tmp_path) == "unreadable"
