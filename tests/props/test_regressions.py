@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from krea_ops.errors import BadInput
+from krea_ops.exporters.infiniband import InfinibandCollector
 from krea_ops.kube.quantity import QuantityError, format_quantity, number, parse_quantity
 from krea_ops.kube.times import parse_time
 from krea_ops.settings import Settings, load_settings
@@ -101,3 +102,34 @@ def test_a_shard_name_with_a_newline_gives_a_one_line_reason(tmp_path: Path) -> 
 def test_a_tracker_that_is_not_an_iteration_is_unreadable(tmp_path: Path, text: str) -> None:
     (tmp_path / "latest_checkpointed_iteration.txt").write_text(text)
     assert read_tracker(tmp_path) == "unreadable"
+
+
+def test_a_rate_file_past_float_range_is_a_read_error_not_inf(tmp_path: Path) -> None:
+    port = tmp_path / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
+    port.mkdir(parents=True)
+    for name, text in (
+        ("link_layer", "InfiniBand"),
+        ("state", "4: ACTIVE"),
+        ("phys_state", "5: LinkUp"),
+    ):
+        (port / name).write_text(text + "\n")
+    (port / "rate").write_text("1e308 Gb/sec (4X HDR)\n")
+    collector = InfinibandCollector(tmp_path, "n1")
+    try:
+        samples = {
+            s.name: s.value
+            for fam in collector.collect()
+            for s in fam.samples
+            if s.name != "krea_ib_read_errors_total"
+        }
+        errors = {
+            s.labels["file"]: s.value
+            for fam in collector.collect()
+            for s in fam.samples
+            if s.name == "krea_ib_read_errors_total"
+        }
+    finally:
+        collector.close()
+    assert "krea_ib_rate_bytes_per_second" not in samples
+    assert samples["krea_ib_state_id"] == 4
+    assert errors == {"mlx5_0/ports/1/rate": 2}  # once per scrape
