@@ -9,8 +9,10 @@ import pytest
 
 from krea_ops.errors import BadInput
 from krea_ops.exporters.infiniband import InfinibandCollector
+from krea_ops.kube.cluster import node_info
 from krea_ops.kube.quantity import QuantityError, format_quantity, number, parse_quantity
 from krea_ops.kube.times import parse_time
+from krea_ops.queue import _Raw, _snapshot, explain, parse_workload
 from krea_ops.settings import Settings, load_settings
 from krea_ops.training.checkpoints import inspect_checkpoint, read_dcp_metadata, read_tracker
 
@@ -133,3 +135,46 @@ def test_a_rate_file_past_float_range_is_a_read_error_not_inf(tmp_path: Path) ->
     assert "krea_ib_rate_bytes_per_second" not in samples
     assert samples["krea_ib_state_id"] == 4
     assert errors == {"mlx5_0/ports/1/rate": 2}  # once per scrape
+
+
+def test_why_of_a_gang_of_two_billion_pods_answers() -> None:
+    """A pod set's count is an int32: ``queue why`` once built a list of every pod."""
+    gpus = {"nvidia.com/gpu": "8"}
+    cq = {
+        "metadata": {"name": "cq"},
+        "spec": {
+            "resourceGroups": [
+                {
+                    "flavors": [
+                        {
+                            "name": "h200",
+                            "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "8"}],
+                        }
+                    ]
+                }
+            ]
+        },
+    }
+    lq = {"metadata": {"name": "lq", "namespace": "ns"}, "spec": {"clusterQueue": "cq"}}
+    flavor = {"metadata": {"name": "h200"}}
+    ready = [{"type": "Ready", "status": "True"}]
+    node = node_info(
+        {"metadata": {"name": "n1"}, "status": {"allocatable": gpus, "conditions": ready}}
+    )
+    snap = _snapshot(_Raw("v1beta2", [cq], [lq], {"h200": flavor}, [node]), None)
+    pod_set = {
+        "name": "main",
+        "count": 2**31 - 1,
+        "template": {"spec": {"containers": [{"resources": {"limits": gpus}}]}},
+    }
+    wl = parse_workload(
+        {
+            "metadata": {"name": "w", "namespace": "ns"},
+            "spec": {"queueName": "lq", "podSets": [pod_set]},
+        },
+        {("ns", "lq"): "cq"},
+    )
+    report = explain(wl, snap, {"h200": flavor}, [node], [])
+    (fit,) = report.flavors
+    assert fit.gang_gpu_pods == 2**31 - 1 and fit.pods_placeable_empty == 1
+    assert "not enough healthy nodes to hold the gang" in report.summary
