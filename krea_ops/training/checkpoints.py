@@ -232,8 +232,12 @@ class _MetadataRead:
 _ESCAPES = {c: repr(chr(c))[1:-1] for c in (*range(0x20), 0x7F)}
 
 
+def _escaped(text: str) -> str:
+    return text.translate(_ESCAPES)
+
+
 def _one_line(text: str | None) -> str | None:
-    return None if text is None else text.translate(_ESCAPES)
+    return None if text is None else _escaped(text)
 
 
 def _short(exc: BaseException) -> str:
@@ -714,15 +718,17 @@ def discover(path: Path | str, *, now: float | None = None) -> list[Checkpoint]:
     try:
         st = root.stat()
     except FileNotFoundError:
-        raise BadInput(f"{root}: no such directory") from None
+        raise BadInput(_escaped(f"{root}: no such directory")) from None
     except OSError as exc:
-        raise BadInput(f"{root}: {exc.strerror or _short(exc)}") from None
+        raise BadInput(_escaped(f"{root}: {exc.strerror or _short(exc)}")) from None
     if not stat.S_ISDIR(st.st_mode):
-        raise BadInput(f"{root} is not a directory")
+        raise BadInput(_escaped(f"{root} is not a directory"))
     try:
         os.listdir(root)
     except OSError as exc:
-        raise BadInput(f"{root}: cannot list it ({exc.strerror or _short(exc)})") from None
+        raise BadInput(
+            _escaped(f"{root}: cannot list it ({exc.strerror or _short(exc)})")
+        ) from None
     if _looks_like_checkpoint(root):
         return [inspect_checkpoint(root, now=now)]
     found = _search(root, now)
@@ -742,7 +748,9 @@ def latest_complete(path: Path | str) -> Checkpoint | None:
     runs = sorted({str(cp.path.parent) for cp in complete})
     if len(runs) > 1:
         shown = ", ".join(runs[:3]) + (", ..." if len(runs) > 3 else "")
-        raise BadInput(f"{path} holds checkpoints of {len(runs)} runs ({shown}); name one")
+        raise BadInput(
+            _escaped(f"{path} holds checkpoints of {len(runs)} runs ({shown}); name one")
+        )
     return complete[0]
 
 

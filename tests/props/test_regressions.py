@@ -14,7 +14,12 @@ from krea_ops.kube.quantity import QuantityError, format_quantity, number, parse
 from krea_ops.kube.times import parse_time
 from krea_ops.queue import _Raw, _snapshot, explain, parse_workload
 from krea_ops.settings import Settings, load_settings
-from krea_ops.training.checkpoints import inspect_checkpoint, read_dcp_metadata, read_tracker
+from krea_ops.training.checkpoints import (
+    discover,
+    inspect_checkpoint,
+    read_dcp_metadata,
+    read_tracker,
+)
 
 
 @pytest.mark.parametrize("text", ["1e99999999", "1e" + "9" * 5000, "2E-99999999"])
@@ -178,3 +183,9 @@ def test_why_of_a_gang_of_two_billion_pods_answers() -> None:
     (fit,) = report.flavors
     assert fit.gang_gpu_pods == 2**31 - 1 and fit.pods_placeable_empty == 1
     assert "not enough healthy nodes to hold the gang" in report.summary
+
+
+def test_a_checkpoint_path_with_a_newline_is_refused_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(BadInput) as caught:
+        discover(tmp_path / "run\nstep-1")
+    assert str(caught.value) == f"{tmp_path}/run\\nstep-1: no such directory"
