@@ -36,15 +36,32 @@ def serve(
     api_only: bool = typer.Option(
         False, "--api-only", help="only the API server, with an empty cluster"
     ),
+    faults: Path = typer.Option(
+        None,
+        "--faults",
+        help="YAML fault rules for the API server: errors (409, 429, 500, 503), latency, "
+        "dropped connections, watches closed, per verb and resource (docs/operations.md)",
+    ),
 ) -> None:
     """Run the simulator in the foreground until interrupted.
 
     Prints the API address, the kubeconfig path and the exporter addresses; point kubectl
     or krea-ops at it with KUBECONFIG=PATH. Objects persist in STATE across restarts.
-    --api-only serves an empty cluster without the world.
+    --api-only serves an empty cluster without the world. --faults makes the API server
+    refuse, slow down or hang up on the requests its rules name; the ConfigMap
+    krea-sim/api-faults (key faults.yaml) does the same while it runs.
     """
     if nodes < 1 or gpus_per_node < 1 or speed <= 0:
         raise BadInput("--nodes and --gpus-per-node must be >= 1 and --speed > 0")
+    fault_rules = None
+    if faults is not None:
+        from krea_ops.sim.faults import parse_text
+
+        try:
+            text = faults.read_text()
+        except OSError as exc:
+            raise BadInput(f"--faults {faults}: {exc.strerror or exc}") from None
+        fault_rules = parse_text(text, f"--faults {faults}")
     from krea_ops.exporters.server import parse_listen  # (start-up: see main)
 
     host, port = parse_listen(listen)
@@ -84,6 +101,9 @@ def serve(
         devices = world.world.services.get("devices")
         exporters = devices.exporter_urls() if devices is not None else {}
         prometheus = getattr(devices, "prometheus_url", None) if devices is not None else None
+    if fault_rules is not None:
+        seed_, rules = fault_rules
+        sim.api.faults.set(rules, seed=seed_, source="file")
     print(f"API server: {sim.url}", flush=True)
     print(f"kubeconfig: {sim.kubeconfig}", flush=True)
     print(f"state: {sim.state_dir}", flush=True)
@@ -97,6 +117,8 @@ def serve(
             print(f"exporter {node_name}: {url}", flush=True)
         if prometheus:
             print(f"prometheus: {prometheus}", flush=True)
+    if fault_rules is not None:
+        print(f"faults: {len(fault_rules[1])} rules from {faults}", flush=True)
     print(f"try: KUBECONFIG={sim.kubeconfig} kubectl get namespaces", flush=True)
     # A long-lived server holding every object in memory: keep the start-up heap out of
     # the collector and make full collections rare (each one walks every stored object).

@@ -443,6 +443,8 @@ class KreaOpsApp(App[None]):
     def _loaded(self, message: Loaded) -> None:
         key = message.key
         self._in_flight.discard(key)
+        if self._telemetry_lost(message):
+            return
         self.data[key] = message
         self.updated_at[key] = message.at
         self.took_s[key] = message.took_s
@@ -459,6 +461,26 @@ class KreaOpsApp(App[None]):
                 with contextlib.suppress(NoMatches):  # not composed yet: on_mount catches up
                     screen.update_data(message)
         self._update_status()
+
+    def _telemetry_lost(self, message: Loaded) -> bool:
+        """A fleet read whose nodes came but whose telemetry did not (Prometheus down,
+        slow or erroring), after one that had it: the last good view stays on screen,
+        greyed, its age growing in the header, the error in the footer line (a fleet of
+        UNKNOWN would hide every reading the operator had a moment ago)."""
+        if not isinstance(message, FleetLoaded):
+            return False
+        snapshot, before = message.snapshot, self.data.get(message.key)
+        if snapshot.telemetry is not None or not snapshot.telemetry_error:
+            return False
+        if not isinstance(before, FleetLoaded) or before.snapshot.telemetry is None:
+            return False
+        self.errors["telemetry"] = snapshot.telemetry_error
+        for screen in self.screen_stack:
+            if isinstance(screen, DataScreen) and message.key in screen.kinds():
+                with contextlib.suppress(NoMatches):
+                    screen.data_failed(message.key, snapshot.telemetry_error)
+        self._update_status()
+        return True
 
     def on_data_failed(self, message: DataFailed) -> None:
         self._in_flight.discard(message.key)
@@ -582,9 +604,11 @@ class KreaOpsApp(App[None]):
         return None if at is None else max(0.0, self.clock() - at)
 
     def is_stale(self, kind: str) -> bool:
-        """Older than three refresh intervals, or the last read failed."""
+        """Older than three refresh intervals, or the last read failed (for the fleet:
+        its telemetry too)."""
         age = self.data_age(kind)
-        return kind in self.errors or (age is not None and age > 3 * self.refresh_s)
+        failed = kind in self.errors or (kind == "fleet" and "telemetry" in self.errors)
+        return failed or (age is not None and age > 3 * self.refresh_s)
 
     def _update_status(self) -> None:
         try:  # no screen yet, or shutting down: nothing to update

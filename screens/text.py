@@ -88,7 +88,7 @@ def controllers_text(rows: list[dict[str, Any]]) -> Text:
             style = "bold red" if cap.get("reached") else ""
             out.append(f"  quarantined {quarantined}/{limit}", style=style)
             if cap.get("reached"):
-                out.append(" (cap: controller ack lifts it)", style="red")
+                out.append(" (cap reached)", style="red")
         veto = row.get("veto") if row.get("running") else None
         if isinstance(veto, dict) and veto.get("active"):
             classes = ", ".join(sorted(veto.get("classes") or {}))

@@ -1,7 +1,8 @@
 """``krea-ops sim serve`` with default options tells the demo's story within minutes, as
 the product's own read commands show it: a large training admitted by preempting
 inference, the evicted inference running offsite at a provider with cost accruing, a GPU
-running hot, and the training crashing and resuming from its newest complete checkpoint.
+running hot, the training crashing and resuming from its newest complete checkpoint, and
+the small training completing (the GPUs the demo's controllers bring inference home to).
 
 It runs the world as a user does (64 nodes at 1x) and polls ``queue workloads``, ``burst
 status``, ``gpus`` and ``train checkpoints`` (``-o json``); the JobSet and its Events are
@@ -25,6 +26,7 @@ from tests.conftest import ROOT, cli, require_binary
 
 BUDGET_S = 270.0  # the whole story, start-up included (CI: keep the suite under 20 min)
 LARGE = "dit-xl-pretrain"
+SMALL = "dit-b-ablation"
 HOT_C = 78.0  # the default health_hot_c
 BEATS = (
     "inference preempted",
@@ -34,6 +36,7 @@ BEATS = (
     "GPU running hot",
     "training crashed",
     "resumed from newest complete",
+    "small training completed",
 )
 
 
@@ -154,6 +157,10 @@ def test_sim_serve_tells_the_story_within_minutes(served: Any) -> None:
                 if ev["involvedObject"]["name"] == LARGE and "checkpoint step-" in ev["message"]:
                     resume["message"] = ev["message"]
                     beat("resumed from newest complete")
+        if "small training completed" not in seen:
+            small = kubectl("get", "jobset", "-n", "training", SMALL)
+            if small and (small.get("status") or {}).get("terminalState") == "Completed":
+                beat("small training completed")
         time.sleep(4)  # each read command costs its start-up: poll gently
 
     missing = [b for b in BEATS if b not in seen]

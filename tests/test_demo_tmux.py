@@ -1,10 +1,13 @@
 """``krea-ops demo`` in a real terminal (tmux): it starts the simulator, paints the
 heatmap, visits every screen by key, quits cleanly, and never prints a traceback, with
 the CPU loaded the way CI loads it (a scraper hanging up mid-answer when the simulator
-stops used to print one ``BrokenPipeError`` traceback per exporter)."""
+stops used to print one ``BrokenPipeError`` traceback per exporter). The demo runs the
+bundled controllers beside the world: the header says all four are led, and node-health
+quarantines the node whose GPU the story overheats (``nodes list`` shows our taint)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -14,7 +17,9 @@ import time
 import uuid
 from pathlib import Path
 
-from tests.conftest import ROOT, require_binary
+import pytest
+
+from tests.conftest import ROOT, cli, require_binary
 
 # As many busy processes as cores: the demo gets about half of what it would alone.
 BURNERS = os.cpu_count() or 2
@@ -59,6 +64,7 @@ def burn_cpu() -> list[subprocess.Popen[bytes]]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(BURNERS)]
 
 
+@pytest.mark.timeout(300)
 def test_demo_runs_in_a_terminal_visits_every_screen_and_quits(tmp_path: Path) -> None:
     require_binary("tmux")
     burners = burn_cpu()
@@ -78,8 +84,9 @@ def _run_demo(tmp_path: Path) -> None:
         f'--state {shlex.quote(str(tmp_path / "state"))}; echo "demo exit status: $?"'
     )
     env = {**os.environ, "TERM": "xterm-256color"}
+    # 200 columns: the header line ends with the controllers' blast cap
     subprocess.run(
-        ["tmux", "new-session", "-d", "-s", session, "-x", "140", "-y", "45", command],
+        ["tmux", "new-session", "-d", "-s", session, "-x", "200", "-y", "45", command],
         check=True,
         env=env,
         timeout=30,
@@ -107,6 +114,13 @@ def _run_demo(tmp_path: Path) -> None:
         wait_for_text(session, ["Pods"], 30, seen)
         tmux("send-keys", "-t", session, "Escape")
         wait_for_text(session, ["GPUs on"], 15, seen)
+        # the controllers: all four led, then node-health quarantines the hot GPU's node
+        # (at 6 nodes its blast cap is 1 node, so the header says the cap is reached)
+        # (their own process: it starts, imports the client and takes four Leases, which
+        # on a loaded machine takes a while)
+        wait_for_text(session, ["controllers: 4/4 led"], 180, seen)
+        wait_for_text(session, ["quarantined 1/1"], 180, seen)
+        quarantined = _quarantined(tmp_path / "state" / "kubeconfig")
         tmux("send-keys", "-t", session, "q")
         # the shell prints the demo's exit status: tmux's own (#{pane_dead_status}) was
         # sometimes never set on a loaded machine, its server leaving the exited process
@@ -129,4 +143,28 @@ def _run_demo(tmp_path: Path) -> None:
     for needle in ("Traceback", "BrokenPipeError", "ConnectionResetError"):
         shown = [text for text in seen if needle in text]
         assert not shown, f"{needle} on screen:\n{shown[0]}"
+    assert "stopping the controllers" in final
     assert "stopping the simulator" in final
+    hot_node, nodes = quarantined
+    assert nodes == [hot_node], f"quarantined {nodes}; the story made {hot_node} hot"
+
+
+def _quarantined(kubeconfig: Path) -> tuple[str, list[str]]:
+    """The node the story's hot-gpu beat overheated, and the nodes carrying our
+    quarantine taint as ``nodes list`` prints them."""
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(str(kubeconfig))
+    try:
+        story = client.CoreV1Api(api).read_namespaced_config_map("story", "krea-sim")
+    finally:
+        api.close()
+    hot_node = (story.data or {})["hot-gpu"].split()[1]  # "<time> <node> GPU <i> (<fault>)"
+    listed = cli("--kubeconfig", str(kubeconfig), "nodes", "list", "-o", "json")
+    assert listed.returncode in (0, 1), listed.stderr  # 1: telemetry unreadable, rows kept
+    nodes = [
+        n["name"]
+        for n in json.loads(listed.stdout)
+        if any(t.startswith("krea.ai/unhealthy") for t in n["taints"] or [])
+    ]
+    return hot_node, nodes

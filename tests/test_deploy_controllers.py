@@ -1,7 +1,10 @@
 """The manifests that run the controllers (deploy/): they render, each controller runs as
 its own least-privileged identity in a locked-down pod, the settings are ones krea-ops
 reads, the Kueue setup is the one krea-ops assumes, and an API server accepts all of it and
-enforces exactly the access each controller's code needs.
+enforces exactly the access each controller's code needs: each controller makes a pass that
+acts with its own service-account token, every request it makes is one its roles grant,
+every grant it does not use is named with the code that needs it, and a grant taken away
+is refused with 403.
 
 ``python -m tests.test_deploy_controllers`` rewrites
 deploy/prometheus-operator/prometheusrules.yaml from deploy/prometheus/*.yaml.
@@ -11,8 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
+import json
 import re
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,8 +40,9 @@ Obj = dict[str, Any]
 
 # What each controller's code calls, cluster-wide: (API group, resource, verb). This is the
 # authority the ClusterRoles are checked against, from the code paths:
-# - nodes: get (runbook/nodes.py read_nodes, kube/writes.py update), list (pages of
-#   /api/v1/nodes), patch (the merge PATCH with resourceVersion of update_step / update);
+# - nodes: get (runbook/nodes.py read_nodes, kube/writes.py update: not migrate-back, which
+#   only lists them), list (pages of /api/v1/nodes), patch (the merge PATCH with
+#   resourceVersion of update_step / update);
 # - pods: list (GPUs requested per node, a node's pods, a workload's Ready pods), get (an
 #   evicted pod re-read until gone: execute.py _gone, burst.py run_move);
 # - pods/eviction create (kube/eviction.py), poddisruptionbudgets list (the preflights);
@@ -55,7 +62,6 @@ CLUSTER_CALLS: dict[str, set[tuple[str, str, str]]] = {
         *EVENTS,
     },
     "migrate-back": {
-        ("", "nodes", "get"),
         ("", "nodes", "list"),
         ("", "pods", "get"),
         ("", "pods", "list"),
@@ -606,15 +612,16 @@ def test_readers_can_see_who_leads_and_change_nothing(applied: Cluster) -> None:
 
 
 @contextlib.contextmanager
-def _own_cluster(admin: Cluster, controller: str) -> Iterator[Cluster]:
-    """A client that calls as ``controller``'s service account, with a token the API
-    server issues for it (TokenRequest), as the kubelet mounts one in its pod."""
+def _own_cluster(admin: Cluster, controller: str, account: str | None = None) -> Iterator[Cluster]:
+    """A client that calls as ``controller``'s service account (or ``account``), with a
+    token the API server issues for it (TokenRequest), as the kubelet mounts one in its pod."""
     from kubernetes import client
 
+    account = account or f"krea-ops-{controller}"
     token = admin.request(
         "token",
         "POST",
-        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/krea-ops-{controller}/token",
+        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{account}/token",
         body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
     )
     assert token.ok and token.body is not None, token.body
@@ -736,52 +743,546 @@ if __name__ == "__main__":
     print(f"wrote {out}")
 
 
-def test_node_health_with_its_own_token_quarantines_a_dead_node(applied: Cluster) -> None:
-    """node-health's pass, read to execution, as its own service account with the RBAC of
-    deploy/: a node NotReady for 10 minutes is cordoned, tainted and drained (a gang's
-    JobSet read, budgets listed, pods evicted, Events written), nothing refused."""
-    from krea_ops.controllers.base import Inputs
-    from krea_ops.controllers.node_health import NodeHealth
+# -- each controller's pass, as its own service account ------------------------------------------
+#
+# One pass of each controller through the runner (its Lease acquired first, released after,
+# as a replica does), on a client holding the controller's own service-account token, over
+# objects that make it act. Every request it makes is recorded and mapped to the RBAC
+# (group, resource, verb) the API server checks: each must be one its roles grant, and each
+# grant its pass did not use must be named below with the code path that needs it.
+
+Atom = tuple[str, str, str, str | None]  # (group, resource, verb, resourceName; None: any)
+# /api, /api/v1, /apis, /apis/GROUP, /apis/GROUP/VERSION: discovery (Cluster.custom_version),
+# granted to every authenticated user by the default ClusterRole system:discovery
+DISCOVERY = re.compile(r"^/apis?(/[^/]+){0,2}$")
+STATE_CREATE: Atom = ("", "configmaps", "create", None)
+STATE_PATCH: Atom = ("", "configmaps", "patch", "krea-ops-controller-state")
+# Whether the state ConfigMap is there before a controller's pass: its pass then patches
+# it, else creates it (loop.write_state); between them, both calls are made with a token.
+STATE_THERE = {"burst-taint": False, "migrate-back": True, "node-health": True, "quota-sync": False}
+FIRST_PASS_ONLY = "loop.write_state creates the state ConfigMap on the first pass ever"
+LATER_PASSES = "loop.write_state merge-patches the state ConfigMap once it exists"
+# kube/events.py: an Event recorded again within one run (same reason about the same object)
+# is merge-patched with its series count; none of the passes below repeats one.
+EVENT_SERIES: Atom = ("", "events", "patch", None)
+SERIES = "kube/events.py EventRecorder: a repeated Event's series count is merge-patched"
+# Grants a controller's pass below does not use, and the code that needs each.
+NOT_IN_THE_PASS: dict[str, dict[Atom, str]] = {
+    "burst-taint": {STATE_PATCH: LATER_PASSES, EVENT_SERIES: SERIES},
+    "migrate-back": {STATE_CREATE: FIRST_PASS_ONLY, EVENT_SERIES: SERIES},
+    "node-health": {STATE_CREATE: FIRST_PASS_ONLY, EVENT_SERIES: SERIES},
+    "quota-sync": {STATE_PATCH: LATER_PASSES, EVENT_SERIES: SERIES},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ApiCall:
+    """One request as RBAC sees it. ``group`` None: a non-resource URL (``resource`` is
+    the path)."""
+
+    method: str
+    path: str
+    status: int
+    group: str | None
+    resource: str
+    verb: str
+    namespace: str | None = None
+    name: str | None = None
+
+
+def api_call(method: str, path: str, query: Obj | None, status: int) -> ApiCall:
+    """``method path`` as the API server's request-info resolver reads it: GET on a
+    collection is list (watch=true: watch), on an object get; POST create, PUT update,
+    PATCH patch, DELETE delete (on a collection: deletecollection); a subresource is
+    ``resource/sub`` (pods/eviction)."""
+    from urllib.parse import unquote
+
+    parts = [unquote(p) for p in path.split("?")[0].strip("/").split("/")]
+    group, rest = None, []
+    if parts[0] == "api" and len(parts) > 2:
+        group, rest = "", parts[2:]
+    elif parts[0] == "apis" and len(parts) > 3:
+        group, rest = parts[1], parts[3:]
+    if group is None:
+        return ApiCall(method, path, status, None, path, method.lower())
+    namespace = None
+    if rest[0] == "namespaces" and len(rest) > 2:
+        namespace, rest = rest[1], rest[2:]
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+    name = rest[1] if len(rest) > 1 else None
+    if method == "GET":
+        verb = "get" if name else "watch" if str((query or {}).get("watch")) == "true" else "list"
+    elif method == "DELETE":
+        verb = "delete" if name else "deletecollection"
+    else:
+        verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}[method]
+    return ApiCall(method, path, status, group, resource, verb, namespace, name)
+
+
+def test_requests_map_to_the_rbac_attributes_the_api_server_checks() -> None:
+    nodes = api_call("GET", "/api/v1/nodes", {"limit": 500}, 200)
+    assert (nodes.group, nodes.resource, nodes.verb, nodes.name) == ("", "nodes", "list", None)
+    assert api_call("GET", "/api/v1/nodes", {"watch": "true"}, 200).verb == "watch"
+    evict = api_call("POST", "/api/v1/namespaces/a/pods/p-0/eviction", None, 201)
+    assert (evict.group, evict.resource, evict.verb, evict.namespace, evict.name) == (
+        "", "pods/eviction", "create", "a", "p-0",
+    )  # fmt: skip
+    cq = api_call("PATCH", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/training", None, 200)
+    assert (cq.group, cq.resource, cq.verb, cq.name) == (
+        "kueue.x-k8s.io", "clusterqueues", "patch", "training",
+    )  # fmt: skip
+    lease = api_call(
+        "PUT", f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/x", None, 200
+    )
+    assert (lease.resource, lease.verb, lease.namespace) == ("leases", "update", NAMESPACE)
+    ns = api_call("GET", "/api/v1/namespaces/default", None, 200)
+    assert (ns.resource, ns.verb, ns.name) == ("namespaces", "get", "default")
+    assert api_call("DELETE", "/api/v1/namespaces/a/pods", None, 200).verb == "deletecollection"
+    assert api_call("GET", "/apis/kueue.x-k8s.io/v1beta2", None, 200).group is None
+
+
+class RecordingCluster(Cluster):
+    """``inner``, noting every request it answers (GETs too) in ``calls``."""
+
+    def __init__(self, inner: Cluster, calls: list[ApiCall]) -> None:
+        super().__init__(inner.api, timeout_s=inner.timeout_s)
+        self.inner = inner
+        self.calls = calls
+        self._lock = threading.Lock()
+
+    def request(
+        self,
+        what: str,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        content_type: str = "application/json",
+        query: dict[str, str | int | None] | None = None,
+    ) -> Any:
+        answer = self.inner.request(
+            what, method, path, body=body, content_type=content_type, query=query
+        )
+        with self._lock:
+            self.calls.append(api_call(method, path, query, answer.status))
+        return answer
+
+
+def _grant_atoms(base: list[Obj], name: str) -> tuple[set[Atom], set[Atom]]:
+    """(the ClusterRole's grants, the Role's in krea-ops), one per resourceName."""
+    cluster: set[Atom] = {(g, r, v, None) for g, r, v in CLUSTER_CALLS[name]}
+    role: set[Atom] = set()
+    for rule in _one(base, "Role", f"krea-ops-{name}")["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    for target in rule.get("resourceNames") or [None]:
+                        role.add((group, resource, verb, target))
+    return cluster, role
+
+
+def _covers(atom: Atom, call: ApiCall, namespace: str | None) -> bool:
+    group, resource, verb, target = atom
+    return (
+        (call.group, call.resource, call.verb) == (group, resource, verb)
+        and (target is None or call.name == target)
+        and (namespace is None or call.namespace == namespace)
+    )
+
+
+def _exercised(base: list[Obj], name: str, calls: list[ApiCall]) -> set[Atom]:
+    """The grants ``calls`` used; fails on a refused call or one no grant covers."""
+    cluster, role = _grant_atoms(base, name)
+    used: set[Atom] = set()
+    for call in calls:
+        assert call.status != 403, f"{name}: {call} refused"
+        if call.group is None:
+            assert call.verb == "get" and DISCOVERY.match(call.path), call
+            continue
+        hits = {a for a in cluster if _covers(a, call, None)}
+        hits |= {a for a in role if _covers(a, call, NAMESPACE)}
+        assert hits, f"{name} made a call its roles do not grant: {call}"
+        used |= hits
+    return used
+
+
+@dataclasses.dataclass
+class OwnPass:
+    result: Any  # loop.PassResult
+    calls: list[ApiCall]
+    log: list[Obj]
+    holder: str | None  # the Lease's holder during the pass
+
+
+def _deployed_settings(base: list[Obj], tmp: Path, **env: str) -> Any:
+    """The settings a controller pod loads: krea-ops-config's config.yaml, then
+    KREA_OPS_* variables (``env``) as a Deployment's would override them."""
+    from krea_ops.settings import load_settings
+
+    path = tmp / "config.yaml"
+    path.write_text(_one(base, "ConfigMap", "krea-ops-config")["data"]["config.yaml"])
+    return load_settings(env={"KREA_OPS_CONFIG": str(path), **env})
+
+
+def _fleet(admin: Cluster) -> Any:
+    """Fresh, cool readings of every in-cluster GPU node now: the recorded fleet that
+    stands in for Prometheus (hardware readings are the one thing these tests fake)."""
+    from krea_ops.kube.cluster import node_info
+    from tests.controllers.conftest import healthy_telemetry
+
+    nodes = [node_info(o) for o in admin.get("nodes", "/api/v1/nodes")["items"]]
+    return healthy_telemetry([n.name for n in nodes if not n.virtual], time.time())
+
+
+def _own_pass(
+    admin: Cluster,
+    base: list[Obj],
+    controller: Any,
+    settings: Any,
+    *,
+    account: str | None = None,
+    state_there: bool = True,
+) -> OwnPass:
+    """One pass of ``controller`` through the runner as its own service account (or
+    ``account``): its Lease taken from scratch, the pass, the Lease released."""
+    from krea_ops.controllers.base import STATE_CONFIGMAP, Inputs
+    from krea_ops.controllers.leader import ElectionSettings, lease_name, lease_path
+    from krea_ops.controllers.leader import new_identity as identity_of
+    from krea_ops.controllers.loop import JsonLog, Runner, state_path, write_state
     from krea_ops.health import HealthPolicy
+    from krea_ops.telemetry.prometheus import PrometheusSource
+    from krea_ops.telemetry.source import open_source
+    from tests.controllers.conftest import RecordedSource
+
+    name = controller.name
+    admin.request("lease", "DELETE", lease_path(NAMESPACE, lease_name(name)))
+    admin.request("state", "DELETE", state_path(NAMESPACE, STATE_CONFIGMAP))
+    if state_there:
+        write_state(admin, NAMESPACE, {})
+    calls: list[ApiCall] = []
+    out = io.StringIO()
+    with _own_cluster(admin, name, account) as own:
+        cluster = RecordingCluster(own, calls)
+        policy = HealthPolicy.from_settings(settings)
+        # where a live pass finds Prometheus (LiveInputs): krea-ops-config's prometheusURL
+        found = open_source(settings, cluster, policy)
+        try:
+            config = _one(base, "ConfigMap", "krea-ops-config")["data"]
+            assert isinstance(found, PrometheusSource)
+            assert found.url == config["prometheusURL"].rstrip("/")
+        finally:
+            found.close()
+        user = f"system:serviceaccount:{NAMESPACE}:{account or f'krea-ops-{name}'}"
+        inputs = Inputs(cluster, RecordedSource(_fleet(admin)), policy, user)
+        runner = Runner(
+            cluster,
+            [controller],
+            lambda _: inputs,
+            identity=identity_of({"POD_NAME": f"krea-ops-{name}-0"}),
+            # no other replica here: a renew deadline no slow step of a loaded machine meets
+            election=ElectionSettings(lease_duration_s=600, renew_deadline_s=300, retry_period_s=2),
+            log=JsonLog(out),
+        )
+        elector = runner.electors[name]
+        elector.cluster = RecordingCluster(elector.cluster, calls)
+        assert elector.try_acquire_or_renew()
+        try:
+            lease = admin.get("lease", lease_path(NAMESPACE, lease_name(name)))
+            result = runner.pass_once(controller)
+        finally:
+            elector.release()
+            # gone again: a test after this one may take the Lease as another holder
+            admin.request("lease", "DELETE", lease_path(NAMESPACE, lease_name(name)))
+    log = [json.loads(line) for line in out.getvalue().splitlines()]
+    return OwnPass(result, calls, log, lease["spec"].get("holderIdentity"))
+
+
+def _acted(name: str, done: OwnPass, admin: Cluster) -> None:
+    """The pass read, decided, ran every plan to the end and saved its state: nothing
+    refused."""
+    from krea_ops.controllers.loop import read_state
+
+    result = done.result
+    assert result.outcome == "ok", (result.detail, done.log)
+    assert result.detail is None, result.detail
+    assert result.decision is not None and result.decision.acts, result.decision
+    assert result.runs and [r.status for r in result.runs] == ["done"] * len(result.runs), [
+        (r.failed, r.blocked, r.stopped) for r in result.runs
+    ]
+    for run in result.runs:
+        assert {s.status for s in run.steps} <= {"done"}, [s.as_dict() for s in run.steps]
+    assert not [c for c in done.calls if c.status == 403]
+    assert done.holder and done.holder.startswith(f"krea-ops-{name}-0_")
+    stored = read_state(admin, NAMESPACE)
+    assert stored.data[f"{name}.last-action"]["status"] == "done"
+    assert stored.data[f"{name}.last-action"]["by"] == done.holder
+    if result.decision.state is not None:
+        assert stored.data[name] == json.loads(json.dumps(result.decision.state))
+
+
+def _least_privilege(base: list[Obj], name: str, done: OwnPass) -> None:
+    """Every call was granted, and every grant not used is one NOT_IN_THE_PASS names."""
+    used = _exercised(base, name, done.calls)
+    cluster, role = _grant_atoms(base, name)
+    unused = (cluster | role) - used
+    print(f"{name}: grants not used in this pass: {sorted(unused, key=str)}")
+    assert unused == set(NOT_IN_THE_PASS[name]), sorted(unused, key=str)
+    # and the ones it did use are the ones its code calls (not an accident of the setup)
+    assert {(g, r, v) for g, r, v, _ in used & cluster} <= CLUSTER_CALLS[name]
+
+
+@pytest.fixture
+def scratch(applied: Cluster) -> Iterator[list[str]]:
+    """Paths of objects a test makes in the shared API server: deleted after it, so the
+    next test's controller does not meet them."""
+    made: list[str] = []
+    yield made
+    for path in reversed(made):
+        applied.request("cleanup", "DELETE", path, body={"gracePeriodSeconds": 0})
+
+
+def _make(admin: Cluster, made: list[str], path: str, obj: Obj, status: Obj | None = None) -> Obj:
+    answer = admin.request("create", "POST", path, body=obj)
+    assert answer.ok and answer.body is not None, answer.body
+    where = f"{path}/{answer.body['metadata']['name']}"
+    made.append(where)
+    if status is not None:
+        patched = admin.request(
+            "status",
+            "PATCH",
+            f"{where}/status",
+            body={"status": status},
+            content_type="application/merge-patch+json",
+        )
+        assert patched.ok, patched.body
+    return answer.body
+
+
+def _gpu_node(
+    admin: Cluster,
+    made: list[str],
+    name: str,
+    labels: dict[str, str] | None = None,
+    taints: list[Obj] | None = None,
+    gpus: int = 8,
+    ready: str = "True",
+) -> None:
+    _make(
+        admin,
+        made,
+        "/api/v1/nodes",
+        {"metadata": {"name": name, "labels": labels or {}}, "spec": {"taints": taints or []}},
+        {
+            "capacity": {"nvidia.com/gpu": str(gpus)},
+            "allocatable": {"nvidia.com/gpu": str(gpus)},
+            "conditions": [{"type": "Ready", "status": ready}],
+        },
+    )
+
+
+PROVIDER_TAINT = {"key": "virtual-kubelet.io/provider", "value": "acme", "effect": "NoSchedule"}
+BURST_DISABLED = ("krea.ai/burst-disabled", "true", "NoSchedule")
+H200 = {"krea.ai/pool": "h200"}
+
+
+def _taints(admin: Cluster, node: str) -> list[tuple[str, str | None, str]]:
+    spec = admin.get("node", f"/api/v1/nodes/{node}").get("spec") or {}
+    return sorted((t["key"], t.get("value"), t["effect"]) for t in spec.get("taints") or ())
+
+
+def test_burst_taint_with_its_own_token_taints_the_virtual_nodes(
+    applied: Cluster, base: list[Obj], scratch: list[str], tmp_path: Path
+) -> None:
+    """24 healthy in-cluster GPUs free (more than the deployed 16): its pass taints the
+    virtual node burst-disabled, as krea-ops-burst-taint, nothing refused."""
+    from krea_ops.controllers.loop import make_controller
+
+    admin = applied
+    for i in range(3):
+        _gpu_node(admin, scratch, f"bt-gpu-{i}", H200)
+    _gpu_node(admin, scratch, "bt-vk-0", {"type": "virtual-kubelet"}, [PROVIDER_TAINT], 64)
+    settings = _deployed_settings(base, tmp_path, KREA_OPS_BURST_TAINT_HOLD_S="0")
+    controller = make_controller("burst-taint", settings)
+    done = _own_pass(admin, base, controller, settings, state_there=STATE_THERE["burst-taint"])
+    _acted("burst-taint", done, admin)
+    assert BURST_DISABLED in _taints(admin, "bt-vk-0")
+    assert ("virtual-kubelet.io/provider", "acme", "NoSchedule") in _taints(admin, "bt-vk-0")
+    _least_privilege(base, "burst-taint", done)
+
+
+def test_quota_sync_with_its_own_token_sets_the_quota_to_the_gpus_there(
+    applied: Cluster, base: list[Obj], scratch: list[str], quotas: dict[str, int], tmp_path: Path
+) -> None:
+    """Two h200 nodes (16 GPUs) against the applied 768 + 256: in mode apply its pass
+    writes training 12 (75 %) and inference 8 (its floor), as krea-ops-quota-sync."""
+    admin = applied
+    assert quotas == {"training": 768, "inference": 256}
+    done = _quota_sync_pass(admin, base, scratch, tmp_path)
+    _acted("quota-sync", done, admin)
+    assert _h200_quota(admin) == {"training": 12, "inference": 8}
+    _least_privilege(base, "quota-sync", done)
+
+
+def _h200_quota(admin: Cluster) -> dict[str, int]:
+    from krea_ops.runbook.quota import nominal_quota
+
+    return {
+        cq: int(nominal_quota(admin.get("cq", f"{CQ_PATH}/{cq}"), "h200") or 0)
+        for cq in ("training", "inference")
+    }
+
+
+CQ_PATH = "/apis/kueue.x-k8s.io/v1beta2/clusterqueues"
+
+
+@pytest.fixture
+def quotas(applied: Cluster) -> Iterator[dict[str, int]]:
+    """The ClusterQueues' h200 quotas as applied; put back after the test."""
+    before = _h200_quota(applied)
+    yield before
+    for cq, quota in before.items():
+        obj = applied.get("cq", f"{CQ_PATH}/{cq}")
+        for flavor in obj["spec"]["resourceGroups"][0]["flavors"]:
+            if flavor["name"] == "h200":
+                flavor["resources"][0]["nominalQuota"] = quota
+        put = applied.request("restore", "PUT", f"{CQ_PATH}/{cq}", body=obj)
+        assert put.ok, put.body
+
+
+def _quota_sync_pass(
+    admin: Cluster, base: list[Obj], scratch: list[str], tmp: Path, account: str | None = None
+) -> OwnPass:
+    from krea_ops.controllers.loop import make_controller
+
+    for i in range(2):
+        _gpu_node(admin, scratch, f"qs-gpu-{i}", H200)
+    settings = _deployed_settings(base, tmp, KREA_OPS_QUOTA_SYNC_MODE="apply")
+    controller = make_controller("quota-sync", settings)
+    return _own_pass(
+        admin, base, controller, settings, account=account, state_there=STATE_THERE["quota-sync"]
+    )
+
+
+def test_migrate_back_with_its_own_token_evicts_an_offsite_pod_that_fits_home(
+    applied: Cluster, base: list[Obj], scratch: list[str], tmp_path: Path
+) -> None:
+    """A Kueue-managed inference workload with two Ready pods offsite on a burst-disabled
+    virtual node, an h200 node free at home: its pass evicts one (Eviction API) as
+    krea-ops-migrate-back, and the move completes once the replacement is Ready in-cluster
+    (made here, as the ReplicaSet controller and the kubelet would)."""
+    from krea_ops.controllers.loop import make_controller
+    from krea_ops.controllers.migrate_back import MigrateBack
+
+    admin = applied
+    _gpu_node(admin, scratch, "mb-gpu-0", H200)
+    key, value, effect = BURST_DISABLED
+    vk_taints = [PROVIDER_TAINT, {"key": key, "value": value, "effect": effect}]
+    _gpu_node(admin, scratch, "mb-vk-0", {"type": "virtual-kubelet"}, vk_taints, 64)
+    pods = "/api/v1/namespaces/inference/pods"
+    for i in range(2):
+        _make(admin, scratch, pods, _serving_pod(f"serve-{i}", "mb-vk-0"), READY)
+    settings = _deployed_settings(base, tmp_path)
+    deployed = make_controller("migrate-back", settings)
+    assert isinstance(deployed, MigrateBack)
+    controller = MigrateBack(dataclasses.replace(deployed.config, move_timeout_s=60.0))
+    stop = threading.Event()
+    home = threading.Thread(target=_replace_evicted, args=(admin, scratch, stop), daemon=True)
+    home.start()
+    try:
+        done = _own_pass(admin, base, controller, settings, state_there=STATE_THERE["migrate-back"])
+    finally:
+        stop.set()
+        home.join(timeout=30)
+    _acted("migrate-back", done, admin)
+    (plan,) = done.result.decision.plans
+    assert len(plan.steps) == 1  # one pod of one workload per pass (its bucket holds one)
+    evictions = [c for c in done.calls if c.resource == "pods/eviction"]
+    assert [(c.namespace, c.status) for c in evictions] == [("inference", 201)]
+    left = admin.get("pods", pods, labelSelector="app=serve")["items"]
+    active = {
+        p["metadata"]["name"]: p["spec"]["nodeName"]
+        for p in left
+        if not p["metadata"].get("deletionTimestamp")
+    }
+    assert evictions[0].name not in active
+    assert sorted(active.values()) == ["mb-gpu-0", "mb-vk-0"]
+    _least_privilege(base, "migrate-back", done)
+
+
+READY: Obj = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+SERVE_OWNER: Obj = {
+    "apiVersion": "apps/v1",
+    "kind": "ReplicaSet",
+    "name": "serve-5d8f",
+    "uid": "6f1d3c2a-0000-4000-8000-000000000001",
+    "controller": True,
+}
+
+
+def _serving_pod(name: str, node: str, selector: dict[str, str] | None = None) -> Obj:
+    """A pod of Deployment inference/serve, admitted by Kueue (LocalQueue inference)."""
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {
+                "app": "serve",
+                "krea.ai/workload": "inference",
+                "kueue.x-k8s.io/queue-name": "inference",
+                "pod-template-hash": "5d8f",
+            },
+            "ownerReferences": [SERVE_OWNER],
+        },
+        "spec": {
+            "nodeName": node,
+            "nodeSelector": selector or {"type": "virtual-kubelet"},
+            "tolerations": [
+                {"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+            "containers": [
+                {
+                    "name": "server",
+                    "image": "img:1",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                }
+            ],
+        },
+    }
+
+
+def _replace_evicted(admin: Cluster, made: list[str], stop: threading.Event) -> None:
+    """The ReplicaSet controller, the scheduler and the kubelet of this API-only server:
+    once a pod of serve is evicted, its replacement runs Ready on the h200 node."""
+    pods = "/api/v1/namespaces/inference/pods"
+    while not stop.wait(0.05):
+        items = admin.get("pods", pods, labelSelector="app=serve")["items"]
+        if len(items) < 2 or any(p["metadata"].get("deletionTimestamp") for p in items):
+            _make(admin, made, pods, _serving_pod("serve-2", "mb-gpu-0", H200), READY)
+            return
+
+
+def test_node_health_with_its_own_token_quarantines_a_dead_node(
+    applied: Cluster, base: list[Obj], scratch: list[str], tmp_path: Path
+) -> None:
+    """node-health's pass as its own service account with the RBAC of deploy/: a node
+    NotReady for 10 minutes is cordoned, tainted and drained (a gang's JobSet read, budgets
+    listed, pods evicted, Events written), nothing refused."""
+    from krea_ops.controllers.loop import make_controller
     from krea_ops.kube.times import rfc3339
-    from krea_ops.runbook.execute import execute
     from tests.runbook.conftest import pod_names, pod_on
 
     admin = applied
     dead = "nh-node-002"
     for i in range(8):
         name = f"nh-node-{i:03d}"
-        made = admin.request("node", "POST", "/api/v1/nodes", body={"metadata": {"name": name}})
-        assert made.ok, made.body
-        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
-        if name == dead:
-            ready = {
-                "type": "Ready",
-                "status": "Unknown",
-                "reason": "NodeStatusUnknown",
-                "lastTransitionTime": rfc3339(time.time() - 600),
-            }
-        status = admin.request(
-            "status",
-            "PATCH",
-            f"/api/v1/nodes/{name}/status",
-            body={
-                "status": {
-                    "capacity": {"nvidia.com/gpu": "8"},
-                    "allocatable": {"nvidia.com/gpu": "8"},
-                    "conditions": [ready],
-                }
-            },
-            content_type="application/merge-patch+json",
-        )
-        assert status.ok, status.body
+        _gpu_node(admin, scratch, name, ready="True" if name != dead else "Unknown")
+    _node_not_ready_since(admin, dead, time.time() - 600, rfc3339)
+    scratch.append("/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets/run-1")
     jobset = admin.request(
-        "jobset",
-        "POST",
-        "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets",
-        body=JOBSET,
+        "jobset", "POST", "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets", body=JOBSET
     )
     assert jobset.ok, jobset.body
+    for pod in ("web-0", "run-1-workers-0-0"):
+        scratch.append(f"/api/v1/namespaces/default/pods/{pod}")
     pod_on(admin, dead, "web-0", labels={"app": "web"})
     pod_on(
         admin,
@@ -790,28 +1291,145 @@ def test_node_health_with_its_own_token_quarantines_a_dead_node(applied: Cluster
         labels={"jobset.sigs.k8s.io/jobset-name": "run-1"},
         owned_by=("Job", "run-1-workers-0"),
     )
-
-    with _own_cluster(admin, "node-health") as own:
-        user = f"system:serviceaccount:{NAMESPACE}:krea-ops-node-health"
-        controller = NodeHealth()
-        inputs = Inputs(cluster=own, source=None, policy=HealthPolicy(), user=user)
-        snapshot = controller.read(inputs, time.time())
-        assert snapshot.evict.nodes == (dead,)
-        assert {k: g.status for k, g in snapshot.evict.gangs.items()} == {("default", "run-1"): 200}
-        decision = controller.decide(snapshot, time.time(), {})
-        assert len(decision.plans) == 1, (decision.skipped, decision.alerts)
-        (plan,) = decision.plans
-        result = execute(own, plan)
-        assert result.status == "done", result
+    settings = _deployed_settings(base, tmp_path)
+    controller = make_controller("node-health", settings)
+    done = _own_pass(admin, base, controller, settings, state_there=STATE_THERE["node-health"])
+    _acted("node-health", done, admin)
+    (plan,) = [p for p in done.result.decision.plans if p.steps]
+    assert plan.nodes == (dead,)
+    user = f"system:serviceaccount:{NAMESPACE}:krea-ops-node-health"
     node = admin.get("node", f"/api/v1/nodes/{dead}")
     assert node["spec"]["unschedulable"] is True
     assert node["metadata"]["annotations"]["krea.ai/evicted-by"] == user
     assert pod_names(admin, dead) == []
+    gang = [c for c in done.calls if c.resource == "jobsets"]
+    assert [(c.verb, c.name, c.status) for c in gang] == [("get", "run-1", 200)]
     events = admin.get("events", "/api/v1/namespaces/default/events")["items"]
     assert {e["reason"] for e in events if e["involvedObject"]["name"] == dead} >= {
         "Cordoned",
         "Drained",
     }
+    _least_privilege(base, "node-health", done)
+
+
+def _node_not_ready_since(admin: Cluster, node: str, since: float, rfc3339: Any) -> None:
+    condition = {
+        "type": "Ready",
+        "status": "Unknown",
+        "reason": "NodeStatusUnknown",
+        "lastTransitionTime": rfc3339(since),
+    }
+    answer = admin.request(
+        "status",
+        "PATCH",
+        f"/api/v1/nodes/{node}/status",
+        body={"status": {"conditions": [condition]}},
+        content_type="application/merge-patch+json",
+    )
+    assert answer.ok, answer.body
+
+
+# What quota-sync's pass comes to without each grant of its ClusterRole: a read refused is
+# fail-static (the pass changes nothing: "unavailable"); a write refused fails its plan's run
+# ("failed"); an Event refused is best effort (kube/events.py): the run is done without it.
+WITHOUT_GRANT = {
+    ("", "nodes", "list"): "unavailable",
+    ("kueue.x-k8s.io", "clusterqueues", "list"): "unavailable",
+    ("kueue.x-k8s.io", "resourceflavors", "list"): "unavailable",
+    ("kueue.x-k8s.io", "cohorts", "list"): "unavailable",
+    ("kueue.x-k8s.io", "clusterqueues", "get"): "failed",
+    ("kueue.x-k8s.io", "clusterqueues", "patch"): "failed",
+    ("", "events", "create"): "done",
+}
+
+
+def test_without_grant_cases_are_quota_syncs_cluster_role() -> None:
+    assert set(WITHOUT_GRANT) == CLUSTER_CALLS["quota-sync"] - {EVENT_SERIES[:3]}
+
+
+@pytest.mark.parametrize("grant", sorted(WITHOUT_GRANT), ids="/".join)
+def test_a_grant_taken_from_quota_syncs_role_is_refused_with_403_in_its_pass(
+    applied: Cluster,
+    base: list[Obj],
+    scratch: list[str],
+    quotas: dict[str, int],
+    tmp_path: Path,
+    grant: tuple[str, str, str],
+) -> None:
+    """A copy of quota-sync's identity whose ClusterRole lacks ``grant``: its pass makes
+    the call, the API server refuses it with 403, and the pass does not do its work (an
+    Event aside: those are best effort)."""
+    admin = applied
+    account = "krea-ops-quota-sync-scratch"
+    _scratch_identity(admin, scratch, base, "quota-sync", account, without=grant)
+    done = _quota_sync_pass(admin, base, scratch, tmp_path, account=account)
+    refused = {(c.group, c.resource, c.verb) for c in done.calls if c.status == 403}
+    assert refused == {grant}, refused
+    result = done.result
+    outcome = WITHOUT_GRANT[grant]
+    if outcome == "unavailable":
+        assert result.outcome == "unavailable" and "forbidden" in (result.detail or "")
+        assert "deploy/rbac/reader.yaml" in (result.detail or "")  # a read: the reader role
+        assert result.runs == [] and _h200_quota(admin) == quotas
+        return
+    assert result.outcome == "ok" and result.decision is not None and result.decision.acts
+    if outcome == "failed":
+        (run,) = result.runs  # the first write refused ends the run: nothing after it is made
+        assert run.status == "failed"
+        assert run.stopped is not None and "forbidden" in run.stopped, run.stopped
+        # a refused write names the acting identity's role, not the read-only one (the
+        # GET of a read-modify-write is a read: the reader role does grant it)
+        if grant[2] != "get":
+            assert "deploy/controllers/" in run.stopped and "reader" not in run.stopped
+        assert _h200_quota(admin) == quotas
+    else:
+        assert [r.status for r in result.runs] == ["done"]
+        assert _h200_quota(admin) == {"training": 12, "inference": 8}
+
+
+def _scratch_identity(
+    admin: Cluster,
+    made: list[str],
+    base: list[Obj],
+    controller: str,
+    account: str,
+    *,
+    without: tuple[str, str, str],
+) -> None:
+    """ServiceAccount ``account`` bound to a copy of ``controller``'s Role and of its
+    ClusterRole less the grant ``without``."""
+    full = f"krea-ops-{controller}"
+    group, resource, verb = without
+    rules = []
+    for rule in _one(base, "ClusterRole", full)["rules"]:
+        if group in rule["apiGroups"] and resource in rule["resources"]:
+            assert rule["apiGroups"] == [group] and rule["resources"] == [resource], rule
+            rule = {**rule, "verbs": [v for v in rule["verbs"] if v != verb]}
+        if rule["verbs"]:
+            rules.append(rule)
+    assert _grants({"rules": rules}) == CLUSTER_CALLS[controller] - {without}
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    meta = {"name": account}
+    subjects = [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]
+
+    def ref(kind: str) -> Obj:
+        return {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": account}
+
+    role = _one(base, "Role", full)["rules"]
+    for path, obj in (
+        (f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", {"metadata": meta}),
+        (f"{rbac}/clusterroles", {"metadata": meta, "rules": rules}),
+        (
+            f"{rbac}/clusterrolebindings",
+            {"metadata": meta, "subjects": subjects, "roleRef": ref("ClusterRole")},
+        ),
+        (f"{rbac}/namespaces/{NAMESPACE}/roles", {"metadata": meta, "rules": role}),
+        (
+            f"{rbac}/namespaces/{NAMESPACE}/rolebindings",
+            {"metadata": meta, "subjects": subjects, "roleRef": ref("Role")},
+        ),
+    ):
+        _make(admin, made, path, obj)
 
 
 JOBSET: Obj = {

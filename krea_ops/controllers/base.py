@@ -78,9 +78,10 @@ class Alert:
 
 @dataclass(frozen=True)
 class Decision:
-    """What one pass decided. ``plans`` run in order through the runbook's executor;
-    none means nothing to change. ``state``: the controller's new persisted state (JSON
-    data), None to keep the stored one."""
+    """What one pass decided. ``plans`` run in order through the runbook's executor,
+    except that plans on disjoint nodes (and different subjects) may run side by side
+    (``loop.independent_groups``); none means nothing to change. ``state``: the
+    controller's new persisted state (JSON data), None to keep the stored one."""
 
     controller: str
     plans: tuple[Plan, ...] = ()

@@ -13,9 +13,11 @@ pass of each controller:
    why;
 4. ``decide(snapshot, now, state)`` (pure);
 5. runs each Plan through the runbook's one executor, audited like every write, with the
-   fence checked before every step and before every write the executor makes (a
+   fence checked before every plan, every step and every write the executor makes (a
    ``FencedCluster``: any call that is not a GET asks the fence first), so a replica that
-   lost its Lease mid-plan stops before its next write;
+   lost its Lease mid-plan stops before its next write. Independent plans run side by
+   side, up to ``PLAN_CONCURRENCY`` at once (``independent_groups``: plans that each
+   name nodes, no node and no subject shared); the others keep their order;
 6. persists ``Decision.state`` (when it changed) with the ``resourceVersion`` read, and
    the last action under ``<name>.last-action``, for ``controller status``.
 
@@ -38,6 +40,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import IO, Any
 from urllib.parse import quote
@@ -69,6 +72,17 @@ REGISTRY: dict[str, str] = {
 ALL = "all"
 DEFAULT_INTERVAL_S = 30.0
 LAST_ACTION_SUFFIX = ".last-action"
+# How many independent plans of one pass run at once. Each node-health eviction is
+# mostly waiting (the API server's answers, the drained pods going, fsyncs), so side by
+# side a wave of bad nodes is quarantined faster than one after another, even on 2
+# cores (docs/benchmarks.md, "Controllers": 200 of 1,500 nodes at a median 30.7 nodes/s
+# against 17.1 sequentially; NVSentinel publishes ~2.5 nodes/s, sequential). The cap
+# bounds the load one pass puts on the API server: each plan evicts up to
+# ``kube.eviction.CONCURRENCY`` pods at once, so 16 plans mean at most 128 evictions in
+# flight and 16 audit records waiting on one fsync'd file. 32 gained nothing beyond the
+# runs' spread (32.7 nodes/s): by 16 the CPU of the client and of the API server is the
+# bound.
+PLAN_CONCURRENCY = 16
 
 
 # -- the registry ---------------------------------------------------------------------------
@@ -368,11 +382,60 @@ class PassResult:
 InputsFactory = Callable[[str], Inputs]
 
 
+def independent_groups(plans: Sequence[Plan]) -> list[list[Plan]]:
+    """``plans`` cut, in order, into groups whose plans may run at the same time.
+
+    Two plans are independent when each names at least one node, they share no node,
+    and they are not about the same subject (``Plan.subject``, when set): each then reads
+    and writes only its own nodes and their pods (node-health's one plan per node). A
+    plan that shares a node or a subject with one of the current group, or that names
+    no node (a Kueue object, a training: its effects are not bounded by nodes), starts a
+    new group, so it runs only after every plan before it has ended: plans that depend
+    on each other keep the order ``decide`` gave them. A controller whose plans depend
+    on each other in some other way (a GPU freed by one for the next) puts them in one
+    plan, as migrate-back does its moves."""
+    groups: list[list[Plan]] = []
+    nodes: set[str] = set()
+    subjects: set[str] = set()
+    alone = True  # the current group must take no other plan
+    for plan in plans:
+        mine = set(plan.nodes)
+        fits = (
+            groups
+            and not alone
+            and mine
+            and not (mine & nodes)
+            and (plan.subject is None or plan.subject not in subjects)
+        )
+        if fits:
+            groups[-1].append(plan)
+        else:
+            groups.append([plan])
+            nodes, subjects = set(), set()
+        nodes |= mine
+        if plan.subject is not None:
+            subjects.add(plan.subject)
+        alone = not mine
+    return groups
+
+
+@dataclass
+class _GroupRun:
+    """What ``Runner._run_group`` ran (plan, result, action record; in the group's
+    order); ``fenced_out``: why a plan did not start (the fence refused it);
+    ``stopped``: a run stopped because the Lease was gone."""
+
+    done: list[tuple[Plan, RunResult, dict[str, Any]]] = field(default_factory=list)
+    fenced_out: str | None = None
+    stopped: bool = False
+
+
 class Runner:
     """Passes of ``controllers`` (see the module docstring). ``inputs(name)``: what a
     pass of that controller may read; ``cluster``: where the Leases, the state and the
     plans' writes go; ``clock`` monotonic seconds (the Leases), ``wall`` Unix seconds
-    (what ``read`` and ``decide`` get as ``now``)."""
+    (what ``read`` and ``decide`` get as ``now``); ``concurrency``: how many independent
+    plans of a pass run at once (1: one after another)."""
 
     def __init__(
         self,
@@ -389,8 +452,12 @@ class Runner:
         log: JsonLog | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        concurrency: int = PLAN_CONCURRENCY,
     ) -> None:
+        if concurrency < 1:
+            raise BadInput(f"plan concurrency must be 1 or more, got {concurrency}")
         self.cluster = cluster
+        self.concurrency = concurrency
         self.controllers = list(controllers)
         self.inputs = inputs
         self.namespace = namespace
@@ -484,7 +551,7 @@ class Runner:
             return result
         fence = self._fence(name)
         fenced = FencedCluster(self.cluster, fence)
-        last: dict[str, Any] | None = None
+        runnable: list[Plan] = []
         for plan in decision.plans:
             if not plan.steps:
                 continue
@@ -492,17 +559,17 @@ class Runner:
                 self.log(name, "skip", target=plan.subject or " ".join(plan.nodes),
                          why="refused", detail=plan.refused)  # fmt: skip
                 continue
-            try:
-                fence()
-            except LostLeadership as exc:
-                self.log(name, "fail-static", why=str(exc))
+            runnable.append(plan)
+        last: dict[str, Any] | None = None
+        for group in independent_groups(runnable):
+            ran = self._run_group(name, group, fenced, fence)
+            for _plan, run, record in ran.done:
+                result.runs.append(run)
+                last = record
+            if ran.fenced_out is not None:
+                self.log(name, "fail-static", why=ran.fenced_out)
                 return result
-            run = execute(fenced, plan, audit=self.audit, wall=self.wall, fence=fence)
-            result.runs.append(run)
-            self.metrics.actions.labels(name, run.status).inc()
-            last = self._action_record(plan, run)
-            self.log(name, "action", **last)
-            if run.stopped and not self.electors[name].is_leader():
+            if ran.stopped:
                 break  # the Lease is gone: the rest is the next leader's
         values: dict[str, Any] = {}
         if decision.state is not None and _encode(decision.state) != _encode(state):
@@ -516,6 +583,60 @@ class Runner:
                 self.log(name, "error", error=f"state not saved: {exc}")
                 result.detail = f"state not saved: {exc}"
         return result
+
+    def _run_group(
+        self,
+        name: str,
+        group: Sequence[Plan],
+        fenced: Cluster,
+        fence: Callable[[], None],
+    ) -> _GroupRun:
+        """Run ``group`` (independent plans, see ``independent_groups``) with up to
+        ``self.concurrency`` at once, started in the group's order. Each plan asks the
+        fence before it starts (and the executor asks it before each step and each
+        write); once the Lease is lost no further plan starts, and those running stop at
+        their next step or write. An error that is not a run's own result (the audit log
+        cannot be written) stops further starts and is raised once every plan begun has
+        ended, as it would be between two plans run in turn."""
+        halt = threading.Event()
+        out = _GroupRun()
+        done: dict[int, tuple[Plan, RunResult, dict[str, Any]]] = {}
+
+        def one(index: int, plan: Plan) -> None:
+            if halt.is_set():
+                return
+            try:
+                fence()
+            except LostLeadership as exc:
+                halt.set()
+                out.fenced_out = out.fenced_out or str(exc)
+                return
+            try:
+                run = execute(fenced, plan, audit=self.audit, wall=self.wall, fence=fence)
+            except BaseException:
+                halt.set()
+                raise
+            self.metrics.actions.labels(name, run.status).inc()
+            record = self._action_record(plan, run)
+            self.log(name, "action", **record)
+            done[index] = (plan, run, record)
+            if run.stopped and not self.electors[name].is_leader():
+                halt.set()  # the Lease is gone: the rest is the next leader's
+                out.stopped = True
+
+        workers = min(self.concurrency, len(group))
+        if workers <= 1:
+            for index, plan in enumerate(group):
+                one(index, plan)
+                if halt.is_set():
+                    break
+        else:
+            with ThreadPoolExecutor(workers, thread_name_prefix=f"{name}-plan") as pool:
+                futures = [pool.submit(one, i, plan) for i, plan in enumerate(group)]
+            for future in futures:
+                future.result()  # re-raise the first error, in plan order
+        out.done = [done[i] for i in sorted(done)]
+        return out
 
     def _report(self, decision: Decision) -> None:
         name = decision.controller
@@ -584,25 +705,44 @@ class Runner:
                 wait = settings.lease_duration_s + 2 * settings.retry_period_s
                 for name in self.wait_to_lead(stop, wait):
                     holder = self.electors[name].holder
+                    error = self.electors[name].last_error
                     self.log(name, "follower", holder=holder)
-                    print(
-                        f"controller {name}: another replica leads (lease held by "
-                        f"{holder or 'unknown'}); nothing was done",
-                        file=sys.stderr,
+                    # No holder seen and the Lease could not be read or written (a token
+                    # refused, an API server away): that is the reason, not a rival.
+                    why = (
+                        f"its Lease could not be taken: {error}"
+                        if holder is None and error
+                        else f"another replica leads (lease held by {holder or 'unknown'})"
                     )
+                    print(f"controller {name}: {why}; nothing was done", file=sys.stderr)
                     code = 1
-            while not stop.is_set():
-                for controller in self.controllers:
-                    if stop.is_set():
-                        break
+            failed: list[str] = []
+
+            def loop(controller: Controller[Any]) -> None:
+                while not stop.is_set():
                     result = self.pass_once(controller)
                     if result.outcome in ("error", "unavailable") or any(
                         r.status != "done" for r in result.runs
                     ):
-                        code = code if not once else 1
-                if once:
-                    break
-                stop.wait(interval_s)
+                        failed.append(controller.name)
+                    if once:
+                        return
+                    stop.wait(interval_s)
+
+            # Each controller passes on a thread of its own: a long plan of one (migrate-back
+            # waits for each moved pod's replacement to be Ready) never holds up another's
+            # pass (node-health's quarantine). Each has its own Lease and state key.
+            loops = [
+                threading.Thread(target=loop, args=(c,), name=f"pass-{c.name}", daemon=True)
+                for c in self.controllers
+            ]
+            for t in loops:
+                t.start()
+            for t in loops:
+                while t.is_alive():
+                    t.join(timeout=0.5)  # the main thread stays responsive to signals
+            if once and failed:
+                code = 1
         finally:
             stop.set()
             for t in threads:
@@ -650,17 +790,19 @@ class LiveInputs:
             user = service_account() or user
         self.user = user
         self._source: Any = None
+        self._source_lock = threading.Lock()  # the controllers' passes run on threads
         self._error: str | None = None
 
     def __call__(self, name: str) -> Inputs:
-        if self._source is None:
-            from krea_ops.telemetry.source import open_source
+        with self._source_lock:
+            if self._source is None:
+                from krea_ops.telemetry.source import open_source
 
-            try:
-                self._source = open_source(self.settings, self.cluster, self.policy)
-                self._error = None
-            except Unavailable as exc:
-                self._error = str(exc)
+                try:
+                    self._source = open_source(self.settings, self.cluster, self.policy)
+                    self._error = None
+                except Unavailable as exc:
+                    self._error = str(exc)
         return Inputs(
             cluster=self.cluster,
             source=self._source,

@@ -20,9 +20,13 @@ and keeps in its state only what the cluster cannot say):
   hardware slowdown), ``memory`` (uncorrectable ECC, failed row remap, XID 48/64/95),
   ``nvlink``, ``infiniband``, ``other``.
 * **Unknown is not bad.** A node we cannot see (exporter down, no telemetry, stale
-  samples, Prometheus down) is UNKNOWN: it is counted in a gauge and never grounds for
-  a cordon. Its findings' first-seen times are kept while it is blind, so a node that was
-  hot before its exporter died and is hot again after is not given a new window.
+  samples, Prometheus down, slow or erroring) is UNKNOWN: it is counted in a gauge and
+  never grounds for a cordon, nor, once quarantined, for a restore. A telemetry read in
+  which some queries failed counts as no read (their readings are missing on every node:
+  a hot GPU whose temperature query failed would look OK); while the telemetry cannot be
+  read a ``stale-input`` alert says why. Its findings' first-seen times are kept while
+  it is blind, so a node that was hot before its exporter died and is hot again after
+  is not given a new window.
 * **Blast cap.** Automation never holds more than ``cap`` GPU nodes quarantined without
   an operator's acknowledgement: ``cap = max(cap_min_nodes, floor(cap_share × GPU
   nodes))`` (default max(1, 2 %); GPU nodes: those with ``nvidia.com/gpu`` capacity,
@@ -105,7 +109,7 @@ from krea_ops.controllers.base import (
 )
 from krea_ops.errors import BadInput, Unavailable
 from krea_ops.fleet import load_fleet
-from krea_ops.health import HealthPolicy
+from krea_ops.health import HealthPolicy, fleet_views
 from krea_ops.kube.cluster import node_info
 from krea_ops.kube.times import parse_time, rfc3339
 from krea_ops.kube.writes import SetLabels
@@ -433,6 +437,14 @@ class NodeHealth:
             families=("verdicts",),
         )
         verdicts = {v.info.name: v.verdict for v in fleet.views}
+        error = fleet.telemetry_error
+        if error is None and fleet.telemetry is not None and fleet.telemetry.errors:
+            # a read with queries that failed lacks those readings on every node (the
+            # GPU temperatures, say): a node without them would pass for OK. Judged as
+            # with no telemetry: every GPU node UNKNOWN, NotReady still from the API
+            error = "telemetry read incomplete: " + "; ".join(fleet.telemetry.errors)
+            views = fleet_views(infos, None, inputs.policy, telemetry_error=error, now=now)
+            verdicts = {v.info.name: v.verdict for v in views}
         ack_at, ack_by = self._read_ack(inputs)
         actable = evictable(objs, verdicts, inputs.user)
         try:
@@ -447,10 +459,10 @@ class NodeHealth:
             policy=inputs.policy,
             ack_at=ack_at,
             ack_by=ack_by,
-            telemetry_error=fleet.telemetry_error,
+            telemetry_error=error,
             read_at={
                 "nodes": now,
-                **({"telemetry": fleet.collected_at} if fleet.telemetry is not None else {}),
+                **({"telemetry": fleet.collected_at} if error is None else {}),
             },
         )
 
@@ -516,6 +528,15 @@ class _Pass:
         quarantined, vetoed = self._evictions(marks, ours, onsets, restored)
         self._redrain(ours)
 
+        if snap.telemetry_error:
+            self.alerts.append(
+                Alert(
+                    "stale-input",
+                    f"{NAME} cannot see the GPUs ({snap.telemetry_error}): every GPU node is "
+                    "UNKNOWN, so none is evicted or restored on its telemetry until it "
+                    "answers (NotReady is still judged from the API)",
+                )
+            )
         new = {n for p in self.plans if p.action == "nodes evict" and p.steps for n in p.nodes}
         stamp = parse_time(rfc3339(self.now))  # the evicted-at its plans write
         gpu_nodes = len(self.infos)

@@ -34,13 +34,18 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
     from kubernetes.config.config_exception import ConfigException
 
     path = kubeconfig_path(kubeconfig)
+    # No retries inside urllib3: by default it sends a GET again after a read timeout,
+    # three times, so one stalled call costs four timeouts. Cluster.request retries what
+    # is worth retrying itself (a 429's Retry-After, a GET hung up on).
+    configuration = client.Configuration()
+    configuration.retries = False
     if path is None:
         if os.environ.get("KUBERNETES_SERVICE_HOST"):
             try:
-                config.load_incluster_config()
+                config.load_incluster_config(client_configuration=configuration)
             except ConfigException as exc:
                 raise Unavailable(f"in-cluster configuration failed: {exc}") from None
-            return client.ApiClient()
+            return client.ApiClient(configuration)
         raise BadInput(
             "no kubeconfig: pass --kubeconfig, set KUBECONFIG, or create "
             "~/.kube/config (krea-ops sim serve writes one)"
@@ -48,13 +53,36 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
     if not Path(path).is_file():
         raise BadInput(f"kubeconfig {path} does not exist")
     try:
-        return config.new_client_from_config(config_file=path, context=context)
+        api = config.new_client_from_config(
+            config_file=path, context=context, client_configuration=configuration
+        )
     except ConfigException as exc:
         first = str(exc).splitlines()[0] if str(exc) else "invalid configuration"
         raise BadInput(f"kubeconfig {path}: {first}") from None
     except Exception as exc:  # yaml errors and the like from a corrupt file
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise BadInput(f"kubeconfig {path} could not be read: {first}") from None
+    _check_client_certificate(api.configuration, path)
+    return api
+
+
+def _check_client_certificate(configuration: Any, path: str) -> None:
+    """Load the kubeconfig's client certificate and key now: a pair that does not load
+    otherwise surfaces as an SSL error inside the first request. The message names
+    the problem, never the data."""
+    import ssl
+
+    cert, key = configuration.cert_file, configuration.key_file
+    if not cert and not key:
+        return
+    try:
+        ssl.create_default_context().load_cert_chain(cert, key)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or (str(exc).splitlines() or [""])[0][:120]
+        raise BadInput(
+            f"kubeconfig {path}: its client certificate and key do not load ({reason}); "
+            "fix client-certificate(-data) and client-key(-data)"
+        ) from None
 
 
 def check_reachable(api: Any, timeout_s: float = 5.0) -> None:

@@ -10,7 +10,9 @@ RBAC that forbids the list, a CRD that is not installed.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import math
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -25,11 +27,22 @@ from krea_ops.settings import check_url
 
 PAGE_SIZE = 500
 CONNECT_TIMEOUT_S = 5.0
+# A request the API server turned away before doing anything (429 from max-in-flight or
+# priority-and-fairness, with its Retry-After) is sent again after the wait it asks for,
+# at most this often and never waiting longer than this per time, nor past the request
+# timeout in all; then the 429 is the answer.
+THROTTLE_RETRIES = 5
+MAX_RETRY_AFTER_S = 10.0
 OPS_NAMESPACE = "krea-ops"
 OPS_CONFIGMAP = "krea-ops-config"
 GPU_RESOURCE = "nvidia.com/gpu"
 VIRTUAL_NODE_LABEL = ("type", "virtual-kubelet")
 RBAC_HINT = "grant the krea-ops-reader ClusterRole (deploy/rbac/reader.yaml)"
+# a refused write: the reader role cannot help, the acting identity's own role must allow it
+RBAC_WRITE_HINT = (
+    "the identity acting needs this verb: its own role (an operator's, or the "
+    "controller's ClusterRole in deploy/controllers/)"
+)
 
 
 def node_info(obj: dict[str, Any]) -> NodeInfo:
@@ -124,6 +137,8 @@ class ApiAnswer:
     body: dict[str, Any] | None
     reason: str = ""
     retry_after: str | None = None
+    method: str = "GET"  # the request's, so a refusal can say what would allow it
+    attempts: int = 1  # requests sent: more than one after throttling or a dropped GET
 
     @property
     def ok(self) -> bool:
@@ -140,14 +155,43 @@ class ApiAnswer:
         return str((self.body or {}).get("reason") or "")
 
 
+def _throttled_wait(method: str, answer: ApiAnswer) -> float | None:
+    """Seconds to wait before sending the request again, None when it is not to be sent
+    again: a 429 with ``Retry-After`` that is not a PodDisruptionBudget's refusal (the
+    eviction's caller decides about those), or a GET answered 503 with ``Retry-After``;
+    the wait is the header's, at most ``MAX_RETRY_AFTER_S``."""
+    if answer.status == 429:
+        causes = ((answer.body or {}).get("details") or {}).get("causes") or ()
+        if any(isinstance(c, dict) and c.get("reason") == "DisruptionBudget" for c in causes):
+            return None
+    elif not (answer.status == 503 and method == "GET"):
+        return None
+    if answer.retry_after is None:
+        return None
+    try:
+        seconds = float(answer.retry_after)
+    except ValueError:  # an HTTP date: not what the API server sends; wait the most
+        seconds = MAX_RETRY_AFTER_S
+    if not math.isfinite(seconds):
+        seconds = MAX_RETRY_AFTER_S
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
+
+
 class Cluster:
     """Snapshots of the cluster through the official client (one ``ApiClient``)."""
 
-    def __init__(self, api: Any, *, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        api: Any,
+        *,
+        timeout_s: float = 30.0,
+        sleep: Callable[[float], object] = time.sleep,
+    ) -> None:
         # Plain GETs through ApiClient.call_api rather than CoreV1Api & co: importing the
         # generated API classes costs about a second, more than most reads take.
         self.api = api
         self.timeout_s = timeout_s
+        self.sleep = sleep
         self._versions: dict[tuple[str, str], str] = {}
 
     @property
@@ -174,7 +218,12 @@ class Cluster:
 
         Only a server that cannot be reached (connection, timeout, TLS) raises, as
         ``Unavailable``; ``refusal()`` turns any other non-2xx answer into the one line
-        ``get`` raises.
+        ``get`` raises. Retried here, and nothing else: a request throttled with a
+        ``Retry-After`` (see ``THROTTLE_RETRIES``), and a GET whose connection was
+        dropped before any answer (once: a keep-alive connection the server had
+        closed). A request that timed out is never sent again: the ``ApiClient``s
+        ``krea_ops.kube.client`` makes do no retries of their own (urllib3 would resend
+        a timed-out GET three times, four timeouts for one call).
         """
         import urllib3
 
@@ -182,35 +231,49 @@ class Cluster:
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
-        method_, url, headers, payload, post = self.api.param_serialize(
-            method,
-            path,
-            query_params=params,
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        try:
-            # (connect, read): an API server that went away without refusing (a
-            # partition, a stopped VM) costs seconds to find out, not the read timeout
-            timeout = (min(CONNECT_TIMEOUT_S, self.timeout_s), self.timeout_s)
-            resp = self.api.call_api(
-                method_, url, header_params=headers, body=payload, post_params=post,
-                _request_timeout=timeout,
-            )  # fmt: skip
-            data = resp.read()
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise self._unreachable(what, exc) from None
-        try:
-            decoded = orjson.loads(data) if data else None
-        except ValueError:
-            decoded = None
-        return ApiAnswer(
-            status=int(resp.status),
-            body=decoded if isinstance(decoded, dict) else None,
-            reason=str(resp.reason or ""),
-            retry_after=resp.headers.get("Retry-After"),
-        )
+        attempts, waited = 0, 0.0
+        while True:
+            attempts += 1
+            method_, url, headers_, payload, post = self.api.param_serialize(
+                method,
+                path,
+                query_params=params,
+                header_params=dict(headers),
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            try:
+                # (connect, read): an API server that went away without refusing (a
+                # partition, a stopped VM) costs seconds to find out, not the read timeout
+                timeout = (min(CONNECT_TIMEOUT_S, self.timeout_s), self.timeout_s)
+                resp = self.api.call_api(
+                    method_, url, header_params=headers_, body=payload, post_params=post,
+                    _request_timeout=timeout,
+                )  # fmt: skip
+                data = resp.read()
+            except urllib3.exceptions.ProtocolError as exc:
+                if method == "GET" and attempts == 1:
+                    continue  # hung up on without an answer: a GET may be asked again
+                raise self._unreachable(what, exc) from None
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                raise self._unreachable(what, exc) from None
+            try:
+                decoded = orjson.loads(data) if data else None
+            except ValueError:
+                decoded = None
+            answer = ApiAnswer(
+                status=int(resp.status),
+                body=decoded if isinstance(decoded, dict) else None,
+                reason=str(resp.reason or ""),
+                retry_after=resp.headers.get("Retry-After"),
+                method=method.upper(),
+                attempts=attempts,
+            )
+            wait = _throttled_wait(method, answer)
+            if wait is None or attempts > THROTTLE_RETRIES or waited + wait > self.timeout_s:
+                return answer
+            self.sleep(wait)
+            waited += wait
 
     def get(self, what: str, path: str, **query: str | int | None) -> Any:
         """GET ``path`` (``/api/v1/nodes``) with query parameters; the decoded JSON."""
@@ -231,16 +294,21 @@ class Cluster:
 
     def refusal(self, what: str, answer: ApiAnswer) -> Exception:
         """The one-line error for an API answer that is not 2xx."""
-        return self._error_line(what, answer.status, answer.message, answer.reason)
+        return self._error_line(
+            what, answer.status, answer.message, answer.reason, write=answer.method != "GET"
+        )
 
-    def _error_line(self, what: str, status: int, message: str, reason: str) -> Exception:
+    def _error_line(
+        self, what: str, status: int, message: str, reason: str, *, write: bool = False
+    ) -> Exception:
         if status == 401:
             return Unavailable(
                 f"the API server at {self.host} refused the credentials ({what}); "
                 "refresh the kubeconfig's token"
             )
         if status == 403:
-            return Unavailable(f"forbidden: {what} ({message or 'HTTP 403'}); {RBAC_HINT}")
+            hint = RBAC_WRITE_HINT if write else RBAC_HINT
+            return Unavailable(f"forbidden: {what} ({message or 'HTTP 403'}); {hint}")
         if status == 404:
             return BadInput(f"{what}: not found")
         if status == 422:  # the object a write would make is invalid: what was asked is wrong
@@ -248,7 +316,13 @@ class Cluster:
         return Unavailable(f"{what}: HTTP {status} {message or reason}")
 
     def _unreachable(self, what: str, exc: BaseException) -> Unavailable:
-        reason = getattr(exc, "reason", None) or exc
+        import urllib3
+
+        reason: Any = getattr(exc, "reason", None) or exc
+        if isinstance(exc, urllib3.exceptions.ReadTimeoutError):
+            reason = f"no answer within {self.timeout_s:g} s"
+        elif isinstance(exc, urllib3.exceptions.ProtocolError) and len(exc.args) > 1:
+            reason = exc.args[1]  # RemoteDisconnected('Remote end closed connection ...')
         return Unavailable(
             f"cannot reach the API server at {self.host} ({what}): "
             f"{str(reason).splitlines()[0][:160]}; check --kubeconfig/--context"

@@ -11,6 +11,10 @@ no token and nothing of the kubeconfig's content ever lands in the file.
 Where: the ``audit_log`` setting (``KREA_OPS_AUDIT_LOG``), else
 ``$XDG_STATE_HOME/krea-ops/audit.jsonl``, else ``~/.local/state/krea-ops/audit.jsonl``.
 The file is created readable by its owner only (it names nodes, pods and people).
+
+A writer killed mid-record (``kill -9``, a crash) leaves at most that one record torn, as
+an unparseable last line; the next append starts on a new line, so a reader that skips
+lines that do not parse (``jq -R 'fromjson?'``) sees every whole record.
 """
 
 from __future__ import annotations
@@ -62,6 +66,24 @@ def local_user() -> str:
         return str(os.getuid())
 
 
+def _after_torn_tail(fd: int) -> bytes:
+    """A newline when the file does not end in one: a writer killed mid-record left half a
+    line there, and the next record must start a line of its own rather than glue onto
+    it (the half line stays as it is, unparseable; every whole record parses)."""
+    size = os.fstat(fd).st_size
+    if size and os.pread(fd, 1, size - 1) != b"\n":
+        return b"\n"
+    return b""
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """One write is normally all of it; a short one (a full disk, a signal) goes on from
+    where it stopped, so the record is never left half written by us."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 class AuditLog:
     """Append-only JSON lines; safe to share between threads."""
 
@@ -78,9 +100,11 @@ class AuditLog:
         with self._lock:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                # O_RDWR only to look at the last byte; O_APPEND puts every write at the
+                # end, so nothing already in the file is ever overwritten or truncated.
+                fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
                 try:
-                    os.write(fd, data)
+                    _write_all(fd, _after_torn_tail(fd) + data)
                     os.fsync(fd)
                 finally:
                     os.close(fd)

@@ -33,12 +33,14 @@ from urllib.parse import parse_qs
 
 import yaml
 
+from krea_ops.errors import BadInput as KreaBadInput
 from krea_ops.kube import times
 from krea_ops.sim import apply as ssa
 from krea_ops.sim import builtins, errors
 from krea_ops.sim import logs as podlogs
 from krea_ops.sim.authz import ADMIN, ANONYMOUS, UserInfo
 from krea_ops.sim.errors import ApiError
+from krea_ops.sim.faults import CONFIGMAP_KEY, CONFIGMAP_NAME, CONFIGMAP_NAMESPACE, FaultSwitch
 from krea_ops.sim.patch import PatchError, json_merge_patch, json_patch, strategic_merge_patch
 from krea_ops.sim.proto import codec, gojson
 from krea_ops.sim.resources import BUILTIN, GROUP_ORDER, REVIEW_KINDS, ResourceType
@@ -126,6 +128,9 @@ class Response:
     body: bytes
     content_type: str = "application/json"
     headers: dict[str, str] = field(default_factory=dict)
+    # The fault switch's dropped connection: the HTTP front closes the socket and sends
+    # nothing, not even a status line.
+    drop: bool = False
 
     @classmethod
     def json(cls, code: int, obj: Any) -> Response:
@@ -685,6 +690,8 @@ class ApiServer:
         self.kubelet_lease_timeout_s = kubelet_lease_timeout_s
         self._closing = threading.Event()
         self._rng = random.Random()
+        # Injected refusals, latency, hang-ups and watch ends (krea_ops.sim.faults).
+        self.faults = FaultSwitch()
         from krea_ops.sim.kcm import ControllerManager
 
         # Container logs: the world's actors write them (krea_ops.sim.logs), pods/log reads.
@@ -692,6 +699,7 @@ class ApiServer:
         self._state_dir = state_dir
         self.controllers = ControllerManager(self)
         self._bootstrap(crds)
+        self._load_fault_configmap()
         self.controllers.start()
 
     # -- start-up -----------------------------------------------------------------------
@@ -748,9 +756,16 @@ class ApiServer:
     # -- entry point ----------------------------------------------------------------------
 
     def handle(self, req: Request) -> Response | WatchStream:
+        result: Response | WatchStream
         try:
             self._authenticate(req)
-            result = self._route(req)
+            fault = self._fault(req) if self.faults.active else None
+            if fault is not None and (fault.drop or fault.status):
+                result = self._fault_answer(req, fault)
+            else:
+                result = self._route(req)
+                if fault is not None and isinstance(result, WatchStream):
+                    result = _closing_after(result, fault.close_watch_after)
         except ApiError as exc:
             result = Response.error(exc)
         except (TableError, SelectorError) as exc:
@@ -765,6 +780,86 @@ class ApiServer:
             if _accepts_only_protobuf(req) and result.content_type == "application/json":
                 result = _as_protobuf(result)
         return result
+
+    # -- the fault switch (krea_ops.sim.faults) ---------------------------------------
+
+    def _fault(self, req: Request) -> Any:
+        from krea_ops.sim.authz import attributes
+
+        attrs = attributes(req.method, req.path, req.query)
+        if not attrs.resource_request:
+            return None
+        fault = self.faults.decide(
+            attrs.verb, attrs.group, attrs.resource, attrs.subresource, attrs.namespace,
+            attrs.name,
+        )  # fmt: skip
+        if fault is not None and fault.latency_s:
+            self._closing.wait(fault.latency_s)
+        return fault
+
+    def _fault_answer(self, req: Request, fault: Any) -> Response:
+        """The injected answer, worded as the real server words it (sim/faults.py)."""
+        from krea_ops.sim.authz import attributes
+        from krea_ops.sim.faults import INTERNAL_DETAIL, TOO_MANY_REQUESTS, UNAVAILABLE
+
+        if fault.drop:
+            return Response(0, b"", drop=True)
+        rule = fault.rule
+        attrs = attributes(req.method, req.path, req.query)
+        if rule.status == 409:
+            raise errors.conflict(attrs.group, attrs.resource, attrs.name)
+        if rule.status == 429:
+            retry = rule.retry_after_s if rule.retry_after_s is not None else 1
+            if rule.body == "status":
+                raise ApiError(
+                    429,
+                    "TooManyRequests",
+                    rule.message or TOO_MANY_REQUESTS,
+                    {"retryAfterSeconds": retry} if retry else None,
+                )
+            # max-in-flight / priority-and-fairness: http.Error, plain text
+            return Response(
+                429,
+                (rule.message or TOO_MANY_REQUESTS).encode() + b"\n",
+                "text/plain; charset=utf-8",
+                {"Retry-After": str(retry), "X-Content-Type-Options": "nosniff"},
+            )
+        if rule.status == 500:
+            detail = rule.message or INTERNAL_DETAIL
+            raise ApiError(
+                500,
+                "InternalError",
+                f"Internal error occurred: {detail}",
+                {"causes": [{"message": detail}]},
+            )
+        retry_details = {"retryAfterSeconds": rule.retry_after_s} if rule.retry_after_s else None
+        raise ApiError(503, "ServiceUnavailable", rule.message or UNAVAILABLE, retry_details)
+
+    def _load_fault_configmap(self) -> None:
+        entry = self.store.get("/configmaps", CONFIGMAP_NAMESPACE, CONFIGMAP_NAME)
+        if entry is not None:
+            self._fault_configmap(entry.obj, deleted=False)
+
+    def _fault_configmap(self, obj: dict[str, Any], deleted: bool) -> None:
+        if deleted or (obj.get("metadata") or {}).get("deletionTimestamp"):
+            self.faults.clear("configmap")
+            return
+        text = (obj.get("data") or {}).get(CONFIGMAP_KEY) or ""
+        where = f"ConfigMap {CONFIGMAP_NAMESPACE}/{CONFIGMAP_NAME} key {CONFIGMAP_KEY}"
+        try:
+            self.faults.load(text, where, "configmap")
+        except KreaBadInput:  # stored before this check existed: no rules from it
+            self.faults.clear("configmap")
+
+    @staticmethod
+    def _is_fault_configmap(rt: ResourceType, obj: dict[str, Any]) -> bool:
+        meta = obj.get("metadata") or {}
+        return (
+            rt.kind == "ConfigMap"
+            and not rt.group
+            and meta.get("namespace") == CONFIGMAP_NAMESPACE
+            and meta.get("name") == CONFIGMAP_NAME
+        )
 
     def _authenticate(self, req: Request) -> None:
         """Who sent the request (401 for credentials nobody knows; no credentials at all is
@@ -1139,6 +1234,17 @@ class ApiServer:
             problems += builtins.validate(rt.group, rt.kind, obj)
             if rt.group == "coordination.k8s.io" and rt.kind == "Lease":
                 problems += validate_lease(obj)
+            if self._is_fault_configmap(rt, obj):
+                # like a validating webhook: a switch that cannot be read is refused
+                from krea_ops.sim.faults import parse_text
+
+                text = (obj.get("data") or {}).get(CONFIGMAP_KEY) or ""
+                try:
+                    parse_text(text, "fault rules")
+                except KreaBadInput as exc:
+                    problems.append(
+                        FieldError("FieldValueInvalid", f"data[{CONFIGMAP_KEY}]", str(exc))
+                    )
         if problems:
             raise errors.invalid(rt.group, rt.kind, meta.get("name") or "", problems)
 
@@ -1258,6 +1364,8 @@ class ApiServer:
                 self.registry.remove_crd(obj["metadata"]["name"])
             elif not obj["metadata"].get("deletionTimestamp"):
                 self.registry.add_crd(obj)
+        if self._is_fault_configmap(rt, obj):
+            self._fault_configmap(obj, deleted)
         self.controllers.notify(rt, obj, deleted=deleted)
 
     def _accept_crd(self, crd: dict[str, Any]) -> dict[str, Any]:
@@ -2337,6 +2445,27 @@ class ApiServer:
                 yield b""  # lets the HTTP layer notice a client that went away
 
         return WatchStream(events)
+
+
+def _closing_after(watch: WatchStream, events: int | None) -> WatchStream:
+    """The watch, ended after ``events`` events (the fault switch's ``closeWatchAfter``):
+    the stream finishes cleanly, as a server that restarts ends its watches."""
+    if events is None:
+        return watch
+    source = watch.events
+
+    def limited() -> Iterator[bytes]:
+        sent = 0
+        if sent >= events:
+            return
+        for chunk in source():
+            yield chunk
+            if chunk:
+                sent += 1
+                if sent >= events:
+                    return
+
+    return WatchStream(limited, watch.content_type)
 
 
 _QUERY_PARAMS = ("dryRun", "fieldManager", "fieldValidation", "force", "pretty")

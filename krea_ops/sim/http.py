@@ -67,6 +67,10 @@ class _Handler(BaseHTTPRequestHandler):
             body = self.rfile.read(length) if length else b""
         req = Request.build(self.command, self.path, dict(self.headers.items()), body)
         result = self.api.handle(req)
+        if isinstance(result, Response) and result.drop:
+            # the fault switch's hang-up: no status line, no body, the socket closed
+            self.close_connection = True
+            return
         if isinstance(result, Response):
             self._write(result)
         else:

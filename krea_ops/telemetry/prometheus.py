@@ -905,13 +905,19 @@ class PrometheusSource(TelemetrySource):
             # "HTTP Status Code 400 (b'{"status":"error","error":"..."}')": keep the error
             match = re.search(r"HTTP Status Code (\d+) \((.*)\)$", text, re.S)
             if match:
-                detail = match.group(2)
+                # the body as text (a proxy's plain-text error page, not its bytes repr)
+                detail = eval_bytes(match.group(2))
                 try:
-                    body = json.loads(eval_bytes(detail))
+                    body = json.loads(detail)
                     detail = body.get("error") or detail
                 except (ValueError, TypeError, AttributeError):
                     pass
-                return f"HTTP {match.group(1)}: {str(detail).splitlines()[0][:200]}"
+                first = next(
+                    (line.strip() for line in str(detail).splitlines() if line.strip()), ""
+                )
+                return (
+                    f"HTTP {match.group(1)}: {first[:200]}" if first else f"HTTP {match.group(1)}"
+                )
             return text.splitlines()[0][:200]
         return short_reason(exc, self.timeout_s)
 

@@ -93,6 +93,9 @@ def short_reason(exc: BaseException, timeout_s: float) -> str:
         return "host name not resolved"
     if "connection reset" in low or "remotedisconnected" in low or "connection aborted" in low:
         return "connection reset"
+    if "incompleteread" in low or isinstance(exc, requests.exceptions.ChunkedEncodingError):
+        # the body ended before its Content-Length (a proxy or Prometheus hung up midway)
+        return "the answer was cut short"
     if isinstance(exc, requests.exceptions.SSLError):
         return "TLS error"
     first = text.splitlines()[0] if text else type(exc).__name__

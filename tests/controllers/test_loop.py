@@ -480,3 +480,68 @@ def test_a_partitioned_leader_acts_no_more_and_the_other_takes_over_once(
         assert a.metric("krea_ops_controller_unavailable", controller="burst-taint") == 1
     finally:
         api.close()
+
+
+def test_independent_plans_are_grouped_and_dependent_ones_keep_their_order() -> None:
+    """node-health's one plan per node run side by side; a plan on a node already in the
+    group, about the same subject, or naming no node waits for what came before."""
+    from krea_ops.controllers.loop import independent_groups
+    from krea_ops.runbook.plan import Plan
+
+    def plan(name: str, *nodes: str, subject: str | None = None) -> Plan:
+        return Plan(action=name, nodes=nodes, reason=None, user="u", steps=(), subject=subject)
+
+    a, b, c = plan("a", "n1"), plan("b", "n2"), plan("c", "n3")
+    lemon = plan("lemon", "n2")  # the same node as b: after it
+    quota = plan("quota", subject="clusterqueue training")  # no node: alone
+    d = plan("d", "n4", subject="x")
+    e = plan("e", "n5", subject="x")  # the same subject as d: after it
+    groups = independent_groups([a, b, c, lemon, quota, d, e])
+    assert [[p.action for p in g] for g in groups] == [
+        ["a", "b", "c"],
+        ["lemon"],
+        ["quota"],
+        ["d"],
+        ["e"],
+    ]
+    assert independent_groups([]) == []
+
+
+def test_a_slow_controller_does_not_hold_up_another(
+    ops: Cluster, fleet: RecordedSource, tmp_path: Path
+) -> None:
+    """`controller run all`: each controller passes on its own thread. A pass that takes
+    long (migrate-back waits for each moved pod's replacement) does not delay another's:
+    here the slow one waits until burst-taint's pass has tainted the virtual node, which
+    would never happen if the passes ran one after the other."""
+    import threading
+    import time
+
+    from krea_ops.controllers.base import Decision
+
+    seen: list[bool] = []
+
+    class Slow:
+        name = "migrate-back"
+
+        def read(self, inputs: Inputs, now: float) -> None:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and OURS not in taints_of(ops, "vk-0"):
+                time.sleep(0.1)
+            seen.append(OURS in taints_of(ops, "vk-0"))
+
+        def decide(self, snapshot: None, now: float, state: Any) -> Decision:
+            return Decision(controller=self.name)
+
+    burst = BurstTaint(BurstTaintConfig(free_gpus_high=8, free_gpus_low=4, hold_s=0))
+    runner = Runner(
+        ops,
+        [Slow(), burst],  # the slow one first, as `all` orders them
+        lambda name: Inputs(ops, fleet, HealthPolicy(), "tester"),
+        identity="solo",
+        audit=AuditLog(tmp_path / "audit.jsonl"),
+        log=JsonLog(io.StringIO()),
+    )
+    code = runner.run(threading.Event(), once=True)
+    assert seen == [True], "the slow pass waited for burst-taint's, which never came"
+    assert code == 0 and OURS in taints_of(ops, "vk-0")

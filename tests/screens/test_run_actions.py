@@ -323,7 +323,7 @@ def test_header_shows_the_controllers_and_a_reached_blast_cap(
                 lambda: header_with("controllers:"),
             )
             assert "controllers: 1/4 led" in header
-            assert "quarantined 1/1 (cap: controller ack lifts it)" in header
+            assert "quarantined 1/1 (cap reached)" in header
 
             # the leader stopped renewing 20 s ago: its Lease has expired
             old = rfc3339(time.time() - 20).replace("Z", ".000000Z")

@@ -25,6 +25,12 @@ from it is the world's own machinery:
    ``repair_s``). The pods there fail, the JobSet restarts the gang, the half-written
    checkpoint stays behind without ``.metadata``, and once the node is back the training
    resumes from the newest complete checkpoint.
+5. The small training was submitted to run for ``small_runs_s``: it completes then and
+   Kueue releases its quota; its nodes are free. Where the bundled controllers run
+   (``krea-ops demo`` starts them), this closes the loop: burst-taint stops new
+   placements offsite and migrate-back brings the inference pods home onto those GPUs
+   (and node-health, which quarantined the hot GPU's node, left the large training one
+   node short until then). Recorded as beat ``small-done``.
 
 Times are wall seconds, so the story keeps its pace at any ``--speed``: what the world
 simulates in those seconds (checkpoint interval and write time, repair time) is scaled by
@@ -64,6 +70,7 @@ class Story:
     checkpoint_every_s: float = 10.0
     checkpoint_write_s: float = 5.0
     repair_s: float = 15.0
+    small_runs_s: float = 120.0  # then the small training completes
 
 
 def story_config(
@@ -164,7 +171,7 @@ class StoryActor(Actor):
 
     def tick(self) -> None:
         if "small-training" not in self.beats:
-            self._submit(SMALL)
+            self._submit(SMALL, run_s=self.story.small_runs_s)
             self._done("small-training", f"{SMALL} submitted ({self.sizes[SMALL]} nodes)")
         if "large-training" not in self.beats:
             if self._wall() >= self.story.large_after_s and (
@@ -182,8 +189,10 @@ class StoryActor(Actor):
             self._hot_gpu()
         if "crash" not in self.beats:
             self._maybe_crash()
+        if "small-done" not in self.beats and self._completed(SMALL):
+            self._done("small-done", f"{SMALL} completed; its {self.sizes[SMALL]} nodes are free")
 
-    def _submit(self, name: str) -> None:
+    def _submit(self, name: str, run_s: float | None = None) -> None:
         from kubernetes.client.exceptions import ApiException
 
         from krea_ops.sim.world.training import submit_training
@@ -197,27 +206,35 @@ class StoryActor(Actor):
                 name,
                 nodes,
                 self.world.config.gpus_per_node,
-                run_seconds=TRAINING_SECONDS,
+                run_seconds=TRAINING_SECONDS if run_s is None else run_s * self.world.config.speed,
             )
         except ApiException as exc:
             if exc.status != 409:  # it exists from an earlier run on this state
                 raise
 
-    def _admitted(self, training: str) -> bool:
-        """Kueue admitted the training's workload (its JobSet is no longer suspended)."""
+    def _jobset(self, training: str) -> dict[str, Any] | None:
         from kubernetes.client.exceptions import ApiException
 
         from krea_ops.sim.world.jobs import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION
 
         try:
-            js = self.api.custom.get_namespaced_custom_object(
+            js: dict[str, Any] = self.api.custom.get_namespaced_custom_object(
                 JOBSET_GROUP, JOBSET_VERSION, NAMESPACE, JOBSET_PLURAL, training
             )
         except ApiException as exc:
             if exc.status == 404:
-                return False
+                return None
             raise
-        return not (js.get("spec") or {}).get("suspend", True)
+        return js
+
+    def _admitted(self, training: str) -> bool:
+        """Kueue admitted the training's workload (its JobSet is no longer suspended)."""
+        js = self._jobset(training)
+        return js is not None and not (js.get("spec") or {}).get("suspend", True)
+
+    def _completed(self, training: str) -> bool:
+        js = self._jobset(training)
+        return js is not None and (js.get("status") or {}).get("terminalState") == "Completed"
 
     def _pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         raw = self.api.core.list_namespaced_pod(

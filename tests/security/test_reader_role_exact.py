@@ -1,0 +1,167 @@
+"""deploy/rbac/reader.yaml against the calls krea-ops' reads make: every read the
+dashboard and the read commands do (all through ``Console``) runs as a user holding only
+that role, on a simulated world (Kueue queues with admitted and pending workloads, JobSets,
+a virtual node), while the API server notes each request. Every call is granted, and
+every grant no read uses is named below with why it is there, so a grant added or a call
+dropped fails here (as tests/test_deploy_controllers.py does for the controllers)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, utils
+
+from krea_ops.console import Console
+from krea_ops.settings import Settings
+from krea_ops.sim.authz import Attributes, attributes
+from krea_ops.sim.http import write_kubeconfig
+from krea_ops.sim.world.story import story_config
+from krea_ops.sim.world.world import SimWorld
+from tests.conftest import ROOT, wait_for
+
+READER_TOKEN = "reader-token-0123456789"
+Atom = tuple[str, str, str, str | None]  # group, resource(/subresource), verb, name
+
+# Granted, and no read calls it. The writers' role is documented as the reader's plus
+# their own grants (docs/operations.md, "Access"), so a grant a write command relies on
+# stays here; the rest is wider than krea-ops needs.
+NOT_CALLED_BY_THE_READS: dict[Atom, str] = {
+    **{
+        (g, r, "watch", None): "no krea-ops code watches (the dashboard polls): kubectl -w only"
+        for g, r in (
+            ("", "nodes"),
+            ("", "pods"),
+            ("", "events"),
+            ("kueue.x-k8s.io", "clusterqueues"),
+            ("kueue.x-k8s.io", "localqueues"),
+            ("kueue.x-k8s.io", "workloads"),
+            ("kueue.x-k8s.io", "resourceflavors"),
+            ("kueue.x-k8s.io", "workloadpriorityclasses"),
+            ("kueue.x-k8s.io", "cohorts"),
+            ("jobset.x-k8s.io", "jobsets"),
+        )
+    },
+    ("", "events", "get", None): "nothing of krea-ops reads Events (it writes them)",
+    ("", "events", "list", None): "nothing of krea-ops reads Events (it writes them)",
+    ("", "pods", "get", None): "nodes evict / burst migrate wait on one pod (runbook)",
+    ("kueue.x-k8s.io", "clusterqueues", "get", None): "train launch checks its ClusterQueue",
+    ("kueue.x-k8s.io", "localqueues", "get", None): "train launch checks its queue",
+    ("kueue.x-k8s.io", "workloads", "get", None): "none: the reads list them",
+    ("kueue.x-k8s.io", "resourceflavors", "get", None): "train launch checks the flavors",
+    ("kueue.x-k8s.io", "workloadpriorityclasses", "get", None): "train launch checks it",
+    ("kueue.x-k8s.io", "workloadpriorityclasses", "list", None): "none: train launch gets one",
+    ("kueue.x-k8s.io", "cohorts", "get", None): "only quota-sync reads cohorts (own role)",
+    ("kueue.x-k8s.io", "cohorts", "list", None): "only quota-sync reads cohorts (own role)",
+    ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", "get", None): (
+        "queue why asks the ClusterQueue's view"
+    ),
+    ("jobset.x-k8s.io", "jobsets", "get", None): "train resume / nodes evict's preflight",
+}
+
+
+def grants() -> set[Atom]:
+    found: set[Atom] = set()
+    for doc in yaml.safe_load_all((ROOT / "deploy/rbac/reader.yaml").read_text()):
+        for rule in doc.get("rules") or ():
+            for g in rule["apiGroups"]:
+                for r in rule["resources"]:
+                    for v in rule["verbs"]:
+                        for name in rule.get("resourceNames") or [None]:
+                            found.add((g, r, v, name))
+    return found
+
+
+def covers(atom: Atom, call: Attributes) -> bool:
+    group, resource, verb, name = atom
+    return (group, resource, verb) == (call.group, call.combined_resource, call.verb) and name in (
+        None,
+        call.name,
+    )
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[tuple[SimWorld, Path, list[tuple[Attributes, int]]]]:
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "tokens.csv").write_text(f'{READER_TOKEN},rita,rita-uid,"krea-ops:readers"\n')
+    w = SimWorld(story_config(nodes=2, seed=0, speed=60), state)
+    calls: list[tuple[Attributes, int]] = []
+    try:
+        with w.sim.api_client() as admin:
+            for doc in yaml.safe_load_all((ROOT / "deploy/rbac/reader.yaml").read_text()):
+                utils.create_from_dict(admin, doc)
+        handle = w.sim.api.handle
+
+        def noting(req: Any) -> Any:
+            answer = handle(req)
+            if getattr(req, "user", None) == "rita":
+                status = getattr(answer, "status", 200)  # a watch stream: 200
+                calls.append((attributes(req.method, req.path, req.query), status))
+            return answer
+
+        w.sim.api.handle = noting  # type: ignore[method-assign]
+        kubeconfig = write_kubeconfig(
+            tmp_path / "reader", w.sim.url, READER_TOKEN, w.sim.ca_cert.read_bytes()
+        )
+        yield w, kubeconfig, calls
+    finally:
+        w.close()
+
+
+def test_the_reader_role_grants_what_the_reads_call(
+    world: tuple[SimWorld, Path, list[tuple[Attributes, int]]],
+) -> None:
+    w, kubeconfig, calls = world
+    with w.sim.api_client() as admin:
+        custom = client.CustomObjectsApi(admin)
+
+        def both_kinds() -> list[dict[str, Any]] | None:
+            items = custom.list_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "workloads")
+            admitted = {bool((x.get("status") or {}).get("admission")) for x in items["items"]}
+            return items["items"] if admitted == {True, False} else None
+
+        # A pending workload and an admitted one, so queue why meets both (asked about
+        # the pending ones first, before Kueue admits them).
+        workloads = sorted(
+            wait_for(both_kinds, timeout=60),
+            key=lambda x: bool((x.get("status") or {}).get("admission")),
+        )
+    print(
+        [(x["metadata"]["name"], bool((x.get("status") or {}).get("admission"))) for x in workloads]
+    )
+
+    console = Console(Settings(kubeconfig=str(kubeconfig)))
+    try:
+        console.info()
+        fleet = console.fleet()
+        console.node("gpu-node-000")
+        console.node_health()
+        console.history("gpu-node-000")
+        console.queues()
+        console.workloads()
+        console.queue()
+        for x in workloads:
+            console.why(x["metadata"]["name"], x["metadata"]["namespace"])
+        console.burst()
+        runs = console.training()
+        rows = console.controllers()
+    finally:
+        console.close()
+    assert {v.info.name for v in fleet.views} >= {"gpu-node-000", "gpu-node-001"}
+    assert runs and len(rows) == 4  # the reads read something: not refused, not empty
+
+    granted = grants()
+    used: set[Atom] = set()
+    for call, status in calls:
+        assert status != 403, call
+        if not call.resource_request:  # discovery, /version: every authenticated user
+            continue
+        hits = {a for a in granted if covers(a, call)}
+        assert hits, f"a read the role does not grant: {call}"
+        used |= hits
+    unused = granted - used
+    assert unused == set(NOT_CALLED_BY_THE_READS), sorted(unused ^ set(NOT_CALLED_BY_THE_READS))
