@@ -295,7 +295,9 @@ def check_url(value: str, where: str) -> str:
     fail later as an unreachable Prometheus (exit 1) instead of as the typo it is (2)."""
     text = value.strip()
     if "://" not in text:
-        raise BadInput(f"{where} {text!r} has no scheme: use http://{text}")
+        # the suggestion repeats the text: only when that keeps the message one line
+        fix = f": use http://{text}" if text.isprintable() else ""
+        raise BadInput(f"{where} {text!r} has no scheme{fix}")
     try:
         parts = urlsplit(text)
         host = parts.hostname

@@ -189,3 +189,10 @@ def test_a_checkpoint_path_with_a_newline_is_refused_in_one_line(tmp_path: Path)
     with pytest.raises(BadInput) as caught:
         discover(tmp_path / "run\nstep-1")
     assert str(caught.value) == f"{tmp_path}/run\\nstep-1: no such directory"
+
+
+def test_a_prometheus_url_with_a_newline_is_refused_in_one_line() -> None:
+    env = {"KREA_OPS_CONFIG": "/nonexistent", "KREA_OPS_PROMETHEUS_URL": "0\n0"}
+    with pytest.raises(BadInput) as caught:
+        load_settings(env=env)
+    assert str(caught.value) == "KREA_OPS_PROMETHEUS_URL '0\\n0' has no scheme"

@@ -80,6 +80,7 @@ def test_any_settings_file_bytes(content: bytes) -> None:
 @example({"max_share": "nan"})
 @example({"dashboard_refresh_s": "-inf"})
 @example({"exporter_fake_gpus": "1e3"})
+@example({"prometheus_url": "0\n0"})  # found by the explore profile
 def test_any_environment(values: dict[str, str]) -> None:
     env = {ENV_PREFIX + name.upper(): value for name, value in values.items()}
     if any("\x00" in v for v in env.values()):
