@@ -63,6 +63,18 @@ class FleetSnapshot:
         return next((v for v in self.views if v.info.name == node), None)
 
 
+def judged_error(snapshot: FleetSnapshot) -> str | None:
+    """Why ``snapshot``'s verdicts cannot be acted on, or None: no telemetry, or a read in
+    which some queries failed. A failed query leaves its readings missing on every node
+    (every GPU temperature, say), so a node would pass for OK on what was not read: for
+    automation such a read is no read (the read commands show it with a warning)."""
+    if snapshot.telemetry_error:
+        return snapshot.telemetry_error
+    if snapshot.telemetry is not None and snapshot.telemetry.errors:
+        return "telemetry read incomplete: " + "; ".join(snapshot.telemetry.errors)
+    return None
+
+
 def select_nodes(
     cluster: Cluster, *, node: str | None = None, selector: str | None = None
 ) -> list[NodeInfo]:

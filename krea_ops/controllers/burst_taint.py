@@ -177,7 +177,7 @@ class BurstTaint:
         A telemetry failure does not fail the read (``decide`` stays static on it); an
         API server that cannot be read does (Unavailable)."""
         from krea_ops.errors import Unavailable
-        from krea_ops.fleet import load_fleet, usable
+        from krea_ops.fleet import judged_error, load_fleet, usable
         from krea_ops.runbook.nodes import pages
 
         cluster = inputs.cluster
@@ -213,7 +213,7 @@ class BurstTaint:
             except Unavailable as exc:
                 error = str(exc)
             else:
-                error = fleet.telemetry_error
+                error = judged_error(fleet)
                 for view in fleet.views:
                     severity[view.info.name] = view.verdict.severity
                     if (view.info.gpu_capacity or 0) > 0:

@@ -73,7 +73,7 @@ from krea_ops.burst import (
 from krea_ops.burst.status import find_virtual_nodes
 from krea_ops.controllers.base import Alert, Decision, Inputs, Skip
 from krea_ops.errors import BadInput
-from krea_ops.fleet import load_fleet
+from krea_ops.fleet import judged_error, load_fleet
 from krea_ops.health import severities
 from krea_ops.kube.cluster import MissingCrd, node_info, pod_gpus
 from krea_ops.model import NodeInfo, Severity
@@ -561,7 +561,7 @@ class MigrateBack:
             source_error=inputs.source_error,
             families=("verdicts",),
         )
-        health_error = fleet.telemetry_error
+        health_error = judged_error(fleet)
         if inputs.source is None and health_error is None:
             health_error = "no telemetry source"
         pods = pages(

@@ -108,7 +108,7 @@ from krea_ops.controllers.base import (
     Skip,
 )
 from krea_ops.errors import BadInput, Unavailable
-from krea_ops.fleet import load_fleet
+from krea_ops.fleet import judged_error, load_fleet
 from krea_ops.health import HealthPolicy, fleet_views
 from krea_ops.kube.cluster import node_info
 from krea_ops.kube.times import parse_time, rfc3339
@@ -437,12 +437,11 @@ class NodeHealth:
             families=("verdicts",),
         )
         verdicts = {v.info.name: v.verdict for v in fleet.views}
-        error = fleet.telemetry_error
-        if error is None and fleet.telemetry is not None and fleet.telemetry.errors:
+        error = judged_error(fleet)
+        if error is not None and fleet.telemetry_error is None:
             # a read with queries that failed lacks those readings on every node (the
             # GPU temperatures, say): a node without them would pass for OK. Judged as
             # with no telemetry: every GPU node UNKNOWN, NotReady still from the API
-            error = "telemetry read incomplete: " + "; ".join(fleet.telemetry.errors)
             views = fleet_views(infos, None, inputs.policy, telemetry_error=error, now=now)
             verdicts = {v.info.name: v.verdict for v in views}
         ack_at, ack_by = self._read_ack(inputs)

@@ -53,7 +53,7 @@ from typing import Any
 
 from krea_ops.controllers.base import Alert, Decision, Inputs, Skip
 from krea_ops.errors import BadInput
-from krea_ops.fleet import load_fleet
+from krea_ops.fleet import judged_error, load_fleet
 from krea_ops.health import severities
 from krea_ops.kube.cluster import GPU_RESOURCE, MissingCrd
 from krea_ops.model import NodeInfo, Severity
@@ -346,7 +346,7 @@ class QuotaSync:
             source_error=inputs.source_error,
             families=("verdicts",),
         )
-        health_error = fleet.telemetry_error
+        health_error = judged_error(fleet)
         if inputs.source is None and health_error is None:
             health_error = "no telemetry source"
         return QuotaSyncSnapshot(

@@ -281,3 +281,33 @@ def test_read_prices_the_gpus_offsite_and_counts_those_without_a_price(ops: Any)
     assert snap.offsite_gpus_unpriced == 4
     gauges = controller().decide(snap, T0, {}).gauges
     assert gauges["offsite_usd_per_hour"] == 8.0 and gauges["offsite_gpus_unpriced"] == 4.0
+
+
+def test_a_telemetry_read_with_failed_queries_is_no_read(ops: Any) -> None:
+    """A query that failed leaves its readings missing on every node, so every node would
+    pass for healthy: burst-taint takes the read as no read and changes nothing."""
+    import dataclasses
+
+    from krea_ops.controllers.base import Inputs
+    from krea_ops.health import HealthPolicy
+    from tests.controllers.conftest import RecordedSource, gpu_node, healthy_telemetry
+    from tests.controllers.conftest import virtual_node as make_virtual
+
+    for name in ("gpu-node-000", "gpu-node-001"):
+        gpu_node(ops, name)
+    make_virtual(ops, "vk-0")
+    full = healthy_telemetry(("gpu-node-000", "gpu-node-001"), T0)
+    partial = dataclasses.replace(full, errors=("krea_gpu_temperature_celsius: HTTP 500",))
+    ctl = controller(hold_s=0)
+    inputs = Inputs(ops, RecordedSource(partial), HealthPolicy(), "test")
+    snap = ctl.read(inputs, T0)
+    assert snap.telemetry_error == (
+        "telemetry read incomplete: krea_gpu_temperature_celsius: HTTP 500"
+    )
+    decision = ctl.decide(snap, T0, {})
+    assert not decision.acts and [s.why for s in decision.skipped] == ["stale"]
+    # the same fleet read whole: judged, its 16 GPUs free
+    whole = ctl.read(Inputs(ops, RecordedSource(full), HealthPolicy(), "test"), T0)
+    assert whole.telemetry_error is None
+    judged = ctl.decide(whole, T0, {})
+    assert not judged.skipped and judged.gauges["free_gpus"] == 16
