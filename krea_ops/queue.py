@@ -24,6 +24,7 @@ nodes by Ready, cordon and taints only. Unknown values are ``None``, never 0.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -848,22 +849,35 @@ BLOCKERS = {
 }
 
 
-def _place(free: list[int], sizes: list[int]) -> int:
-    """Pods placed by best-fit decreasing on per-node free GPUs."""
+def _place(free: list[int], sizes: Mapping[int, int]) -> int:
+    """Pods placed by best-fit decreasing on per-node free GPUs; ``sizes`` is GPUs per pod
+    -> pods. The work is bounded by the pods that fit, not by the pods asked for (a pod
+    set's count may be anything up to 2^31 - 1)."""
     slots = sorted(free)
     placed = 0
     for size in sorted(sizes, reverse=True):
-        for i, room in enumerate(slots):
-            if room >= size:
-                slots[i] -= size
-                slots.sort()
-                placed += 1
-                break
+        pods = sizes[size]
+        if size <= 0:  # takes no GPU: placed wherever there is a node
+            placed += pods if slots else 0
+            continue
+        while pods > 0:
+            i = bisect.bisect_left(slots, size)  # the tightest slot it fits in
+            if i == len(slots):
+                break  # no slot has room for one more pod of this size
+            slots[i] -= size
+            slots.sort()
+            placed += 1
+            pods -= 1
     return placed
 
 
-def _gang_sizes(wl: WorkloadInfo) -> list[int]:
-    return [ps.gpus_per_pod for ps in wl.pod_sets for _ in range(ps.count) if ps.gpus_per_pod]
+def _gang_sizes(wl: WorkloadInfo) -> Counter[int]:
+    """GPUs per pod -> pods, over the workload's GPU pod sets."""
+    sizes: Counter[int] = Counter()
+    for ps in wl.pod_sets:
+        if ps.gpus_per_pod and ps.count > 0:
+            sizes[ps.gpus_per_pod] += ps.count
+    return sizes
 
 
 def _selector_fits(selector: Mapping[str, str], flavor: Obj) -> bool:
@@ -917,7 +931,7 @@ def _flavor_fit(
     nodes: Sequence[NodeInfo],
     requested: Mapping[str, int],
     node_severity: Mapping[str, Severity] | None,
-    sizes: list[int],
+    sizes: Mapping[int, int],
 ) -> FlavorFit:
     name = str((flavor.get("metadata") or {}).get("name", ""))
     quota = cq.quota(name) if cq else None
@@ -952,9 +966,9 @@ def _flavor_fit(
         nodes_fitting_one_pod=sum(1 for f in free if largest and f.free_gpus >= largest),
         nodes_big_enough=sum(1 for c in healthy if largest and c.gpus >= largest),
         pods_placeable=_place([f.free_gpus for f in free], sizes),
-        gpu_pods=len(sizes),
+        gpu_pods=sum(sizes.values()),
         pods_placeable_empty=_place([c.gpus for c in healthy], gang),
-        gang_gpu_pods=len(gang),
+        gang_gpu_pods=sum(gang.values()),
         need_gpus=wl.total_gpus,
         free_by_node=tuple(free),
         not_healthy=tuple(c for c in caps if c.state != HEALTHY),
@@ -1165,9 +1179,8 @@ def explain(
     # the flavors to look at: the assigned ones, else the ClusterQueue's GPU flavors in order
     names = list(wl.flavors) or [q.flavor for q in (cq.gpu_quotas if cq else ())]
     if wl.state == ADMITTED and unscheduled:
-        sizes = (
-            sorted((p.gpus for p in mine if not p.node and p.gpus), reverse=True)
-            or [wl.gpus_per_pod] * unscheduled
+        sizes = Counter(p.gpus for p in mine if not p.node and p.gpus) or Counter(
+            {wl.gpus_per_pod: unscheduled}
         )
     else:
         sizes = _gang_sizes(wl)

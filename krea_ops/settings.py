@@ -3,11 +3,16 @@
 Every field is documented in its ``metadata["help"]``; ``krea-ops version -o yaml`` and
 ``docs/operations.md`` list them. The file is ``$KREA_OPS_CONFIG`` or
 ``~/.config/krea-ops/config.yaml`` when it exists.
+
+A file that is not UTF-8 YAML, an unknown setting, or a value that is not of its
+setting's type (floats must be finite: ``nan`` or ``.inf`` are refused) is one
+``BadInput`` line; a setting given with no value keeps its default.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -271,11 +276,14 @@ def _coerce(name: str, kind: Any, raw: Any, source: str) -> Any:
                 return False
             raise ValueError(raw)
         if "float" in text_kind:
-            return float(raw)
+            number = float(raw)
+            if not math.isfinite(number):  # nan compares False: a limit that never holds
+                raise ValueError(raw)
+            return number
         if "int" in text_kind:
             return int(raw)
         return str(raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # int(inf), float(10**400)
         raise BadInput(
             f"setting {name} from {source}: {raw!r} is not a valid {text_kind}"
         ) from None
@@ -287,7 +295,9 @@ def check_url(value: str, where: str) -> str:
     fail later as an unreachable Prometheus (exit 1) instead of as the typo it is (2)."""
     text = value.strip()
     if "://" not in text:
-        raise BadInput(f"{where} {text!r} has no scheme: use http://{text}")
+        # the suggestion repeats the text: only when that keeps the message one line
+        fix = f": use http://{text}" if text.isprintable() else ""
+        raise BadInput(f"{where} {text!r} has no scheme{fix}")
     try:
         parts = urlsplit(text)
         host = parts.hostname
@@ -313,8 +323,10 @@ def load_settings(
     path = config_path(env)
     if path.exists():
         try:
-            loaded = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        # a file that is not UTF-8; a YAML int past int()'s 4,300 digits (ValueError);
+        # nesting deeper than the parser recurses
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError, RecursionError) as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise BadInput(f"settings file {path} is not readable YAML: {first}") from None
         if not isinstance(loaded, dict):
@@ -323,6 +335,8 @@ def load_settings(
             name = str(key).replace("-", "_")
             if name not in fields:
                 raise BadInput(f"settings file {path}: unknown setting {key!r}")
+            if raw is None:
+                continue  # "max_share:" with no value: the default, not None
             values[name] = _coerce(name, fields[name].type, raw, str(path))
             sources[name] = f"setting {name} in {path}:"
 

@@ -775,10 +775,8 @@ class InfinibandCollector:
         """``"4: ACTIVE"`` -> 4.0; ``"100 Gb/sec (4X EDR)"`` -> 1.25e10; None if garbage."""
         try:
             if fam == _F_RATE:
-                gbps = float(text.split(None, 1)[0])
-                if not math.isfinite(gbps) or gbps < 0:
-                    return None
-                return gbps * 125_000_000
+                rate = float(text.split(None, 1)[0]) * 125_000_000  # "1e308" overflows to inf
+                return rate if math.isfinite(rate) and rate >= 0 else None
             number = int(text.split(":", 1)[0])
             return float(number) if number >= 0 else None
         except (ValueError, IndexError):

@@ -9,7 +9,8 @@ One parser for the product and the simulator. The grammar is the API's
     <decimalSI> ::= n | u | m | "" | k | M | G | T | P | E
     <decimalExponent> ::= "e" <signedNumber> | "E" <signedNumber>
 
-Values are exact (``Decimal``); ``number`` gives an int when the value is whole, so a GPU
+Values are exact (``Decimal``, 28 significant digits: the API caps a quantity at
+2^63-1 with three decimals, well inside); ``number`` gives an int when the value is whole, so a GPU
 count prints as ``8``, not ``8.0``. The official client's ``kubernetes.utils.parse_quantity``
 does the same, but importing ``kubernetes.utils`` imports the whole generated client
 (about a second), more than most reads take.
@@ -18,6 +19,7 @@ does the same, but importing ``kubernetes.utils`` imports the whole generated cl
 from __future__ import annotations
 
 import functools
+import math
 import re
 from decimal import Decimal, InvalidOperation
 
@@ -36,7 +38,8 @@ _DECIMAL = {
 }
 _QUANTITY = re.compile(
     r"^([+-]?(?:\d+\.?\d*|\.\d+))"  # the signed number
-    r"(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?\d+|[numkMGTPE]?)$"  # the suffix
+    r"(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?\d+|[numkMGTPE]?)$",  # the suffix
+    re.ASCII,  # "٣" is a digit to Python's \d, not to the API
 )
 
 
@@ -44,12 +47,17 @@ class QuantityError(ValueError):
     """Not a Kubernetes quantity; ``str()`` says which text."""
 
 
-@functools.lru_cache(maxsize=4096)  # a fleet's objects share a handful of quantities
+# a fleet's objects share a handful of quantities; typed, as False == 0 is a cache hit
+@functools.lru_cache(maxsize=4096, typed=True)
 def parse_quantity(value: str | int | float) -> Decimal:
-    """The exact value of a quantity; ``QuantityError`` when it is not one."""
+    """The exact value of a quantity; ``QuantityError`` when it is not one: not the
+    grammar, not finite (``nan``, ``inf``), or an exponent beyond what a ``Decimal`` holds
+    (``1e99999999``)."""
     if isinstance(value, bool):
         raise QuantityError(f"{value!r} is not a quantity")
     if isinstance(value, int | float):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise QuantityError(f"{value!r} is not a quantity (not finite)")
         return Decimal(str(value))
     text = str(value).strip()
     m = _QUANTITY.match(text)
@@ -60,11 +68,18 @@ def parse_quantity(value: str | int | float) -> Decimal:
         base = Decimal(number)
     except InvalidOperation:  # pragma: no cover - the pattern admits only numbers
         raise QuantityError(f"{value!r} is not a quantity") from None
-    if suffix in _BINARY:
-        return base * _BINARY[suffix]
-    if suffix[:1] in ("e", "E"):
-        return base.scaleb(int(suffix[1:]))
+    try:
+        if suffix in _BINARY:
+            return base * _BINARY[suffix]
+        if suffix[:1] in ("e", "E"):
+            return base.scaleb(int(suffix[1:]))
+    except (ArithmeticError, ValueError):  # decimal.Overflow; int() past 4,300 digits
+        raise QuantityError(f"{_short(text)} is out of range for a quantity") from None
     return base * _DECIMAL[suffix]
+
+
+def _short(text: str) -> str:
+    return repr(text) if len(text) <= 40 else repr(text[:37] + "...")
 
 
 def quantity_or_none(value: object) -> Decimal | None:
@@ -107,8 +122,10 @@ def as_int(value: object) -> int | None:
 
 def format_quantity(value: Decimal | int | float) -> str:
     """A value as the API writes it in canonical form for the common cases: whole numbers
-    plain (``8``), fractions in milli-units (``500m``)."""
+    plain (``8``), fractions in milli-units (``500m``); ``QuantityError`` for ``nan``/``inf``."""
     d = value if isinstance(value, Decimal) else Decimal(str(value))
+    if not d.is_finite():
+        raise QuantityError(f"{value!r} is not a quantity (not finite)")
     if d == d.to_integral_value():
         return str(int(d))
     milli = (d * 1000).to_integral_value()

@@ -12,11 +12,16 @@ import functools
 from datetime import UTC, datetime
 
 
-@functools.lru_cache(maxsize=8192)  # list reads repeat a few thousand distinct stamps
 def parse_time(text: str | None) -> float | None:
-    """An RFC 3339 timestamp as Unix seconds; None when absent or not RFC 3339."""
+    """An RFC 3339 timestamp as Unix seconds; None when absent, not a string (any other
+    JSON value a malformed object holds there) or not RFC 3339."""
     if not text or not isinstance(text, str):
         return None
+    return _parse_text(text)
+
+
+@functools.lru_cache(maxsize=8192)  # list reads repeat a few thousand distinct stamps
+def _parse_text(text: str) -> float | None:
     # RFC 3339 only: a date, "T" (or "t"), a time and a zone; datetime.fromisoformat on
     # its own also takes "2026-11-29 21:00" and basic-format "20261129T2100" (~25x faster
     # than strptime, which matters at 4,096 nodes a list)

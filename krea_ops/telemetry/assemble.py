@@ -4,13 +4,16 @@ Both sources hand their rows here, so Prometheus and a direct scrape give the sa
 snapshot for the same data. Per object (GPU, link, port) the spelling listed first in its
 family wins, so our exporter's value beats a peer's. Sparse families (errors, down links)
 leave zeros out; they are filled back in only where a dense family proves the counter
-exists, and never when the sparse read itself failed.
+exists, and never when the sparse read itself failed. A value that is not a finite
+number (NaN, ±Inf: a PromQL division by zero, a garbled answer) is no reading: None in
+the snapshot, never a number.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from math import isfinite
 from types import MappingProxyType
 from typing import Any
 
@@ -189,6 +192,8 @@ class Assembler:
         self.read.add(family.store)
         if family.kind in ("present", "present_rate"):
             for labels, value in rows:
+                if not isfinite(value):  # a mask of +Inf is no mask
+                    continue
                 node = self._node(labels)
                 if node and (self.nodes is None or node in self.nodes):
                     self._fold_present(family, self._acc_for(node), labels, value)
@@ -210,7 +215,7 @@ class Assembler:
         seen: set[str] = set()
         node_of_row = self._node
         for labels, value in rows:
-            if value != value:  # NaN
+            if not isfinite(value):  # NaN, or +Inf from a division: no reading
                 continue
             node = node_of_row(labels)
             if node is None or (wanted is not None and node not in wanted):
@@ -259,7 +264,7 @@ class Assembler:
         node_of_row = self._node
         seen: set[str] = set()
         for labels, value in rows:
-            if value != value:  # NaN
+            if not isfinite(value):  # NaN, or +Inf from a division: no reading
                 continue
             node = labels.get("node") or node_of_row(labels)
             if node is None or (wanted is not None and node not in wanted):
@@ -304,8 +309,11 @@ class Assembler:
         gpu_side = family.by[0] == "gpu"
         scale = spelling.scale
         for row in rows:
-            value = float(row[-1])
-            if value != value:  # NaN
+            try:
+                value = float(row[-1])
+            except ValueError:  # not a number: no reading, as in _run
+                continue
+            if not isfinite(value):
                 continue
             node = row[i_node]
             if wanted is not None and node not in wanted:

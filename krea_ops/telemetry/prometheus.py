@@ -460,7 +460,8 @@ class PrometheusSource(TelemetrySource):
             )
             if response.status_code != 200:
                 return None
-            data = json.loads(response.content).get("data")
+            doc = json.loads(response.content)
+            data = doc.get("data") if isinstance(doc, dict) else None  # "[1]": no index
         except (requests.ConnectionError, requests.Timeout) as exc:
             # not there: say so now rather than after every query has timed out too
             raise Unavailable(
@@ -468,7 +469,9 @@ class PrometheusSource(TelemetrySource):
             ) from exc
         except (requests.RequestException, ValueError):
             return None
-        return frozenset(data) if isinstance(data, list) else None
+        if not isinstance(data, list):
+            return None
+        return frozenset(name for name in data if isinstance(name, str))  # [null], [{}]
 
     @staticmethod
     def served(family: Family, names: frozenset[str] | None) -> Family:

@@ -46,7 +46,8 @@ What it cannot verify is the tensor data inside the shards (only that the bytes 
 The simulator (``krea_ops.sim.world.training``) writes the same layout with a JSON
 ``.metadata`` (``{"format": "krea-sim-dcp/1", "storage_data": {file: {"offset", "length"}}}``);
 JSON is recognised by its first byte and checked the same way. Unreadable or garbage
-metadata makes that checkpoint incomplete with the reason; it never raises.
+metadata makes that checkpoint incomplete with the reason; it never raises. A reason is
+one line: control characters in the names it quotes are escaped (``x\\ny``).
 """
 
 from __future__ import annotations
@@ -227,6 +228,18 @@ class _MetadataRead:
     note: str | None = None
 
 
+# Control characters (a newline in a shard's name) as escapes: a reason is one line.
+_ESCAPES = {c: repr(chr(c))[1:-1] for c in (*range(0x20), 0x7F)}
+
+
+def _escaped(text: str) -> str:
+    return text.translate(_ESCAPES)
+
+
+def _one_line(text: str | None) -> str | None:
+    return None if text is None else _escaped(text)
+
+
 def _short(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     return text if len(text) <= 80 else text[:77] + "..."
@@ -248,7 +261,7 @@ def _required_sizes(items: list[tuple[Any, Any, Any]]) -> _MetadataRead:
 def _read_json_metadata(raw: bytes) -> _MetadataRead:
     try:
         doc = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # nested too deep
         return _MetadataRead(None, f"not JSON ({_short(exc)})")
     storage = doc.get("storage_data") if isinstance(doc, dict) else None
     if not isinstance(storage, dict):
@@ -300,9 +313,10 @@ def read_dcp_metadata(path: Path) -> _MetadataRead:
         raw = path.read_bytes()
     except OSError as exc:
         return _MetadataRead(None, exc.strerror or _short(exc))
-    if raw.lstrip()[:1] == b"{":
-        return _read_json_metadata(raw)
-    return _read_pickled_metadata(raw)
+    read = _read_json_metadata(raw) if raw.lstrip()[:1] == b"{" else _read_pickled_metadata(raw)
+    if read.error is not None:
+        return _MetadataRead(None, _one_line(read.error), read.note)
+    return read
 
 
 # -- files of one checkpoint -----------------------------------------------------------
@@ -535,7 +549,12 @@ def read_tracker(save_dir: Path) -> int | str | None:
         return "unreadable"
     if text == RELEASE_DIR:
         return RELEASE_DIR
-    return int(text) if text.isdigit() else "unreadable"
+    if not (text.isascii() and text.isdigit()):  # "²" is a digit to isdigit(), not to int()
+        return "unreadable"
+    try:
+        return int(text)
+    except ValueError:  # past int()'s 4,300 digits
+        return "unreadable"
 
 
 def _is_megatron(top: Path, names: set[str]) -> bool:
@@ -560,7 +579,8 @@ def inspect_checkpoint(
     step = step_of(top.name)
     files = _walk(top)
     if files.dir_mtime is None:
-        return Checkpoint(top, FORMAT_DCP, step, None, None, False, f"unreadable: {files.error}")
+        reason = _one_line(f"unreadable: {files.error}")
+        return Checkpoint(top, FORMAT_DCP, step, None, None, False, reason)
     top_names = {n for n in files.sizes if "/" not in n}
     with contextlib.suppress(OSError):
         top_names |= {e.name for e in os.scandir(top) if e.is_dir()}
@@ -616,9 +636,9 @@ def inspect_checkpoint(
         mtime=mtime,
         size_bytes=None if files.truncated else files.total,
         complete=reason is None,
-        reason=reason,
+        reason=_one_line(reason),
         tracker=on_tracker,
-        note=note,
+        note=_one_line(note),
     )
 
 
@@ -698,15 +718,17 @@ def discover(path: Path | str, *, now: float | None = None) -> list[Checkpoint]:
     try:
         st = root.stat()
     except FileNotFoundError:
-        raise BadInput(f"{root}: no such directory") from None
+        raise BadInput(_escaped(f"{root}: no such directory")) from None
     except OSError as exc:
-        raise BadInput(f"{root}: {exc.strerror or _short(exc)}") from None
+        raise BadInput(_escaped(f"{root}: {exc.strerror or _short(exc)}")) from None
     if not stat.S_ISDIR(st.st_mode):
-        raise BadInput(f"{root} is not a directory")
+        raise BadInput(_escaped(f"{root} is not a directory"))
     try:
         os.listdir(root)
     except OSError as exc:
-        raise BadInput(f"{root}: cannot list it ({exc.strerror or _short(exc)})") from None
+        raise BadInput(
+            _escaped(f"{root}: cannot list it ({exc.strerror or _short(exc)})")
+        ) from None
     if _looks_like_checkpoint(root):
         return [inspect_checkpoint(root, now=now)]
     found = _search(root, now)
@@ -726,7 +748,9 @@ def latest_complete(path: Path | str) -> Checkpoint | None:
     runs = sorted({str(cp.path.parent) for cp in complete})
     if len(runs) > 1:
         shown = ", ".join(runs[:3]) + (", ..." if len(runs) > 3 else "")
-        raise BadInput(f"{path} holds checkpoints of {len(runs)} runs ({shown}); name one")
+        raise BadInput(
+            _escaped(f"{path} holds checkpoints of {len(runs)} runs ({shown}); name one")
+        )
     return complete[0]
 
 
