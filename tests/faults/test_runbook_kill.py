@@ -355,3 +355,41 @@ def test_a_real_kill_9_between_steps_leaves_what_the_fence_leaves(
     starts = [r["run_id"] for r in log if r["record"] == "start"]
     assert len(set(starts)) == 2
     assert [r["status"] for r in log if r["record"] == "end"] == ["done"]
+
+
+def test_train_resume_killed_after_its_delete_is_finished_by_the_command(
+    sim: LocalApiServer,
+    cluster: Cluster,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The JobSet deleted and not created again: ``krea-ops train resume`` run again reads
+    the interrupted resume from the audit log the console writes, says so, and creates
+    the JobSet it planned (once: a third run is refused, the run is Suspended)."""
+    from commands.main import invoke
+
+    log = tmp_path / "audit.jsonl"
+    monkeypatch.setenv("KREA_OPS_AUDIT_LOG", str(log))
+    monkeypatch.setenv("KREA_OPS_CONFIG", str(tmp_path / "no-config.yaml"))
+    monkeypatch.setenv("KREA_OPS_TRAINING_CHECKPOINT_MOUNT", f"/checkpoints={tmp_path / 'mnt'}")
+    _resume_setup(cluster, tmp_path)
+    plan = plan_resume(cluster, NAME, namespace=NS, user=SIM_USER,
+                       mount=("/checkpoints", tmp_path / "mnt"))[0]  # fmt: skip
+    with pytest.raises(Killed):
+        execute(cluster, plan, audit=AuditLog(log), fence=killed_after(1))
+    assert not cluster.request("get", "GET", jobset_path(NS, NAME)).ok
+
+    argv = ["train", "resume", NAME, "--yes", *kubeconfig(sim)]
+    capsys.readouterr()
+    assert invoke(argv) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "stopped before creating it again" in out and "Result: done" in out
+    new = cluster.get("jobset", jobset_path(NS, NAME))
+    chosen = "/checkpoints/training/dit/step-100"
+    assert new["metadata"]["annotations"]["krea.ai/resume-from"] == chosen
+    assert [r["action"] for r in records(log) if r["record"] == "start"] == ["train resume"] * 2
+
+    assert invoke(argv) == 2
+    assert "is Suspended" in capsys.readouterr().err
+    assert cluster.get("jobset", jobset_path(NS, NAME))["metadata"]["uid"] == new["metadata"]["uid"]
