@@ -28,7 +28,7 @@ Faults (one per run, on the replica leading at 8-16 s):
 * ``lease stalled``: for 10-30 s each of its Lease requests is answered 3-14 s after it
   was sent (the call is made then, with the time it was sent as its start: what the
   fence counts); its other writes go through. One that takes 10 s or more (the client's
-  timeout, the renew deadline) counts for nothing.
+  timeout, the renew deadline) counts for nothing, and the leader steps aside.
 * ``api stalled``: the API server answers no one for 5-40 s.
 * ``clock jump``: the leader's wall clock jumps +30 s or -30 s, and a follower's the other
   way 0-5 s later. Followers time the Lease from when *they* saw it change, by their own
@@ -345,3 +345,40 @@ def test_many_runs_never_two_leaders_acting_and_no_item_done_twice(
     assert all(o.handovers >= 1 for o in outcomes if o.kind == "killed")
     # the fence held a refused or stalled leader back while others took over
     assert any(o.handovers >= 1 for o in outcomes if o.kind == "lease refused")
+    # a leader whose renews come back too late steps aside for one that is answered
+    assert any(o.handovers >= 1 for o in outcomes if o.kind == "lease stalled")
+
+
+def test_a_leader_whose_renews_are_answered_too_late_steps_aside(ops: Cluster) -> None:
+    """From t=2 on, every Lease call of the leader is answered 12 s after it was sent
+    (past the renew deadline; made then, with its send time as start). Its late renews
+    would keep the Lease its own for ever while its fence never lets it act; instead it
+    steps aside (releases, rests a lease duration) and the other replica takes over."""
+    t = 0.0
+    a, b = (
+        LeaderElector(
+            ops,
+            "krea-ops-slow",
+            namespace=NAMESPACE,
+            identity=name,
+            clock=lambda: t,
+            wall=lambda: T0 + t,
+        )
+        for name in ("a", "b")
+    )
+    assert a.try_acquire_or_renew(0.0) and not b.try_acquire_or_renew(0.0)
+    sent = 2.0
+    b_leads_from = None
+    while t <= 60:
+        if t >= sent + 12:  # a's call sent at `sent` is answered now
+            a.try_acquire_or_renew(sent)
+            sent = t + a.settings.retry_period_s
+        if b.try_acquire_or_renew(t) and b_leads_from is None:
+            b_leads_from = t
+        assert not (a.is_leader(t) and b.is_leader(t)), t
+        t += TICK_S
+    assert not a.is_leader(t)
+    assert b_leads_from is not None and b_leads_from <= 20  # a's first late answer: 14 s
+    assert "stepped aside" in (a.last_error or "")
+    lease = read_lease(ops, NAMESPACE, "krea-ops-slow")
+    assert lease is not None and lease.holder == "b"
