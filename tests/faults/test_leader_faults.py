@@ -129,8 +129,8 @@ class Scenario:
             self.lease,
             namespace=NAMESPACE,
             identity=r.identity,
-            clock=lambda r=r: self.t + r.boot,
-            wall=lambda r=r: T0 + self.t + r.wall_skew,
+            clock=lambda: self.t + r.boot,
+            wall=lambda: T0 + self.t + r.wall_skew,
         )
         r.recorder = RecordingCluster(self.cluster)
         r.work = FencedCluster(r.recorder, r.elector.fence)
@@ -173,10 +173,11 @@ class Scenario:
                 self.act(r)
 
     def inject(self) -> None:
-        (leader,) = self.leaders() or [None]  # the fault hits the leader
-        if leader is None:
+        leading = self.leaders()  # the fault hits the leader
+        if not leading:
             self.fault_at = self.t + TICK_S  # not elected yet: a tick later
             return
+        (leader,) = leading
         self.victim = leader
         if self.kind == "killed":
             leader.alive = False

@@ -292,7 +292,8 @@ def test_killed_after_step_k_then_run_again_converges(
     missed = set(want_events) - set(got)
     if missed:  # only the Event of the change the killed attempt made last
         assert str(plan.steps[k - 1].kind) != "event" and k < len(plan.steps), missed
-        assert {r for _, r in missed} == {plan.steps[k].event.reason}, missed
+        told = plan.steps[k].event
+        assert told is not None and {r for _, r in missed} == {told.reason}, missed
     posted = [c for r in first if r["record"] == "step" for c in r["calls"]] + [
         {"method": c.method, "about": c.about, "http_status": c.status} for c in result.made
     ]
