@@ -463,6 +463,9 @@ class Console:
     ) -> tuple[Plan, dict[str, object]]:
         """The plan of ``train resume``: the finished run relaunched from the newest
         complete checkpoint (or the one named, if complete); BadInput otherwise."""
+        from pathlib import Path
+
+        from krea_ops.runbook.audit import default_path
         from krea_ops.runbook.training import plan_resume
         from krea_ops.training.runs import parse_mount
 
@@ -473,6 +476,7 @@ class Console:
             checkpoint=checkpoint,
             user=self.user(),
             mount=parse_mount(self.settings.training_checkpoint_mount),
+            audit_log=Path(self.settings.audit_log) if self.settings.audit_log else default_path(),
         )
 
     def plan_burst_pause(self, *, reason: str) -> Plan:

@@ -21,7 +21,10 @@ Settings (controller-runtime's defaults, ``pkg/manager/internal.go``):
 
 They must satisfy lease duration > renew deadline > 1.2 x retry period (client-go's
 check). A renew's start time, not its end, is what counts: a request that took long
-still proves only that the Lease was ours when it was sent.
+still proves only that the Lease was ours when it was sent. A renew answered only after
+the renew deadline makes the replica step aside (release the Lease, try again after a
+lease duration): its late renews would otherwise keep the Lease its own while its fence
+never lets it act, and no replica answered in time could take over.
 
 Why not ``kubernetes.leaderelection`` (``LeaseLock``) of the official client: its
 ``LeaderElection.run()`` blocks for ever in ``acquire()`` and then in ``renew_loop()``,
@@ -215,6 +218,7 @@ class LeaderElector:
         self._observed: LeaseRecord | None = None
         self._observed_at = 0.0
         self._renewed_at: float | None = None  # start of the last successful renew/acquire
+        self._resting_until: float | None = None  # stepped aside after a too slow renew
         self.last_error: str | None = None
 
     # -- the fence ----------------------------------------------------------------------
@@ -246,12 +250,37 @@ class LeaderElector:
         """One attempt to take the Lease or to renew it; True when this replica holds it
         now. A failure (unreachable, 409, held by another) is False, never an error."""
         started = self.clock() if now is None else now
+        if self._resting_until is not None and started < self._resting_until:
+            return False
+        self._resting_until = None
         try:
-            return self._attempt(started)
+            took = self._attempt(started)
         except Unavailable as exc:
             self.last_error = str(exc)
             log.info("lease %s/%s: %s", self.namespace, self.name, exc)
             return False
+        if took and self.clock() - started >= self.settings.renew_deadline_s:
+            self._step_aside(started)
+            return False
+        return took
+
+    def _step_aside(self, started: float) -> None:
+        """A renew (or acquire) answered only after the renew deadline: it proves nothing
+        for the fence, and renewing so keeps the Lease ours while we may never act (the
+        others see it renewed and never take over). Like a client-go replica whose renew
+        deadline passed, give it up: release it (best effort: if that is slow too, it
+        expires) and try again only after a lease duration, so a replica whose calls are
+        answered in time takes over."""
+        took = self.clock() - started
+        self.last_error = (
+            f"lease {self.namespace}/{self.name}: renewed, but the answer took {took:.1f}s "
+            f"(renew deadline {self.settings.renew_deadline_s:g}s); stepped aside"
+        )
+        log.warning("%s", self.last_error)
+        with self._lock:
+            self._renewed_at = started  # so release() sees it held (not a leader: too old)
+        self.release()
+        self._resting_until = self.clock() + self.settings.lease_duration_s
 
     def _attempt(self, started: float) -> bool:
         path = lease_path(self.namespace, self.name)

@@ -21,11 +21,18 @@ gone before the step ends) and creates it again with the same spec and
 ``krea.ai/resume-from``/``RESUME_FROM``/``--resume-from`` pointing at the checkpoint. A
 JobSet still running or suspended is refused: it resumes by itself, from its newest
 complete checkpoint, on its next restart (docs/operations.md says why).
+
+A resume killed between its two steps (the old JobSet deleted, the new one not yet
+created) leaves no JobSet to read the run from; run again, it finds the interrupted
+run in the audit log (its ``start`` record holds the plan, the manifest included; its
+delete step ``done``, its create step not) and plans that create alone, so the run is
+not lost and is created once.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -303,12 +310,17 @@ def plan_resume(
     mount: tuple[str, Path] | None = None,
     now: float | None = None,
     timeout_s: float = 300.0,
+    audit_log: Path | None = None,
 ) -> tuple[Plan, Obj]:
-    """The plan of ``train resume`` and the JobSet it creates (see the module)."""
+    """The plan of ``train resume`` and the JobSet it creates (see the module);
+    ``audit_log``: where to find a resume of this run interrupted after its delete."""
     what = f"JobSet {namespace}/{name}"
     old = _get(cluster, f"jobset {namespace}/{name}", jobset_path(namespace, name))
     if old is None:
-        raise BadInput(f"no training {namespace}/{name} (krea-ops train list shows them)")
+        interrupted = interrupted_resume(audit_log, namespace, name)
+        if interrupted is None:
+            raise BadInput(f"no training {namespace}/{name} (krea-ops train list shows them)")
+        return _finish_resume(interrupted, namespace, name, user, timeout_s)
     spec = spec_of(old)
     state = _state(old)
     if state not in FINISHED:
@@ -359,6 +371,84 @@ def plan_resume(
         user=user,
         steps=steps,
         findings=tuple(findings),
+        options={"checkpoint": chosen, "timeout_s": timeout_s},
+        subject=f"{namespace}/{name}",
+    )
+    return plan, manifest
+
+
+@dataclasses.dataclass(frozen=True)
+class Interrupted:
+    """A ``train resume`` that deleted its JobSet and stopped before creating it again."""
+
+    run_id: str
+    time: str
+    manifest: Obj
+
+
+def interrupted_resume(audit_log: Path | None, namespace: str, name: str) -> Interrupted | None:
+    """The last ``train resume`` of ``namespace/name`` in the audit log, if its delete step
+    is ``done`` and its create step never was; None otherwise (no log, no such run, a
+    line that does not parse is skipped: a record cut by a crash)."""
+    if audit_log is None:
+        return None
+    try:
+        text = Path(audit_log).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    starts: dict[str, Obj] = {}
+    done: dict[str, set[int]] = {}
+    last: str | None = None
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(record, dict):
+            continue
+        run_id = str(record.get("run_id") or "")
+        if record.get("record") == "start":
+            plan = record.get("plan") or {}
+            if (
+                record.get("action") == "train resume"
+                and plan.get("subject") == f"{namespace}/{name}"
+            ):
+                starts[run_id], done[run_id], last = record, set(), run_id
+        elif record.get("record") == "step" and run_id in done and record.get("status") == "done":
+            done[run_id].add(int(record.get("step") or 0))
+    if last is None or done[last] != {1}:
+        return None
+    steps = (starts[last].get("plan") or {}).get("steps") or []
+    if len(steps) != 2 or steps[1].get("kind") != str(StepKind.CREATE):
+        return None
+    calls = steps[1].get("calls") or []
+    body = calls[0].get("body") if calls else None
+    if not isinstance(body, dict):
+        return None
+    return Interrupted(last, str(starts[last].get("time") or "?"), body)
+
+
+def _finish_resume(
+    interrupted: Interrupted, namespace: str, name: str, user: str, timeout_s: float
+) -> tuple[Plan, Obj]:
+    manifest = interrupted.manifest
+    spec = spec_of(manifest)
+    chosen = spec.resume_from
+    what = f"JobSet {namespace}/{name}"
+    finding = Finding(
+        "interrupted",
+        Severity.WARNING,
+        f"{what} was deleted by the resume begun at {interrupted.time} (run "
+        f"{interrupted.run_id[:12]}), which stopped before creating it again: this creates "
+        f"it as that resume planned, resuming from {chosen}",
+    )
+    plan = Plan(
+        action="train resume",
+        nodes=(),
+        reason=None,
+        user=user,
+        steps=(_create_step(spec, manifest, f"the gang again, resuming from {chosen}"),),
+        findings=(finding,),
         options={"checkpoint": chosen, "timeout_s": timeout_s},
         subject=f"{namespace}/{name}",
     )
