@@ -33,7 +33,21 @@ How it reads, in short (docs/metrics.md has the metric table):
 * A GPU answering ``NVMLError_GpuIsLost`` or ``NVMLError_ResetRequired`` gets
   ``krea_gpu_up 0`` plus ``krea_gpu_down_info{reason}``; its readings are absent; the
   other GPUs are complete. An unexpected (non-NVML) exception does the same with
-  reason ``unexpected``. ``collect()`` never raises and never sleeps.
+  reason ``unexpected``. ``collect()`` never raises.
+* NVML calls can hang in the driver (a GPU falling off the bus, a wedged driver), and a
+  thread stuck in a C call cannot be interrupted. So each GPU is read on a thread of its
+  own, all GPUs at once, and the scrape waits for them at most ``scrape_timeout_s`` in
+  all; a GPU whose current NVML call has run ``call_timeout_s`` is given up on at once.
+  A GPU given up on reads ``krea_gpu_up 0`` with ``krea_gpu_down_info{reason="timeout"}``
+  (and one ``krea_gpu_nvml_errors_total{kind="timeout"}``) for every scrape until its
+  call returns; no new read of it starts meanwhile, so a hung GPU holds exactly one
+  thread, shown in ``krea_gpu_nvml_calls_hung``. Concurrent scrapes share a GPU's read
+  in progress rather than starting another.
+* Per-GPU NVLink sums (``krea_gpu_nvlink_errors_total``) are kept by the collector from
+  the links' increases, a link whose counter went down (reset) adding its new value, as
+  Prometheus' rate() reads a reset; so a sum never goes down while the exporter runs.
+  The per-link counters and every other counter are the hardware's values as read:
+  Prometheus treats a decrease as a reset, so rate() and increase() are never negative.
 * A call answering NotSupported (or FunctionNotFound) leaves its series absent (never
   0), is counted once in ``krea_gpu_nvml_errors_total`` and is not asked again for
   that GPU (support does not change while the driver is loaded). Any other NVML error
@@ -345,6 +359,12 @@ NODE_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "unexpected); gpu is empty for node-wide calls.",
         ("node", "gpu", "kind"),
     ),
+    "krea_gpu_nvml_calls_hung": (
+        GAUGE,
+        "NVML calls running past the per-call timeout: their GPUs read krea_gpu_up 0 "
+        "(reason timeout) until the call returns; each holds one exporter thread.",
+        ("node",),
+    ),
     "krea_gpu_driver_info": (
         GAUGE,
         "NVIDIA driver version; value is 1.",
@@ -469,12 +489,31 @@ class _Gpu:
         self.xid_last_wall = 0.0
         self.xid_last_mono = 0.0
         self.xid_monitored = False
+        # the read in progress or last finished (one at a time: see GpuCollector._submit)
+        self.job: _Job | None = None
+        # NVLink sums kept from increases: (link, counter label) -> last raw value
+        self.link_last: dict[tuple[int, str], float] = {}
+        self.link_sums: dict[str, float] = {}
 
     def identity(self) -> tuple[str, ...]:
         return self.labels or (self.node, self.label, "", "", "")
 
 
 Reading = tuple[str, tuple[str, ...], float]
+
+
+class _Job:
+    """One read of one GPU on its own thread."""
+
+    __slots__ = ("call", "call_started", "done", "error", "readings", "timed_out")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.readings: list[Reading] = []
+        self.error: BaseException | None = None
+        self.call = ""  # the NVML function running, or last run
+        self.call_started = time.monotonic()
+        self.timed_out = False  # a scrape gave up on it; it still holds its thread
 
 
 class GpuCollector:
@@ -490,8 +529,15 @@ class GpuCollector:
         gpm_interval_s: float = 1.0,
         xid_window_s: float = 600.0,
         event_wait_ms: int = 500,
+        call_timeout_s: float = 5.0,
+        scrape_timeout_s: float = 8.0,
     ) -> None:
+        if not (call_timeout_s > 0 and scrape_timeout_s > 0):
+            raise ValueError("NVML call and scrape timeouts must be more than 0 seconds")
         self._nvml = nvml
+        self._call_timeout_s = float(call_timeout_s)
+        self._scrape_timeout_s = float(scrape_timeout_s)
+        self._local = threading.local()  # .job: the _Job a reader thread works for
         self._node = node
         self._gpm_interval_s = max(float(gpm_interval_s), 0.001)
         self._gpm_stale_s = max(5 * self._gpm_interval_s, 5.0)
@@ -569,7 +615,7 @@ class GpuCollector:
     # -- scrape ---------------------------------------------------------------------
 
     def collect(self) -> Iterator[Metric]:
-        """All GPU families for this scrape. Never sleeps, never raises."""
+        """All GPU families for this scrape, within ``scrape_timeout_s``. Never raises."""
         try:
             families = self._collect()
         except Exception:
@@ -585,19 +631,65 @@ class GpuCollector:
         if self._closed:
             return []
         gpus = self._discover()
+        jobs = [(g, self._submit(g)) for g in gpus]
+        deadline = time.monotonic() + self._scrape_timeout_s
         readings: list[tuple[tuple[str, ...], list[Reading]]] = []
-        for g in gpus:
-            out: list[Reading] = []
-            try:
-                out = self._read_gpu(g)
-                out.append(("krea_gpu_up", (), 1.0))
-            except Exception as exc:
+        for g, job in jobs:
+            out: list[Reading]
+            if not self._finished(g, job, deadline):
+                out = [("krea_gpu_up", (), 0.0), ("krea_gpu_down_info", ("timeout",), 1.0)]
+            elif (exc := job.error) is None:
+                out = [*job.readings, ("krea_gpu_up", (), 1.0)]
+            else:
                 kind = exc.kind if isinstance(exc, _GpuDown) else error_kind(exc)
                 self._count(g.label, kind)
                 out = [("krea_gpu_up", (), 0.0), ("krea_gpu_down_info", (kind,), 1.0)]
             out.extend(self._event_readings(g))
             readings.append((g.identity(), out))
         return self._families(readings)
+
+    def _submit(self, g: _Gpu) -> _Job:
+        """The read of this GPU for this scrape: the one in progress, if there is one
+        (another scrape's, or one stuck in NVML), else a new one on a new thread."""
+        with self._lock:
+            job = g.job
+            if job is not None and not job.done.is_set():
+                return job
+            job = g.job = _Job()
+        thread = threading.Thread(
+            target=self._read_job, args=(g, job), name=f"krea-gpu-read-{g.label}", daemon=True
+        )
+        thread.start()
+        return job
+
+    def _read_job(self, g: _Gpu, job: _Job) -> None:
+        self._local.job = job
+        try:
+            job.readings = self._read_gpu(g)
+        except BaseException as exc:  # handed to the scrape, which reports it
+            job.error = exc
+        finally:
+            self._local.job = None
+            job.done.set()
+
+    def _finished(self, g: _Gpu, job: _Job, deadline: float) -> bool:
+        """Wait for a GPU's read until the scrape's deadline, or until its current NVML
+        call has run ``call_timeout_s``. False: given up on (counted once per read)."""
+        while not job.timed_out:
+            limit = min(deadline, job.call_started + self._call_timeout_s)
+            if job.done.wait(max(0.0, limit - time.monotonic())):
+                return True
+            now = time.monotonic()
+            if now >= deadline or now - job.call_started >= self._call_timeout_s:
+                with self._lock:
+                    if job.done.is_set():
+                        return True
+                    if not job.timed_out:
+                        job.timed_out = True
+                        key = (g.label, "timeout")
+                        self._errors[key] = self._errors.get(key, 0) + 1
+                return False
+        return job.done.is_set()  # given up on by an earlier scrape: no waiting again
 
     def _families(self, readings: list[tuple[tuple[str, ...], list[Reading]]]) -> list[Metric]:
         families: dict[str, Any] = {}
@@ -611,6 +703,7 @@ class GpuCollector:
                 used.add(name)
         result = [families[n] for n in METRICS if n in used]
         result.append(self._errors_family())
+        result.append(self._hung_family())
         if self._driver is not None:
             kind, help_text, labels = NODE_METRICS["krea_gpu_driver_info"]
             info = GaugeMetricFamily("krea_gpu_driver_info", help_text, labels=list(labels))
@@ -625,6 +718,18 @@ class GpuCollector:
             errors = sorted(self._errors.items())
         for (gpu, kind), count in errors:
             family.add_metric([self._node, gpu, kind], float(count))
+        return family
+
+    def _hung_family(self) -> Metric:
+        _, help_text, labels = NODE_METRICS["krea_gpu_nvml_calls_hung"]
+        family = GaugeMetricFamily("krea_gpu_nvml_calls_hung", help_text, labels=list(labels))
+        with self._lock:
+            hung = sum(
+                1
+                for g in self._gpus or []
+                if g.job is not None and g.job.timed_out and not g.job.done.is_set()
+            )
+        family.add_metric([self._node], float(hung))
         return family
 
     # -- discovery ------------------------------------------------------------------
@@ -651,11 +756,11 @@ class GpuCollector:
             return g.handle
         with g.lock:
             if g.labels is None:
-                nvml = self._nvml
-                handle = nvml.nvmlDeviceGetHandleByIndex(g.index)
-                uuid = str(nvml.nvmlDeviceGetUUID(handle))
-                model = str(nvml.nvmlDeviceGetName(handle))
-                bus_id = nvml.nvmlDeviceGetPciInfo(handle).busId
+                fn = self._fn
+                handle = fn("nvmlDeviceGetHandleByIndex")(g.index)
+                uuid = str(fn("nvmlDeviceGetUUID")(handle))
+                model = str(fn("nvmlDeviceGetName")(handle))
+                bus_id = fn("nvmlDeviceGetPciInfo")(handle).busId
                 if isinstance(bus_id, bytes):
                     bus_id = bus_id.decode("ascii", "replace")
                 g.handle = handle
@@ -671,9 +776,13 @@ class GpuCollector:
             self._errors[(gpu, kind)] = self._errors.get((gpu, kind), 0) + 1
 
     def _fn(self, name: str) -> Callable[..., Any]:
+        """The NVML function ``name``, about to be called (the call's clock starts)."""
         fn = getattr(self._nvml, name, None)
         if fn is None:  # an nvidia-ml-py too old to have it
             raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        job = getattr(self._local, "job", None)
+        if job is not None:
+            job.call, job.call_started = name, time.monotonic()
         return fn  # type: ignore[no-any-return]
 
     def _call(self, g: _Gpu, key: Any, function: str, *args: Any) -> Any:
@@ -816,12 +925,17 @@ class GpuCollector:
 
         links = self._links(g, h)
         # Per-GPU sums, so a fleet-wide read never touches the 72 per-link series of each
-        # GPU. A sum is left out of a scrape where a link's read failed: a partial sum
-        # would dip and read as a counter reset (a burst of errors) to rate(). Counters
+        # GPU. They are kept from each link's increase since the last read, a link counter
+        # that went down (reset, e.g. nvmlDeviceResetNvLinkErrorCounters) adding its new
+        # value: summing raw values instead, one link's reset would make the sum drop,
+        # and rate() would read that as a reset of the sum and count the other links'
+        # errors again as a burst. A sum is left out of a scrape where a link's read
+        # failed (that link's increase is added when it answers again). Counters
         # NotSupported on a link are left out of the sum every scrape alike.
         up: float | None = 0.0
         sums: dict[str, float | None] = {label: 0.0 for label, _ in NVLINK_COUNTERS}
         read: set[str] = set()  # counters at least one link answered
+        last, kept = g.link_last, g.link_sums
         for link in links:
             state = self._call(g, ("nvlink_state", link), "nvmlDeviceGetNvLinkState", h, link)
             if state is not None:
@@ -835,18 +949,21 @@ class GpuCollector:
                 key = ("nvlink_error", link, counter)
                 value = self._call(g, key, "nvmlDeviceGetNvLinkErrorCounter", h, link, counter)
                 put("krea_nvlink_errors_total", value, str(link), label)
-                total = sums[label]
-                if value is not None and total is not None:
-                    sums[label] = total + float(value)
+                if value is not None:
+                    now = float(value)
+                    before = last.get((link, label))
+                    last[(link, label)] = now
+                    increase = now if before is None or now < before else now - before
+                    kept[label] = kept.get(label, 0.0) + increase
                     read.add(label)
-                elif value is None and key not in g.unsupported:
+                elif key not in g.unsupported:
                     sums[label] = None
         if g.links is not None:  # discovery finished (0 for a GPU without NVLink)
             put("krea_gpu_nvlink_links", len(links))
             put("krea_gpu_nvlink_links_up", up)
             for label, total in sums.items():
-                if label in read:
-                    put("krea_gpu_nvlink_errors_total", total, label)
+                if label in read and total is not None:
+                    put("krea_gpu_nvlink_errors_total", kept[label], label)
 
         out.extend(self._gpm_readings(g))
         return out
@@ -879,7 +996,7 @@ class GpuCollector:
                     if fn is None:
                         break
                     try:
-                        fn(h, link)
+                        self._fn("nvmlDeviceGetNvLinkState")(h, link)
                     except _DOWN_ERRORS as exc:
                         raise _GpuDown(error_kind(exc)) from None
                     except _NOT_A_LINK:
