@@ -659,7 +659,11 @@ class GpuCollector:
         thread = threading.Thread(
             target=self._read_job, args=(g, job), name=f"krea-gpu-read-{g.label}", daemon=True
         )
-        thread.start()
+        try:
+            thread.start()
+        except RuntimeError as exc:  # no thread to be had: this scrape only, try again next
+            job.error = exc
+            job.done.set()
         return job
 
     def _read_job(self, g: _Gpu, job: _Job) -> None:
@@ -933,7 +937,7 @@ class GpuCollector:
         # failed (that link's increase is added when it answers again). Counters
         # NotSupported on a link are left out of the sum every scrape alike.
         up: float | None = 0.0
-        sums: dict[str, float | None] = {label: 0.0 for label, _ in NVLINK_COUNTERS}
+        unread: set[str] = set()  # counters a link could not be read for this scrape
         read: set[str] = set()  # counters at least one link answered
         last, kept = g.link_last, g.link_sums
         for link in links:
@@ -957,12 +961,12 @@ class GpuCollector:
                     kept[label] = kept.get(label, 0.0) + increase
                     read.add(label)
                 elif key not in g.unsupported:
-                    sums[label] = None
+                    unread.add(label)
         if g.links is not None:  # discovery finished (0 for a GPU without NVLink)
             put("krea_gpu_nvlink_links", len(links))
             put("krea_gpu_nvlink_links_up", up)
-            for label, total in sums.items():
-                if label in read and total is not None:
+            for label, _ in NVLINK_COUNTERS:
+                if label in read and label not in unread:
                     put("krea_gpu_nvlink_errors_total", kept[label], label)
 
         out.extend(self._gpm_readings(g))

@@ -6,6 +6,7 @@ figures in docs/reliability.md ("Exporters")."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import shutil
 import socket
@@ -23,7 +24,7 @@ from krea_ops.exporters.fakenvml import FakeNvml, fake_h200_node
 from krea_ops.exporters.infiniband import InfinibandCollector
 from krea_ops.exporters.nvml import GpuCollector
 from krea_ops.exporters.server import Exporter, HttpEndpoint
-from tests.conftest import PROCFS_TREE, wait_for
+from tests.conftest import PROCFS_TREE, cli, wait_for
 from tests.exporters.test_gpu_collector import Scrape
 from tests.exporters.test_infiniband import Scrape as IbScrape
 
@@ -92,7 +93,7 @@ def test_a_gpu_lost_mid_scrape_is_down_whole_and_the_others_are_intact(
             gpu = node.gpus[3]
             gpu.lost = False
             assert Scrape(collector).one("krea_gpu_up", gpu="3") == 1.0
-            node.before_next(function, lambda gpu=gpu: setattr(gpu, "lost", True), gpu_index=3)
+            node.before_next(function, functools.partial(setattr, gpu, "lost", True), gpu_index=3)
             s = Scrape(collector)
             injected += 1
             assert s.one("krea_gpu_up", gpu="3") == 0.0, function
@@ -402,3 +403,20 @@ def test_scrapers_hanging_up_mid_response_neither_kill_nor_wedge_the_server(
     assert 0 < aborted <= hangups + 1
     err = capfd.readouterr().err
     assert "Traceback" not in err, err
+
+
+# -- the budget's settings --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--nvml-timeout", "0"), ("--gpu-scrape-timeout", "-1"), ("--nvml-timeout", "nan")],
+)
+def test_a_budget_that_is_not_a_positive_number_is_bad_input(flag: str, value: str) -> None:
+    result = cli(
+        "exporter", "once", "--gpu-backend", "fake", "--sysfs", str(PROCFS_TREE), flag, value
+    )
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and flag in lines[0], result.stderr
+    assert result.stdout == ""
