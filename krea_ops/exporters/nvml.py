@@ -35,14 +35,17 @@ How it reads, in short (docs/metrics.md has the metric table):
   other GPUs are complete. An unexpected (non-NVML) exception does the same with
   reason ``unexpected``. ``collect()`` never raises.
 * NVML calls can hang in the driver (a GPU falling off the bus, a wedged driver), and a
-  thread stuck in a C call cannot be interrupted. So each GPU is read on a thread of its
-  own, all GPUs at once, and the scrape waits for them at most ``scrape_timeout_s`` in
-  all; a GPU whose current NVML call has run ``call_timeout_s`` is given up on at once.
+  thread stuck in a C call cannot be interrupted. So the GPUs are read on a reader
+  thread, GPU after GPU, and the scrape waits at most ``scrape_timeout_s`` in all. A GPU
+  whose current NVML call has run ``call_timeout_s`` is given up on, and a new reader
+  takes the GPUs after it; GPUs the deadline left no time for are read next scrape.
   A GPU given up on reads ``krea_gpu_up 0`` with ``krea_gpu_down_info{reason="timeout"}``
   (and one ``krea_gpu_nvml_errors_total{kind="timeout"}``) for every scrape until its
   call returns; no new read of it starts meanwhile, so a hung GPU holds exactly one
   thread, shown in ``krea_gpu_nvml_calls_hung``. Concurrent scrapes share a GPU's read
-  in progress rather than starting another.
+  in progress rather than starting another. (A thread per GPU would cost about twice the
+  CPU of the reads' own overhead and more wall time from GIL hand-offs, for nothing
+  while no call hangs.)
 * Per-GPU NVLink sums (``krea_gpu_nvlink_errors_total``) are kept by the collector from
   the links' increases, a link whose counter went down (reset) adding its new value, as
   Prometheus' rate() reads a reset; so a sum never goes down while the exporter runs.
@@ -70,6 +73,7 @@ import ctypes
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -503,16 +507,27 @@ Reading = tuple[str, tuple[str, ...], float]
 
 
 class _Job:
-    """One read of one GPU on its own thread."""
+    """One read of one GPU, queued in a scrape's batch until a reader thread takes it."""
 
-    __slots__ = ("call", "call_started", "done", "error", "readings", "timed_out")
+    __slots__ = (
+        "batch",
+        "call_started",
+        "done",
+        "error",
+        "gpu",
+        "readings",
+        "started",
+        "timed_out",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, gpu: _Gpu, batch: deque[_Job]) -> None:
+        self.gpu = gpu
+        self.batch = batch  # the queue it is in; a reader takes jobs from its left
         self.done = threading.Event()
         self.readings: list[Reading] = []
         self.error: BaseException | None = None
-        self.call = ""  # the NVML function running, or last run
-        self.call_started = time.monotonic()
+        self.started = False  # taken by a reader
+        self.call_started = 0.0  # when its current (or last) NVML call started
         self.timed_out = False  # a scrape gave up on it; it still holds its thread
 
 
@@ -631,10 +646,10 @@ class GpuCollector:
         if self._closed:
             return []
         gpus = self._discover()
-        jobs = [(g, self._submit(g)) for g in gpus]
+        jobs = self._submit(gpus)
         deadline = time.monotonic() + self._scrape_timeout_s
         readings: list[tuple[tuple[str, ...], list[Reading]]] = []
-        for g, job in jobs:
+        for g, job in zip(gpus, jobs, strict=True):
             out: list[Reading]
             if not self._finished(g, job, deadline):
                 out = [("krea_gpu_up", (), 0.0), ("krea_gpu_down_info", ("timeout",), 1.0)]
@@ -648,52 +663,89 @@ class GpuCollector:
             readings.append((g.identity(), out))
         return self._families(readings)
 
-    def _submit(self, g: _Gpu) -> _Job:
-        """The read of this GPU for this scrape: the one in progress, if there is one
-        (another scrape's, or one stuck in NVML), else a new one on a new thread."""
+    def _submit(self, gpus: list[_Gpu]) -> list[_Job]:
+        """The read of each GPU for this scrape: the one in progress, if there is one
+        (another scrape's, or one stuck in NVML), else a new one. New ones are queued in
+        one batch that one reader thread works through, GPU after GPU (threads per GPU
+        cost more CPU than the reads); a reader stuck in a call is replaced (_give_up)."""
+        jobs: list[_Job] = []
+        batch: deque[_Job] = deque()
         with self._lock:
-            job = g.job
-            if job is not None and not job.done.is_set():
-                return job
-            job = g.job = _Job()
+            for g in gpus:
+                job = g.job
+                if job is None or job.done.is_set():
+                    job = g.job = _Job(g, batch)
+                    batch.append(job)
+                jobs.append(job)
+        if batch:
+            self._start_reader(batch)
+        return jobs
+
+    def _start_reader(self, batch: deque[_Job]) -> None:
         thread = threading.Thread(
-            target=self._read_job, args=(g, job), name=f"krea-gpu-read-{g.label}", daemon=True
+            target=self._reader, args=(batch,), name="krea-gpu-read", daemon=True
         )
         try:
             thread.start()
         except RuntimeError as exc:  # no thread to be had: this scrape only, try again next
-            job.error = exc
-            job.done.set()
-        return job
+            with self._lock:
+                jobs = list(batch)
+                batch.clear()
+            for job in jobs:
+                job.error = exc
+                job.done.set()
 
-    def _read_job(self, g: _Gpu, job: _Job) -> None:
-        self._local.job = job
-        try:
-            job.readings = self._read_gpu(g)
-        except BaseException as exc:  # handed to the scrape, which reports it
-            job.error = exc
-        finally:
-            self._local.job = None
-            job.done.set()
+    def _reader(self, batch: deque[_Job]) -> None:
+        while True:
+            with self._lock:
+                if not batch:
+                    return
+                job = batch.popleft()
+                job.started = True
+                job.call_started = time.monotonic()
+            self._local.job = job
+            try:
+                job.readings = self._read_gpu(job.gpu)
+            except BaseException as exc:  # handed to the scrape, which reports it
+                job.error = exc
+            finally:
+                self._local.job = None
+                job.done.set()
 
     def _finished(self, g: _Gpu, job: _Job, deadline: float) -> bool:
         """Wait for a GPU's read until the scrape's deadline, or until its current NVML
         call has run ``call_timeout_s``. False: given up on (counted once per read)."""
         while not job.timed_out:
-            limit = min(deadline, job.call_started + self._call_timeout_s)
+            # a queued read's clock starts when a reader takes it
+            started = job.call_started if job.started else time.monotonic()
+            limit = min(deadline, started + self._call_timeout_s)
             if job.done.wait(max(0.0, limit - time.monotonic())):
-                return True
+                break
             now = time.monotonic()
-            if now >= deadline or now - job.call_started >= self._call_timeout_s:
-                with self._lock:
-                    if job.done.is_set():
-                        return True
-                    if not job.timed_out:
-                        job.timed_out = True
-                        key = (g.label, "timeout")
-                        self._errors[key] = self._errors.get(key, 0) + 1
-                return False
-        return job.done.is_set()  # given up on by an earlier scrape: no waiting again
+            if now >= deadline:
+                self._give_up(g, job, replace=False)
+            elif job.started and now - job.call_started >= self._call_timeout_s:
+                self._give_up(g, job, replace=True)
+        return job.done.is_set() and not job.timed_out
+
+    def _give_up(self, g: _Gpu, job: _Job, *, replace: bool) -> None:
+        """Mark a read as given up on (one ``timeout`` error). A read still queued is
+        taken out of its batch (read again next scrape). For a reader stuck in a call
+        (``replace``), another reader takes the rest of its batch; the stuck one, when
+        its call returns, helps or simply ends."""
+        with self._lock:
+            if job.done.is_set() or job.timed_out:
+                return
+            job.timed_out = True
+            key = (g.label, "timeout")
+            self._errors[key] = self._errors.get(key, 0) + 1
+            if not job.started:
+                job.batch.remove(job)
+                job.done.set()
+                return
+            more = replace and bool(job.batch)
+        if more:
+            self._start_reader(job.batch)
 
     def _families(self, readings: list[tuple[tuple[str, ...], list[Reading]]]) -> list[Metric]:
         families: dict[str, Any] = {}
@@ -786,7 +838,7 @@ class GpuCollector:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
         job = getattr(self._local, "job", None)
         if job is not None:
-            job.call, job.call_started = name, time.monotonic()
+            job.call_started = time.monotonic()
         return fn  # type: ignore[no-any-return]
 
     def _call(self, g: _Gpu, key: Any, function: str, *args: Any) -> Any:

@@ -54,9 +54,8 @@ def make_collector(node: FakeNvml) -> Iterator[Callable[..., GpuCollector]]:
         collector.close()
 
 
-def reader_threads(gpu: str | None = None) -> list[threading.Thread]:
-    prefix = "krea-gpu-read-" + (gpu or "")
-    return [t for t in threading.enumerate() if t.name.startswith(prefix)]
+def reader_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "krea-gpu-read"]
 
 
 def assert_intact(s: Scrape, gpus: set[str]) -> None:
@@ -153,8 +152,9 @@ def test_a_hung_nvml_call_costs_its_gpu_not_the_scrape_and_holds_one_thread(
             assert s.one("krea_gpu_nvml_calls_hung") == 1.0
             # the hung call is counted once, not once per scrape it is still stuck
             assert s.errors("2", "timeout") == 1.0, scrape_number
-            # no new read of the hung GPU is started while its call is stuck
-            assert len(reader_threads("2")) == 1
+            # no new read of the hung GPU is started while its call is stuck: once the
+            # reader of the others ends, one thread is left, the stuck one
+            assert wait_for(lambda: len(reader_threads()) == 1)
     finally:
         hang.release.set()
     recovered = wait_for(
@@ -168,7 +168,7 @@ def test_a_hung_nvml_call_costs_its_gpu_not_the_scrape_and_holds_one_thread(
 def test_every_gpu_hanging_at_once_still_gives_a_scrape(
     node: FakeNvml, make_collector: Callable[..., GpuCollector]
 ) -> None:
-    collector = make_collector(call_timeout_s=0.5, scrape_timeout_s=5.0)
+    collector = make_collector(call_timeout_s=0.5, scrape_timeout_s=60.0)
     hang = Hang()
     node.before_next("nvmlDeviceGetTotalEccErrors", hang, times=GPUS)
     try:
@@ -176,13 +176,42 @@ def test_every_gpu_hanging_at_once_still_gives_a_scrape(
         assert s.values("krea_gpu_up") == [0.0] * GPUS
         assert len(s.values("krea_gpu_down_info", reason="timeout")) == GPUS
         assert s.one("krea_gpu_nvml_calls_hung") == float(GPUS)
-        assert len(reader_threads()) == GPUS  # bounded: one per GPU
-        assert scrape_in_thread(collector).one("krea_gpu_nvml_calls_hung") == float(GPUS)
+        assert wait_for(lambda: len(reader_threads()) == GPUS)  # bounded: one per GPU
+        again = scrape_in_thread(collector)
+        assert again.one("krea_gpu_nvml_calls_hung") == float(GPUS)
+        assert again.values("krea_gpu_nvml_errors_total", kind="timeout") == [1.0] * GPUS
         assert len(reader_threads()) == GPUS
     finally:
         hang.release.set()
     wait_for(lambda: Scrape(collector).values("krea_gpu_up") == [1.0] * GPUS)
     assert wait_for(lambda: reader_threads() == [])
+
+
+def test_the_scrape_deadline_bounds_a_scrape_whose_gpu_hangs_before_its_call_times_out(
+    node: FakeNvml, make_collector: Callable[..., GpuCollector]
+) -> None:
+    """The per-call timeout is longer than the scrape's deadline here: the scrape still
+    answers at its deadline; GPUs it had no time for read again in the next scrape."""
+    collector = make_collector(call_timeout_s=600.0, scrape_timeout_s=1.0)
+    hang = Hang()
+    node.before_next("nvmlDeviceGetPowerUsage", hang, gpu_index=3)
+    others = {str(i) for i in range(GPUS)} - {"3"}
+    try:
+        first = scrape_in_thread(collector)
+        assert first.one("krea_gpu_down_info", gpu="3", reason="timeout") == 1.0
+        assert first.one("krea_gpu_nvml_calls_hung") == 1.0
+
+        def others_intact() -> Scrape | None:
+            s = scrape_in_thread(collector)
+            return s if s.values("krea_gpu_up") == [1.0] * 3 + [0.0] + [1.0] * 4 else None
+
+        s = wait_for(others_intact, timeout=60)
+        assert_intact(s, others)
+        assert s.one("krea_gpu_down_info", gpu="3", reason="timeout") == 1.0
+        assert s.errors("3", "timeout") == 1.0
+    finally:
+        hang.release.set()
+    wait_for(lambda: Scrape(collector).values("krea_gpu_up") == [1.0] * GPUS)
 
 
 # -- counters that go backwards ---------------------------------------------------------
