@@ -12,8 +12,9 @@ open descriptors from /proc.
 Reports: scrapes answered and failed, latency median/p99, and for RSS, threads and fds
 their value after the warm-up (the first ``--warmup`` seconds: allocator and caches
 settling), at the end, the peak, and RSS's least-squares slope over the rest (KiB per
-hour). Exit status 1 if threads or fds at the end exceed their post-warm-up value, or a
-scrape failed.
+hour). /proc is read between scrapes (a scrape's own short-lived threads have ended).
+Exit status 1 if the median threads or fds of the last tenth of the run exceed those of
+the first tenth after warm-up, or a scrape failed.
 
     .venv/bin/python benchmarks/bench_exporter_soak.py --duration 3600
     .venv/bin/python benchmarks/bench_exporter_soak.py --duration 120   # the short run
@@ -120,6 +121,11 @@ def main() -> int:
         f"127.0.0.1:{port}",
     ]
     server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def _stop(_signum: int, _frame: object) -> None:  # stop the exporter too (finally below)
+        raise SystemExit(1)
+
+    signal.signal(signal.SIGTERM, _stop)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -139,6 +145,9 @@ def main() -> int:
         n = 0
         while (now := time.monotonic()) - start < args.duration:
             n += 1
+            # read between scrapes: a scrape's own short-lived threads have ended by now
+            rss, threads, fds = proc_status(server.pid)
+            samples.append((now - start, rss, threads, fds))
             if args.hangup_every and n % args.hangup_every == 0:
                 hang_up(port)
                 hangups += 1
@@ -152,8 +161,6 @@ def main() -> int:
                 except (OSError, RuntimeError) as exc:
                     failed += 1
                     print(f"scrape {n} failed: {exc}", file=sys.stderr)
-            rss, threads, fds = proc_status(server.pid)
-            samples.append((now - start, rss, threads, fds))
             time.sleep(max(0.0, start + n * args.interval - time.monotonic()))
     finally:
         server.send_signal(signal.SIGTERM)
@@ -177,11 +184,15 @@ def main() -> int:
         print(f"  {name}: after warm-up {first[i]}, end {last[i]}, peak {peak}")
     rss_slope = slope_per_hour([(s[0], s[1]) for s in judged])
     tenth = max(1, len(judged) // 10)
-    early = statistics.median(s[1] for s in judged[:tenth])
-    late = statistics.median(s[1] for s in judged[-tenth:])
-    print(f"  RSS median of the first and last tenth after warm-up: {early:.0f}, {late:.0f} KiB")
+    early = [statistics.median(s[i] for s in judged[:tenth]) for i in range(4)]
+    late = [statistics.median(s[i] for s in judged[-tenth:]) for i in range(4)]
+    print(
+        "  median of the first and last tenth after warm-up: "
+        f"RSS {early[1]:.0f} -> {late[1]:.0f} KiB, threads {early[2]:.0f} -> {late[2]:.0f}, "
+        f"fds {early[3]:.0f} -> {late[3]:.0f}"
+    )
     print(f"  RSS slope after warm-up: {rss_slope:+.0f} KiB/hour")
-    grew = last[2] > first[2] or last[3] > first[3]
+    grew = late[2] > early[2] or late[3] > early[3]
     print("  verdict:", "GROWTH" if grew or failed else "no growth in threads or fds")
     return 1 if grew or failed else 0
 
