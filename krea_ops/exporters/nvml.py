@@ -62,6 +62,8 @@ How it reads, in short (docs/metrics.md has the metric table):
   ``gpm_interval_s``, metrics computed against the previous sample, old sample freed.
   ``collect()`` only reads the cached result; values older than
   ``max(5 * gpm_interval_s, 5 s)`` are not exported (the timestamp series still is).
+  A scrape that finds the GPM thread stuck in one GPU's call for ``call_timeout_s``
+  starts another that leaves that GPU out until the call returns.
 * XID: a background thread waits on an NVML event set (XID critical errors) with a
   timeout so it can stop. Counts per XID code are kept since the collector started;
   the last XID is exported only within ``xid_window_s`` of when it happened.
@@ -69,6 +71,7 @@ How it reads, in short (docs/metrics.md has the metric table):
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import re
 import threading
@@ -488,6 +491,8 @@ class _Gpu:
         self.gpm_prev: Any = None
         self.gpm_prev_mono = 0.0
         self.gpm: _GpmReading | None = None
+        self.gpm_step_started: float | None = None  # a GPM step on this GPU is running
+        self.gpm_stuck = False  # ... and has run past the call timeout (its thread left)
         self.xid_counts: dict[int, int] = {}
         self.xid_last: int | None = None
         self.xid_last_wall = 0.0
@@ -570,6 +575,7 @@ class GpuCollector:
         self._event_set: Any = None
         self._started = False
         self._closed = False
+        self._gpm_generation = 0  # a GPM thread of an older generation ends
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -586,7 +592,7 @@ class GpuCollector:
             except Exception as exc:
                 self._count(g.label, error_kind(exc))
         self._event_set = self._register_events(gpus)
-        gpm = threading.Thread(target=self._gpm_loop, name="krea-gpu-gpm", daemon=True)
+        gpm = threading.Thread(target=self._gpm_loop, args=(0,), name="krea-gpu-gpm", daemon=True)
         self._threads.append(gpm)
         if self._event_set is not None:
             xid = threading.Thread(
@@ -607,15 +613,21 @@ class GpuCollector:
             self._closed = True
         self._stop.set()
         event_thread_done = True
-        for t in self._threads:
-            t.join(timeout=self._event_wait_ms / 1000.0 + 5.0)
+        deadline = time.monotonic() + self._event_wait_ms / 1000.0 + 5.0
+        for t in list(self._threads):
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
             if t.is_alive() and t.name == "krea-gpu-xid":
                 event_thread_done = False
         for g in self._gpus or []:
-            with g.gpm_lock:
+            # a GPM step stuck in NVML holds its GPU's lock: leave that sample be
+            if not g.gpm_lock.acquire(timeout=1.0):
+                continue
+            try:
                 if g.gpm_prev is not None:
                     self._free_sample(g.gpm_prev)
                     g.gpm_prev = None
+            finally:
+                g.gpm_lock.release()
         if self._event_set is not None and event_thread_done:
             try:
                 self._nvml.nvmlEventSetFree(self._event_set)
@@ -646,6 +658,8 @@ class GpuCollector:
         if self._closed:
             return []
         gpus = self._discover()
+        if self._started:
+            self._watch_gpm(gpus)
         jobs = self._submit(gpus)
         deadline = time.monotonic() + self._scrape_timeout_s
         readings: list[tuple[tuple[str, ...], list[Reading]]] = []
@@ -1094,24 +1108,59 @@ class GpuCollector:
 
     # -- GPM ------------------------------------------------------------------------
 
-    def _gpm_loop(self) -> None:
-        while not self._stop.is_set():
+    def _gpm_loop(self, generation: int) -> None:
+        while not self._stop.is_set() and generation == self._gpm_generation:
             try:
-                self.sample_gpm()
+                self.sample_gpm(generation)
             except Exception:
                 self._count("", "unexpected")
             if self._stop.wait(self._gpm_interval_s):
                 return
 
-    def sample_gpm(self) -> None:
+    def _watch_gpm(self, gpus: list[_Gpu]) -> None:
+        """Called by each scrape: if the GPM thread has been stuck in one GPU's NVML call
+        for ``call_timeout_s``, start another GPM thread that leaves that GPU out until
+        the call returns (the stuck thread then ends), so one GPU cannot stop tensor
+        activity of all the others."""
+        now = time.monotonic()
+        with self._lock:
+            stuck = [
+                g
+                for g in gpus
+                if not g.gpm_stuck
+                and g.gpm_step_started is not None
+                and now - g.gpm_step_started >= self._call_timeout_s
+            ]
+            if not stuck or self._closed:
+                return
+            for g in stuck:
+                g.gpm_stuck = True
+            self._gpm_generation += 1
+            generation = self._gpm_generation
+            self._threads = [t for t in self._threads if t.is_alive()]
+            thread = threading.Thread(
+                target=self._gpm_loop, args=(generation,), name="krea-gpu-gpm", daemon=True
+            )
+            self._threads.append(thread)
+        with contextlib.suppress(RuntimeError):  # no thread to be had: try at next scrape
+            thread.start()
+
+    def sample_gpm(self, generation: int | None = None) -> None:
         """One GPM round: what the background thread does every ``gpm_interval_s``.
 
         Takes a new sample on every GPM-capable GPU and, where a previous sample
-        exists, computes the metrics over the pair and frees the older sample.
+        exists, computes the metrics over the pair and frees the older sample. A GPU
+        whose GPM step is still running on a stuck thread is left out.
         """
         for g in self._discover():
             if self._closed:
                 return
+            with self._lock:
+                if generation is not None and generation != self._gpm_generation:
+                    return  # a newer GPM thread has taken over
+                if g.gpm_step_started is not None:
+                    continue
+                g.gpm_step_started = time.monotonic()
             try:
                 if g.gpm_supported is None:
                     self._query_gpm_support(g)
@@ -1121,6 +1170,10 @@ class GpuCollector:
                             self._gpm_step(g)
             except Exception as exc:
                 self._count(g.label, error_kind(exc))
+            finally:
+                with self._lock:
+                    g.gpm_step_started = None
+                    g.gpm_stuck = False
 
     def _query_gpm_support(self, g: _Gpu) -> None:
         try:

@@ -187,6 +187,46 @@ def test_every_gpu_hanging_at_once_still_gives_a_scrape(
     assert wait_for(lambda: reader_threads() == [])
 
 
+def gpm_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "krea-gpu-gpm"]
+
+
+def test_a_gpm_sample_hung_on_one_gpu_does_not_stop_tensor_activity_of_the_others(
+    node: FakeNvml, make_collector: Callable[..., GpuCollector]
+) -> None:
+    collector = make_collector(call_timeout_s=0.5, gpm_interval_s=0.05)
+    collector.start()
+    wait_for(lambda: len(Scrape(collector).values("krea_gpu_tensor_active_ratio")) == GPUS)
+    hang = Hang()
+    node.before_next("nvmlGpmSampleGet", hang, gpu_index=2)
+    try:
+        assert hang.entered.wait(30)
+        at_hang = Scrape(collector).one("krea_gpu_gpm_sample_timestamp_seconds", gpu="0")
+
+        def sampled_again() -> Scrape | None:
+            s = scrape_in_thread(collector)  # a scrape notices the stuck GPM thread
+            newer = s.one("krea_gpu_gpm_sample_timestamp_seconds", gpu="0") > at_hang
+            return s if newer else None
+
+        wait_for(sampled_again, timeout=30)
+        # two samples past the hang: the others' tensor activity is computed afresh
+        s = wait_for(
+            lambda: (
+                (s := Scrape(collector)).one("krea_gpu_gpm_sample_timestamp_seconds", gpu="7")
+                > at_hang + 0.1
+                and s
+            ),
+            timeout=30,
+        )
+        others = [str(i) for i in range(GPUS) if i != 2]
+        assert all(s.values("krea_gpu_tensor_active_ratio", gpu=g) for g in others)
+        assert len(gpm_threads()) == 2  # the stuck one and the one that took over
+    finally:
+        hang.release.set()
+    assert wait_for(lambda: len(gpm_threads()) == 1)
+    wait_for(lambda: len(Scrape(collector).values("krea_gpu_tensor_active_ratio")) == GPUS)
+
+
 def test_the_scrape_deadline_bounds_a_scrape_whose_gpu_hangs_before_its_call_times_out(
     node: FakeNvml, make_collector: Callable[..., GpuCollector]
 ) -> None:
