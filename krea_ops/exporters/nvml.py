@@ -38,8 +38,9 @@ How it reads, in short (docs/metrics.md has the metric table):
   thread stuck in a C call cannot be interrupted. So the GPUs are read on a reader
   thread, GPU after GPU, and the scrape waits at most ``scrape_timeout_s`` in all. A GPU
   whose current NVML call has run ``call_timeout_s`` is given up on, and a new reader
-  takes the GPUs after it; GPUs the deadline left no time for are read next scrape.
-  A GPU given up on reads ``krea_gpu_up 0`` with ``krea_gpu_down_info{reason="timeout"}``
+  takes the GPUs after it. A GPU the deadline left no time for is unknown in that scrape
+  (no series: slowness is no evidence against the GPU) and is read in the next.
+  A GPU whose call hung reads ``krea_gpu_up 0`` with ``krea_gpu_down_info{reason="timeout"}``
   (and one ``krea_gpu_nvml_errors_total{kind="timeout"}``) for every scrape until its
   call returns; no new read of it starts meanwhile, so a hung GPU holds exactly one
   thread, shown in ``krea_gpu_nvml_calls_hung``. Concurrent scrapes share a GPU's read
@@ -518,11 +519,13 @@ class _Job:
         "batch",
         "call_started",
         "done",
+        "dropped",
         "error",
+        "given_up",
         "gpu",
+        "hung",
         "readings",
         "started",
-        "timed_out",
     )
 
     def __init__(self, gpu: _Gpu, batch: deque[_Job]) -> None:
@@ -533,7 +536,12 @@ class _Job:
         self.error: BaseException | None = None
         self.started = False  # taken by a reader
         self.call_started = 0.0  # when its current (or last) NVML call started
-        self.timed_out = False  # a scrape gave up on it; it still holds its thread
+        self.given_up = False  # a scrape stopped waiting for it: later ones do not wait
+        self.hung = False  # its call ran past the per-call timeout; it holds its thread
+        self.dropped = False  # taken out of its batch unread (the scrape's deadline came)
+
+
+_DONE, _HUNG, _UNREAD = object(), object(), object()
 
 
 class GpuCollector:
@@ -665,8 +673,11 @@ class GpuCollector:
         readings: list[tuple[tuple[str, ...], list[Reading]]] = []
         for g, job in zip(gpus, jobs, strict=True):
             out: list[Reading]
-            if not self._finished(g, job, deadline):
+            outcome = self._await(g, job, deadline)
+            if outcome is _HUNG:
                 out = [("krea_gpu_up", (), 0.0), ("krea_gpu_down_info", ("timeout",), 1.0)]
+            elif outcome is _UNREAD:  # no time for it: unknown this scrape, not down
+                out = []
             elif (exc := job.error) is None:
                 out = [*job.readings, ("krea_gpu_up", (), 1.0)]
             else:
@@ -681,7 +692,7 @@ class GpuCollector:
         """The read of each GPU for this scrape: the one in progress, if there is one
         (another scrape's, or one stuck in NVML), else a new one. New ones are queued in
         one batch that one reader thread works through, GPU after GPU (threads per GPU
-        cost more CPU than the reads); a reader stuck in a call is replaced (_give_up)."""
+        cost more CPU than the reads); a reader stuck in a call is replaced (_declare_hung)."""
         jobs: list[_Job] = []
         batch: deque[_Job] = deque()
         with self._lock:
@@ -726,40 +737,49 @@ class GpuCollector:
                 self._local.job = None
                 job.done.set()
 
-    def _finished(self, g: _Gpu, job: _Job, deadline: float) -> bool:
+    def _await(self, g: _Gpu, job: _Job, deadline: float) -> object:
         """Wait for a GPU's read until the scrape's deadline, or until its current NVML
-        call has run ``call_timeout_s``. False: given up on (counted once per read)."""
-        while not job.timed_out:
-            # a queued read's clock starts when a reader takes it
-            started = job.call_started if job.started else time.monotonic()
-            limit = min(deadline, started + self._call_timeout_s)
-            if job.done.wait(max(0.0, limit - time.monotonic())):
-                break
+        call has run ``call_timeout_s``: _DONE, _HUNG (a call past the per-call timeout:
+        the GPU is not answering) or _UNREAD (the deadline came first, or the read ended
+        after it was declared hung: nothing is known of the GPU this scrape)."""
+        while True:
+            if job.done.is_set():
+                return _UNREAD if job.dropped or job.hung else _DONE
             now = time.monotonic()
-            if now >= deadline:
-                self._give_up(g, job, replace=False)
-            elif job.started and now - job.call_started >= self._call_timeout_s:
-                self._give_up(g, job, replace=True)
-        return job.done.is_set() and not job.timed_out
+            if job.started and now - job.call_started >= self._call_timeout_s:
+                self._declare_hung(g, job)
+                return _HUNG
+            if job.given_up or now >= deadline:
+                self._drop(job)
+                return _UNREAD
+            # a queued read's clock starts when a reader takes it
+            started = job.call_started if job.started else now
+            job.done.wait(max(0.0, min(deadline, started + self._call_timeout_s) - now))
 
-    def _give_up(self, g: _Gpu, job: _Job, *, replace: bool) -> None:
-        """Mark a read as given up on (one ``timeout`` error). A read still queued is
-        taken out of its batch (read again next scrape). For a reader stuck in a call
-        (``replace``), another reader takes the rest of its batch; the stuck one, when
-        its call returns, helps or simply ends."""
+    def _declare_hung(self, g: _Gpu, job: _Job) -> None:
+        """A reader stuck in a call: counted once as a ``timeout``; another reader takes
+        the rest of its batch (the stuck one, when its call returns, helps or ends)."""
         with self._lock:
-            if job.done.is_set() or job.timed_out:
+            if job.hung or job.done.is_set():
                 return
-            job.timed_out = True
+            job.hung = job.given_up = True
             key = (g.label, "timeout")
             self._errors[key] = self._errors.get(key, 0) + 1
-            if not job.started:
-                job.batch.remove(job)
-                job.done.set()
-                return
-            more = replace and bool(job.batch)
+            more = bool(job.batch)
         if more:
             self._start_reader(job.batch)
+
+    def _drop(self, job: _Job) -> None:
+        """The scrape's deadline came: a read still queued leaves its batch (the GPU is
+        read again next scrape); one in progress is not waited for by later scrapes."""
+        with self._lock:
+            if job.done.is_set():
+                return
+            job.given_up = True
+            if not job.started:
+                job.batch.remove(job)
+                job.dropped = True
+                job.done.set()
 
     def _families(self, readings: list[tuple[tuple[str, ...], list[Reading]]]) -> list[Metric]:
         families: dict[str, Any] = {}
@@ -797,7 +817,7 @@ class GpuCollector:
             hung = sum(
                 1
                 for g in self._gpus or []
-                if g.job is not None and g.job.timed_out and not g.job.done.is_set()
+                if g.job is not None and g.job.hung and not g.job.done.is_set()
             )
         family.add_metric([self._node], float(hung))
         return family
