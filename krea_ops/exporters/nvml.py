@@ -747,39 +747,47 @@ class GpuCollector:
                 return _UNREAD if job.dropped or job.hung else _DONE
             now = time.monotonic()
             if job.started and now - job.call_started >= self._call_timeout_s:
-                self._declare_hung(g, job)
-                return _HUNG
+                if self._declare_hung(g, job):
+                    return _HUNG
+                continue  # it has just finished
             if job.given_up or now >= deadline:
-                self._drop(job)
-                return _UNREAD
+                if self._drop(job):
+                    return _UNREAD
+                continue
             # a queued read's clock starts when a reader takes it
             started = job.call_started if job.started else now
             job.done.wait(max(0.0, min(deadline, started + self._call_timeout_s) - now))
 
-    def _declare_hung(self, g: _Gpu, job: _Job) -> None:
+    def _declare_hung(self, g: _Gpu, job: _Job) -> bool:
         """A reader stuck in a call: counted once as a ``timeout``; another reader takes
-        the rest of its batch (the stuck one, when its call returns, helps or ends)."""
+        the rest of its batch (the stuck one, when its call returns, helps or ends).
+        False if the read has finished after all."""
         with self._lock:
-            if job.hung or job.done.is_set():
-                return
+            if job.done.is_set():
+                return False
+            if job.hung:
+                return True
             job.hung = job.given_up = True
             key = (g.label, "timeout")
             self._errors[key] = self._errors.get(key, 0) + 1
             more = bool(job.batch)
         if more:
             self._start_reader(job.batch)
+        return True
 
-    def _drop(self, job: _Job) -> None:
+    def _drop(self, job: _Job) -> bool:
         """The scrape's deadline came: a read still queued leaves its batch (the GPU is
-        read again next scrape); one in progress is not waited for by later scrapes."""
+        read again next scrape); one in progress is not waited for by later scrapes.
+        False if the read has finished after all."""
         with self._lock:
             if job.done.is_set():
-                return
+                return False
             job.given_up = True
             if not job.started:
                 job.batch.remove(job)
                 job.dropped = True
                 job.done.set()
+        return True
 
     def _families(self, readings: list[tuple[tuple[str, ...], list[Reading]]]) -> list[Metric]:
         families: dict[str, Any] = {}
