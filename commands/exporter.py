@@ -30,6 +30,16 @@ XidOption = typer.Option(
     None, "--xid-window", help="seconds the last XID stays exported (default: 600)"
 )
 FakeOption = typer.Option(None, "--fake-gpus", help="GPUs for --gpu-backend fake (default: 8)")
+NvmlTimeoutOption = typer.Option(
+    None,
+    "--nvml-timeout",
+    help="seconds an NVML call may run before its GPU reads as timed out (default: 5)",
+)
+GpuScrapeTimeoutOption = typer.Option(
+    None,
+    "--gpu-scrape-timeout",
+    help="seconds a scrape waits at most for all GPUs' readings (default: 8)",
+)
 
 
 def _flags(**values: Any) -> dict[str, Any]:
@@ -40,6 +50,8 @@ def _flags(**values: Any) -> dict[str, Any]:
         "exporter_gpm_interval_s": values["gpm_interval"],
         "exporter_xid_window_s": values["xid_window"],
         "exporter_fake_gpus": values["fake_gpus"],
+        "exporter_nvml_call_timeout_s": values["nvml_timeout"],
+        "exporter_gpu_scrape_timeout_s": values["gpu_scrape_timeout"],
     }
 
 
@@ -55,6 +67,8 @@ def run(
     gpm_interval: float = GpmOption,
     xid_window: float = XidOption,
     fake_gpus: int = FakeOption,
+    nvml_timeout: float = NvmlTimeoutOption,
+    gpu_scrape_timeout: float = GpuScrapeTimeoutOption,
 ) -> None:
     """Serve metrics over HTTP until interrupted (SIGINT or SIGTERM)."""
     settings = settings_from(
@@ -67,6 +81,8 @@ def run(
             gpm_interval=gpm_interval,
             xid_window=xid_window,
             fake_gpus=fake_gpus,
+            nvml_timeout=nvml_timeout,
+            gpu_scrape_timeout=gpu_scrape_timeout,
         ),
     )
     from krea_ops.exporters.server import HttpEndpoint, build_exporter  # (start-up: see main)
@@ -107,6 +123,8 @@ def once(
     gpm_interval: float = GpmOption,
     xid_window: float = XidOption,
     fake_gpus: int = FakeOption,
+    nvml_timeout: float = NvmlTimeoutOption,
+    gpu_scrape_timeout: float = GpuScrapeTimeoutOption,
 ) -> None:
     """Print one scrape in Prometheus text format to stdout and exit.
 
@@ -121,6 +139,8 @@ def once(
             gpm_interval=gpm_interval,
             xid_window=xid_window,
             fake_gpus=fake_gpus,
+            nvml_timeout=nvml_timeout,
+            gpu_scrape_timeout=gpu_scrape_timeout,
         ),
     )
     from krea_ops.exporters.server import build_exporter

@@ -64,6 +64,13 @@ class Settings:
     exporter_fake_gpus: int = field(
         default=8, metadata=_doc("number of simulated GPUs for --gpu-backend fake")
     )
+    exporter_nvml_call_timeout_s: float = field(
+        default=5.0,
+        metadata=_doc("an NVML call running this long marks its GPU timed out, seconds"),
+    )
+    exporter_gpu_scrape_timeout_s: float = field(
+        default=8.0, metadata=_doc("longest wait for all GPUs' readings in one scrape, seconds")
+    )
     # --- telemetry (krea_ops/telemetry) ---
     telemetry_window_s: float = field(
         default=300.0,

@@ -32,7 +32,7 @@ def served_names() -> Iterator[set[str]]:
 
         def scrape_with_xid() -> str | None:
             text = exporter.scrape().decode()
-            return text if "krea_gpu_xid_last{" in text and "tensor_active" in text else None
+            return text if "krea_gpu_xid_last{" in text and "tensor_active_ratio{" in text else None
 
         text = wait_for(scrape_with_xid, timeout=20)
         yield {s.name for f in text_string_to_metric_families(text) for s in f.samples}

@@ -58,6 +58,10 @@ feature does. Its entries are:
 
 ``FakeNvml.missing_functions`` simulates an older driver: a listed function raises
 ``NVMLError_FunctionNotFound``. ``FakeNvml.fail_next`` queues a one-off error.
+``FakeNvml.before_next`` runs an action at the start of the next call(s) of a function,
+outside the fake's lock: a GPU that falls off the bus in the middle of a scrape
+(``lambda: setattr(gpu, "lost", True)``), or a call that hangs in the driver until the
+test lets it go (``release.wait``).
 """
 
 from __future__ import annotations
@@ -361,6 +365,14 @@ class _Failure:
     gpu_index: int | None
 
 
+@dataclass
+class _Action:
+    function: str
+    action: Callable[[], Any]
+    times: int
+    gpu_index: int | None
+
+
 def _api(*, device: bool = False, needs_init: bool = True) -> Callable[..., Any]:
     """Common NVML behaviour around one fake function.
 
@@ -411,6 +423,7 @@ class FakeNvml:
         self._gpm_reported: dict[int, float] = {}
         self._event_sets: dict[int, _EventSet] = {}
         self._failures: list[_Failure] = []
+        self._actions: list[_Action] = []
         if clock is not None:
             for gpu in self.gpus:
                 gpu.clock = clock
@@ -476,6 +489,21 @@ class FakeNvml:
         with self._lock:
             self._failures.append(_Failure(function, code, times, gpu_index))
 
+    def before_next(
+        self,
+        function: str,
+        action: Callable[[], Any],
+        *,
+        times: int = 1,
+        gpu_index: int | None = None,
+    ) -> None:
+        """Run ``action()`` at the start of the next ``times`` calls of ``function`` (on
+        ``gpu_index``, or on any GPU), before the call looks at the GPU's state. It runs
+        outside the fake's lock, so an action that blocks hangs only its own call, as a
+        call stuck in the driver does; calls on other GPUs go on."""
+        with self._lock:
+            self._actions.append(_Action(function, action, times, gpu_index))
+
     def handle(self, gpu_index: int) -> Any:
         """The ``c_nvmlDevice_t`` of a GPU, without NVML's checks (for tests)."""
         with self._lock:
@@ -512,6 +540,16 @@ class FakeNvml:
             gpu_index = self._index_of(args[0]) if device and args else None
             if device and gpu_index is None:
                 raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            actions = []
+            for pending in list(self._actions) if self._actions else ():
+                if pending.function == name and pending.gpu_index in (None, gpu_index):
+                    pending.times -= 1
+                    if pending.times <= 0:
+                        self._actions.remove(pending)
+                    actions.append(pending.action)
+        for action in actions:
+            action()
+        with self._lock:
             for failure in self._failures:
                 if failure.function == name and failure.gpu_index in (None, gpu_index):
                     failure.times -= 1

@@ -33,7 +33,25 @@ How it reads, in short (docs/metrics.md has the metric table):
 * A GPU answering ``NVMLError_GpuIsLost`` or ``NVMLError_ResetRequired`` gets
   ``krea_gpu_up 0`` plus ``krea_gpu_down_info{reason}``; its readings are absent; the
   other GPUs are complete. An unexpected (non-NVML) exception does the same with
-  reason ``unexpected``. ``collect()`` never raises and never sleeps.
+  reason ``unexpected``. ``collect()`` never raises.
+* NVML calls can hang in the driver (a GPU falling off the bus, a wedged driver), and a
+  thread stuck in a C call cannot be interrupted. So the GPUs are read on a reader
+  thread, GPU after GPU, and the scrape waits at most ``scrape_timeout_s`` in all. A GPU
+  whose current NVML call has run ``call_timeout_s`` is given up on, and a new reader
+  takes the GPUs after it. A GPU the deadline left no time for is unknown in that scrape
+  (no series: slowness is no evidence against the GPU) and is read in the next.
+  A GPU whose call hung reads ``krea_gpu_up 0`` with ``krea_gpu_down_info{reason="timeout"}``
+  (and one ``krea_gpu_nvml_errors_total{kind="timeout"}``) for every scrape until its
+  call returns; no new read of it starts meanwhile, so a hung GPU holds exactly one
+  thread, shown in ``krea_gpu_nvml_calls_hung``. Concurrent scrapes share a GPU's read
+  in progress rather than starting another. (A thread per GPU would cost about twice the
+  CPU of the reads' own overhead and more wall time from GIL hand-offs, for nothing
+  while no call hangs.)
+* Per-GPU NVLink sums (``krea_gpu_nvlink_errors_total``) are kept by the collector from
+  the links' increases, a link whose counter went down (reset) adding its new value, as
+  Prometheus' rate() reads a reset; so a sum never goes down while the exporter runs.
+  The per-link counters and every other counter are the hardware's values as read:
+  Prometheus treats a decrease as a reset, so rate() and increase() are never negative.
 * A call answering NotSupported (or FunctionNotFound) leaves its series absent (never
   0), is counted once in ``krea_gpu_nvml_errors_total`` and is not asked again for
   that GPU (support does not change while the driver is loaded). Any other NVML error
@@ -45,6 +63,8 @@ How it reads, in short (docs/metrics.md has the metric table):
   ``gpm_interval_s``, metrics computed against the previous sample, old sample freed.
   ``collect()`` only reads the cached result; values older than
   ``max(5 * gpm_interval_s, 5 s)`` are not exported (the timestamp series still is).
+  A scrape that finds the GPM thread stuck in one GPU's call for ``call_timeout_s``
+  starts another that leaves that GPU out until the call returns.
 * XID: a background thread waits on an NVML event set (XID critical errors) with a
   timeout so it can stop. Counts per XID code are kept since the collector started;
   the last XID is exported only within ``xid_window_s`` of when it happened.
@@ -52,10 +72,12 @@ How it reads, in short (docs/metrics.md has the metric table):
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -345,6 +367,12 @@ NODE_METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "unexpected); gpu is empty for node-wide calls.",
         ("node", "gpu", "kind"),
     ),
+    "krea_gpu_nvml_calls_hung": (
+        GAUGE,
+        "NVML calls running past the per-call timeout: their GPUs read krea_gpu_up 0 "
+        "(reason timeout) until the call returns; each holds one exporter thread.",
+        ("node",),
+    ),
     "krea_gpu_driver_info": (
         GAUGE,
         "NVIDIA driver version; value is 1.",
@@ -464,17 +492,56 @@ class _Gpu:
         self.gpm_prev: Any = None
         self.gpm_prev_mono = 0.0
         self.gpm: _GpmReading | None = None
+        self.gpm_step_started: float | None = None  # a GPM step on this GPU is running
+        self.gpm_stuck = False  # ... and has run past the call timeout (its thread left)
         self.xid_counts: dict[int, int] = {}
         self.xid_last: int | None = None
         self.xid_last_wall = 0.0
         self.xid_last_mono = 0.0
         self.xid_monitored = False
+        # the read in progress or last finished (one at a time: see GpuCollector._submit)
+        self.job: _Job | None = None
+        # NVLink sums kept from increases: (link, counter label) -> last raw value
+        self.link_last: dict[tuple[int, str], float] = {}
+        self.link_sums: dict[str, float] = {}
 
     def identity(self) -> tuple[str, ...]:
         return self.labels or (self.node, self.label, "", "", "")
 
 
 Reading = tuple[str, tuple[str, ...], float]
+
+
+class _Job:
+    """One read of one GPU, queued in a scrape's batch until a reader thread takes it."""
+
+    __slots__ = (
+        "batch",
+        "call_started",
+        "done",
+        "dropped",
+        "error",
+        "given_up",
+        "gpu",
+        "hung",
+        "readings",
+        "started",
+    )
+
+    def __init__(self, gpu: _Gpu, batch: deque[_Job]) -> None:
+        self.gpu = gpu
+        self.batch = batch  # the queue it is in; a reader takes jobs from its left
+        self.done = threading.Event()
+        self.readings: list[Reading] = []
+        self.error: BaseException | None = None
+        self.started = False  # taken by a reader
+        self.call_started = 0.0  # when its current (or last) NVML call started
+        self.given_up = False  # a scrape stopped waiting for it: later ones do not wait
+        self.hung = False  # its call ran past the per-call timeout; it holds its thread
+        self.dropped = False  # taken out of its batch unread (the scrape's deadline came)
+
+
+_DONE, _HUNG, _UNREAD = object(), object(), object()
 
 
 class GpuCollector:
@@ -490,8 +557,15 @@ class GpuCollector:
         gpm_interval_s: float = 1.0,
         xid_window_s: float = 600.0,
         event_wait_ms: int = 500,
+        call_timeout_s: float = 5.0,
+        scrape_timeout_s: float = 8.0,
     ) -> None:
+        if not (call_timeout_s > 0 and scrape_timeout_s > 0):
+            raise ValueError("NVML call and scrape timeouts must be more than 0 seconds")
         self._nvml = nvml
+        self._call_timeout_s = float(call_timeout_s)
+        self._scrape_timeout_s = float(scrape_timeout_s)
+        self._local = threading.local()  # .job: the _Job a reader thread works for
         self._node = node
         self._gpm_interval_s = max(float(gpm_interval_s), 0.001)
         self._gpm_stale_s = max(5 * self._gpm_interval_s, 5.0)
@@ -509,6 +583,7 @@ class GpuCollector:
         self._event_set: Any = None
         self._started = False
         self._closed = False
+        self._gpm_generation = 0  # a GPM thread of an older generation ends
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -525,7 +600,7 @@ class GpuCollector:
             except Exception as exc:
                 self._count(g.label, error_kind(exc))
         self._event_set = self._register_events(gpus)
-        gpm = threading.Thread(target=self._gpm_loop, name="krea-gpu-gpm", daemon=True)
+        gpm = threading.Thread(target=self._gpm_loop, args=(0,), name="krea-gpu-gpm", daemon=True)
         self._threads.append(gpm)
         if self._event_set is not None:
             xid = threading.Thread(
@@ -546,15 +621,21 @@ class GpuCollector:
             self._closed = True
         self._stop.set()
         event_thread_done = True
-        for t in self._threads:
-            t.join(timeout=self._event_wait_ms / 1000.0 + 5.0)
+        deadline = time.monotonic() + self._event_wait_ms / 1000.0 + 5.0
+        for t in list(self._threads):
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
             if t.is_alive() and t.name == "krea-gpu-xid":
                 event_thread_done = False
         for g in self._gpus or []:
-            with g.gpm_lock:
+            # a GPM step stuck in NVML holds its GPU's lock: leave that sample be
+            if not g.gpm_lock.acquire(timeout=1.0):
+                continue
+            try:
                 if g.gpm_prev is not None:
                     self._free_sample(g.gpm_prev)
                     g.gpm_prev = None
+            finally:
+                g.gpm_lock.release()
         if self._event_set is not None and event_thread_done:
             try:
                 self._nvml.nvmlEventSetFree(self._event_set)
@@ -569,7 +650,7 @@ class GpuCollector:
     # -- scrape ---------------------------------------------------------------------
 
     def collect(self) -> Iterator[Metric]:
-        """All GPU families for this scrape. Never sleeps, never raises."""
+        """All GPU families for this scrape, within ``scrape_timeout_s``. Never raises."""
         try:
             families = self._collect()
         except Exception:
@@ -585,19 +666,128 @@ class GpuCollector:
         if self._closed:
             return []
         gpus = self._discover()
+        if self._started:
+            self._watch_gpm(gpus)
+        jobs = self._submit(gpus)
+        deadline = time.monotonic() + self._scrape_timeout_s
         readings: list[tuple[tuple[str, ...], list[Reading]]] = []
-        for g in gpus:
-            out: list[Reading] = []
-            try:
-                out = self._read_gpu(g)
-                out.append(("krea_gpu_up", (), 1.0))
-            except Exception as exc:
+        for g, job in zip(gpus, jobs, strict=True):
+            out: list[Reading]
+            outcome = self._await(g, job, deadline)
+            if outcome is _HUNG:
+                out = [("krea_gpu_up", (), 0.0), ("krea_gpu_down_info", ("timeout",), 1.0)]
+            elif outcome is _UNREAD:  # no time for it: unknown this scrape, not down
+                out = []
+            elif (exc := job.error) is None:
+                out = [*job.readings, ("krea_gpu_up", (), 1.0)]
+            else:
                 kind = exc.kind if isinstance(exc, _GpuDown) else error_kind(exc)
                 self._count(g.label, kind)
                 out = [("krea_gpu_up", (), 0.0), ("krea_gpu_down_info", (kind,), 1.0)]
             out.extend(self._event_readings(g))
             readings.append((g.identity(), out))
         return self._families(readings)
+
+    def _submit(self, gpus: list[_Gpu]) -> list[_Job]:
+        """The read of each GPU for this scrape: the one in progress, if there is one
+        (another scrape's, or one stuck in NVML), else a new one. New ones are queued in
+        one batch that one reader thread works through, GPU after GPU (threads per GPU
+        cost more CPU than the reads); a reader stuck in a call is replaced (_declare_hung)."""
+        jobs: list[_Job] = []
+        batch: deque[_Job] = deque()
+        with self._lock:
+            for g in gpus:
+                job = g.job
+                if job is None or job.done.is_set():
+                    job = g.job = _Job(g, batch)
+                    batch.append(job)
+                jobs.append(job)
+        if batch:
+            self._start_reader(batch)
+        return jobs
+
+    def _start_reader(self, batch: deque[_Job]) -> None:
+        thread = threading.Thread(
+            target=self._reader, args=(batch,), name="krea-gpu-read", daemon=True
+        )
+        try:
+            thread.start()
+        except RuntimeError as exc:  # no thread to be had: this scrape only, try again next
+            with self._lock:
+                jobs = list(batch)
+                batch.clear()
+            for job in jobs:
+                job.error = exc
+                job.done.set()
+
+    def _reader(self, batch: deque[_Job]) -> None:
+        while True:
+            with self._lock:
+                if not batch:
+                    return
+                job = batch.popleft()
+                job.started = True
+                job.call_started = time.monotonic()
+            self._local.job = job
+            try:
+                job.readings = self._read_gpu(job.gpu)
+            except BaseException as exc:  # handed to the scrape, which reports it
+                job.error = exc
+            finally:
+                self._local.job = None
+                job.done.set()
+
+    def _await(self, g: _Gpu, job: _Job, deadline: float) -> object:
+        """Wait for a GPU's read until the scrape's deadline, or until its current NVML
+        call has run ``call_timeout_s``: _DONE, _HUNG (a call past the per-call timeout:
+        the GPU is not answering) or _UNREAD (the deadline came first, or the read ended
+        after it was declared hung: nothing is known of the GPU this scrape)."""
+        while True:
+            if job.done.is_set():
+                return _UNREAD if job.dropped or job.hung else _DONE
+            now = time.monotonic()
+            if job.started and now - job.call_started >= self._call_timeout_s:
+                if self._declare_hung(g, job):
+                    return _HUNG
+                continue  # it has just finished
+            if job.given_up or now >= deadline:
+                if self._drop(job):
+                    return _UNREAD
+                continue
+            # a queued read's clock starts when a reader takes it
+            started = job.call_started if job.started else now
+            job.done.wait(max(0.0, min(deadline, started + self._call_timeout_s) - now))
+
+    def _declare_hung(self, g: _Gpu, job: _Job) -> bool:
+        """A reader stuck in a call: counted once as a ``timeout``; another reader takes
+        the rest of its batch (the stuck one, when its call returns, helps or ends).
+        False if the read has finished after all."""
+        with self._lock:
+            if job.done.is_set():
+                return False
+            if job.hung:
+                return True
+            job.hung = job.given_up = True
+            key = (g.label, "timeout")
+            self._errors[key] = self._errors.get(key, 0) + 1
+            more = bool(job.batch)
+        if more:
+            self._start_reader(job.batch)
+        return True
+
+    def _drop(self, job: _Job) -> bool:
+        """The scrape's deadline came: a read still queued leaves its batch (the GPU is
+        read again next scrape); one in progress is not waited for by later scrapes.
+        False if the read has finished after all."""
+        with self._lock:
+            if job.done.is_set():
+                return False
+            job.given_up = True
+            if not job.started:
+                job.batch.remove(job)
+                job.dropped = True
+                job.done.set()
+        return True
 
     def _families(self, readings: list[tuple[tuple[str, ...], list[Reading]]]) -> list[Metric]:
         families: dict[str, Any] = {}
@@ -611,6 +801,7 @@ class GpuCollector:
                 used.add(name)
         result = [families[n] for n in METRICS if n in used]
         result.append(self._errors_family())
+        result.append(self._hung_family())
         if self._driver is not None:
             kind, help_text, labels = NODE_METRICS["krea_gpu_driver_info"]
             info = GaugeMetricFamily("krea_gpu_driver_info", help_text, labels=list(labels))
@@ -625,6 +816,18 @@ class GpuCollector:
             errors = sorted(self._errors.items())
         for (gpu, kind), count in errors:
             family.add_metric([self._node, gpu, kind], float(count))
+        return family
+
+    def _hung_family(self) -> Metric:
+        _, help_text, labels = NODE_METRICS["krea_gpu_nvml_calls_hung"]
+        family = GaugeMetricFamily("krea_gpu_nvml_calls_hung", help_text, labels=list(labels))
+        with self._lock:
+            hung = sum(
+                1
+                for g in self._gpus or []
+                if g.job is not None and g.job.hung and not g.job.done.is_set()
+            )
+        family.add_metric([self._node], float(hung))
         return family
 
     # -- discovery ------------------------------------------------------------------
@@ -651,11 +854,11 @@ class GpuCollector:
             return g.handle
         with g.lock:
             if g.labels is None:
-                nvml = self._nvml
-                handle = nvml.nvmlDeviceGetHandleByIndex(g.index)
-                uuid = str(nvml.nvmlDeviceGetUUID(handle))
-                model = str(nvml.nvmlDeviceGetName(handle))
-                bus_id = nvml.nvmlDeviceGetPciInfo(handle).busId
+                fn = self._fn
+                handle = fn("nvmlDeviceGetHandleByIndex")(g.index)
+                uuid = str(fn("nvmlDeviceGetUUID")(handle))
+                model = str(fn("nvmlDeviceGetName")(handle))
+                bus_id = fn("nvmlDeviceGetPciInfo")(handle).busId
                 if isinstance(bus_id, bytes):
                     bus_id = bus_id.decode("ascii", "replace")
                 g.handle = handle
@@ -671,9 +874,13 @@ class GpuCollector:
             self._errors[(gpu, kind)] = self._errors.get((gpu, kind), 0) + 1
 
     def _fn(self, name: str) -> Callable[..., Any]:
+        """The NVML function ``name``, about to be called (the call's clock starts)."""
         fn = getattr(self._nvml, name, None)
         if fn is None:  # an nvidia-ml-py too old to have it
             raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        job = getattr(self._local, "job", None)
+        if job is not None:
+            job.call_started = time.monotonic()
         return fn  # type: ignore[no-any-return]
 
     def _call(self, g: _Gpu, key: Any, function: str, *args: Any) -> Any:
@@ -816,12 +1023,17 @@ class GpuCollector:
 
         links = self._links(g, h)
         # Per-GPU sums, so a fleet-wide read never touches the 72 per-link series of each
-        # GPU. A sum is left out of a scrape where a link's read failed: a partial sum
-        # would dip and read as a counter reset (a burst of errors) to rate(). Counters
+        # GPU. They are kept from each link's increase since the last read, a link counter
+        # that went down (reset, e.g. nvmlDeviceResetNvLinkErrorCounters) adding its new
+        # value: summing raw values instead, one link's reset would make the sum drop,
+        # and rate() would read that as a reset of the sum and count the other links'
+        # errors again as a burst. A sum is left out of a scrape where a link's read
+        # failed (that link's increase is added when it answers again). Counters
         # NotSupported on a link are left out of the sum every scrape alike.
         up: float | None = 0.0
-        sums: dict[str, float | None] = {label: 0.0 for label, _ in NVLINK_COUNTERS}
+        unread: set[str] = set()  # counters a link could not be read for this scrape
         read: set[str] = set()  # counters at least one link answered
+        last, kept = g.link_last, g.link_sums
         for link in links:
             state = self._call(g, ("nvlink_state", link), "nvmlDeviceGetNvLinkState", h, link)
             if state is not None:
@@ -835,18 +1047,21 @@ class GpuCollector:
                 key = ("nvlink_error", link, counter)
                 value = self._call(g, key, "nvmlDeviceGetNvLinkErrorCounter", h, link, counter)
                 put("krea_nvlink_errors_total", value, str(link), label)
-                total = sums[label]
-                if value is not None and total is not None:
-                    sums[label] = total + float(value)
+                if value is not None:
+                    now = float(value)
+                    before = last.get((link, label))
+                    last[(link, label)] = now
+                    increase = now if before is None or now < before else now - before
+                    kept[label] = kept.get(label, 0.0) + increase
                     read.add(label)
-                elif value is None and key not in g.unsupported:
-                    sums[label] = None
+                elif key not in g.unsupported:
+                    unread.add(label)
         if g.links is not None:  # discovery finished (0 for a GPU without NVLink)
             put("krea_gpu_nvlink_links", len(links))
             put("krea_gpu_nvlink_links_up", up)
-            for label, total in sums.items():
-                if label in read:
-                    put("krea_gpu_nvlink_errors_total", total, label)
+            for label, _ in NVLINK_COUNTERS:
+                if label in read and label not in unread:
+                    put("krea_gpu_nvlink_errors_total", kept[label], label)
 
         out.extend(self._gpm_readings(g))
         return out
@@ -879,7 +1094,7 @@ class GpuCollector:
                     if fn is None:
                         break
                     try:
-                        fn(h, link)
+                        self._fn("nvmlDeviceGetNvLinkState")(h, link)
                     except _DOWN_ERRORS as exc:
                         raise _GpuDown(error_kind(exc)) from None
                     except _NOT_A_LINK:
@@ -921,24 +1136,59 @@ class GpuCollector:
 
     # -- GPM ------------------------------------------------------------------------
 
-    def _gpm_loop(self) -> None:
-        while not self._stop.is_set():
+    def _gpm_loop(self, generation: int) -> None:
+        while not self._stop.is_set() and generation == self._gpm_generation:
             try:
-                self.sample_gpm()
+                self.sample_gpm(generation)
             except Exception:
                 self._count("", "unexpected")
             if self._stop.wait(self._gpm_interval_s):
                 return
 
-    def sample_gpm(self) -> None:
+    def _watch_gpm(self, gpus: list[_Gpu]) -> None:
+        """Called by each scrape: if the GPM thread has been stuck in one GPU's NVML call
+        for ``call_timeout_s``, start another GPM thread that leaves that GPU out until
+        the call returns (the stuck thread then ends), so one GPU cannot stop tensor
+        activity of all the others."""
+        now = time.monotonic()
+        with self._lock:
+            stuck = [
+                g
+                for g in gpus
+                if not g.gpm_stuck
+                and g.gpm_step_started is not None
+                and now - g.gpm_step_started >= self._call_timeout_s
+            ]
+            if not stuck or self._closed:
+                return
+            for g in stuck:
+                g.gpm_stuck = True
+            self._gpm_generation += 1
+            generation = self._gpm_generation
+            self._threads = [t for t in self._threads if t.is_alive()]
+            thread = threading.Thread(
+                target=self._gpm_loop, args=(generation,), name="krea-gpu-gpm", daemon=True
+            )
+            self._threads.append(thread)
+        with contextlib.suppress(RuntimeError):  # no thread to be had: try at next scrape
+            thread.start()
+
+    def sample_gpm(self, generation: int | None = None) -> None:
         """One GPM round: what the background thread does every ``gpm_interval_s``.
 
         Takes a new sample on every GPM-capable GPU and, where a previous sample
-        exists, computes the metrics over the pair and frees the older sample.
+        exists, computes the metrics over the pair and frees the older sample. A GPU
+        whose GPM step is still running on a stuck thread is left out.
         """
         for g in self._discover():
             if self._closed:
                 return
+            with self._lock:
+                if generation is not None and generation != self._gpm_generation:
+                    return  # a newer GPM thread has taken over
+                if g.gpm_step_started is not None:
+                    continue
+                g.gpm_step_started = time.monotonic()
             try:
                 if g.gpm_supported is None:
                     self._query_gpm_support(g)
@@ -948,6 +1198,10 @@ class GpuCollector:
                             self._gpm_step(g)
             except Exception as exc:
                 self._count(g.label, error_kind(exc))
+            finally:
+                with self._lock:
+                    g.gpm_step_started = None
+                    g.gpm_stuck = False
 
     def _query_gpm_support(self, g: _Gpu) -> None:
         try:

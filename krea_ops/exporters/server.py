@@ -3,13 +3,16 @@
 A scrape runs each collector in turn; a collector that raises costs only its own
 families and is reported as ``krea_exporter_collector_success{collector} 0``. A scraper
 that hangs up before its answer is written (Prometheus stopping, a timed-out ``curl``) is
-routine: no traceback, one more ``krea_exporter_scrape_aborted_total``.
+routine: no traceback, one more ``krea_exporter_scrape_aborted_total``. A client that
+goes silent without hanging up (its host gone, a partition) is let go after
+``CLIENT_TIMEOUT_S`` without a read or write making progress, so it cannot hold a thread.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ipaddress
+import math
 import os
 import socket
 import sys
@@ -217,6 +220,12 @@ def build_exporter(settings: Settings, *, start_threads: bool = True) -> Exporte
         raise BadInput(
             f"unknown --gpu-backend {backend!r}: choose one of {', '.join(GPU_BACKENDS)}"
         )
+    for flag, value in (
+        ("--nvml-timeout", settings.exporter_nvml_call_timeout_s),
+        ("--gpu-scrape-timeout", settings.exporter_gpu_scrape_timeout_s),
+    ):
+        if not (value > 0 and math.isfinite(value)):
+            raise BadInput(f"{flag} must be more than 0 seconds, got {value!r}")
     node = settings.exporter_node_name or default_node_name()
     collectors: list[Collector] = [InfinibandCollector(settings.exporter_sysfs, node)]
     notes: list[Metric] = []
@@ -247,6 +256,8 @@ def build_exporter(settings: Settings, *, start_threads: bool = True) -> Exporte
             node,
             gpm_interval_s=settings.exporter_gpm_interval_s,
             xid_window_s=settings.exporter_xid_window_s,
+            call_timeout_s=settings.exporter_nvml_call_timeout_s,
+            scrape_timeout_s=settings.exporter_gpu_scrape_timeout_s,
         )
         if start_threads:
             gpu.start()
@@ -272,8 +283,14 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host, port
 
 
+# Longer than any scrape interval in use (Prometheus reuses its connection between
+# scrapes; one closed while idle is simply opened again).
+CLIENT_TIMEOUT_S = 300.0
+
+
 class _Handler(BaseHTTPRequestHandler):
     exporter: Exporter
+    timeout = CLIENT_TIMEOUT_S  # socket timeout for each read and write
     server_version = "krea-ops-exporter/" + krea_ops.__version__
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body are separate writes (keep-alive)
@@ -281,7 +298,7 @@ class _Handler(BaseHTTPRequestHandler):
     def handle(self) -> None:
         # A client closing an idle keep-alive connection with a reset is routine too; it
         # is no aborted scrape (nothing was asked), so it is not counted.
-        with contextlib.suppress(ConnectionError):
+        with contextlib.suppress(ConnectionError, TimeoutError):
             super().handle()
 
     def do_GET(self) -> None:
@@ -299,7 +316,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
-        except ConnectionError:  # BrokenPipe, ConnectionReset: the scraper hung up
+        except (ConnectionError, TimeoutError):  # the scraper hung up, or went silent
             self.close_connection = True
             self.exporter.scrape_aborted()
 
@@ -310,9 +327,11 @@ class _Handler(BaseHTTPRequestHandler):
 class HttpEndpoint:
     """The exporter's /metrics endpoint on a background thread."""
 
-    def __init__(self, exporter: Exporter, listen: str) -> None:
+    def __init__(
+        self, exporter: Exporter, listen: str, *, client_timeout_s: float = CLIENT_TIMEOUT_S
+    ) -> None:
         host, port = parse_listen(listen)
-        handler = type("Handler", (_Handler,), {"exporter": exporter})
+        handler = type("Handler", (_Handler,), {"exporter": exporter, "timeout": client_timeout_s})
         try:
             self._server = ConnectionTrackingServer((host, port), handler)
         except OSError as exc:
