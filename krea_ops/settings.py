@@ -28,6 +28,12 @@ ENV_PREFIX = "KREA_OPS_"
 GPU_BACKENDS = ("nvml", "none", "fake")  # exporter_gpu_backend
 # Settings that are URLs, and the flag that sets each (for the message that names it).
 URL_SETTINGS = {"prometheus_url": "--prometheus"}
+# Settings set by a flag of another name: an error about the value names the flag typed.
+FLAG_NAMES = {
+    **URL_SETTINGS,
+    "exporter_nvml_call_timeout_s": "--nvml-timeout",
+    "exporter_gpu_scrape_timeout_s": "--gpu-scrape-timeout",
+}
 
 
 def _doc(text: str) -> dict[str, str]:
@@ -357,7 +363,7 @@ def load_settings(
         if name not in fields:
             raise KeyError(name)
         if raw is not None:
-            values[name] = _coerce(name, fields[name].type, raw, "flag")
+            values[name] = _coerce(name, fields[name].type, raw, FLAG_NAMES.get(name, "flag"))
             sources[name] = URL_SETTINGS.get(name, "flag")
     for name in URL_SETTINGS:
         if values.get(name):
