@@ -19,9 +19,10 @@ ConfigMap written with its ``resourceVersion``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, TypeVar
 
+from krea_ops.errors import BadInput
 from krea_ops.health import HealthPolicy
 from krea_ops.kube.cluster import Cluster
 from krea_ops.runbook.plan import Plan
@@ -121,3 +122,17 @@ class ReadTimes(Protocol):
     has that static method, else with ``Class()``."""
 
     read_at: Mapping[str, float]
+
+
+def section_values(controller: str, config: type, data: Any) -> dict[str, Any]:
+    """A controller's settings section as ``{field: value}`` (``-`` in keys read as
+    ``_``), checked against the fields of its ``config`` dataclass: BadInput (one line)
+    for a section that is not a mapping or a key that is not one of them."""
+    if not isinstance(data, Mapping):
+        raise BadInput(f"{controller}: its settings must be a mapping")
+    values = {str(k).replace("-", "_"): v for k, v in data.items()}
+    known = [f.name for f in fields(config)]
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise BadInput(f"{controller}: unknown setting {unknown[0]!r} (known: {', '.join(known)})")
+    return values

@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from krea_ops.burst import (
@@ -71,7 +71,7 @@ from krea_ops.burst import (
     PAUSE_TAINT_KEY,
 )
 from krea_ops.burst.status import find_virtual_nodes
-from krea_ops.controllers.base import Alert, Decision, Inputs, Skip
+from krea_ops.controllers.base import Alert, Decision, Inputs, Skip, section_values
 from krea_ops.errors import BadInput
 from krea_ops.fleet import judged_error, load_fleet
 from krea_ops.health import severities
@@ -202,13 +202,7 @@ class MigrateBackConfig:
         """From the settings file's section; BadInput (one line) on anything wrong."""
         if data is None:
             return cls()
-        if not isinstance(data, Mapping):
-            raise BadInput(f"{NAME}: its settings must be a mapping")
-        values = {str(k).replace("-", "_"): v for k, v in data.items()}
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(set(values) - set(known))
-        if unknown:
-            raise BadInput(f"{NAME}: unknown setting {unknown[0]!r} (known: {', '.join(known)})")
+        values = section_values(NAME, cls, data)
         base = cls()
         selector = values.get("selector", base.selector)
         if not isinstance(selector, str) or not selector.strip():

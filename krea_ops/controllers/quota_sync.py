@@ -48,10 +48,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from krea_ops.controllers.base import Alert, Decision, Inputs, Skip
+from krea_ops.controllers.base import Alert, Decision, Inputs, Skip, section_values
 from krea_ops.errors import BadInput
 from krea_ops.fleet import judged_error, load_fleet
 from krea_ops.health import severities
@@ -195,13 +195,7 @@ class QuotaSyncConfig:
         """From the settings file's section; BadInput (one line) on anything wrong."""
         if data is None:
             return cls()
-        if not isinstance(data, Mapping):
-            raise BadInput(f"{NAME}: its settings must be a mapping")
-        values = {str(k).replace("-", "_"): v for k, v in data.items()}
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(set(values) - set(known))
-        if unknown:
-            raise BadInput(f"{NAME}: unknown setting {unknown[0]!r} (known: {', '.join(known)})")
+        values = section_values(NAME, cls, data)
         mode = values.get("mode", APPLY)
         if mode not in (APPLY, RECOMMEND):
             raise BadInput(f"{NAME}: mode must be apply or recommend, not {mode!r}")
