@@ -149,3 +149,12 @@ class Kubectl:
             text=True,
             env=self.env,
         )
+
+
+# The slowest files first: on two workers, the demo's story (minutes of real time) runs
+# beside everything else instead of alone at the end.
+SLOWEST_FIRST = ("tests/test_demo_story.py", "tests/test_demo_tmux.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in SLOWEST_FIRST)
