@@ -4,8 +4,13 @@
 A fresh API server (``krea-ops sim serve --api-only``, a subprocess) gets the fleet
 benchmarks/bench_controllers.py ``cost`` makes (``--nodes`` GPU nodes with one training
 pod each holding 8 GPUs, a virtual node with ``--offsite`` inference pods, Kueue's
-ResourceFlavor and two ClusterQueues). node-health, burst-taint, quota-sync and
-migrate-back, as shipped (blast cap, veto on), run through one real ``Runner`` (Leases,
+ResourceFlavor and two ClusterQueues). ``--offsite`` is 0 by default: the API-only server
+has no ReplicaSet controller, so a pod migrate-back moves is never replaced and its move
+waits ``move_timeout_s`` of real time (the runbook's waits are on the monotonic clock,
+not the runner's), which would stall simulated time; for the same reason node-health's
+``drain_timeout_s`` is ``--drain-timeout`` (10 s) instead of 300 s. Otherwise the
+controllers run with their shipped settings. node-health, burst-taint, quota-sync and
+migrate-back (blast cap, veto on) run through one real ``Runner`` (Leases,
 fenced writes, the state ConfigMap, audit log, JSON log, metrics) on simulated time: the
 runner's ``clock`` and ``wall`` are a counter this script advances ``--interval``
 simulated seconds per step; each step renews every Lease once
@@ -136,7 +141,16 @@ def slope(xs: list[float], ys: list[float]) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=512)
-    parser.add_argument("--offsite", type=int, default=64)
+    parser.add_argument(
+        "--offsite",
+        type=int,
+        default=0,
+        help="inference pods on the virtual node (migrate-back would move them, and with no "
+        "ReplicaSet controller on the API-only server wait move_timeout_s real seconds)",
+    )
+    parser.add_argument(
+        "--drain-timeout", type=float, default=10.0, help="node-health drain_timeout_s"
+    )
     parser.add_argument("--hours", type=float, default=24.0, help="simulated hours")
     parser.add_argument("--interval", type=float, default=30.0, help="simulated s per pass")
     parser.add_argument("--arrival", type=float, default=0.05, help="P(new finding)/step")
@@ -153,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from krea_ops.controllers.burst_taint import BurstTaint
     from krea_ops.controllers.migrate_back import MigrateBack
-    from krea_ops.controllers.node_health import NodeHealth
+    from krea_ops.controllers.node_health import NodeHealth, NodeHealthConfig
     from krea_ops.controllers.quota_sync import QuotaSync
 
     rng = random.Random(args.seed)
@@ -174,7 +188,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"- fleet made in {time.perf_counter() - t0:.0f} s", flush=True)
             names = [node_name(i) for i in range(args.nodes)]
             source = Recorded(telemetry(names, {}, sim.wall()))
-            controllers = [NodeHealth(), BurstTaint(), QuotaSync(), MigrateBack()]
+            controllers = [
+                NodeHealth(NodeHealthConfig(drain_timeout_s=args.drain_timeout)),
+                BurstTaint(),
+                QuotaSync(),
+                MigrateBack(),
+            ]
             runner = Runner(
                 cluster,
                 controllers,

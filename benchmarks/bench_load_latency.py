@@ -155,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
             kc = server.target.kubeconfig
             cluster = connect(kc, None, timeout_s=120)
             made = create_nodes(server, args.nodes)
-            arm_latency(cluster, args.latency)
+            if args.latency > 0:
+                arm_latency(cluster, args.latency)
             print(
                 f"- {args.nodes} nodes made in {made:.0f} s; every request now answers "
                 f"{args.latency:g} s late\n",
