@@ -90,12 +90,17 @@ NVSENTINEL = (
 # -- the hardware stand-in ------------------------------------------------------------------
 
 
-def readings(nodes: Sequence[str], hot: Collection[str], at: float) -> FleetTelemetry:
+def readings(
+    nodes: Sequence[str],
+    hot: Collection[str] | Collection[tuple[str, int]],
+    at: float,
+) -> FleetTelemetry:
     """Every GPU of ``nodes``: 84 °C over the whole window on ``hot`` ones (the policy's
-    ``gpu_hot``: at or above 78 °C for the last 5 min), 40 °C elsewhere."""
+    ``gpu_hot``: at or above 78 °C for the last 5 min), 40 °C elsewhere. ``hot`` names
+    nodes (every GPU hot) or (node, GPU index) pairs."""
 
     def gpu(node: str, i: int) -> GpuSample:
-        t = 84.0 if node in hot else 40.0
+        t = 84.0 if node in hot or (node, i) in hot else 40.0
         return GpuSample(
             node=node,
             index=i,

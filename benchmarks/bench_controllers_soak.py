@@ -52,13 +52,13 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
 from bench_apiserver import ServerProcess, node_name, table  # noqa: E402
-from bench_controllers import GPUS, USER_OF, Recorded, cost_fleet  # noqa: E402
+from bench_controllers import GPUS, USER_OF, Recorded, cost_fleet, readings  # noqa: E402
 
 from krea_ops.controllers.base import NAMESPACE, Inputs  # noqa: E402
 from krea_ops.controllers.loop import JsonLog, Runner  # noqa: E402
 from krea_ops.health import HealthPolicy  # noqa: E402
 from krea_ops.kube.cluster import connect  # noqa: E402
-from krea_ops.model import FleetTelemetry, GpuSample, NodeTelemetry  # noqa: E402
+from krea_ops.model import FleetTelemetry  # noqa: E402
 from krea_ops.runbook.audit import AuditLog  # noqa: E402
 
 EPOCH = 1_790_000_000.0  # simulated Unix time at the start
@@ -78,32 +78,8 @@ class SimTime:
 
 
 def telemetry(names: list[str], hot: dict[tuple[str, int], float], at: float) -> FleetTelemetry:
-    def gpu(node: str, i: int) -> GpuSample:
-        t = 84.0 if (node, i) in hot else 40.0
-        return GpuSample(
-            node=node,
-            index=i,
-            up=True,
-            temperature_c=t,
-            temperature_min_window_c=t - 1,
-            slowdown_margin_c=90.0 - t,
-            util_ratio=0.9,
-            tensor_active_ratio=0.5,
-            sm_active_ratio=0.8,
-            sampled_at=at,
-        )
-
-    nodes = {
-        n: NodeTelemetry(
-            node=n,
-            exporter_up=True,
-            last_sample_at=at,
-            age_s=0.0,
-            gpus=tuple(gpu(n, i) for i in range(GPUS)),
-        )
-        for n in names
-    }
-    return FleetTelemetry(source="recorded", collected_at=at, window_s=300.0, nodes=nodes)
+    """Every GPU of ``names`` at 40 °C, the (node, GPU) pairs in ``hot`` at 84 °C."""
+    return readings(names, set(hot), at)
 
 
 def proc_status(pid: int | str, key: str) -> int:
