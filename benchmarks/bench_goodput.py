@@ -1,0 +1,1239 @@
+#!/usr/bin/env python3
+"""Issue 18, goodput: what the console's automation buys a pre-training, in effective
+training time (ETTR: productive training time over wall time).
+
+A discrete-event simulation of one gang of ``--nodes`` nodes (8 GPUs each) training for
+``--days`` simulated days, under two failure regimes, each run twice over the same
+physical history (same seed, same failures, same noise): once **without automation** and
+once **with krea-ops**. docs/benchmarks.md ("Goodput") says what is modelled and what is
+not; in short:
+
+Physical history (shared by both runs). Every node of the pool (the gang's nodes plus
+spares) fails as the simulator's ``FailureActor`` makes it fail: a Poisson process at
+``WorldConfig.failures_per_1000_node_days`` x the regime's multiplier, the lemon node at
+``LEMON_FACTOR`` times that, causes drawn with ``faults.CAUSES``' Llama 3 weights, the
+GPU or HCA drawn as the actor draws them, the repair time ``cause.repair_s`` x U(0.5, 1.5);
+a node does not fail again while it is being repaired. Software bugs (Llama 3 Table 5's
+"Software bug" row, which ``CAUSES`` leaves out because it fails no node) crash the gang
+at 54/351 of the gang's hardware rate. The slow burners are the ones
+``DeviceService._plan_slow_burners`` picks for the pool: creeping GPUs (the temperature
+under training load from ``thermal.GpuModel`` as the simulator's devices drive it) and a
+bad InfiniBand port (its symbol errors from ``NodeDevices._bad_port``); each is taken to
+fail (a thermal crash; the link going down) at the moment the health policy first calls
+it BAD, the policy's definition of "hurts a run now". Noise: findings on random nodes
+that are not failures (warm GPUs, transient heat, a few link errors, an application XID,
+congestion, a link flap), ``NOISE_PER_NODE_DAY`` per node-day, lasting 1-10 min.
+
+Both runs: a checkpoint write stalls the gang ``--checkpoint-s`` seconds; a restart
+(pods recreated and bound ``BIND_DELAY_S`` in, NCCL set up, the checkpoint loaded)
+takes ``RESTART_S``; a gang that starts with a failed node crashes again; Kubernetes'
+scheduler never binds to a NotReady node or to one whose GPU fell off the bus. GPU
+crashes (XID 79/48/95/119) and software bugs stop the gang at once; NVLink, InfiniBand
+and host failures hang the collectives until NCCL's 10-minute watchdog timeout.
+
+Without automation: a checkpoint every 60 min; a human notices each stopped gang after
+a log-normal delay (median 15 min from 08:00 to 20:00 UTC, 60 min at night, sigma 0.7),
+pulls the gang's nodes that are failed at that moment, and restarts from the newest
+checkpoint; repaired nodes, lemons and slow burners go back into the pool.
+
+With krea-ops, the decisions are the product's: the checkpoint interval is
+``training.advice.advise`` (Daly) for the gang; the health policy (``health.gpu_reasons``,
+``ib_port_reasons``, ``node_reasons``) turns each node's synthetic samples into
+verdicts, and ``NodeHealth().decide`` runs on them every 30 s around each change and
+evicts, restores and labels lemons with the runbook's plans (blast cap, veto and
+windows as shipped); an eviction of a gang node ends a hang at once; the gang resumes at
+once from the newest complete checkpoint; every restart is attributed with
+``training.attribution.attribute`` from the signals in its window (the true cause's,
+the slow burners', the noise's, node-health's evictions); ``attribution.lemon_candidates``
+over the attributed restarts flags lemons, which leave the pool; planned swaps (a gang
+node SUSPECT with a slow-burning finding: checkpoint now, then evict it) follow
+``training.swaps.slow_burn`` where that module exists, else the rule in SLOW_BURN_CODES
+(modelled, not the product's code: the JSON says which in ``swap_rule``).
+
+    .venv/bin/python benchmarks/bench_goodput.py                 # table, 128 nodes, 7 days
+    .venv/bin/python benchmarks/bench_goodput.py --json --seed 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import importlib
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from krea_ops.controllers.node_health import (  # noqa: E402
+    NodeHealth,
+    NodeHealthSnapshot,
+    evictable,
+)
+from krea_ops.health import (  # noqa: E402
+    HealthPolicy,
+    gpu_reasons,
+    ib_port_reasons,
+    node_reasons,
+)
+from krea_ops.kube.times import rfc3339  # noqa: E402
+from krea_ops.model import (  # noqa: E402
+    OK_VERDICT,
+    GpuSample,
+    IbPortSample,
+    NodeInfo,
+    NodeTelemetry,
+    Reason,
+    Severity,
+    Verdict,
+)
+from krea_ops.runbook.nodes import EVICTED_BY, EvictInputs, build_evict  # noqa: E402
+from krea_ops.runbook.plan import Plan, StepKind  # noqa: E402
+from krea_ops.sim.world.actor import WorldConfig  # noqa: E402
+from krea_ops.sim.world.devices import DeviceService, NodeDevices, _h  # noqa: E402
+from krea_ops.sim.world.faults import (  # noqa: E402
+    CAUSES,
+    DEFAULT_REPAIR_S,
+    GPU_CAUSES,
+    LEMON_FACTOR,
+    repair_time,
+)
+from krea_ops.sim.world.thermal import HW_SLOWDOWN, HW_THERMAL, SW_THERMAL, GpuModel, Load  # noqa: E402
+from krea_ops.training import attribution  # noqa: E402
+from krea_ops.training.advice import advise  # noqa: E402
+from krea_ops.training.manifests import LEMON_LABEL  # noqa: E402
+
+WORLD = WorldConfig()
+GPUS = WORLD.gpus_per_node
+HCAS = WORLD.hcas_per_node
+DAY, HOUR, MINUTE = 86400.0, 3600.0, 60.0
+T0 = 1_799_971_200.0  # 2027-01-15 00:00 UTC: the simulated clock starts at midnight
+
+# Llama 3 Table 5: "Software bug 54" unexpected interruptions beside the hardware rows
+# CAUSES stands for (their weights sum to 351).
+SOFTWARE_BUG_WEIGHT = 54.0
+NCCL_TIMEOUT_S = 600.0  # NCCL's (torch.distributed's) default watchdog timeout
+NODE_MONITOR_GRACE_S = 40.0  # kube-controller-manager --node-monitor-grace-period
+SCRAPE_S = 15.0  # a finding reaches the health policy one scrape after it happens
+PASS_S = 30.0  # the controllers' loop interval (controllers.loop.DEFAULT_INTERVAL_S)
+BIND_DELAY_S = 60.0  # a restarted gang's pods are bound this long after the restart
+RESTART_S = 300.0  # restart and reload, bind included (Kokolis et al.: u0 5-20 min)
+WITHOUT_INTERVAL_S = 3600.0
+HUMAN_MEDIAN_DAY_S = 15 * MINUTE
+HUMAN_MEDIAN_NIGHT_S = 60 * MINUTE
+HUMAN_SIGMA = 0.7
+NIGHT = (20, 8)  # 20:00 to 08:00 UTC
+SPARE_SHARE = 1 / 16
+NOISE_PER_NODE_DAY = 1.0
+HANG_CAUSES = frozenset({"nvlink", "ib-link", "host"})
+# a crash whose node the scheduler cannot bind a gang pod to while it is open
+UNSCHEDULABLE_CAUSES = frozenset({"host", "faulty-gpu"})
+USER = "system:serviceaccount:krea-ops:node-health"
+# The planned-swap rule where krea_ops.training.swaps is not there: SUSPECT findings
+# that are slow burners (a GPU creeping towards the hot threshold, InfiniBand link errors
+# counting up, a pending row remap), as issue 18 describes them.
+SLOW_BURN_CODES = frozenset(
+    {"gpu_warm", "gpu_low_margin", "gpu_hot_transient", "gpu_row_remap_pending"}
+)
+NOT_SLOW_BURN_IB = frozenset({"ib_congestion", "ib_counter_saturated"})
+CATEGORIES = ("lost_work", "detection", "restart", "checkpoint_writes")
+
+
+@dataclass(frozen=True)
+class Regime:
+    name: str
+    multiplier: float  # x WorldConfig.failures_per_1000_node_days
+    checkpoint_s: float
+    words: str
+
+
+REGIMES = (
+    Regime(
+        "meta",
+        WORLD.failure_multiplier,
+        30.0,
+        "Kokolis et al.'s fitted RSC-1 rate (6.5 per 1,000 node-days), Llama 3 causes",
+    ),
+    # Kokolis et al. measured a 7.9 h MTTF for 1,024-GPU jobs: 23.7 failures per 1,000
+    # node-days, 3.65x the fitted rate. With software bugs on top, runs last ~7 h.
+    Regime(
+        "krea",
+        23.7 / WORLD.failures_per_1000_node_days,
+        30.0,
+        "Kokolis et al.'s measured 1,024-GPU rate (23.7 per 1,000 node-days)",
+    ),
+)
+
+
+# -- the physical history --------------------------------------------------------------
+
+
+@dataclass
+class Fault:
+    """One failure of a node (``node`` None: a software bug of the gang)."""
+
+    at: float
+    node: str | None
+    cause: str
+    repair_s: float
+    gpu: int | None = None
+    hca: int | None = None
+    source: str = "random"  # random | slow-burner | bug
+    reasons: tuple[Reason, ...] = ()  # what the health policy says while it is open
+
+    @property
+    def end(self) -> float:
+        return self.at + self.repair_s
+
+    @property
+    def hangs(self) -> bool:
+        return self.cause in HANG_CAUSES
+
+    def open_at(self, t: float) -> bool:
+        return self.at <= t < self.end
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A stretch of time over which a slow burner's verdict keeps the same findings."""
+
+    node: str
+    start: float
+    end: float
+    reasons: tuple[Reason, ...]
+
+
+@dataclass(frozen=True)
+class Noise:
+    node: str
+    start: float
+    end: float
+    reasons: tuple[Reason, ...]
+
+
+@dataclass
+class History:
+    nodes: list[str]
+    gang_size: int
+    horizon: float
+    faults: list[Fault]  # sorted by time
+    bugs: list[Fault]
+    segments: list[Segment]  # slow burners' findings before they fail
+    noise: list[Noise]
+    lemons: set[str]
+    slow_burners: dict[str, str]  # node -> what
+    rate_per_node_day: float
+
+
+POLICY = HealthPolicy()
+
+
+def _gpu(node: str, index: int, **values: Any) -> GpuSample:
+    return GpuSample(node=node, index=index, up=True, **values)
+
+
+def _port(node: str, hca: int, **values: Any) -> IbPortSample:
+    return IbPortSample(node=node, device=f"mlx5_{hca}", port="1", **values)
+
+
+def fault_reasons(f: Fault, node: str) -> tuple[Reason, ...]:
+    """The health policy's findings while the failure is open, from the samples the
+    exporter would report (the marks the simulator's fault actor leaves)."""
+    g = f.gpu if f.gpu is not None else 0
+    if f.cause in ("faulty-gpu", "gpu-lost"):
+        sample = GpuSample(node=node, index=g, up=False, down_reason="gpu_is_lost", xid_last=79)
+        return tuple(gpu_reasons(sample, POLICY))
+    if f.cause == "gpu-hbm":
+        s = _gpu(node, g, xid_increase={48: 1.0}, ecc_uncorrected_increase=1.0)
+        return tuple(gpu_reasons(s, POLICY))
+    if f.cause == "gpu-sram":
+        s = _gpu(node, g, xid_increase={95: 1.0}, ecc_uncorrected_increase=1.0)
+        return tuple(gpu_reasons(s, POLICY))
+    if f.cause == "gpu-gsp":
+        return tuple(gpu_reasons(_gpu(node, g, xid_increase={119: 1.0}), POLICY))
+    if f.cause == "nvlink":
+        s = _gpu(node, g, xid_increase={74: 1.0}, nvlink_fault_increase=1360.0)
+        return tuple(gpu_reasons(s, POLICY))
+    if f.cause == "ib-link":
+        h = f.hca if f.hca is not None else 0
+        port = _port(
+            node, h, state="DOWN", phys_state="Disabled", error_increase={"link_downed": 1}
+        )
+        return tuple(ib_port_reasons(port, POLICY))
+    if f.cause == "thermal":
+        return f.reasons  # the creeping GPU's last findings, set when it was made
+    # a host down: its exporter stops answering, then the kubelet stops posting status
+    info = NodeInfo(
+        name=node,
+        ready=False,
+        ready_status="Unknown",
+        ready_reason="NodeStatusUnknown",
+        ready_message="Kubelet stopped posting node status.",
+        ready_since=f.at + NODE_MONITOR_GRACE_S,
+        gpu_capacity=GPUS,
+    )
+    tel = NodeTelemetry(node=node, exporter_up=False, error="connection refused")
+    return tuple(node_reasons(info, tel, POLICY, now=f.at + NODE_MONITOR_GRACE_S))
+
+
+NOISE_KINDS: tuple[tuple[float, Callable[[str], tuple[Reason, ...]]], ...] = (
+    (
+        0.35,
+        lambda n: tuple(
+            gpu_reasons(_gpu(n, 0, temperature_c=76.0, temperature_min_window_c=70.0), POLICY)
+        ),
+    ),
+    (
+        0.20,
+        lambda n: tuple(
+            gpu_reasons(_gpu(n, 0, temperature_c=79.0, temperature_min_window_c=72.0), POLICY)
+        ),
+    ),
+    (
+        0.25,
+        lambda n: tuple(
+            ib_port_reasons(
+                _port(n, 0, state="ACTIVE", error_increase={"symbol_error": 12}), POLICY
+            )
+        ),
+    ),
+    (0.15, lambda n: tuple(gpu_reasons(_gpu(n, 0, xid_increase={13: 1.0}), POLICY))),
+    (
+        0.05,
+        lambda n: tuple(
+            ib_port_reasons(_port(n, 0, state="ACTIVE", error_increase={"link_downed": 1}), POLICY)
+        ),
+    ),
+)
+
+
+def _relabel(reasons: Iterable[Reason], gpu: int | None, hca: int | None) -> tuple[Reason, ...]:
+    """A noise template's findings moved to the GPU or port it happened on."""
+    out = []
+    for r in reasons:
+        if r.port is not None and hca is not None:
+            port = f"mlx5_{hca}/1"
+            out.append(Reason(r.severity, r.code, r.message.replace(r.port, port), r.gpu, port))
+        elif r.gpu is not None and gpu is not None:
+            msg = r.message.replace(f"GPU {r.gpu}", f"GPU {gpu}")
+            out.append(Reason(r.severity, r.code, msg, gpu, r.port))
+        else:
+            out.append(r)
+    return tuple(out)
+
+
+def _slow_burner_plan(seed: int, nodes: int) -> Any:
+    """The slow burners the simulator's devices pick for a pool of ``nodes`` nodes
+    (``DeviceService._plan_slow_burners``, run on a stand-in with the same seed)."""
+    config = WorldConfig(nodes=nodes, seed=seed)
+    world = SimpleNamespace(config=config, rng=lambda name: random.Random(f"{seed}:{name}"))
+    stub = SimpleNamespace(world=world, _creeping=[], _bad_ports=[], lemon=None)
+    DeviceService._plan_slow_burners(stub)  # type: ignore[arg-type]
+    return stub
+
+
+def _creeping_model(seed: int, node: str, gpu: int) -> GpuModel:
+    """The creeping GPU's thermal model as ``NodeDevices`` builds it and ``_slow_burn``
+    sets its creep (world start at t = 0)."""
+    inlet = 24.0 + 5.0 * _h(seed, node, "inlet")
+    hot = _h(seed, node, gpu, "runs-hot") < 0.04
+    q = 0.82 + 0.06 * _h(seed, node, gpu, "q") if hot else 0.92 + 0.16 * _h(seed, node, gpu, "q")
+    m = GpuModel(inlet, q, 70.0 + 10.0 * _h(seed, node, gpu, "idle"), inlet + 4.0)
+    m.creep_start = 600.0 * _h(seed, node, gpu, "creep")
+    m.creep_s = 6 * 3600.0
+    m.creep_end_q = 0.66
+    return m
+
+
+_EVENTS = ((HW_THERMAL, "hw_thermal"), (SW_THERMAL, "sw_thermal"), (HW_SLOWDOWN, "hw_slowdown"))
+
+
+def _signature(reasons: Sequence[Reason]) -> tuple[tuple[int, str], ...]:
+    return tuple((int(r.severity), r.code) for r in reasons)
+
+
+def _segments(
+    node: str, horizon: float, sample: Callable[[float], tuple[Reason, ...]]
+) -> tuple[list[Segment], float | None, tuple[Reason, ...]]:
+    """Sample a slow burner every minute until the policy calls it BAD: the segments of
+    constant findings before, the time it turns BAD (None: not within the horizon) and
+    its BAD findings."""
+    out: list[Segment] = []
+    start, current = 0.0, ()
+    t = 0.0
+    while t <= horizon:
+        reasons = sample(t)
+        if any(r.severity is Severity.BAD for r in reasons):
+            if current:
+                out.append(Segment(node, T0 + start, T0 + t, current))
+            return out, t, reasons
+        if _signature(reasons) != _signature(current):
+            if current:
+                out.append(Segment(node, T0 + start, T0 + t, current))
+            start, current = t, reasons
+        t += MINUTE
+    if current:
+        out.append(Segment(node, T0 + start, T0 + horizon, current))
+    return out, None, ()
+
+
+def creeping_sampler(seed: int, node: str, gpu: int) -> Callable[[float], tuple[Reason, ...]]:
+    model = _creeping_model(seed, node, gpu)
+    recent: list[float] = []
+    last = [0.0]
+    window = int(POLICY.window_s // MINUTE)
+
+    def sample(t: float) -> tuple[Reason, ...]:
+        fields: dict[str, Any] = {}
+        for _ in range(3):  # to the steady state of this minute (tau 40 s)
+            fields = model.step(Load("training"), max(t - last[0], 0.0) / 3 or 20.0, t, 0.0)
+        last[0] = t
+        temp = float(fields["temperature_c"])
+        recent.append(temp)
+        del recent[:-window]
+        bits = int(fields["clock_event_reasons"])
+        events = frozenset(name for bit, name in _EVENTS if bits & bit)
+        s = _gpu(
+            node,
+            gpu,
+            temperature_c=temp,
+            temperature_min_window_c=min(recent),
+            clock_events=events,
+        )
+        return tuple(gpu_reasons(s, POLICY))
+
+    return sample
+
+
+def bad_port_sampler(node: str, hca: int) -> Callable[[float], tuple[Reason, ...]]:
+    """The bad port's errors over the policy's window, as ``NodeDevices._bad_port`` adds
+    them (a stand-in port records the additions)."""
+    stub = SimpleNamespace(bad_port=(hca, 0.0))
+
+    def sample(t: float) -> tuple[Reason, ...]:
+        added: dict[str, float] = {}
+        port = SimpleNamespace(add=lambda k, v: added.__setitem__(k, added.get(k, 0.0) + v))
+        NodeDevices._bad_port(stub, port, t, POLICY.window_s)  # type: ignore[arg-type]
+        port_sample = _port(node, hca, state="ACTIVE", phys_state="LinkUp", error_increase=added)
+        return tuple(ib_port_reasons(port_sample, POLICY))
+
+    return sample
+
+
+def pick_cause(rng: random.Random) -> Any:
+    """As ``FailureActor.pick_cause``."""
+    total = sum(c.weight for c in CAUSES)
+    x = rng.random() * total
+    for c in CAUSES:
+        x -= c.weight
+        if x < 0:
+            return c
+    return CAUSES[-1]
+
+
+def make_history(regime: Regime, seed: int, nodes: int, days: float) -> History:
+    spares = max(2, math.ceil(nodes * SPARE_SHARE))
+    pool = nodes + spares
+    names = [f"gpu-node-{i:03d}" for i in range(pool)]
+    horizon = days * DAY
+    rate = WORLD.failures_per_1000_node_days * regime.multiplier / 1000.0  # per node-day
+    rng = random.Random(f"{seed}:goodput:{regime.name}")
+    plan = _slow_burner_plan(seed, pool)
+    lemons = {plan.lemon} if plan.lemon else set()
+
+    segments: list[Segment] = []
+    faults: list[Fault] = []
+    burners: dict[str, str] = {}
+    for node, g in plan._creeping:
+        segs, bad_t, bad = _segments(node, horizon, creeping_sampler(seed, node, g))
+        segments += segs
+        burners[node] = f"creeping GPU {g}"
+        if bad_t is not None:
+            faults.append(
+                Fault(T0 + bad_t, node, "thermal", DEFAULT_REPAIR_S, g, None, "slow-burner", bad)
+            )
+    for node, h in plan._bad_ports:
+        segs, bad_t, _ = _segments(node, horizon, bad_port_sampler(node, h))
+        segments += segs
+        burners[node] = f"bad port mlx5_{h}/1"
+        if bad_t is not None:
+            faults.append(
+                Fault(T0 + bad_t, node, "ib-link", repair_time("ib-link"), None, h, "slow-burner")
+            )
+
+    for node in names:
+        node_rate = rate * (LEMON_FACTOR if node in lemons else 1.0) / DAY
+        t = 0.0
+        busy_until = -1.0
+        while True:
+            t += rng.expovariate(node_rate)
+            if t >= horizon:
+                break
+            cause = pick_cause(rng)
+            repair = cause.repair_s * rng.uniform(0.5, 1.5)
+            gpu = rng.randrange(GPUS) if cause.name in GPU_CAUSES else None
+            hca = rng.randrange(HCAS) if cause.name == "ib-link" else None
+            if t < busy_until:
+                continue  # still being repaired: the actor does not fail it again
+            faults.append(Fault(T0 + t, node, cause.name, repair, gpu, hca))
+            busy_until = t + repair
+    # a slow burner's own failure: the random ones overlapping it are dropped likewise
+    faults.sort(key=lambda f: (f.at, f.node or ""))
+    kept: list[Fault] = []
+    busy: dict[str, float] = {}
+    for f in faults:
+        assert f.node is not None
+        if f.at < busy.get(f.node, -1.0):
+            continue
+        busy[f.node] = f.end
+        kept.append(f)
+    for f in kept:
+        if f.cause != "thermal":
+            f.reasons = fault_reasons(f, str(f.node))
+
+    bug_rate = rate * nodes * SOFTWARE_BUG_WEIGHT / sum(c.weight for c in CAUSES) / DAY
+    bugs: list[Fault] = []
+    t = 0.0
+    while True:
+        t += rng.expovariate(bug_rate)
+        if t >= horizon:
+            break
+        bugs.append(Fault(T0 + t, None, "software", 0.0, source="bug"))
+
+    noise: list[Noise] = []
+    weights = [w for w, _ in NOISE_KINDS]
+    templates = {i: kind("template") for i, (_, kind) in enumerate(NOISE_KINDS)}
+    for node in names:
+        t = 0.0
+        while True:
+            t += rng.expovariate(NOISE_PER_NODE_DAY / DAY)
+            if t >= horizon:
+                break
+            i = rng.choices(range(len(NOISE_KINDS)), weights)[0]
+            reasons = tuple(
+                Reason(r.severity, r.code, r.message, r.gpu, r.port) for r in templates[i]
+            )
+            reasons = _relabel(reasons, rng.randrange(GPUS), rng.randrange(HCAS))
+            length = rng.uniform(60.0, 600.0)
+            noise.append(Noise(node, T0 + t, T0 + t + length, reasons))
+    return History(
+        nodes=names,
+        gang_size=nodes,
+        horizon=horizon,
+        faults=kept,
+        bugs=bugs,
+        segments=segments,
+        noise=noise,
+        lemons=lemons,
+        slow_burners=burners,
+        rate_per_node_day=rate,
+    )
+
+
+# -- one run ---------------------------------------------------------------------------
+
+
+def slow_burn_rule() -> tuple[str, Callable[[Sequence[Reason]], Reason | None]]:
+    """The product's ``training.swaps.slow_burn`` where it exists, else the modelled rule."""
+    try:
+        swaps = importlib.import_module("krea_ops.training.swaps")
+        rule = swaps.slow_burn
+    except (ImportError, AttributeError):
+
+        def rule(reasons: Sequence[Reason]) -> Reason | None:
+            if any(r.severity is Severity.BAD for r in reasons):
+                return None
+            for r in reasons:
+                if r.severity is not Severity.SUSPECT:
+                    continue
+                if r.code in SLOW_BURN_CODES or (
+                    r.code.startswith("ib_") and r.code not in NOT_SLOW_BURN_IB
+                ):
+                    return r
+            return None
+
+        return "modelled", rule
+    return "product", rule
+
+
+def _node_obj(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "resourceVersion": "1", "labels": {}, "annotations": {}},
+        "spec": {},
+        "status": {
+            "capacity": {"nvidia.com/gpu": str(GPUS)},
+            "allocatable": {"nvidia.com/gpu": str(GPUS)},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+@dataclass
+class RestartRecord:
+    at: float
+    culprit: str | None  # the node the simulation knows it was due to (None: software)
+    planned: bool
+    also: frozenset[str] = frozenset()  # gang nodes that failed too, in the same window
+    verdict: str = ""  # right | wrong | unattributed (the "with" run)
+    attributed: str | None = None
+
+
+@dataclass
+class Run:
+    history: History
+    automated: bool
+    interval_s: float
+    checkpoint_s: float
+    seed: int
+    swap_rule: Callable[[Sequence[Reason]], Reason | None] | None = None
+    lost: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
+    productive: float = 0.0
+    restarts: list[RestartRecord] = field(default_factory=list)
+    planned_swaps: int = 0
+    evictions: int = 0
+    cap_held: set[str] = field(default_factory=set)
+    acks: int = 0
+    flagged: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        h = self.history
+        self.end = T0 + h.horizon
+        self.rng = random.Random(f"{self.seed}:goodput:{'with' if self.automated else 'without'}")
+        self.gang: list[str] = h.nodes[: h.gang_size]
+        self.objs = {n: _node_obj(n) for n in h.nodes}
+        self.version = 1
+        self.controller = NodeHealth()
+        self.state: dict[str, Any] = {}
+        self.evicted_signals: list[attribution.Signal] = []
+        self.by_node: dict[str, list[Fault]] = {}
+        for f in h.faults:
+            self.by_node.setdefault(str(f.node), []).append(f)
+        self.segments_by_node: dict[str, list[Segment]] = {}
+        for s in h.segments:
+            self.segments_by_node.setdefault(s.node, []).append(s)
+        self.queue: list[tuple[float, int, int, str, Any]] = []
+        self.seq = 0
+        self.passes: set[int] = set()
+        # gang state
+        self.up_since: float | None = T0  # running since (None: stopped)
+        self.hang: Fault | None = None  # a hang in progress (running, no progress)
+        self.hang_from = 0.0
+        self.down_from = 0.0
+        self.stop_pending = False  # a planned swap's checkpoint is being written
+        self.attributed_times: list[tuple[str, float]] = []
+        self.swapping: set[str] = set()
+        self.begin = T0
+        self.pending: Fault | None = None
+        self.ack_at: float | None = None
+        self.ack_pending = False
+        self.waiting = 0.0  # restarts waiting for enough schedulable nodes
+
+    # -- the event queue ------------------------------------------------------------
+
+    def push(self, t: float, kind: str, payload: Any = None, prio: int = 5) -> None:
+        self.seq += 1
+        heapq.heappush(self.queue, (t, prio, self.seq, kind, payload))
+
+    def schedule_passes(self, start: float, span: float) -> None:
+        if not self.automated:
+            return
+        k = math.ceil((start - T0) / PASS_S)
+        while T0 + k * PASS_S <= min(start + span, self.end):
+            if k not in self.passes:
+                self.passes.add(k)
+                self.push(T0 + k * PASS_S, "pass", None, prio=0)
+            k += 1
+
+    # -- what the world looks like at t ------------------------------------------------
+
+    def open_fault(self, node: str, t: float) -> Fault | None:
+        for f in self.by_node.get(node, ()):
+            if f.open_at(t):
+                return f
+            if f.at > t:
+                break
+        return None
+
+    def reasons_at(self, node: str, t: float) -> list[Reason]:
+        out: list[Reason] = []
+        f = self.open_fault(node, t - SCRAPE_S)
+        if f is not None:
+            if f.cause == "host" and t < f.at + NODE_MONITOR_GRACE_S:
+                out += [r for r in f.reasons if r.code != "node_not_ready"]
+            else:
+                out += f.reasons
+        for s in self.segments_by_node.get(node, ()):
+            if s.start + SCRAPE_S <= t < s.end + SCRAPE_S and not (f and f.source == "slow-burner"):
+                out += s.reasons
+        return out
+
+    def verdict_at(self, node: str, t: float) -> Verdict:
+        reasons = self.reasons_at(node, t)
+        return Verdict.of(reasons) if reasons else OK_VERDICT
+
+    def schedulable(self, node: str, t: float) -> bool:
+        """Kubernetes would bind a gang pod there (and, with krea-ops, it is neither
+        cordoned nor a lemon)."""
+        f = self.open_fault(node, t)
+        if f is not None and f.cause in UNSCHEDULABLE_CAUSES:
+            return False
+        if not self.automated:
+            return True
+        obj = self.objs[node]
+        if obj["spec"].get("unschedulable"):
+            return False
+        if (obj["metadata"].get("labels") or {}).get(LEMON_LABEL) == "true":
+            return False
+        return node not in self.flagged
+
+    # -- node-health ------------------------------------------------------------------
+
+    def sync_ready(self, t: float) -> None:
+        for node, obj in self.objs.items():
+            f = self.open_fault(node, t)
+            down = f is not None and f.cause == "host" and t >= f.at + NODE_MONITOR_GRACE_S
+            cond = obj["status"]["conditions"][0]
+            want = "Unknown" if down else "True"
+            if cond["status"] != want:
+                since = (f.at + NODE_MONITOR_GRACE_S) if down and f else t
+                obj["status"]["conditions"] = [
+                    {"type": "Ready", "status": want, "lastTransitionTime": rfc3339(since)}
+                ]
+                self.bump(obj)
+
+    def bump(self, obj: dict[str, Any]) -> None:
+        self.version += 1
+        obj["metadata"]["resourceVersion"] = str(self.version)
+
+    def apply(self, plan: Plan) -> None:
+        for step in plan.steps:
+            if step.kind is not StepKind.UPDATE or step.node is None:
+                continue
+            obj = self.objs[step.node]
+            for edit in step.edits:
+                obj = edit.apply(obj) or obj
+            self.objs[step.node] = obj
+            self.bump(obj)
+
+    def node_health_pass(self, t: float) -> list[str]:
+        """One ``NodeHealth.decide`` over the nodes as they are at t; its plans applied.
+        Returns the nodes it evicted."""
+        self.sync_ready(t)
+        verdicts = {n: self.verdict_at(n, t) for n in self.objs}
+        names = evictable(self.objs, verdicts, USER)
+        evict = EvictInputs(
+            nodes=tuple(names),
+            objs={n: self.objs[n] for n in names},
+            fleet=len(self.objs),
+            pods={n: () for n in names},
+        )
+        snap = NodeHealthSnapshot(
+            nodes=self.objs,
+            verdicts=verdicts,
+            evict=evict,
+            user=USER,
+            ack_at=self.ack_at,
+            ack_by="operator" if self.ack_at is not None else None,
+        )
+        decision = self.controller.decide(snap, t, self.state)
+        self.state = json.loads(json.dumps(decision.state))
+        held = {s.target for s in decision.skipped if s.why == "cap"}
+        self.cap_held |= held
+        if held and not self.ack_pending:
+            # the cap's alert pages an operator, who runs `krea-ops controller ack`
+            self.ack_pending = True
+            self.push(t + self.human_delay(t), "ack", None, prio=0)
+        evicted: list[str] = []
+        for plan in decision.plans:
+            self.apply(plan)
+            if plan.action == "nodes evict":
+                for n in plan.nodes:
+                    if n not in evicted:
+                        evicted.append(n)
+                        self.evictions += 1
+                        self.evicted_signals.append(
+                            attribution.Signal(
+                                n,
+                                "evicted",
+                                Severity.BAD,
+                                f"evicted by node-health: {plan.reason}",
+                                t,
+                                t,
+                            )
+                        )
+        return evicted
+
+    def under_cap(self) -> bool:
+        """Whether one more eviction stays within node-health's blast cap (planned swaps
+        count against it like every eviction; no operator acknowledges in the model)."""
+        ours = sum(
+            1
+            for o in self.objs.values()
+            if (o["metadata"].get("annotations") or {}).get(EVICTED_BY) == USER
+        )
+        return ours < self.controller.config.cap(len(self.objs))
+
+    def swap_evict(self, node: str, t: float, why: str) -> bool:
+        """A planned swap's eviction, with the runbook's plan; False over the blast cap."""
+        if not self.under_cap():
+            self.cap_held.add(node)
+            return False
+        inputs = EvictInputs(
+            nodes=(node,), objs={node: self.objs[node]}, fleet=len(self.objs), pods={node: ()}
+        )
+        plan = build_evict(inputs, reason=f"planned swap: {why}", user=USER, now=t)
+        if plan.refused:
+            return False
+        self.apply(plan)
+        self.evictions += 1
+        self.evicted_signals.append(
+            attribution.Signal(node, "evicted", Severity.BAD, f"planned swap: {why}", t, t)
+        )
+        return True
+
+    # -- accounting -------------------------------------------------------------------
+
+    def close_segment(self, t: float, how: str) -> float:
+        """Account the running stretch up to t; ``how``: fail | end | planned. Returns
+        when the gang stops (a planned swap first writes its checkpoint)."""
+        assert self.up_since is not None
+        s = max(t - self.up_since, 0.0)
+        t_int, c = self.interval_s, self.checkpoint_s
+        k = math.floor(s / (t_int + c))
+        r = s - k * (t_int + c)
+        self.productive += k * t_int
+        self.lost["checkpoint_writes"] += k * c
+        stop = t
+        if how == "end":
+            self.productive += min(r, t_int)
+            self.lost["checkpoint_writes"] += max(r - t_int, 0.0)
+        elif how == "fail":
+            self.lost["lost_work"] += min(r, t_int)
+            self.lost["checkpoint_writes"] += max(r - t_int, 0.0)
+        else:  # planned: a checkpoint now (or the one being written) then the swap
+            self.productive += min(r, t_int)
+            self.lost["checkpoint_writes"] += c
+            stop = t + (c if r <= t_int else (t_int + c - r))
+        self.up_since = None
+        return stop
+
+    # -- the gang ---------------------------------------------------------------------
+
+    def detect_s(self, f: Fault) -> float:
+        return NCCL_TIMEOUT_S if f.hangs else 0.0
+
+    def human_delay(self, t: float) -> float:
+        hour = ((t - T0) % DAY) / HOUR
+        night = hour >= NIGHT[0] or hour < NIGHT[1]
+        median = HUMAN_MEDIAN_NIGHT_S if night else HUMAN_MEDIAN_DAY_S
+        return min(self.rng.lognormvariate(math.log(median), HUMAN_SIGMA), 8 * HOUR)
+
+    def on_failure(self, f: Fault, t: float) -> None:
+        """A fault hits the gang while it runs."""
+        if self.swapping and self.up_since is None and self.pending is None:
+            self.pending = f  # during a planned swap's checkpoint: it hits when that ends
+            return
+        if self.up_since is None or self.hang is not None:
+            return
+        self.close_segment(t, "fail")
+        self.down_from = t
+        if f.hangs:
+            self.hang, self.hang_from = f, t
+            self.push(t + NCCL_TIMEOUT_S, "nccl-timeout", f)
+            # (with krea-ops, a node-health eviction of a gang node ends it sooner: "pass")
+        else:
+            self.stopped(f, t)
+
+    def stopped(
+        self, f: Fault | None, t: float, evicted: str | None = None, planned: bool = False
+    ) -> None:
+        """The gang has stopped at t (a crash, the end of a hang, a planned swap)."""
+        self.hang = None
+        self.lost["detection"] += t - self.down_from
+        culprit = f.node if f is not None else None
+        also = frozenset(
+            n
+            for n in self.gang
+            if (g := self.open_fault(n, t)) is not None and g.at >= t - attribution.WINDOW_BEFORE_S
+        )
+        rec = RestartRecord(t, culprit, planned, also)
+        self.restarts.append(rec)
+        if self.automated:
+            self.attribute(rec, f, evicted)
+            begin = t
+        else:
+            begin = t + self.human_delay(t)
+            self.lost["detection"] += min(begin, self.end) - t
+        self.begin = begin
+        self.push(begin + BIND_DELAY_S, "bind", begin, prio=2)
+
+    def attribute(self, rec: RestartRecord, f: Fault | None, evicted: str | None) -> None:
+        t = rec.at
+        failed: list[attribution.FailedPod] = []
+        if evicted is not None:
+            failed.append(
+                attribution.FailedPod(
+                    f"trainer-{evicted}", evicted, t, "Evicted", 143, "evicted", ()
+                )
+            )
+        elif f is not None and f.node is not None and not f.hangs:
+            failed.append(
+                attribution.FailedPod(
+                    f"trainer-{f.node}",
+                    f.node,
+                    t,
+                    "Error",
+                    1,
+                    None,
+                    (
+                        "RuntimeError: CUDA error: an illegal memory access was encountered "
+                        f"(GPU {f.gpu})",
+                    ),
+                )
+            )
+        elif f is not None and f.node is None:
+            node = self.rng.choice(self.gang)
+            failed.append(
+                attribution.FailedPod(
+                    f"trainer-{node}",
+                    node,
+                    t,
+                    "Error",
+                    1,
+                    None,
+                    ("Traceback (most recent call last):", "ValueError: shapes do not match"),
+                )
+            )
+        else:
+            node = self.rng.choice(self.gang)
+            failed.append(
+                attribution.FailedPod(
+                    f"trainer-{node}", node, t, "Error", 1, None, (attribution.NCCL_TIMEOUT,)
+                )
+            )
+        restart = attribution.Restart(
+            "training",
+            "dit",
+            len(self.restarts),
+            t,
+            tuple(self.gang),
+            tuple(failed),
+            len(self.gang) * GPUS,
+        )
+        result = attribution.attribute(restart, self.signals_near(t))
+        rec.attributed = result.node
+        if result.node is None:
+            rec.verdict = "right" if rec.culprit is None else "unattributed"
+        else:
+            right = result.node == rec.culprit or result.node in rec.also
+            rec.verdict = "right" if right else "wrong"
+            self.attributed_times.append((result.node, t))
+            flagged = attribution.lemon_candidates(self.attributed_times, t)
+            self.flagged |= set(flagged)
+
+    def signals_near(self, t: float) -> list[attribution.Signal]:
+        lo, hi = t - attribution.WINDOW_BEFORE_S, t + attribution.WINDOW_AFTER_S
+        h = self.history
+        out: list[attribution.Signal] = []
+        gang = set(self.gang)
+
+        def add(node: str, reasons: Iterable[Reason], first: float, last: float) -> None:
+            if node not in gang or last < lo or first > hi:
+                return
+            for r in reasons:
+                out.append(
+                    attribution.Signal(
+                        node, r.code, r.severity, r.message, first, last, r.gpu, r.port
+                    )
+                )
+
+        for node in gang:
+            for f in self.by_node.get(node, ()):
+                if f.at > hi:
+                    break
+                if f.cause == "host":
+                    rs = [r for r in f.reasons if r.code != "node_not_ready"]
+                    add(node, rs, f.at + SCRAPE_S, f.end)
+                    nr = [r for r in f.reasons if r.code == "node_not_ready"]
+                    add(node, nr, f.at + NODE_MONITOR_GRACE_S, f.end)
+                else:
+                    add(node, f.reasons, f.at + SCRAPE_S, f.end)
+            for s in self.segments_by_node.get(node, ()):
+                add(node, s.reasons, s.start + SCRAPE_S, s.end)
+        for n in h.noise:
+            if n.start > hi:
+                break
+            add(n.node, n.reasons, n.start, n.end)
+        out += [s for s in self.evicted_signals if lo <= s.first <= hi and s.node in gang]
+        return out
+
+    def bind(self, begin: float, t: float) -> None:
+        """Pods of the restarted gang are bound at t: replace the nodes that cannot run."""
+        keep: list[str] = []
+        for n in self.gang:
+            if self.automated:
+                ok = self.schedulable(n, t)
+            else:
+                # the human pulled the nodes that were failed when they restarted
+                ok = self.schedulable(n, t) and self.open_fault(n, begin) is None
+            if ok:
+                keep.append(n)
+        need = self.history.gang_size - len(keep)
+        if need:
+            spares = [
+                n for n in self.history.nodes if n not in self.gang and self.schedulable(n, t)
+            ]
+            if len(spares) < need:
+                # wait for a node to come back: try again at the next repair or restore
+                self.waiting += 5 * MINUTE
+                self.push(t + 5 * MINUTE, "bind", begin, prio=2)
+                return
+            keep += spares[:need]
+        self.gang = keep
+        done = max(begin + RESTART_S, t + RESTART_S - BIND_DELAY_S)
+        self.push(done, "up", None, prio=3)
+
+    def up(self, t: float) -> None:
+        self.lost["restart"] += t - self.begin
+        self.up_since = t
+        self.down_from = t
+        # a gang that starts with a failed node crashes again at once
+        for n in self.gang:
+            f = self.open_fault(n, t)
+            if f is not None:
+                self.on_failure(f, t)
+                return
+        if self.automated:
+            self.schedule_passes(t, 2 * PASS_S)
+
+    def maybe_swap(self, t: float) -> None:
+        """Planned swaps: a running gang's node SUSPECT with a slow-burning finding."""
+        if self.swap_rule is None or self.up_since is None or self.hang is not None:
+            return
+        for n in self.gang:
+            reasons = self.reasons_at(n, t)
+            burn = self.swap_rule(reasons) if reasons else None
+            if burn is None or n in self.swapping:
+                continue
+            if not self.under_cap():  # no checkpoint is asked for what cannot be evicted
+                self.cap_held.add(n)
+                continue
+            stop = self.close_segment(t, "planned")
+            self.swapping.add(n)
+            self.push(stop, "swap", (n, burn.message), prio=1)
+            return
+
+    def swap(self, node: str, why: str, t: float) -> None:
+        self.swapping.discard(node)
+        self.down_from = t
+        pending, self.pending = self.pending, None
+        if pending is not None:  # a failure while the checkpoint was written: it wins
+            self.up_since = t
+            self.on_failure(pending, t)
+            return
+        if self.swap_evict(node, t, why):
+            self.planned_swaps += 1
+            self.stopped(Fault(t, node, "planned", 0.0), t, evicted=node, planned=True)
+        else:  # over the cap: the gang runs on, the checkpoint was written
+            self.up_since = t
+
+    def run(self) -> None:
+        h = self.history
+        for f in h.faults:
+            self.push(f.at, "fault", f, prio=1)
+            if self.automated:
+                self.schedule_passes(f.at, 8 * MINUTE)
+                self.schedule_passes(f.end, 2 * PASS_S)
+                restore = self.controller.config.restore_after_s or 0.0
+                self.schedule_passes(f.end + restore, 3 * PASS_S)
+        for b in h.bugs:
+            self.push(b.at, "fault", b, prio=1)
+        if self.automated:
+            for s in h.segments:
+                self.schedule_passes(s.start + SCRAPE_S, 2 * PASS_S)
+        self.schedule_passes(T0, PASS_S)
+        while self.queue:
+            t, _, _, kind, payload = heapq.heappop(self.queue)
+            if t >= self.end:
+                break
+            if kind == "fault":
+                f = payload
+                if f.node is None or f.node in self.gang:
+                    self.on_failure(f, t)
+            elif kind == "nccl-timeout":
+                if self.hang is payload:
+                    self.stopped(payload, t)
+            elif kind == "pass":
+                evicted = self.node_health_pass(t)
+                hit = [n for n in evicted if n in self.gang]
+                if hit and self.hang is not None:
+                    self.stopped(self.hang, t, evicted=hit[0])
+                elif hit and self.up_since is not None:
+                    # an eviction of a running gang's node (no failure the simulation knows)
+                    self.close_segment(t, "fail")
+                    self.down_from = t
+                    self.stopped(Fault(t, hit[0], "evicted", 0.0), t, evicted=hit[0])
+                self.maybe_swap(t)
+            elif kind == "ack":
+                self.ack_at, self.ack_pending = t, False
+                self.acks += 1
+                self.schedule_passes(t, 2 * PASS_S)
+            elif kind == "bind":
+                self.bind(payload, t)
+            elif kind == "up":
+                self.up(t)
+            elif kind == "swap":
+                self.swap(payload[0], payload[1], t)
+        if self.up_since is not None:
+            self.close_segment(self.end, "end")
+        # time still down at the end (a hang, a restart under way) is not accounted yet
+        accounted = self.productive + sum(self.lost.values())
+        gap = self.history.horizon - accounted
+        if gap > 1e-6:
+            self.lost["detection" if self.hang is not None else "restart"] += gap
+
+    @property
+    def ettr(self) -> float:
+        return self.productive / self.history.horizon
+
+
+# -- the benchmark -----------------------------------------------------------------------
+
+
+def run_regime(regime: Regime, seed: int, nodes: int, days: float) -> dict[str, Any]:
+    history = make_history(regime, seed, nodes, days)
+    advice = advise(
+        regime.checkpoint_s,
+        nodes=nodes,
+        failures_per_1000_node_days=history.rate_per_node_day * 1000.0,
+        restart_s=RESTART_S,
+    )
+    rule_name, rule = slow_burn_rule()
+    without = Run(history, False, WITHOUT_INTERVAL_S, regime.checkpoint_s, seed)
+    with_ = Run(history, True, advice.daly_interval_s, regime.checkpoint_s, seed, swap_rule=rule)
+    without.run()
+    with_.run()
+    verdicts = [r.verdict for r in with_.restarts]
+    flagged_true = len(with_.flagged & history.lemons)
+    return {
+        "regime": regime.name,
+        "ettr_without": round(without.ettr, 4),
+        "ettr_with": round(with_.ettr, 4),
+        "restarts": {"without": len(without.restarts), "with": len(with_.restarts)},
+        "attributed_right": verdicts.count("right"),
+        "attributed_wrong": verdicts.count("wrong"),
+        "unattributed": verdicts.count("unattributed"),
+        "lemons_flagged": len(with_.flagged),
+        "lemons_flagged_true": flagged_true,
+        "lemons_true": len(history.lemons),
+        "lost_hours_by_cause": {
+            "without": {k: round(v / HOUR, 2) for k, v in without.lost.items()},
+            "with": {k: round(v / HOUR, 2) for k, v in with_.lost.items()},
+        },
+        "failures": {
+            "hardware_on_pool": sum(1 for f in history.faults if f.source == "random"),
+            "slow_burner": sum(1 for f in history.faults if f.source == "slow-burner"),
+            "software": len(history.bugs),
+        },
+        "planned_swaps": with_.planned_swaps,
+        "evictions": with_.evictions,
+        "cap_held_nodes": len(with_.cap_held),
+        "cap_acks": with_.acks,
+        "waiting_for_nodes_h": {
+            "without": round(without.waiting / HOUR, 2),
+            "with": round(with_.waiting / HOUR, 2),
+        },
+        "interval_min": {
+            "without": round(WITHOUT_INTERVAL_S / MINUTE, 1),
+            "with": round(advice.daly_interval_s / MINUTE, 1),
+        },
+        "gang_mtbf_h": round(advice.mtbf_s / HOUR, 1),
+        "swap_rule": rule_name,
+        "nodes": nodes,
+        "spares": len(history.nodes) - nodes,
+        "days": days,
+        "seed": seed,
+    }
+
+
+def positive(kind: Callable[[str], Any], what: str) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a number, got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{what} must be above 0, got {text}")
+        return value
+
+    return parse
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    lines = []
+    for r in results:
+        lines.append(
+            f"{r['regime']}: {r['nodes']} nodes (+{r['spares']} spares), {r['days']:g} days, "
+            f"seed {r['seed']}; gang MTBF {r['gang_mtbf_h']} h (hardware), "
+            f"checkpoint every {r['interval_min']['without']:g} min without, "
+            f"{r['interval_min']['with']:g} min with"
+        )
+        lines.append(f"  {'':22} {'without':>9} {'with':>9}")
+        lines.append(f"  {'ETTR':22} {r['ettr_without']:>9.3f} {r['ettr_with']:>9.3f}")
+        lines.append(f"  {'restarts':22} {r['restarts']['without']:>9} {r['restarts']['with']:>9}")
+        for k in CATEGORIES:
+            w, a = r["lost_hours_by_cause"]["without"][k], r["lost_hours_by_cause"]["with"][k]
+            lines.append(f"  {'lost h, ' + k.replace('_', ' '):22} {w:>9.2f} {a:>9.2f}")
+        total = r["restarts"]["with"] or 1
+        lines.append(
+            f"  attribution (with): right {r['attributed_right']} "
+            f"({100 * r['attributed_right'] / total:.0f} %), wrong {r['attributed_wrong']}, "
+            f"unattributed {r['unattributed']}"
+        )
+        lines.append(
+            f"  lemons: flagged {r['lemons_flagged']} ({r['lemons_flagged_true']} true), "
+            f"true {r['lemons_true']}; planned swaps {r['planned_swaps']} "
+            f"({r['swap_rule']} rule); evictions {r['evictions']}; "
+            f"held by the blast cap {r['cap_held_nodes']} nodes ({r['cap_acks']} acks); "
+            f"waited for nodes {r['waiting_for_nodes_h']['without']:g} h without, "
+            f"{r['waiting_for_nodes_h']['with']:g} h with"
+        )
+        f = r["failures"]
+        lines.append(
+            f"  failures in the pool: {f['hardware_on_pool']} hardware, "
+            f"{f['slow_burner']} slow burners, {f['software']} software"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--days", type=positive(float, "--days"), default=7.0)
+    parser.add_argument("--nodes", type=positive(int, "--nodes"), default=128)
+    parser.add_argument("--json", action="store_true", help="one JSON object per regime")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    started = time.perf_counter()
+    results = [run_regime(r, args.seed, args.nodes, args.days) for r in REGIMES]
+    if args.json:
+        for r in results:
+            print(json.dumps(r, sort_keys=True))
+    else:
+        print(table(results))
+        print(f"({time.perf_counter() - started:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
