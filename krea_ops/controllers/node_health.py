@@ -107,6 +107,13 @@ from krea_ops.controllers.base import (
     Inputs,
     Skip,
 )
+from krea_ops.controllers.restarts import (
+    RecorderConfig,
+    RestartInputs,
+    attributed_restarts,
+    read_restart_inputs,
+    record,
+)
 from krea_ops.errors import BadInput, Unavailable
 from krea_ops.fleet import judged_error, load_fleet
 from krea_ops.health import HealthPolicy, fleet_views
@@ -129,6 +136,7 @@ from krea_ops.runbook.nodes import (
 )
 from krea_ops.runbook.plan import Plan
 from krea_ops.settings import Settings
+from krea_ops.training.attribution import lemon_candidates
 from krea_ops.training.manifests import LEMON_LABEL
 
 NAME = "node-health"
@@ -213,8 +221,10 @@ class NodeHealthConfig:
     ``restore_after_s``: a node we quarantined that is OK this long is restored (None:
     never automatically). ``cooldown_s``: after a manual restore, the node is not
     evicted again for this long. ``lemon_window_s``, ``lemon_remediations``: that many
-    evictions within the window make a lemon. ``drain_timeout_s``: the plans' eviction
-    timeout."""
+    evictions within the window make a lemon; ``lemon_restarts``: so do that many
+    training restarts attributed to the node within it. ``attribution_before_s``,
+    ``attribution_after_s``: the window around a restart its signals are taken from
+    (``controllers.restarts``). ``drain_timeout_s``: the plans' eviction timeout."""
 
     cap_share: float = 0.02
     cap_min_nodes: int = 1
@@ -226,6 +236,9 @@ class NodeHealthConfig:
     cooldown_s: float = 6 * 3600.0
     lemon_window_s: float = 28 * 86400.0
     lemon_remediations: int = 2
+    lemon_restarts: int = 2
+    attribution_before_s: float = 720.0
+    attribution_after_s: float = 300.0
     drain_timeout_s: float = 300.0
 
     @staticmethod
@@ -258,7 +271,7 @@ class NodeHealthConfig:
                 out[key] = windows
             elif key == "restore_after_s":
                 out[key] = None if value is None else _number(key, value)
-            elif key in ("cap_min_nodes", "veto_nodes", "lemon_remediations"):
+            elif key in ("cap_min_nodes", "veto_nodes", "lemon_remediations", "lemon_restarts"):
                 number = _number(key, value, minimum=1)
                 if number != int(number):
                     raise BadInput(f"node-health setting {key}: expected a whole number")
@@ -287,8 +300,19 @@ class NodeHealthConfig:
                 "cooldown_s": settings.node_health_cooldown_s,
                 "lemon_window_s": settings.node_health_lemon_window_s,
                 "lemon_remediations": settings.node_health_lemon_remediations,
+                "lemon_restarts": settings.node_health_lemon_restarts,
+                "attribution_before_s": settings.attribution_before_s,
+                "attribution_after_s": settings.attribution_after_s,
                 "drain_timeout_s": settings.node_health_drain_timeout_s,
             }
+        )
+
+    def recorder(self) -> RecorderConfig:
+        return RecorderConfig(
+            before_s=self.attribution_before_s,
+            after_s=self.attribution_after_s,
+            lemon_window_s=self.lemon_window_s,
+            lemon_restarts=self.lemon_restarts,
         )
 
     def cap(self, gpu_nodes: int) -> int:
@@ -319,6 +343,7 @@ class NodeHealthSnapshot:
     ack_by: str | None = None
     telemetry_error: str | None = None
     read_at: Mapping[str, float] = field(default_factory=dict)  # input -> when read
+    restarts: RestartInputs = field(default_factory=RestartInputs)  # the training gangs
 
 
 def no_evict_inputs() -> EvictInputs:
@@ -450,10 +475,12 @@ class NodeHealth:
             evict = read_evict(cluster, actable) if actable else no_evict_inputs()
         except BadInput as exc:  # a node deleted since the list: the next pass sees it gone
             raise Unavailable(f"{NAME}: nodes changed while read ({exc})") from exc
+        restarts = read_restart_inputs(cluster, now)
         return NodeHealthSnapshot(
             nodes=objs,
             verdicts=verdicts,
             evict=evict,
+            restarts=restarts,
             user=inputs.user,
             policy=inputs.policy,
             ack_at=ack_at,
@@ -537,6 +564,21 @@ class _Pass:
                 )
             )
         new = {n for p in self.plans if p.action == "nodes evict" and p.steps for n in p.nodes}
+        recorder, recorded = record(
+            snap.restarts,
+            None if snap.telemetry_error else self.verdicts,
+            [
+                (n, p.reason or "")
+                for p in self.plans
+                if p.action == "nodes evict"
+                for n in p.nodes
+                if n in new and n not in ours
+            ],
+            self.now,
+            self._prev("recorder"),
+            self.cfg.recorder(),
+        )
+        lemons = self._restart_lemons(recorder, lemons)
         stamp = parse_time(rfc3339(self.now))  # the evicted-at its plans write
         gpu_nodes = len(self.infos)
         cap = self.cfg.cap(gpu_nodes)
@@ -555,6 +597,7 @@ class _Pass:
             "lemons": float(
                 sum(1 for i in self.infos.values() if i.labels.get(LEMON_LABEL) == "true")
             ),
+            **recorded,
         }
         new_state = {
             "onsets": onsets,
@@ -564,6 +607,7 @@ class _Pass:
             "restored": restored,
             "marked": sorted(marked),
             "restoring": sorted(restoring),
+            "recorder": recorder,
             # what `krea-ops controller status` shows
             "cap": {
                 "quarantined_unacked": quarantined,
@@ -733,6 +777,54 @@ class _Pass:
             self.plans.append(self._lemon_plan(name, why))
             out[name] = {"at": times[-1], "seen": False}
         return out
+
+    def _restart_lemons(
+        self, recorder: Mapping[str, Any], lemons: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Label the nodes attributed ``lemon_restarts`` training restarts within the
+        lemon window (``attribution.lemon_candidates``), as many as the blast cap allows
+        beside the lemons labelled since the last acknowledgement (a lying exporter could
+        otherwise keep the whole fleet out of training)."""
+        candidates = lemon_candidates(
+            attributed_restarts(recorder),
+            self.now,
+            window_s=self.cfg.lemon_window_s,
+            threshold=self.cfg.lemon_restarts,
+        )
+        ack = self.snap.ack_at
+        cap = self.cfg.cap(len(self.infos))
+        counted = sum(
+            1
+            for entry in lemons.values()
+            if isinstance(entry, Mapping) and (ack is None or float(entry.get("at", 0)) > ack)
+        )
+        window = (
+            _for(self.cfg.lemon_window_s)
+            if self.cfg.lemon_window_s < 2 * 86400
+            else f"{self.cfg.lemon_window_s / 86400:g} days"
+        )
+        runs = {
+            (str(a[0]), float(a[1])): f"{a[2]} #{a[3]} ({a[4]})"
+            for a in recorder.get("attributed") or ()
+        }
+        for name, times in candidates.items():
+            info = self.infos.get(name)
+            if info is None or name in lemons or info.labels.get(LEMON_LABEL) == "true":
+                continue
+            which = ", ".join(runs.get((name, t), "?") for t in times)
+            why = f"{len(times)} training restarts attributed to it within {window}: {which}"
+            if _opted_out(info):
+                self.skipped.append(Skip(name, "opt-out", f"{why}: not labelled a lemon"))
+                continue
+            if counted >= cap:
+                self.skipped.append(
+                    Skip(name, "cap", f"blast cap of {cap} reached: not labelled a lemon: {why}")
+                )
+                continue
+            self.plans.append(self._lemon_plan(name, why))
+            lemons[name] = {"at": times[-1], "seen": False}
+            counted += 1
+        return lemons
 
     def _lemon_plan(self, name: str, why: str) -> Plan:
         obj = self.snap.nodes[name]
