@@ -48,7 +48,8 @@ Obj = dict[str, Any]
 # - pods/eviction create (kube/eviction.py), poddisruptionbudgets list (the preflights);
 # - jobsets get (the evict preflight reads a gang's JobSet by name);
 # - node-health's restart recorder (controllers/restarts.py): jobsets list and pods list
-#   (training.gangs), pods/log get (rank 0's last lines, a failed pod's last words);
+#   (training.gangs), pods/log get (rank 0's last lines, a failed pod's last words), events
+#   list (the JobSet controller's restart Events: when, and which child Job failed first);
 # - clusterqueues get/list/patch, resourceflavors and cohorts list (quota-sync;
 #   Cluster.custom_objects lists, kube/writes.py update GETs then PATCHes);
 # - clusterqueues, localqueues, resourceflavors list (migrate-back: where Kueue would
@@ -85,6 +86,7 @@ CLUSTER_CALLS: dict[str, set[tuple[str, str, str]]] = {
         ("jobset.x-k8s.io", "jobsets", "get"),
         ("jobset.x-k8s.io", "jobsets", "list"),
         ("", "pods/log", "get"),
+        ("", "events", "list"),
         *EVENTS,
     },
     "quota-sync": {
@@ -779,6 +781,8 @@ NOT_IN_THE_PASS: dict[str, dict[Atom, str]] = {
         EVENT_SERIES: SERIES,
         ("", "pods/log", "get", None): "controllers/restarts.py reads rank 0's log while a "
         "training gang runs, and a failed pod's",
+        ("", "events", "list", None): "controllers/restarts.py lists a JobSet's Events "
+        "after it restarted",
     },
     "quota-sync": {STATE_PATCH: LATER_PASSES, EVENT_SERIES: SERIES},
 }

@@ -35,6 +35,7 @@ pure.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +64,8 @@ FAILED_TAIL = 12  # lines kept of a failed pod's log
 HEAD_BYTES = 16384  # of a new attempt's rank-0 log, to find the step it loaded
 HEAD_WINDOW_S = 1800.0  # read the head of rank 0's log while its pod is this young
 STEPS_KEPT = 240
+FIRST_FAILED = re.compile(r"first failed job: ([^)\s]+)")
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 SIGNAL_CODES_SKIPPED = frozenset({"node_ready_unknown", "no_telemetry"})
 _SEVERITIES = {s.name: s for s in Severity}
 
@@ -87,6 +90,8 @@ class RestartInputs:
     gangs: tuple[Gang, ...] = ()
     tails: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     heads: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # run ("ns/name") -> (when, reason, message) of the JobSet controller's restart Events
+    events: Mapping[str, tuple[tuple[float, str, str], ...]] = field(default_factory=dict)
 
 
 Obj = dict[str, Any]
@@ -112,9 +117,12 @@ def read_restart_inputs(cluster: Cluster, now: float) -> RestartInputs:
         return RestartInputs()  # no JobSet API: no trainings to record
     tails: dict[str, tuple[str, ...]] = {}
     heads: dict[str, tuple[str, ...]] = {}
+    events: dict[str, tuple[tuple[float, str, str], ...]] = {}
     for gang in gangs:
         if gang.terminal:
             continue
+        if gang.restarts > 0 and _young(gang, now):
+            events[gang.key] = _restart_events(cluster, gang)
         rank0 = gang.rank0()
         if rank0 is not None and gang.running:
             key = _pod_key(gang.namespace, rank0)
@@ -130,7 +138,35 @@ def read_restart_inputs(cluster: Cluster, now: float) -> RestartInputs:
                 tail = _log(cluster, gang.namespace, pod, tail_lines=FAILED_TAIL)
                 if tail is not None:
                     tails[_pod_key(gang.namespace, pod)] = tail
-    return RestartInputs(tuple(gangs), tails, heads)
+    return RestartInputs(tuple(gangs), tails, heads, events)
+
+
+def _young(gang: Gang, now: float) -> bool:
+    """The current attempt began within ``HEAD_WINDOW_S`` (or has no pod yet)."""
+    made = [parse_time((p.get("metadata") or {}).get("creationTimestamp")) for p in gang.pods]
+    return not made or any(t is None or now - t < HEAD_WINDOW_S for t in made)
+
+
+def _restart_events(cluster: Cluster, gang: Gang) -> tuple[tuple[float, str, str], ...]:
+    """The JobSet controller's Events about restarting the gang (``applying
+    RestartJobSet failure policy action (first failed job: NAME)``): when, and which
+    child Job failed first. Events last an hour; the failed pods often much less."""
+    selector = f"involvedObject.kind=JobSet,involvedObject.name={gang.name}"
+    path = f"/api/v1/namespaces/{gang.namespace}/events"
+    items = cluster.list_all(f"list events of jobset {gang.key}", path, fieldSelector=selector)
+    out = []
+    for e in items:
+        message = str(e.get("message") or "")
+        if FIRST_FAILED.search(message) is None:
+            continue
+        at = (
+            parse_time(e.get("lastTimestamp"))
+            or parse_time(e.get("eventTime"))
+            or parse_time((e.get("metadata") or {}).get("creationTimestamp"))
+        )
+        if at is not None:
+            out.append((at, str(e.get("reason") or ""), message))
+    return tuple(sorted(out))
 
 
 # -- pure ---------------------------------------------------------------------------------
@@ -235,6 +271,29 @@ def _update_signals(
     return out
 
 
+def _jobs_of(gang: Gang) -> dict[str, str]:
+    """Child Job -> the node its pod runs on, for the current attempt."""
+    out = {}
+    for pod in gang.pods:
+        job = ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_NAME_LABEL)
+        node = (pod.get("spec") or {}).get("nodeName")
+        if job and node:
+            out[str(job)] = str(node)
+    return out
+
+
+def _since(old: Mapping[str, Any]) -> float:
+    """When a pass first saw the attempt that just ended, so the Event of the restart
+    that began it is not taken for this one: that Event came before the attempt's pods
+    were made, so before any pass saw them (the Event is stamped by the JobSet
+    controller's clock, the pass by ours: clocks kept in step by NTP, as the Lease
+    elections assume)."""
+    try:
+        return float(old.get("attempt_seen") or 0.0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
 def _steps_at(steps: list[list[float]], step: int) -> float | None:
     """When ``step`` (or the first step after it) was first logged."""
     for t, s in steps:
@@ -295,8 +354,12 @@ def record(
             "gpus": gang.gpus or int((old or {}).get("gpus") or 0),
             "steps": [],
             "failed": {},
+            "jobs": _jobs_of(gang) or dict((old or {}).get("jobs") or {}),
         }
         same_attempt = old is not None and int(old.get("restarts") or 0) == gang.restarts
+        entry["attempt_seen"] = (
+            float(old.get("attempt_seen") or now) if same_attempt and old is not None else now
+        )
         if same_attempt and old is not None:
             entry["steps"] = [list(x) for x in old.get("steps") or ()][-STEPS_KEPT:]
             entry["failed"] = dict(old.get("failed") or {})
@@ -341,8 +404,26 @@ def record(
                     failed_before.append(
                         dataclasses.replace(late, log_tail=tuple(tail[-FAILED_TAIL:]))
                     )
-            times = [f.at for f in failed_before if f.at is not None]
             first = int(old.get("restarts") or 0) + 1
+            said = [e for e in inputs.events.get(key, ()) if e[0] > _since(old)]
+            if not failed_before and said:
+                # the pods went with the restart: the JobSet controller's Event says when
+                # and which child Job failed first; the last pass saw where it ran
+                at, reason, message = said[0]
+                job = FIRST_FAILED.search(message)
+                jobs = old.get("jobs") or {}
+                node = jobs.get(job.group(1)) if job else None
+                failed_before.append(
+                    FailedPod(
+                        pod=f"job {job.group(1)}" if job else "?",
+                        node=node if isinstance(node, str) else None,
+                        at=at,
+                        reason=reason,
+                        exit_code=None,
+                        message=message,
+                    )
+                )
+            times = [f.at for f in failed_before if f.at is not None]
             for number in range(first, gang.restarts + 1):
                 exact = bool(times) and number == first
                 pending.append(
@@ -446,3 +527,142 @@ def attributed_restarts(state: Mapping[str, Any]) -> list[tuple[str, float]]:
 
 def attribution_of(record: Mapping[str, Any]) -> Attribution:
     return Attribution.from_json(record.get("attribution") or {})
+
+
+# -- what `krea-ops train restarts` and `krea-ops nodes lemons` show ----------------------
+
+
+@dataclass(frozen=True)
+class RestartRow:
+    """One restart of a run as recorded (``pending``: its window has not closed yet, so
+    it is not attributed; ``attribution`` is then None)."""
+
+    number: int
+    at: float
+    at_exact: bool
+    attribution: Attribution | None
+    lost_steps: int | None = None
+    lost_gpu_hours: float | None = None
+    last_step: int | None = None
+    resumed_step: int | None = None
+    gpus: int | None = None
+    failed: tuple[FailedPod, ...] = ()
+    attributed_at: float | None = None  # when the window closes, for a pending one
+
+
+@dataclass(frozen=True)
+class RunRestarts:
+    """A run's restarts. ``restarts``: the JobSet's count (None: the JobSet is gone);
+    ``unrecorded``: restarts made before the recorder first saw the run; ``recorded``:
+    whether node-health has recorded anything at all (False: it has not run here)."""
+
+    namespace: str
+    name: str
+    restarts: int | None
+    rows: tuple[RestartRow, ...]
+    unrecorded: int
+    recorded: bool
+
+
+def _row(rec: Mapping[str, Any]) -> RestartRow:
+    def opt_int(key: str) -> int | None:
+        v = rec.get(key)
+        return int(v) if isinstance(v, int) and not isinstance(v, bool) else None
+
+    hours = rec.get("lost_gpu_hours")
+    return RestartRow(
+        number=int(rec.get("number") or 0),
+        at=float(rec.get("at") or 0.0),
+        at_exact=bool(rec.get("at_exact")),
+        attribution=Attribution.from_json(rec.get("attribution") or {}),
+        lost_steps=opt_int("lost_steps"),
+        lost_gpu_hours=float(hours) if isinstance(hours, (int, float)) else None,
+        last_step=opt_int("last_step"),
+        resumed_step=opt_int("resumed_step"),
+        gpus=opt_int("gpus"),
+        failed=tuple(f for f in map(_failed_of, rec.get("failed") or ()) if f),
+    )
+
+
+def run_restarts(
+    recorder: Mapping[str, Any] | None,
+    namespace: str,
+    name: str,
+    restarts: int | None,
+    after_s: float = WINDOW_AFTER_S,
+) -> RunRestarts:
+    """``recorder``: node-health's ``recorder`` state (None: never written);
+    ``restarts``: the JobSet's ``status.restarts`` (None: no such JobSet)."""
+    key = f"{namespace}/{name}"
+    rec = recorder or {}
+    rows = [_row(r) for r in (rec.get("log") or {}).get(key) or () if isinstance(r, Mapping)]
+    for p in rec.get("pending") or ():
+        if isinstance(p, Mapping) and p.get("run") == key:
+            at = float(p.get("at") or 0.0)
+            rows.append(
+                RestartRow(
+                    number=int(p.get("number") or 0),
+                    at=at,
+                    at_exact=bool(p.get("at_exact")),
+                    attribution=None,
+                    gpus=p.get("gpus") if isinstance(p.get("gpus"), int) else None,
+                    failed=tuple(f for f in map(_failed_of, p.get("failed") or ()) if f),
+                    attributed_at=at + after_s,
+                )
+            )
+    rows.sort(key=lambda r: r.number)
+    gang = (rec.get("gangs") or {}).get(key)
+    unrecorded = int(gang.get("unrecorded") or 0) if isinstance(gang, Mapping) else 0
+    if not isinstance(gang, Mapping) and restarts:
+        unrecorded = max(0, restarts - len(rows))
+    return RunRestarts(namespace, name, restarts, tuple(rows), unrecorded, recorder is not None)
+
+
+@dataclass(frozen=True)
+class LemonRow:
+    """A node implicated in repeated training restarts (or labelled a lemon)."""
+
+    node: str
+    labelled: bool
+    candidate: bool  # attributed ``threshold`` restarts within the window
+    restarts: tuple[tuple[float, str, int, str], ...]  # (at, run, restart number, cause)
+    evictions: tuple[float, ...]
+
+
+def lemon_rows(
+    node_health_state: Mapping[str, Any] | None,
+    labelled: Iterable[str],
+    now: float,
+    *,
+    window_s: float = LEMON_WINDOW_S,
+    threshold: int = LEMON_RESTARTS,
+) -> list[LemonRow]:
+    """Every node labelled a lemon, attributed a restart, or evicted within the window,
+    worst first (most restarts, then most evictions)."""
+    state = node_health_state or {}
+    recorder = state.get("recorder") or {}
+    horizon = now - window_s
+    restarts: dict[str, list[tuple[float, str, int, str]]] = {}
+    for a in recorder.get("attributed") or ():
+        if isinstance(a, list) and len(a) == 5 and float(a[1]) >= horizon:
+            restarts.setdefault(str(a[0]), []).append(
+                (float(a[1]), str(a[2]), int(a[3]), str(a[4]))
+            )
+    evictions = {
+        str(n): tuple(sorted(float(t) for t in ts or () if float(t) >= horizon))
+        for n, ts in (state.get("remediations") or {}).items()
+    }
+    marked = set(labelled)
+    names = marked | set(restarts) | {n for n, ts in evictions.items() if ts}
+    rows = [
+        LemonRow(
+            node=n,
+            labelled=n in marked,
+            candidate=len(restarts.get(n, ())) >= threshold,
+            restarts=tuple(sorted(restarts.get(n, ()))),
+            evictions=evictions.get(n, ()),
+        )
+        for n in names
+    ]
+    rows.sort(key=lambda r: (-len(r.restarts), -len(r.evictions), r.node))
+    return rows
