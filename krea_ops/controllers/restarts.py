@@ -64,6 +64,7 @@ FAILED_TAIL = 12  # lines kept of a failed pod's log
 HEAD_BYTES = 16384  # of a new attempt's rank-0 log, to find the step it loaded
 HEAD_WINDOW_S = 1800.0  # read the head of rank 0's log while its pod is this young
 STEPS_KEPT = 240
+CHILD_JOB = "child Job "  # a FailedPod known only from the JobSet's Event
 FIRST_FAILED = re.compile(r"first failed job: ([^)\s]+)")
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 SIGNAL_CODES_SKIPPED = frozenset({"node_ready_unknown", "no_telemetry"})
@@ -272,14 +273,15 @@ def _update_signals(
 
 
 def _jobs_of(gang: Gang) -> dict[str, str]:
-    """Child Job -> the node its pod runs on, for the current attempt."""
-    out = {}
+    """Child Job -> the node its pods run on, for the current attempt's Jobs whose pods
+    all run on one node (a Job spread over nodes names none of them)."""
+    nodes: dict[str, set[str]] = {}
     for pod in gang.pods:
         job = ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_NAME_LABEL)
         node = (pod.get("spec") or {}).get("nodeName")
         if job and node:
-            out[str(job)] = str(node)
-    return out
+            nodes.setdefault(str(job), set()).add(str(node))
+    return {job: next(iter(on)) for job, on in nodes.items() if len(on) == 1}
 
 
 def _since(old: Mapping[str, Any]) -> float:
@@ -310,7 +312,8 @@ def _lost(entry: Mapping[str, Any], resumed: int | None) -> dict[str, Any]:
         out.update(lost_steps=None, lost_gpu_hours=None)
         return out
     out["lost_steps"] = max(0, last - resumed)
-    reached = _steps_at(steps, resumed) if resumed > 0 else None
+    # when the resumed step was first logged (from scratch: when the attempt began)
+    reached = _steps_at(steps, resumed) if resumed > 0 else (steps[0][0] if steps else None)
     gpus = entry.get("gpus")
     at = float(entry["at"])
     if reached is not None and isinstance(gpus, int) and gpus > 0:
@@ -415,7 +418,7 @@ def record(
                 node = jobs.get(job.group(1)) if job else None
                 failed_before.append(
                     FailedPod(
-                        pod=f"job {job.group(1)}" if job else "?",
+                        pod=f"{CHILD_JOB}{job.group(1)}" if job else CHILD_JOB.strip(),
                         node=node if isinstance(node, str) else None,
                         at=at,
                         reason=reason,

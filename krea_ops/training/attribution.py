@@ -281,6 +281,8 @@ def _gpu_of_pod(pod: FailedPod) -> int | None:
 
 def _pod_line(pod: FailedPod) -> str:
     where = f" on {pod.node}" if pod.node else ""
+    if pod.pod.startswith("child Job"):  # known from the JobSet controller's Event only
+        return f"the JobSet restarted ({pod.reason}): {pod.pod}{where} failed first"
     what = " ".join(
         x
         for x in (

@@ -184,7 +184,15 @@ def test_a_hot_gpu_then_the_gangs_crash_is_attributed_to_that_node_and_gpu(
     # which child Job failed first, and the last pass saw where it ran
     assert rec["at_exact"], rec
     (failed,) = rec["failed"]
-    assert failed["node"] == hot_node and "first failed job" in failed["message"]
+    assert "first failed job" in failed["message"]
+    # the work lost: the steps the first attempt logged past the step the second loaded
+    rec = wait_for(
+        lambda: (r := _restarted(node_health, 1)) and r["lost_steps"] is not None and r,
+        timeout=30,
+        interval=0.5,
+    )
+    assert rec["last_step"] > 0 and rec["resumed_step"] is not None
+    assert rec["lost_steps"] == rec["last_step"] - rec["resumed_step"]
 
     shown = krea_ops(world, "train", "restarts", "dit", "-o", "json")
     assert shown.returncode == 0, shown.stderr
@@ -192,3 +200,81 @@ def test_a_hot_gpu_then_the_gangs_crash_is_attributed_to_that_node_and_gpu(
     assert (row["number"], row["node"], row["gpu"], row["cause"]) == (1, hot_node, 5, "thermal")
     table = krea_ops(world, "train", "restarts", "dit")
     assert f"{hot_node} GPU 5" in table.stdout and "thermal" in table.stdout
+
+
+NCCL = (
+    "[rank8]:[E1202 10:00:00.000000000 ProcessGroupNCCL.cpp:616] [Rank 8] Watchdog caught "
+    "collective operation timeout: WorkNCCL(SeqNum=4021, OpType=ALLREDUCE, NumelIn=1, "
+    "NumelOut=1, Timeout(ms)=600000) ran for 600042 milliseconds before timing out."
+)
+
+
+def test_a_bare_crash_is_unattributed_and_an_nccl_timeout_after_an_ib_flap_goes_to_the_port(
+    world: SimWorld, node_health: NodeHealthProcess
+) -> None:
+    submit_training(world.client, "dit", nodes=2)
+    first = wait_for(lambda: _running(world, 0), timeout=90)
+    node_health.pass_once()
+    # a crash with no signal anywhere on the gang: said so, nobody blamed
+    _fail(world, first[0], "trainer exited with code 1")
+    second = wait_for(lambda: _running(world, 1), timeout=90)
+    rec = wait_for(lambda: _restarted(node_health, 1), timeout=60, interval=0.5)
+    assert rec["attribution"]["node"] is None
+    assert rec["attribution"]["cause"] == "unattributed"
+    assert rec["attribution"]["evidence"][0].startswith("no BAD or SUSPECT finding")
+
+    flapping, other = second[0]["spec"]["nodeName"], second[1]["spec"]["nodeName"]
+    inject_fault(world.client, "ib-flap", flapping, value=3)
+
+    def flap_seen() -> bool:
+        node_health.pass_once()
+        signals = node_health.recorder().get("signals", {}).get(flapping, [])
+        return any(s[3] == "mlx5_3/1" and s[1] == "BAD" for s in signals)
+
+    wait_for(flap_seen, timeout=60, interval=0.5)
+    # the rank that times out is on the other node: NCCL's watchdog names no culprit
+    _fail(world, second[1], NCCL)
+    wait_for(lambda: _running(world, 2), timeout=90)
+    rec = wait_for(lambda: _restarted(node_health, 2), timeout=60, interval=0.5)
+    got = rec["attribution"]
+    assert (got["node"], got["port"], got["cause"]) == (flapping, "mlx5_3/1", "infiniband"), rec
+    assert other != flapping
+
+    shown = json.loads(krea_ops(world, "train", "restarts", "dit", "-o", "json").stdout)
+    assert [(r["number"], r["attributed_to"]) for r in shown] == [
+        (1, "unattributed"),
+        (2, f"{flapping} port mlx5_3/1"),
+    ]
+
+
+def test_a_node_that_caused_two_restarts_is_a_lemon_kept_out_of_the_next_gang(
+    world: SimWorld, node_health: NodeHealthProcess
+) -> None:
+    submit_training(world.client, "dit", nodes=2)
+    pods = wait_for(lambda: _running(world, 0), timeout=90)
+    lemon = pods[0]["spec"]["nodeName"]
+    node_health.pass_once()
+    inject_fault(world.client, "hot-gpu", lemon, gpu=2, value=86)
+    wait_for(
+        lambda: node_health.pass_once()
+        and any(s[2] == 2 for s in node_health.recorder().get("signals", {}).get(lemon, [])),
+        timeout=60,
+        interval=0.5,
+    )
+    for attempt in (1, 2):
+        on_lemon = [p for p in pods if p["spec"]["nodeName"] == lemon] or pods
+        _fail(world, on_lemon[0], "trainer exited with code 1")
+        pods = wait_for(lambda a=attempt: _running(world, a), timeout=90)
+        rec = wait_for(lambda a=attempt: _restarted(node_health, a), timeout=60, interval=0.5)
+        assert rec["attribution"]["node"] == lemon, rec
+    # the pass that attributed the second restart labelled it (under the cap of 1 node)
+    node_health.pass_once()
+    labelled = client.CoreV1Api(world.client).read_node(lemon).metadata.labels
+    assert labelled.get("krea.ai/lemon") == "true"
+    shown = json.loads(krea_ops(world, "nodes", "lemons", "-o", "json").stdout)
+    assert shown[0]["node"] == lemon and shown[0]["labelled"] and shown[0]["candidate"]
+    assert shown[0]["restarts"] == 2 and len(shown[0]["history"]) == 2
+    # the next attempt of the gang is placed without it
+    _fail(world, pods[0], "trainer exited with code 1")
+    after = wait_for(lambda: _running(world, 3), timeout=90)
+    assert lemon not in {p["spec"]["nodeName"] for p in after}
