@@ -339,6 +339,10 @@ class Cluster:
 
     # -- nodes and pods -------------------------------------------------------------
 
+    def list_all(self, what: str, path: str, **query: str | None) -> list[dict[str, Any]]:
+        """Every object of a (paginated) list, as the API server sends them."""
+        return list(self._pages(what, path, **query))
+
     def nodes(self, label_selector: str | None = None) -> list[NodeInfo]:
         pages = self._pages("list nodes", "/api/v1/nodes", labelSelector=label_selector)
         return [node_info(o) for o in pages]
