@@ -78,26 +78,37 @@ and keeps in its state only what the cluster cannot say):
   the runbook refuses (``Skip(why="refused")``, with the runbook's words).
 * **Unfinished drains.** A node we quarantined whose pods were not all moved (a budget
   held them) is drained again each pass, with the same reason.
+* **Planned swaps** (``planned_swaps``, on by default; ``controllers.planned_swaps``,
+  ``training.swaps``). A node of a running training gang SUSPECT with a slow-burning
+  finding (a GPU warm or near slowdown, InfiniBand or NVLink errors rising, a row remap
+  pending) gets its gang a checkpoint request (a PATCH of the JobSet's
+  ``krea.ai/checkpoint-requested-at``), and is evicted, like a BAD node, right after the
+  trainer answers that the checkpoint is committed; under the same cap, opt-out, veto and
+  cool-down. A request unanswered for ``swap_timeout_s`` is given up: the SUSPECT node
+  stays.
 
 State (JSON, persisted by the runner): per node, when each finding class was first seen
 (``onsets``), since when a quarantined node is OK (``healthy``), the eviction times seen
 (``remediations``), lemons labelled (``lemons``), manual restores seen (``restored``),
 which nodes carried our marks (``marked``), which the last pass evicted (``evicting``,
-with the resourceVersion its plan was made from) and which it restored (``restoring``).
+with the resourceVersion its plan was made from) and which it restored (``restoring``),
+and the planned swaps under way per gang (``swaps``).
 
 Gauges: ``quarantined`` (nodes carrying our marks by this controller), ``quarantined_unacked``
 (those counted by the cap, with this pass's), ``cap``, ``cap_reached`` (0/1),
-``veto_active`` (0/1), ``bad_nodes``, ``unknown_nodes``, ``lemons``.
+``veto_active`` (0/1), ``bad_nodes``, ``unknown_nodes``, ``lemons``, ``swaps_pending``
+(checkpoint requests unanswered), ``swaps_ready`` (answered, the node not yet evicted).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import quote
 
+from krea_ops.controllers import planned_swaps
 from krea_ops.controllers.base import (
     ACK_AT,
     ACK_BY,
@@ -129,7 +140,9 @@ from krea_ops.runbook.nodes import (
 )
 from krea_ops.runbook.plan import Plan
 from krea_ops.settings import Settings
+from krea_ops.training.gangs import Gang
 from krea_ops.training.manifests import LEMON_LABEL
+from krea_ops.training.swaps import DEFAULT_TIMEOUT_S, SwapConfig
 
 NAME = "node-health"
 OPT_OUT_LABEL = "krea.ai/auto-remediate"
@@ -214,7 +227,9 @@ class NodeHealthConfig:
     never automatically). ``cooldown_s``: after a manual restore, the node is not
     evicted again for this long. ``lemon_window_s``, ``lemon_remediations``: that many
     evictions within the window make a lemon. ``drain_timeout_s``: the plans' eviction
-    timeout."""
+    timeout. ``planned_swaps``: evict a running gang's SUSPECT node with a slow burn
+    right after a checkpoint asked of its trainer; ``swap_timeout_s``: how long such a
+    request may go unanswered."""
 
     cap_share: float = 0.02
     cap_min_nodes: int = 1
@@ -227,6 +242,8 @@ class NodeHealthConfig:
     lemon_window_s: float = 28 * 86400.0
     lemon_remediations: int = 2
     drain_timeout_s: float = 300.0
+    planned_swaps: bool = True
+    swap_timeout_s: float = DEFAULT_TIMEOUT_S
 
     @staticmethod
     def from_mapping(values: Mapping[str, Any] | None) -> NodeHealthConfig:
@@ -256,6 +273,10 @@ class NodeHealthConfig:
                         )
                     windows[cls] = None if seconds is None else _number(f"bad_for_s.{cls}", seconds)
                 out[key] = windows
+            elif key == "planned_swaps":
+                if not isinstance(value, bool):
+                    raise BadInput(f"node-health setting {raw_key}: expected true or false")
+                out[key] = value
             elif key == "restore_after_s":
                 out[key] = None if value is None else _number(key, value)
             elif key in ("cap_min_nodes", "veto_nodes", "lemon_remediations"):
@@ -288,6 +309,8 @@ class NodeHealthConfig:
                 "lemon_window_s": settings.node_health_lemon_window_s,
                 "lemon_remediations": settings.node_health_lemon_remediations,
                 "drain_timeout_s": settings.node_health_drain_timeout_s,
+                "planned_swaps": settings.node_health_planned_swaps,
+                "swap_timeout_s": settings.node_health_swap_timeout_s,
             }
         )
 
@@ -319,6 +342,7 @@ class NodeHealthSnapshot:
     ack_by: str | None = None
     telemetry_error: str | None = None
     read_at: Mapping[str, float] = field(default_factory=dict)  # input -> when read
+    gangs: tuple[Gang, ...] | None = None  # the training gangs (planned swaps); None: unread
 
 
 def no_evict_inputs() -> EvictInputs:
@@ -383,10 +407,15 @@ def _waves(onsets: Mapping[str, float], window_s: float, threshold: int) -> list
     return merged
 
 
-def evictable(objs: Mapping[str, Obj], verdicts: Mapping[str, Verdict], user: str) -> list[str]:
-    """The GPU nodes whose eviction plans ``read`` prepares: BAD ones without marks, not
-    opted out and not cordoned by someone else, and those ``user`` quarantined (an
-    unfinished drain is driven on)."""
+def evictable(
+    objs: Mapping[str, Obj],
+    verdicts: Mapping[str, Verdict],
+    user: str,
+    swaps: Collection[str] = (),
+) -> list[str]:
+    """The GPU nodes whose eviction plans ``read`` prepares: BAD ones (and ``swaps``, the
+    nodes a planned swap may evict) without marks, not opted out and not cordoned by
+    someone else, and those ``user`` quarantined (an unfinished drain is driven on)."""
     out: list[str] = []
     for name, obj in sorted(objs.items()):
         info = node_info(obj)
@@ -397,7 +426,7 @@ def evictable(objs: Mapping[str, Obj], verdicts: Mapping[str, Verdict], user: st
         if marked == user or (
             marked is None
             and verdict is not None
-            and verdict.severity is Severity.BAD
+            and (verdict.severity is Severity.BAD or name in swaps)
             and not _opted_out(info)
             and not info.unschedulable
         ):
@@ -445,7 +474,9 @@ class NodeHealth:
             views = fleet_views(infos, None, inputs.policy, telemetry_error=error, now=now)
             verdicts = {v.info.name: v.verdict for v in views}
         ack_at, ack_by = self._read_ack(inputs)
-        actable = evictable(objs, verdicts, inputs.user)
+        gangs = planned_swaps.read_swap_gangs(cluster) if self.config.planned_swaps else None
+        swaps = planned_swaps.swap_evictable(gangs, verdicts)
+        actable = evictable(objs, verdicts, inputs.user, swaps)
         try:
             evict = read_evict(cluster, actable) if actable else no_evict_inputs()
         except BadInput as exc:  # a node deleted since the list: the next pass sees it gone
@@ -462,7 +493,9 @@ class NodeHealth:
             read_at={
                 "nodes": now,
                 **({"telemetry": fleet.collected_at} if error is None else {}),
+                **({"gangs": now} if gangs is not None else {}),
             },
+            gangs=gangs,
         )
 
     @staticmethod
@@ -526,6 +559,8 @@ class _Pass:
         lemons = self._lemons(remediations)
         quarantined, vetoed = self._evictions(marks, ours, onsets, restored)
         self._redrain(ours)
+        swaps = self._swaps(marks, quarantined, restored)
+        quarantined = swaps.counted
 
         if snap.telemetry_error:
             self.alerts.append(
@@ -555,6 +590,7 @@ class _Pass:
             "lemons": float(
                 sum(1 for i in self.infos.values() if i.labels.get(LEMON_LABEL) == "true")
             ),
+            **swaps.gauges,
         }
         new_state = {
             "onsets": onsets,
@@ -576,6 +612,7 @@ class _Pass:
                 n: [_version(self.snap.evict.objs.get(n) or self.snap.nodes[n]), stamp]
                 for n in sorted(new - ours)
             },
+            "swaps": swaps.state,
         }
         return Decision(
             controller=NAME,
@@ -881,6 +918,39 @@ class _Pass:
                 )
             )
         return counted, vetoed
+
+    def _swaps(
+        self, marks: Mapping[str, str | None], counted: int, restored: Mapping[str, float]
+    ) -> planned_swaps.SwapOutcome:
+        """Planned swaps (``controllers.planned_swaps``), after the evictions of BAD nodes,
+        under the same cap."""
+        cfg, snap = self.cfg, self.snap
+        if not cfg.planned_swaps or snap.gangs is None:  # off, or the gangs were not read
+            kept = self._prev("swaps") if cfg.planned_swaps else {}
+            return planned_swaps.SwapOutcome(counted=counted, state=kept)
+        outcome = planned_swaps.decide_swaps(
+            gangs=snap.gangs,
+            verdicts=self.verdicts,
+            evict=snap.evict,
+            user=snap.user,
+            now=self.now,
+            state=self._prev("swaps"),
+            cfg=SwapConfig(timeout_s=cfg.swap_timeout_s),
+            cap=cfg.cap(len(self.infos)),
+            counted=counted,
+            veto_threshold=cfg.veto_threshold(len(self.infos)),
+            veto_window_s=cfg.veto_window_s,
+            marked={n for n, by in marks.items() if by is not None},
+            opted_out={n for n, i in self.infos.items() if _opted_out(i)},
+            cordoned={n for n, i in self.infos.items() if i.unschedulable and marks[n] is None},
+            restored=restored,
+            cooldown_s=cfg.cooldown_s,
+            evicting={n for p in self.plans if p.action == "nodes evict" for n in p.nodes},
+            drain_timeout_s=cfg.drain_timeout_s,
+        )
+        self.plans.extend(outcome.plans)
+        self.skipped.extend(outcome.skipped)
+        return outcome
 
     def _redrain(self, ours: set[str]) -> None:
         """Nodes we quarantined whose pods were not all moved: drain them again."""
