@@ -450,9 +450,11 @@ class NodeHealth:
 
     def read(self, inputs: Inputs, now: float) -> NodeHealthSnapshot:
         """Lists the nodes (one paginated list), reads their verdicts through
-        ``load_fleet`` (verdicts only), the acknowledgement on the state ConfigMap, and
-        for the nodes it may evict (BAD, not opted out, not cordoned by someone else, or
-        quarantined by this controller) what their eviction plans need."""
+        ``load_fleet`` (verdicts only), the acknowledgement on the state ConfigMap, the
+        training gangs (planned swaps: one JobSet list, one pod list), and for the nodes
+        it may evict (BAD, not opted out, not cordoned by someone else, or
+        quarantined by this controller, and those a planned swap may evict now) what
+        their eviction plans need."""
         cluster = inputs.cluster
         raw = pages(cluster, "list nodes", "/api/v1/nodes")
         objs = {str((o.get("metadata") or {}).get("name")): o for o in raw}

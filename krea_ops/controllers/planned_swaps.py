@@ -29,8 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from krea_ops.controllers.base import Skip
-from krea_ops.errors import Unavailable
-from krea_ops.kube.cluster import Cluster
+from krea_ops.kube.cluster import Cluster, MissingCrd
 from krea_ops.kube.times import parse_time
 from krea_ops.model import Severity, Verdict
 from krea_ops.runbook.nodes import EvictInputs, build_evict
@@ -51,13 +50,14 @@ from krea_ops.training.swaps import (
 Obj = dict[str, Any]
 
 
-def read_swap_gangs(cluster: Cluster) -> tuple[Gang, ...] | None:
-    """The training gangs, or None when they cannot be read (no JobSet API, a refusal):
-    planned swaps then wait, and nothing else of the pass does."""
+def read_swap_gangs(cluster: Cluster) -> tuple[Gang, ...]:
+    """The training gangs; none in a cluster without the JobSet API. A list that fails
+    is ``Unavailable``: the pass is fail-static, as for any input it lists (a gang not
+    seen could be one whose node it is about to evict without its checkpoint)."""
     try:
         return tuple(read_gangs(cluster))
-    except Unavailable:
-        return None
+    except MissingCrd:
+        return ()
 
 
 def swap_evictable(gangs: Sequence[Gang] | None, verdicts: Mapping[str, Verdict]) -> list[str]:
