@@ -118,6 +118,13 @@ from krea_ops.controllers.base import (
     Inputs,
     Skip,
 )
+from krea_ops.controllers.restarts import (
+    RecorderConfig,
+    RestartInputs,
+    attributed_restarts,
+    read_restart_inputs,
+    record,
+)
 from krea_ops.errors import BadInput, Unavailable
 from krea_ops.fleet import judged_error, load_fleet
 from krea_ops.health import HealthPolicy, fleet_views
@@ -140,7 +147,7 @@ from krea_ops.runbook.nodes import (
 )
 from krea_ops.runbook.plan import Plan
 from krea_ops.settings import Settings
-from krea_ops.training.gangs import Gang
+from krea_ops.training.attribution import lemon_candidates
 from krea_ops.training.manifests import LEMON_LABEL
 from krea_ops.training.swaps import DEFAULT_TIMEOUT_S, SwapConfig
 
@@ -226,10 +233,13 @@ class NodeHealthConfig:
     ``restore_after_s``: a node we quarantined that is OK this long is restored (None:
     never automatically). ``cooldown_s``: after a manual restore, the node is not
     evicted again for this long. ``lemon_window_s``, ``lemon_remediations``: that many
-    evictions within the window make a lemon. ``drain_timeout_s``: the plans' eviction
-    timeout. ``planned_swaps``: evict a running gang's SUSPECT node with a slow burn
-    right after a checkpoint asked of its trainer; ``swap_timeout_s``: how long such a
-    request may go unanswered."""
+    evictions within the window make a lemon; ``lemon_restarts``: so do that many
+    training restarts attributed to the node within it. ``attribution_before_s``,
+    ``attribution_after_s``: the window around a restart its signals are taken from
+    (``controllers.restarts``). ``drain_timeout_s``: the plans' eviction timeout.
+    ``planned_swaps``: evict a running gang's SUSPECT node with a slow burn right after
+    a checkpoint asked of its trainer; ``swap_timeout_s``: how long such a request may
+    go unanswered."""
 
     cap_share: float = 0.02
     cap_min_nodes: int = 1
@@ -241,6 +251,9 @@ class NodeHealthConfig:
     cooldown_s: float = 6 * 3600.0
     lemon_window_s: float = 28 * 86400.0
     lemon_remediations: int = 2
+    lemon_restarts: int = 2
+    attribution_before_s: float = 720.0
+    attribution_after_s: float = 300.0
     drain_timeout_s: float = 300.0
     planned_swaps: bool = True
     swap_timeout_s: float = DEFAULT_TIMEOUT_S
@@ -279,7 +292,7 @@ class NodeHealthConfig:
                 out[key] = value
             elif key == "restore_after_s":
                 out[key] = None if value is None else _number(key, value)
-            elif key in ("cap_min_nodes", "veto_nodes", "lemon_remediations"):
+            elif key in ("cap_min_nodes", "veto_nodes", "lemon_remediations", "lemon_restarts"):
                 number = _number(key, value, minimum=1)
                 if number != int(number):
                     raise BadInput(f"node-health setting {key}: expected a whole number")
@@ -308,10 +321,21 @@ class NodeHealthConfig:
                 "cooldown_s": settings.node_health_cooldown_s,
                 "lemon_window_s": settings.node_health_lemon_window_s,
                 "lemon_remediations": settings.node_health_lemon_remediations,
+                "lemon_restarts": settings.node_health_lemon_restarts,
+                "attribution_before_s": settings.attribution_before_s,
+                "attribution_after_s": settings.attribution_after_s,
                 "drain_timeout_s": settings.node_health_drain_timeout_s,
                 "planned_swaps": settings.node_health_planned_swaps,
                 "swap_timeout_s": settings.node_health_swap_timeout_s,
             }
+        )
+
+    def recorder(self) -> RecorderConfig:
+        return RecorderConfig(
+            before_s=self.attribution_before_s,
+            after_s=self.attribution_after_s,
+            lemon_window_s=self.lemon_window_s,
+            lemon_restarts=self.lemon_restarts,
         )
 
     def cap(self, gpu_nodes: int) -> int:
@@ -342,7 +366,7 @@ class NodeHealthSnapshot:
     ack_by: str | None = None
     telemetry_error: str | None = None
     read_at: Mapping[str, float] = field(default_factory=dict)  # input -> when read
-    gangs: tuple[Gang, ...] | None = None  # the training gangs (planned swaps); None: unread
+    restarts: RestartInputs = field(default_factory=RestartInputs)  # the training gangs
 
 
 def no_evict_inputs() -> EvictInputs:
@@ -451,10 +475,10 @@ class NodeHealth:
     def read(self, inputs: Inputs, now: float) -> NodeHealthSnapshot:
         """Lists the nodes (one paginated list), reads their verdicts through
         ``load_fleet`` (verdicts only), the acknowledgement on the state ConfigMap, the
-        training gangs (planned swaps: one JobSet list, one pod list), and for the nodes
-        it may evict (BAD, not opted out, not cordoned by someone else, or
-        quarantined by this controller, and those a planned swap may evict now) what
-        their eviction plans need."""
+        training gangs (the restart recorder's and planned swaps': one JobSet list, one
+        pod list), and for the nodes it may evict (BAD, not opted out, not cordoned by
+        someone else, or quarantined by this controller, and those a planned swap may
+        evict now) what their eviction plans need."""
         cluster = inputs.cluster
         raw = pages(cluster, "list nodes", "/api/v1/nodes")
         objs = {str((o.get("metadata") or {}).get("name")): o for o in raw}
@@ -476,8 +500,8 @@ class NodeHealth:
             views = fleet_views(infos, None, inputs.policy, telemetry_error=error, now=now)
             verdicts = {v.info.name: v.verdict for v in views}
         ack_at, ack_by = self._read_ack(inputs)
-        gangs = planned_swaps.read_swap_gangs(cluster) if self.config.planned_swaps else None
-        swaps = planned_swaps.swap_evictable(gangs, verdicts)
+        restarts = read_restart_inputs(cluster, now)
+        swaps = planned_swaps.swap_evictable(restarts.gangs, verdicts, self.config.planned_swaps)
         actable = evictable(objs, verdicts, inputs.user, swaps)
         try:
             evict = read_evict(cluster, actable) if actable else no_evict_inputs()
@@ -487,6 +511,7 @@ class NodeHealth:
             nodes=objs,
             verdicts=verdicts,
             evict=evict,
+            restarts=restarts,
             user=inputs.user,
             policy=inputs.policy,
             ack_at=ack_at,
@@ -495,9 +520,7 @@ class NodeHealth:
             read_at={
                 "nodes": now,
                 **({"telemetry": fleet.collected_at} if error is None else {}),
-                **({"gangs": now} if gangs is not None else {}),
             },
-            gangs=gangs,
         )
 
     @staticmethod
@@ -574,6 +597,21 @@ class _Pass:
                 )
             )
         new = {n for p in self.plans if p.action == "nodes evict" and p.steps for n in p.nodes}
+        recorder, recorded = record(
+            snap.restarts,
+            None if snap.telemetry_error else self.verdicts,
+            [
+                (n, p.reason or "")
+                for p in self.plans
+                if p.action == "nodes evict"
+                for n in p.nodes
+                if n in new and n not in ours
+            ],
+            self.now,
+            self._prev("recorder"),
+            self.cfg.recorder(),
+        )
+        lemons = self._restart_lemons(recorder, lemons)
         stamp = parse_time(rfc3339(self.now))  # the evicted-at its plans write
         gpu_nodes = len(self.infos)
         cap = self.cfg.cap(gpu_nodes)
@@ -592,6 +630,7 @@ class _Pass:
             "lemons": float(
                 sum(1 for i in self.infos.values() if i.labels.get(LEMON_LABEL) == "true")
             ),
+            **recorded,
             **swaps.gauges,
         }
         new_state = {
@@ -602,6 +641,7 @@ class _Pass:
             "restored": restored,
             "marked": sorted(marked),
             "restoring": sorted(restoring),
+            "recorder": recorder,
             # what `krea-ops controller status` shows
             "cap": {
                 "quarantined_unacked": quarantined,
@@ -773,6 +813,54 @@ class _Pass:
             out[name] = {"at": times[-1], "seen": False}
         return out
 
+    def _restart_lemons(
+        self, recorder: Mapping[str, Any], lemons: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Label the nodes attributed ``lemon_restarts`` training restarts within the
+        lemon window (``attribution.lemon_candidates``), as many as the blast cap allows
+        beside the lemons labelled since the last acknowledgement (a lying exporter could
+        otherwise keep the whole fleet out of training)."""
+        candidates = lemon_candidates(
+            attributed_restarts(recorder),
+            self.now,
+            window_s=self.cfg.lemon_window_s,
+            threshold=self.cfg.lemon_restarts,
+        )
+        ack = self.snap.ack_at
+        cap = self.cfg.cap(len(self.infos))
+        counted = sum(
+            1
+            for entry in lemons.values()
+            if isinstance(entry, Mapping) and (ack is None or float(entry.get("at", 0)) > ack)
+        )
+        window = (
+            _for(self.cfg.lemon_window_s)
+            if self.cfg.lemon_window_s < 2 * 86400
+            else f"{self.cfg.lemon_window_s / 86400:g} days"
+        )
+        runs = {
+            (str(a[0]), float(a[1])): f"{a[2]} #{a[3]} ({a[4]})"
+            for a in recorder.get("attributed") or ()
+        }
+        for name, times in candidates.items():
+            info = self.infos.get(name)
+            if info is None or name in lemons or info.labels.get(LEMON_LABEL) == "true":
+                continue
+            which = ", ".join(runs.get((name, t), "?") for t in times)
+            why = f"{len(times)} training restarts attributed to it within {window}: {which}"
+            if _opted_out(info):
+                self.skipped.append(Skip(name, "opt-out", f"{why}: not labelled a lemon"))
+                continue
+            if counted >= cap:
+                self.skipped.append(
+                    Skip(name, "cap", f"blast cap of {cap} reached: not labelled a lemon: {why}")
+                )
+                continue
+            self.plans.append(self._lemon_plan(name, why))
+            lemons[name] = {"at": times[-1], "seen": False}
+            counted += 1
+        return lemons
+
     def _lemon_plan(self, name: str, why: str) -> Plan:
         obj = self.snap.nodes[name]
         step = update_step(
@@ -927,11 +1015,10 @@ class _Pass:
         """Planned swaps (``controllers.planned_swaps``), after the evictions of BAD nodes,
         under the same cap."""
         cfg, snap = self.cfg, self.snap
-        if not cfg.planned_swaps or snap.gangs is None:  # off, or the gangs were not read
-            kept = self._prev("swaps") if cfg.planned_swaps else {}
-            return planned_swaps.SwapOutcome(counted=counted, state=kept)
+        if not cfg.planned_swaps:
+            return planned_swaps.SwapOutcome(counted=counted)
         outcome = planned_swaps.decide_swaps(
-            gangs=snap.gangs,
+            gangs=snap.restarts.gangs,
             verdicts=self.verdicts,
             evict=snap.evict,
             user=snap.user,

@@ -1,8 +1,10 @@
 """node-health's planned swaps: the reads and the plans around ``training.swaps``.
 
-``read_swap_gangs`` reads the training gangs (one JobSet list, one pod list) for a pass;
-``swap_evictable`` names the nodes whose eviction plans that pass must prepare (a node of
-a gang whose checkpoint request was answered). ``decide_swaps`` turns
+node-health's read takes the training gangs with the restart recorder's inputs
+(``controllers.restarts``: one JobSet list, one pod list; a failed list is fail-static,
+a cluster without the JobSet API has none); ``swap_evictable`` names the nodes whose
+eviction plans that pass must prepare (a node of a gang whose checkpoint request was
+answered). ``decide_swaps`` turns
 ``training.swaps.plan_swaps``' decision into plans under node-health's own rules:
 
 * a request is made only for a node that could then be evicted: not opted out
@@ -29,13 +31,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from krea_ops.controllers.base import Skip
-from krea_ops.kube.cluster import Cluster, MissingCrd
 from krea_ops.kube.times import parse_time
 from krea_ops.model import Severity, Verdict
 from krea_ops.runbook.nodes import EvictInputs, build_evict
 from krea_ops.runbook.plan import Plan
 from krea_ops.runbook.training import build_checkpoint_request
-from krea_ops.training.gangs import Gang, read_gangs
+from krea_ops.training.gangs import Gang
 from krea_ops.training.swaps import (
     CHECKPOINT_REQUESTED_AT,
     HONOURED,
@@ -50,22 +51,14 @@ from krea_ops.training.swaps import (
 Obj = dict[str, Any]
 
 
-def read_swap_gangs(cluster: Cluster) -> tuple[Gang, ...]:
-    """The training gangs; none in a cluster without the JobSet API. A list that fails
-    is ``Unavailable``: the pass is fail-static, as for any input it lists (a gang not
-    seen could be one whose node it is about to evict without its checkpoint)."""
-    try:
-        return tuple(read_gangs(cluster))
-    except MissingCrd:
-        return ()
-
-
-def swap_evictable(gangs: Sequence[Gang] | None, verdicts: Mapping[str, Verdict]) -> list[str]:
+def swap_evictable(
+    gangs: Sequence[Gang], verdicts: Mapping[str, Verdict], enabled: bool = True
+) -> list[str]:
     """The nodes of gangs whose checkpoint request was answered, SUSPECT or BAD: their
     eviction plans are prepared by ``read`` (which then leaves out the opted out, the
-    cordoned and the marked, as for any eviction)."""
+    cordoned and the marked, as for any eviction). None while swaps are off."""
     out: set[str] = set()
-    for gang in gangs or ():
+    for gang in gangs if enabled else ():
         at = parse_time(gang.annotations.get(CHECKPOINT_REQUESTED_AT))
         if at is None or not honoured(gang.annotations, at):
             continue

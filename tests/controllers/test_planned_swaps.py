@@ -12,6 +12,7 @@ from typing import Any
 from krea_ops.controllers.base import Decision
 from krea_ops.controllers.node_health import NodeHealthConfig, NodeHealthSnapshot, evictable
 from krea_ops.controllers.planned_swaps import swap_evictable
+from krea_ops.controllers.restarts import RestartInputs
 from krea_ops.kube.times import rfc3339
 from krea_ops.model import Reason, Severity, Verdict
 from krea_ops.runbook.nodes import EvictInputs
@@ -74,7 +75,7 @@ class SwapFleet(Fleet):
             fleet=len(self.objs),
             pods={n: () for n in names},
         )
-        return replace(super().snapshot(), gangs=gangs, evict=evict)
+        return replace(super().snapshot(), restarts=RestartInputs(gangs), evict=evict)
 
     def apply(self, plan: Plan) -> None:
         if plan.action != "train checkpoint-request":
