@@ -217,6 +217,20 @@ class Settings:
     node_health_drain_timeout_s: float = field(
         default=300.0, metadata=_doc("node-health: its evictions' --timeout, seconds")
     )
+    node_health_planned_swaps: bool = field(
+        default=True,
+        metadata=_doc(
+            "node-health: planned swaps, a node of a running training gang SUSPECT with a "
+            "slow-burning finding is evicted right after a checkpoint it asks the trainer for"
+        ),
+    )
+    node_health_swap_timeout_s: float = field(
+        default=600.0,
+        metadata=_doc(
+            "node-health: a planned swap's checkpoint request unanswered this long is given "
+            "up (the SUSPECT node stays), seconds"
+        ),
+    )
     migrate_back_cluster_per_minute: float = field(
         default=1.0,
         metadata=_doc("migrate-back: pods moved home per minute in the whole cluster (bucket)"),

@@ -78,26 +78,37 @@ and keeps in its state only what the cluster cannot say):
   the runbook refuses (``Skip(why="refused")``, with the runbook's words).
 * **Unfinished drains.** A node we quarantined whose pods were not all moved (a budget
   held them) is drained again each pass, with the same reason.
+* **Planned swaps** (``planned_swaps``, on by default; ``controllers.planned_swaps``,
+  ``training.swaps``). A node of a running training gang SUSPECT with a slow-burning
+  finding (a GPU warm or near slowdown, InfiniBand or NVLink errors rising, a row remap
+  pending) gets its gang a checkpoint request (a PATCH of the JobSet's
+  ``krea.ai/checkpoint-requested-at``), and is evicted, like a BAD node, right after the
+  trainer answers that the checkpoint is committed; under the same cap, opt-out, veto and
+  cool-down. A request unanswered for ``swap_timeout_s`` is given up: the SUSPECT node
+  stays.
 
 State (JSON, persisted by the runner): per node, when each finding class was first seen
 (``onsets``), since when a quarantined node is OK (``healthy``), the eviction times seen
 (``remediations``), lemons labelled (``lemons``), manual restores seen (``restored``),
 which nodes carried our marks (``marked``), which the last pass evicted (``evicting``,
-with the resourceVersion its plan was made from) and which it restored (``restoring``).
+with the resourceVersion its plan was made from) and which it restored (``restoring``),
+and the planned swaps under way per gang (``swaps``).
 
 Gauges: ``quarantined`` (nodes carrying our marks by this controller), ``quarantined_unacked``
 (those counted by the cap, with this pass's), ``cap``, ``cap_reached`` (0/1),
-``veto_active`` (0/1), ``bad_nodes``, ``unknown_nodes``, ``lemons``.
+``veto_active`` (0/1), ``bad_nodes``, ``unknown_nodes``, ``lemons``, ``swaps_pending``
+(checkpoint requests unanswered), ``swaps_ready`` (answered, the node not yet evicted).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import quote
 
+from krea_ops.controllers import planned_swaps
 from krea_ops.controllers.base import (
     ACK_AT,
     ACK_BY,
@@ -138,6 +149,7 @@ from krea_ops.runbook.plan import Plan
 from krea_ops.settings import Settings
 from krea_ops.training.attribution import lemon_candidates
 from krea_ops.training.manifests import LEMON_LABEL
+from krea_ops.training.swaps import DEFAULT_TIMEOUT_S, SwapConfig
 
 NAME = "node-health"
 OPT_OUT_LABEL = "krea.ai/auto-remediate"
@@ -224,7 +236,10 @@ class NodeHealthConfig:
     evictions within the window make a lemon; ``lemon_restarts``: so do that many
     training restarts attributed to the node within it. ``attribution_before_s``,
     ``attribution_after_s``: the window around a restart its signals are taken from
-    (``controllers.restarts``). ``drain_timeout_s``: the plans' eviction timeout."""
+    (``controllers.restarts``). ``drain_timeout_s``: the plans' eviction timeout.
+    ``planned_swaps``: evict a running gang's SUSPECT node with a slow burn right after
+    a checkpoint asked of its trainer; ``swap_timeout_s``: how long such a request may
+    go unanswered."""
 
     cap_share: float = 0.02
     cap_min_nodes: int = 1
@@ -240,6 +255,8 @@ class NodeHealthConfig:
     attribution_before_s: float = 720.0
     attribution_after_s: float = 300.0
     drain_timeout_s: float = 300.0
+    planned_swaps: bool = True
+    swap_timeout_s: float = DEFAULT_TIMEOUT_S
 
     @staticmethod
     def from_mapping(values: Mapping[str, Any] | None) -> NodeHealthConfig:
@@ -269,6 +286,10 @@ class NodeHealthConfig:
                         )
                     windows[cls] = None if seconds is None else _number(f"bad_for_s.{cls}", seconds)
                 out[key] = windows
+            elif key == "planned_swaps":
+                if not isinstance(value, bool):
+                    raise BadInput(f"node-health setting {raw_key}: expected true or false")
+                out[key] = value
             elif key == "restore_after_s":
                 out[key] = None if value is None else _number(key, value)
             elif key in ("cap_min_nodes", "veto_nodes", "lemon_remediations", "lemon_restarts"):
@@ -304,6 +325,8 @@ class NodeHealthConfig:
                 "attribution_before_s": settings.attribution_before_s,
                 "attribution_after_s": settings.attribution_after_s,
                 "drain_timeout_s": settings.node_health_drain_timeout_s,
+                "planned_swaps": settings.node_health_planned_swaps,
+                "swap_timeout_s": settings.node_health_swap_timeout_s,
             }
         )
 
@@ -408,10 +431,15 @@ def _waves(onsets: Mapping[str, float], window_s: float, threshold: int) -> list
     return merged
 
 
-def evictable(objs: Mapping[str, Obj], verdicts: Mapping[str, Verdict], user: str) -> list[str]:
-    """The GPU nodes whose eviction plans ``read`` prepares: BAD ones without marks, not
-    opted out and not cordoned by someone else, and those ``user`` quarantined (an
-    unfinished drain is driven on)."""
+def evictable(
+    objs: Mapping[str, Obj],
+    verdicts: Mapping[str, Verdict],
+    user: str,
+    swaps: Collection[str] = (),
+) -> list[str]:
+    """The GPU nodes whose eviction plans ``read`` prepares: BAD ones (and ``swaps``, the
+    nodes a planned swap may evict) without marks, not opted out and not cordoned by
+    someone else, and those ``user`` quarantined (an unfinished drain is driven on)."""
     out: list[str] = []
     for name, obj in sorted(objs.items()):
         info = node_info(obj)
@@ -422,7 +450,7 @@ def evictable(objs: Mapping[str, Obj], verdicts: Mapping[str, Verdict], user: st
         if marked == user or (
             marked is None
             and verdict is not None
-            and verdict.severity is Severity.BAD
+            and (verdict.severity is Severity.BAD or name in swaps)
             and not _opted_out(info)
             and not info.unschedulable
         ):
@@ -446,9 +474,11 @@ class NodeHealth:
 
     def read(self, inputs: Inputs, now: float) -> NodeHealthSnapshot:
         """Lists the nodes (one paginated list), reads their verdicts through
-        ``load_fleet`` (verdicts only), the acknowledgement on the state ConfigMap, and
-        for the nodes it may evict (BAD, not opted out, not cordoned by someone else, or
-        quarantined by this controller) what their eviction plans need."""
+        ``load_fleet`` (verdicts only), the acknowledgement on the state ConfigMap, the
+        training gangs (the restart recorder's and planned swaps': one JobSet list, one
+        pod list), and for the nodes it may evict (BAD, not opted out, not cordoned by
+        someone else, or quarantined by this controller, and those a planned swap may
+        evict now) what their eviction plans need."""
         cluster = inputs.cluster
         raw = pages(cluster, "list nodes", "/api/v1/nodes")
         objs = {str((o.get("metadata") or {}).get("name")): o for o in raw}
@@ -470,12 +500,13 @@ class NodeHealth:
             views = fleet_views(infos, None, inputs.policy, telemetry_error=error, now=now)
             verdicts = {v.info.name: v.verdict for v in views}
         ack_at, ack_by = self._read_ack(inputs)
-        actable = evictable(objs, verdicts, inputs.user)
+        restarts = read_restart_inputs(cluster, now)
+        swaps = planned_swaps.swap_evictable(restarts.gangs, verdicts, self.config.planned_swaps)
+        actable = evictable(objs, verdicts, inputs.user, swaps)
         try:
             evict = read_evict(cluster, actable) if actable else no_evict_inputs()
         except BadInput as exc:  # a node deleted since the list: the next pass sees it gone
             raise Unavailable(f"{NAME}: nodes changed while read ({exc})") from exc
-        restarts = read_restart_inputs(cluster, now)
         return NodeHealthSnapshot(
             nodes=objs,
             verdicts=verdicts,
@@ -553,6 +584,8 @@ class _Pass:
         lemons = self._lemons(remediations)
         quarantined, vetoed = self._evictions(marks, ours, onsets, restored)
         self._redrain(ours)
+        swaps = self._swaps(marks, quarantined, restored)
+        quarantined = swaps.counted
 
         if snap.telemetry_error:
             self.alerts.append(
@@ -598,6 +631,7 @@ class _Pass:
                 sum(1 for i in self.infos.values() if i.labels.get(LEMON_LABEL) == "true")
             ),
             **recorded,
+            **swaps.gauges,
         }
         new_state = {
             "onsets": onsets,
@@ -620,6 +654,7 @@ class _Pass:
                 n: [_version(self.snap.evict.objs.get(n) or self.snap.nodes[n]), stamp]
                 for n in sorted(new - ours)
             },
+            "swaps": swaps.state,
         }
         return Decision(
             controller=NAME,
@@ -973,6 +1008,38 @@ class _Pass:
                 )
             )
         return counted, vetoed
+
+    def _swaps(
+        self, marks: Mapping[str, str | None], counted: int, restored: Mapping[str, float]
+    ) -> planned_swaps.SwapOutcome:
+        """Planned swaps (``controllers.planned_swaps``), after the evictions of BAD nodes,
+        under the same cap."""
+        cfg, snap = self.cfg, self.snap
+        if not cfg.planned_swaps:
+            return planned_swaps.SwapOutcome(counted=counted)
+        outcome = planned_swaps.decide_swaps(
+            gangs=snap.restarts.gangs,
+            verdicts=self.verdicts,
+            evict=snap.evict,
+            user=snap.user,
+            now=self.now,
+            state=self._prev("swaps"),
+            cfg=SwapConfig(timeout_s=cfg.swap_timeout_s),
+            cap=cfg.cap(len(self.infos)),
+            counted=counted,
+            veto_threshold=cfg.veto_threshold(len(self.infos)),
+            veto_window_s=cfg.veto_window_s,
+            marked={n for n, by in marks.items() if by is not None},
+            opted_out={n for n, i in self.infos.items() if _opted_out(i)},
+            cordoned={n for n, i in self.infos.items() if i.unschedulable and marks[n] is None},
+            restored=restored,
+            cooldown_s=cfg.cooldown_s,
+            evicting={n for p in self.plans if p.action == "nodes evict" for n in p.nodes},
+            drain_timeout_s=cfg.drain_timeout_s,
+        )
+        self.plans.extend(outcome.plans)
+        self.skipped.extend(outcome.skipped)
+        return outcome
 
     def _redrain(self, ours: set[str]) -> None:
         """Nodes we quarantined whose pods were not all moved: drain them again."""
