@@ -61,14 +61,21 @@ def world(tmp_path: Path) -> Iterator[SimWorld]:
 
 class NodeHealthProcess:
     """node-health as its pod runs it: the runner, its Lease, state ConfigMap and audit
-    log, the exporters scraped for telemetry; restarts attributed 3 s after they happen."""
+    log, the exporters scraped for telemetry; restarts attributed 3 s after they happen.
+    Planned swaps off: these tests crash the gang themselves (tests/world/test_planned_swap.py
+    has the swap)."""
 
     def __init__(self, world: SimWorld, tmp: Path, **config: Any) -> None:
         self.cluster: Cluster = connect(str(world.kubeconfig), None)
         exporters = self.cluster.ops_config().exporters
         self.source = ScrapeSource(exporters, Settings())
         self.policy = HealthPolicy()
-        cfg = {"attribution_after_s": 3.0, "restore_after_s": None, **config}
+        cfg = {
+            "attribution_after_s": 3.0,
+            "restore_after_s": None,
+            "planned_swaps": False,
+            **config,
+        }
         self.controller = NodeHealth(NodeHealthConfig(**cfg))
         self.out = io.StringIO()
         self.runner = Runner(
