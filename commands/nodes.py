@@ -34,6 +34,7 @@ from krea_ops.fleet import FleetSnapshot
 from krea_ops.model import NodeView
 
 if TYPE_CHECKING:
+    from krea_ops.controllers.restarts import LemonRow
     from krea_ops.runbook.execute import RunResult
 
 app = typer.Typer(no_args_is_help=True, help="Nodes: GPUs, schedulability, taints, health.")
@@ -145,6 +146,51 @@ def list_nodes(
     emit(text)
     if snap.telemetry_error:
         raise Unavailable(snap.telemetry_error)
+
+
+LEMON_COLUMNS = ["node", "labelled", "candidate", "restarts", "evictions", "last", "history"]
+LEMON_HEADERS = {"restarts": "RESTARTS", "evictions": "EVICTIONS", "last": "LAST (UTC)"}
+
+
+def _utc(t: float | None) -> str | None:
+    import time as _time
+
+    return None if t is None else _time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime(t))
+
+
+def lemon_row(row: LemonRow) -> dict[str, Any]:
+    times = [t for t, *_ in row.restarts] + list(row.evictions)
+    return {
+        "node": row.node,
+        "labelled": row.labelled,
+        "candidate": row.candidate,
+        "restarts": len(row.restarts),
+        "evictions": len(row.evictions),
+        "last": _utc(max(times)) if times else None,
+        "history": [f"{run} #{n} ({cause}) {_utc(t)}" for t, run, n, cause in row.restarts]
+        + [f"evicted {_utc(t)}" for t in row.evictions],
+    }
+
+
+@app.command("lemons")
+def lemons(ctx: typer.Context, output: OutputFormat = OutputOption) -> None:
+    """Nodes implicated in repeated training restarts, with their history: the restarts
+    attributed to each within the lemon window (28 days), its evictions, and whether it
+    is labelled krea.ai/lemon=true (kept out of training placement). A node attributed
+    node_health_lemon_restarts (2) restarts is a candidate; node-health labels it."""
+    rows = [lemon_row(r) for r in console_of(ctx).lemons()]
+    if output is OutputFormat.table and not rows:
+        emit("No node attributed a training restart, evicted or labelled a lemon in the window\n")
+        return
+    emit(
+        render(
+            rows,
+            output,
+            columns=LEMON_COLUMNS,
+            headers=LEMON_HEADERS,
+            formats={"labelled": _yes_no, "candidate": _yes_no, "history": lambda v: "; ".join(v)},
+        )
+    )
 
 
 @app.command("show")
@@ -326,9 +372,7 @@ def evict_nodes(
     plan = console.plan_evict(
         nodes, reason=reason, timeout_s=timeout, grace_period_s=grace_period, force=force
     )
-    run_plan(
-        console, plan, dry_run=dry_run, yes=yes, output=output, blocked=_evict_blocked
-    )
+    run_plan(console, plan, dry_run=dry_run, yes=yes, output=output, blocked=_evict_blocked)
 
 
 @app.command("restore")

@@ -19,6 +19,7 @@ from krea_ops import units
 
 if TYPE_CHECKING:  # (imported by the commands that use them: start-up of every command)
     from krea_ops.console import Console
+    from krea_ops.controllers.restarts import RestartRow, RunRestarts
     from krea_ops.runbook.plan import Plan
     from krea_ops.training.advice import Advice, IntervalCost
     from krea_ops.training.checkpoints import Checkpoint
@@ -136,6 +137,125 @@ def checkpoints(
         return
     rows = [checkpoint_row(cp) for cp in found]
     emit(render(rows, output, columns=CHECKPOINT_COLUMNS, wide_columns=CHECKPOINT_WIDE))
+
+
+# -- train restarts --------------------------------------------------------------------
+
+RESTART_COLUMNS = (
+    "number",
+    "at",
+    "lost_steps",
+    "lost_gpu_hours",
+    "attributed_to",
+    "cause",
+    "confidence",
+)
+RESTART_WIDE = (*RESTART_COLUMNS, "at_exact", "last_step", "resumed_step", "gpus", "evidence")
+RESTART_HEADERS = {
+    "number": "#",
+    "at": "WHEN (UTC)",
+    "lost_steps": "LOST STEPS",
+    "lost_gpu_hours": "LOST GPU-H",
+    "attributed_to": "ATTRIBUTED TO",
+    "confidence": "CONF",
+}
+
+
+def restart_row(row: RestartRow) -> dict[str, Any]:
+    a = row.attribution
+    return {
+        "number": row.number,
+        "at": _iso(row.at),
+        "at_unix_s": round(row.at, 3),
+        "at_exact": row.at_exact,
+        "lost_steps": row.lost_steps,
+        "lost_gpu_hours": row.lost_gpu_hours,
+        "last_step": row.last_step,
+        "resumed_step": row.resumed_step,
+        "gpus": row.gpus,
+        "attributed_to": a.target if a is not None else "pending",
+        "node": a.node if a is not None else None,
+        "gpu": a.gpu if a is not None else None,
+        "port": a.port if a is not None else None,
+        "cause": a.cause if a is not None else None,
+        "confidence": a.confidence if a is not None else None,
+        "evidence": list(a.evidence) if a is not None else [],
+        "attributed_at": _iso(row.attributed_at),
+        "failed_pods": [
+            {
+                "pod": f.pod,
+                "node": f.node,
+                "reason": f.reason,
+                "exit_code": f.exit_code,
+                "message": f.message,
+                "log_tail": list(f.log_tail),
+            }
+            for f in row.failed
+        ],
+    }
+
+
+def restarts_text(got: RunRestarts, rows: list[dict[str, Any]], table: str) -> str:
+    head = f"Restarts of {got.namespace}/{got.name}"
+    if got.restarts is None:
+        head += " (the JobSet is gone; as recorded)"
+    else:
+        head += f" (JobSet restarts: {got.restarts}; recorded: {len(got.rows)})"
+    lines = [head + ":"]
+    if not got.recorded:
+        lines.append(
+            "  nothing recorded: node-health records restarts and their signals as they "
+            "happen (krea-ops controller run node-health); restarts before it ran cannot "
+            "be attributed"
+        )
+    elif got.unrecorded:
+        lines.append(
+            f"  {got.unrecorded} restart(s) happened before node-health first saw the run: "
+            "not attributed"
+        )
+    if not rows:
+        if got.recorded and not got.unrecorded:
+            lines.append("  no restart")
+        return "\n".join(lines) + "\n"
+    out = "\n".join(lines) + "\n" + table
+    evidence = []
+    for r in rows:
+        if r["attributed_to"] == "pending":
+            evidence.append(f"#{r['number']}: attributed at {r['attributed_at']} (window open)")
+            continue
+        first = r["evidence"][:2]
+        evidence.extend(f"#{r['number']}: {e}" for e in first)
+        if not r["at_exact"]:
+            evidence.append(f"#{r['number']}: the time is when a pass saw it (up to a pass late)")
+    return out + "Evidence (-o wide or -o json for all):\n" + "".join(f"  {e}\n" for e in evidence)
+
+
+@app.command("restarts")
+def restarts_cmd(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="the training run (its JobSet's name)"),
+    namespace: str = typer.Option("training", "--namespace", "-n", help="the run's namespace"),
+    output: OutputFormat = OutputOption,
+) -> None:
+    """Each restart of a run: when, lost work (steps since the checkpoint it resumed from,
+    and GPU-hours), the node/GPU/port it is attributed to with a confidence, and the
+    evidence: findings on the gang's nodes from 12 min before to 5 min after, the failed
+    pods' exit and last log line. Recorded by the node-health controller as they happen."""
+    from commands.common import console_of
+
+    got = console_of(ctx).restarts(name, namespace=namespace)
+    rows = [restart_row(r) for r in got.rows]
+    if output in (OutputFormat.json, OutputFormat.yaml, OutputFormat.csv):
+        emit(render(rows, output, columns=RESTART_COLUMNS, wide_columns=RESTART_WIDE))
+        return
+    table = render(
+        rows,
+        output,
+        columns=RESTART_COLUMNS,
+        wide_columns=RESTART_WIDE,
+        headers=RESTART_HEADERS,
+    )
+    emit(restarts_text(got, rows, table))
 
 
 # -- train advise ----------------------------------------------------------------------

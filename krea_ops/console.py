@@ -35,6 +35,7 @@ from krea_ops.settings import Settings
 
 if TYPE_CHECKING:
     from krea_ops.burst.status import BurstStatus
+    from krea_ops.controllers.restarts import LemonRow, RunRestarts
     from krea_ops.kube.cluster import Cluster
     from krea_ops.queue import QueueSnapshot, WhyReport, WorkloadInfo
     from krea_ops.runbook.execute import RunResult
@@ -370,6 +371,64 @@ class Console:
                 checkpoint_seconds=self.settings.training_checkpoint_seconds,
                 failures_per_1000_node_days=self.settings.training_failures_per_1000_node_days,
             )
+        )
+
+    def restarts(self, name: str, namespace: str = "training") -> RunRestarts:
+        """A run's restarts as node-health recorded them, attributed (``train
+        restarts``). BadInput when there is neither such a JobSet nor a record of it."""
+        from krea_ops.controllers.base import NAMESPACE
+        from krea_ops.controllers.loop import read_state
+        from krea_ops.controllers.restarts import run_restarts
+        from krea_ops.errors import BadInput
+        from krea_ops.kube.cluster import MissingCrd
+        from krea_ops.training.runs import JOBSET
+
+        restarts: int | None = None
+        found = False
+        try:
+            version = self.cluster.custom_version(JOBSET[0], JOBSET[1], JOBSET[2])
+            path = f"/apis/{JOBSET[0]}/{version}/namespaces/{namespace}/{JOBSET[1]}/{name}"
+            answer = self.cluster.request(f"get jobset {namespace}/{name}", "GET", path)
+            if answer.ok and answer.body is not None:
+                found = True
+                restarts = int((answer.body.get("status") or {}).get("restarts") or 0)
+            elif answer.status != 404:
+                raise self.cluster.refusal(f"get jobset {namespace}/{name}", answer)
+        except MissingCrd:
+            pass
+        state = read_state(self.cluster, NAMESPACE).data.get("node-health")
+        recorder = state.get("recorder") if isinstance(state, dict) else None
+        got = run_restarts(
+            recorder if isinstance(recorder, dict) else None,
+            namespace,
+            name,
+            restarts,
+            after_s=self.settings.attribution_after_s,
+        )
+        if not found and not got.rows:
+            raise BadInput(
+                f"no training {name} in namespace {namespace}, and no restart of it on "
+                "record (krea-ops train checkpoints and the dashboard's training screen "
+                "list the runs)"
+            )
+        return got
+
+    def lemons(self) -> list[LemonRow]:
+        """Nodes implicated in repeated training restarts, labelled lemons, or evicted
+        within the lemon window (``nodes lemons``), worst first."""
+        from krea_ops.controllers.base import NAMESPACE
+        from krea_ops.controllers.loop import read_state
+        from krea_ops.controllers.restarts import lemon_rows
+        from krea_ops.training.manifests import LEMON_LABEL
+
+        state = read_state(self.cluster, NAMESPACE).data.get("node-health")
+        labelled = [n.name for n in self.cluster.nodes(label_selector=f"{LEMON_LABEL}=true")]
+        return lemon_rows(
+            state if isinstance(state, dict) else None,
+            labelled,
+            time.time(),
+            window_s=self.settings.node_health_lemon_window_s,
+            threshold=self.settings.node_health_lemon_restarts,
         )
 
     # -- the runbook: write actions as plans, run by one executor ----------------------

@@ -196,8 +196,40 @@ class Settings:
             "krea.ai/lemon=true (kept out of training placement)"
         ),
     )
+    node_health_lemon_restarts: int = field(
+        default=2,
+        metadata=_doc(
+            "node-health: this many training restarts attributed to a node within the lemon "
+            "window label it krea.ai/lemon=true"
+        ),
+    )
+    attribution_before_s: float = field(
+        default=720.0,
+        metadata=_doc(
+            "crash attribution: signals this long before a training restart count (NCCL's "
+            "10-minute timeout and a margin), s"
+        ),
+    )
+    attribution_after_s: float = field(
+        default=300.0,
+        metadata=_doc("crash attribution: signals this long after a training restart count, s"),
+    )
     node_health_drain_timeout_s: float = field(
         default=300.0, metadata=_doc("node-health: its evictions' --timeout, seconds")
+    )
+    node_health_planned_swaps: bool = field(
+        default=True,
+        metadata=_doc(
+            "node-health: planned swaps, a node of a running training gang SUSPECT with a "
+            "slow-burning finding is evicted right after a checkpoint it asks the trainer for"
+        ),
+    )
+    node_health_swap_timeout_s: float = field(
+        default=600.0,
+        metadata=_doc(
+            "node-health: a planned swap's checkpoint request unanswered this long is given "
+            "up (the SUSPECT node stays), seconds"
+        ),
     )
     migrate_back_cluster_per_minute: float = field(
         default=1.0,

@@ -46,7 +46,12 @@ Obj = dict[str, Any]
 # - pods: list (GPUs requested per node, a node's pods, a workload's Ready pods), get (an
 #   evicted pod re-read until gone: execute.py _gone, burst.py run_move);
 # - pods/eviction create (kube/eviction.py), poddisruptionbudgets list (the preflights);
-# - jobsets get (the evict preflight reads a gang's JobSet by name);
+# - jobsets get (the evict preflight reads a gang's JobSet by name), patch (node-health's
+#   planned swap's checkpoint request: runbook/training.py build_checkpoint_request,
+#   kube/writes.py update);
+# - node-health's restart recorder (controllers/restarts.py): jobsets list and pods list
+#   (training.gangs), pods/log get (rank 0's last lines, a failed pod's last words), events
+#   list (the JobSet controller's restart Events: when, and which child Job failed first);
 # - clusterqueues get/list/patch, resourceflavors and cohorts list (quota-sync;
 #   Cluster.custom_objects lists, kube/writes.py update GETs then PATCHes);
 # - clusterqueues, localqueues, resourceflavors list (migrate-back: where Kueue would
@@ -81,6 +86,10 @@ CLUSTER_CALLS: dict[str, set[tuple[str, str, str]]] = {
         ("", "pods/eviction", "create"),
         ("policy", "poddisruptionbudgets", "list"),
         ("jobset.x-k8s.io", "jobsets", "get"),
+        ("jobset.x-k8s.io", "jobsets", "list"),
+        ("jobset.x-k8s.io", "jobsets", "patch"),
+        ("", "pods/log", "get"),
+        ("", "events", "list"),
         *EVENTS,
     },
     "quota-sync": {
@@ -770,7 +779,18 @@ SERIES = "kube/events.py EventRecorder: a repeated Event's series count is merge
 NOT_IN_THE_PASS: dict[str, dict[Atom, str]] = {
     "burst-taint": {STATE_PATCH: LATER_PASSES, EVENT_SERIES: SERIES},
     "migrate-back": {STATE_CREATE: FIRST_PASS_ONLY, EVENT_SERIES: SERIES},
-    "node-health": {STATE_CREATE: FIRST_PASS_ONLY, EVENT_SERIES: SERIES},
+    "node-health": {
+        STATE_CREATE: FIRST_PASS_ONLY,
+        EVENT_SERIES: SERIES,
+        ("jobset.x-k8s.io", "jobsets", "patch", None): (
+            "runbook/training.py build_checkpoint_request: a planned swap's checkpoint "
+            "request (a gang's node SUSPECT with a slow burn)"
+        ),
+        ("", "pods/log", "get", None): "controllers/restarts.py reads rank 0's log while a "
+        "training gang runs, and a failed pod's",
+        ("", "events", "list", None): "controllers/restarts.py lists a JobSet's Events "
+        "after it restarted",
+    },
     "quota-sync": {STATE_PATCH: LATER_PASSES, EVENT_SERIES: SERIES},
 }
 
@@ -859,9 +879,10 @@ class RecordingCluster(Cluster):
         body: Any = None,
         content_type: str = "application/json",
         query: dict[str, str | int | None] | None = None,
+        raw: bool = False,
     ) -> Any:
         answer = self.inner.request(
-            what, method, path, body=body, content_type=content_type, query=query
+            what, method, path, body=body, content_type=content_type, query=query, raw=raw
         )
         with self._lock:
             self.calls.append(api_call(method, path, query, answer.status))
@@ -1303,7 +1324,11 @@ def test_node_health_with_its_own_token_quarantines_a_dead_node(
     assert node["metadata"]["annotations"]["krea.ai/evicted-by"] == user
     assert pod_names(admin, dead) == []
     gang = [c for c in done.calls if c.resource == "jobsets"]
-    assert [(c.verb, c.name, c.status) for c in gang] == [("get", "run-1", 200)]
+    # the restart recorder's list (planned swaps read it too), then the preflight's read
+    assert [(c.verb, c.name, c.status) for c in gang] == [
+        ("list", None, 200),
+        ("get", "run-1", 200),
+    ]
     events = admin.get("events", "/api/v1/namespaces/default/events")["items"]
     assert {e["reason"] for e in events if e["involvedObject"]["name"] == dead} >= {
         "Cordoned",

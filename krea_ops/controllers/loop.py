@@ -165,11 +165,12 @@ class FencedCluster(Cluster):
         body: Any = None,
         content_type: str = "application/json",
         query: dict[str, str | int | None] | None = None,
+        raw: bool = False,
     ) -> ApiAnswer:
         if method != "GET":
             self.fence()
         return self.inner.request(
-            what, method, path, body=body, content_type=content_type, query=query
+            what, method, path, body=body, content_type=content_type, query=query, raw=raw
         )
 
 

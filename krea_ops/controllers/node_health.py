@@ -78,26 +78,37 @@ and keeps in its state only what the cluster cannot say):
   the runbook refuses (``Skip(why="refused")``, with the runbook's words).
 * **Unfinished drains.** A node we quarantined whose pods were not all moved (a budget
   held them) is drained again each pass, with the same reason.
+* **Planned swaps** (``planned_swaps``, on by default; ``controllers.planned_swaps``,
+  ``training.swaps``). A node of a running training gang SUSPECT with a slow-burning
+  finding (a GPU warm or near slowdown, InfiniBand or NVLink errors rising, a row remap
+  pending) gets its gang a checkpoint request (a PATCH of the JobSet's
+  ``krea.ai/checkpoint-requested-at``), and is evicted, like a BAD node, right after the
+  trainer answers that the checkpoint is committed; under the same cap, opt-out, veto and
+  cool-down. A request unanswered for ``swap_timeout_s`` is given up: the SUSPECT node
+  stays.
 
 State (JSON, persisted by the runner): per node, when each finding class was first seen
 (``onsets``), since when a quarantined node is OK (``healthy``), the eviction times seen
 (``remediations``), lemons labelled (``lemons``), manual restores seen (``restored``),
 which nodes carried our marks (``marked``), which the last pass evicted (``evicting``,
-with the resourceVersion its plan was made from) and which it restored (``restoring``).
+with the resourceVersion its plan was made from) and which it restored (``restoring``),
+and the planned swaps under way per gang (``swaps``).
 
 Gauges: ``quarantined`` (nodes carrying our marks by this controller), ``quarantined_unacked``
 (those counted by the cap, with this pass's), ``cap``, ``cap_reached`` (0/1),
-``veto_active`` (0/1), ``bad_nodes``, ``unknown_nodes``, ``lemons``.
+``veto_active`` (0/1), ``bad_nodes``, ``unknown_nodes``, ``lemons``, ``swaps_pending``
+(checkpoint requests unanswered), ``swaps_ready`` (answered, the node not yet evicted).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import quote
 
+from krea_ops.controllers import planned_swaps
 from krea_ops.controllers.base import (
     ACK_AT,
     ACK_BY,
@@ -106,6 +117,13 @@ from krea_ops.controllers.base import (
     Decision,
     Inputs,
     Skip,
+)
+from krea_ops.controllers.restarts import (
+    RecorderConfig,
+    RestartInputs,
+    attributed_restarts,
+    read_restart_inputs,
+    record,
 )
 from krea_ops.errors import BadInput, Unavailable
 from krea_ops.fleet import judged_error, load_fleet
@@ -129,7 +147,9 @@ from krea_ops.runbook.nodes import (
 )
 from krea_ops.runbook.plan import Plan
 from krea_ops.settings import Settings
+from krea_ops.training.attribution import lemon_candidates
 from krea_ops.training.manifests import LEMON_LABEL
+from krea_ops.training.swaps import DEFAULT_TIMEOUT_S, SwapConfig
 
 NAME = "node-health"
 OPT_OUT_LABEL = "krea.ai/auto-remediate"
@@ -213,8 +233,13 @@ class NodeHealthConfig:
     ``restore_after_s``: a node we quarantined that is OK this long is restored (None:
     never automatically). ``cooldown_s``: after a manual restore, the node is not
     evicted again for this long. ``lemon_window_s``, ``lemon_remediations``: that many
-    evictions within the window make a lemon. ``drain_timeout_s``: the plans' eviction
-    timeout."""
+    evictions within the window make a lemon; ``lemon_restarts``: so do that many
+    training restarts attributed to the node within it. ``attribution_before_s``,
+    ``attribution_after_s``: the window around a restart its signals are taken from
+    (``controllers.restarts``). ``drain_timeout_s``: the plans' eviction timeout.
+    ``planned_swaps``: evict a running gang's SUSPECT node with a slow burn right after
+    a checkpoint asked of its trainer; ``swap_timeout_s``: how long such a request may
+    go unanswered."""
 
     cap_share: float = 0.02
     cap_min_nodes: int = 1
@@ -226,7 +251,12 @@ class NodeHealthConfig:
     cooldown_s: float = 6 * 3600.0
     lemon_window_s: float = 28 * 86400.0
     lemon_remediations: int = 2
+    lemon_restarts: int = 2
+    attribution_before_s: float = 720.0
+    attribution_after_s: float = 300.0
     drain_timeout_s: float = 300.0
+    planned_swaps: bool = True
+    swap_timeout_s: float = DEFAULT_TIMEOUT_S
 
     @staticmethod
     def from_mapping(values: Mapping[str, Any] | None) -> NodeHealthConfig:
@@ -256,9 +286,13 @@ class NodeHealthConfig:
                         )
                     windows[cls] = None if seconds is None else _number(f"bad_for_s.{cls}", seconds)
                 out[key] = windows
+            elif key == "planned_swaps":
+                if not isinstance(value, bool):
+                    raise BadInput(f"node-health setting {raw_key}: expected true or false")
+                out[key] = value
             elif key == "restore_after_s":
                 out[key] = None if value is None else _number(key, value)
-            elif key in ("cap_min_nodes", "veto_nodes", "lemon_remediations"):
+            elif key in ("cap_min_nodes", "veto_nodes", "lemon_remediations", "lemon_restarts"):
                 number = _number(key, value, minimum=1)
                 if number != int(number):
                     raise BadInput(f"node-health setting {key}: expected a whole number")
@@ -287,8 +321,21 @@ class NodeHealthConfig:
                 "cooldown_s": settings.node_health_cooldown_s,
                 "lemon_window_s": settings.node_health_lemon_window_s,
                 "lemon_remediations": settings.node_health_lemon_remediations,
+                "lemon_restarts": settings.node_health_lemon_restarts,
+                "attribution_before_s": settings.attribution_before_s,
+                "attribution_after_s": settings.attribution_after_s,
                 "drain_timeout_s": settings.node_health_drain_timeout_s,
+                "planned_swaps": settings.node_health_planned_swaps,
+                "swap_timeout_s": settings.node_health_swap_timeout_s,
             }
+        )
+
+    def recorder(self) -> RecorderConfig:
+        return RecorderConfig(
+            before_s=self.attribution_before_s,
+            after_s=self.attribution_after_s,
+            lemon_window_s=self.lemon_window_s,
+            lemon_restarts=self.lemon_restarts,
         )
 
     def cap(self, gpu_nodes: int) -> int:
@@ -319,6 +366,7 @@ class NodeHealthSnapshot:
     ack_by: str | None = None
     telemetry_error: str | None = None
     read_at: Mapping[str, float] = field(default_factory=dict)  # input -> when read
+    restarts: RestartInputs = field(default_factory=RestartInputs)  # the training gangs
 
 
 def no_evict_inputs() -> EvictInputs:
@@ -383,10 +431,15 @@ def _waves(onsets: Mapping[str, float], window_s: float, threshold: int) -> list
     return merged
 
 
-def evictable(objs: Mapping[str, Obj], verdicts: Mapping[str, Verdict], user: str) -> list[str]:
-    """The GPU nodes whose eviction plans ``read`` prepares: BAD ones without marks, not
-    opted out and not cordoned by someone else, and those ``user`` quarantined (an
-    unfinished drain is driven on)."""
+def evictable(
+    objs: Mapping[str, Obj],
+    verdicts: Mapping[str, Verdict],
+    user: str,
+    swaps: Collection[str] = (),
+) -> list[str]:
+    """The GPU nodes whose eviction plans ``read`` prepares: BAD ones (and ``swaps``, the
+    nodes a planned swap may evict) without marks, not opted out and not cordoned by
+    someone else, and those ``user`` quarantined (an unfinished drain is driven on)."""
     out: list[str] = []
     for name, obj in sorted(objs.items()):
         info = node_info(obj)
@@ -397,7 +450,7 @@ def evictable(objs: Mapping[str, Obj], verdicts: Mapping[str, Verdict], user: st
         if marked == user or (
             marked is None
             and verdict is not None
-            and verdict.severity is Severity.BAD
+            and (verdict.severity is Severity.BAD or name in swaps)
             and not _opted_out(info)
             and not info.unschedulable
         ):
@@ -421,9 +474,11 @@ class NodeHealth:
 
     def read(self, inputs: Inputs, now: float) -> NodeHealthSnapshot:
         """Lists the nodes (one paginated list), reads their verdicts through
-        ``load_fleet`` (verdicts only), the acknowledgement on the state ConfigMap, and
-        for the nodes it may evict (BAD, not opted out, not cordoned by someone else, or
-        quarantined by this controller) what their eviction plans need."""
+        ``load_fleet`` (verdicts only), the acknowledgement on the state ConfigMap, the
+        training gangs (the restart recorder's and planned swaps': one JobSet list, one
+        pod list), and for the nodes it may evict (BAD, not opted out, not cordoned by
+        someone else, or quarantined by this controller, and those a planned swap may
+        evict now) what their eviction plans need."""
         cluster = inputs.cluster
         raw = pages(cluster, "list nodes", "/api/v1/nodes")
         objs = {str((o.get("metadata") or {}).get("name")): o for o in raw}
@@ -445,7 +500,9 @@ class NodeHealth:
             views = fleet_views(infos, None, inputs.policy, telemetry_error=error, now=now)
             verdicts = {v.info.name: v.verdict for v in views}
         ack_at, ack_by = self._read_ack(inputs)
-        actable = evictable(objs, verdicts, inputs.user)
+        restarts = read_restart_inputs(cluster, now)
+        swaps = planned_swaps.swap_evictable(restarts.gangs, verdicts, self.config.planned_swaps)
+        actable = evictable(objs, verdicts, inputs.user, swaps)
         try:
             evict = read_evict(cluster, actable) if actable else no_evict_inputs()
         except BadInput as exc:  # a node deleted since the list: the next pass sees it gone
@@ -454,6 +511,7 @@ class NodeHealth:
             nodes=objs,
             verdicts=verdicts,
             evict=evict,
+            restarts=restarts,
             user=inputs.user,
             policy=inputs.policy,
             ack_at=ack_at,
@@ -526,6 +584,8 @@ class _Pass:
         lemons = self._lemons(remediations)
         quarantined, vetoed = self._evictions(marks, ours, onsets, restored)
         self._redrain(ours)
+        swaps = self._swaps(marks, quarantined, restored)
+        quarantined = swaps.counted
 
         if snap.telemetry_error:
             self.alerts.append(
@@ -537,6 +597,21 @@ class _Pass:
                 )
             )
         new = {n for p in self.plans if p.action == "nodes evict" and p.steps for n in p.nodes}
+        recorder, recorded = record(
+            snap.restarts,
+            None if snap.telemetry_error else self.verdicts,
+            [
+                (n, p.reason or "")
+                for p in self.plans
+                if p.action == "nodes evict"
+                for n in p.nodes
+                if n in new and n not in ours
+            ],
+            self.now,
+            self._prev("recorder"),
+            self.cfg.recorder(),
+        )
+        lemons = self._restart_lemons(recorder, lemons)
         stamp = parse_time(rfc3339(self.now))  # the evicted-at its plans write
         gpu_nodes = len(self.infos)
         cap = self.cfg.cap(gpu_nodes)
@@ -555,6 +630,8 @@ class _Pass:
             "lemons": float(
                 sum(1 for i in self.infos.values() if i.labels.get(LEMON_LABEL) == "true")
             ),
+            **recorded,
+            **swaps.gauges,
         }
         new_state = {
             "onsets": onsets,
@@ -564,6 +641,7 @@ class _Pass:
             "restored": restored,
             "marked": sorted(marked),
             "restoring": sorted(restoring),
+            "recorder": recorder,
             # what `krea-ops controller status` shows
             "cap": {
                 "quarantined_unacked": quarantined,
@@ -576,6 +654,7 @@ class _Pass:
                 n: [_version(self.snap.evict.objs.get(n) or self.snap.nodes[n]), stamp]
                 for n in sorted(new - ours)
             },
+            "swaps": swaps.state,
         }
         return Decision(
             controller=NAME,
@@ -734,6 +813,54 @@ class _Pass:
             out[name] = {"at": times[-1], "seen": False}
         return out
 
+    def _restart_lemons(
+        self, recorder: Mapping[str, Any], lemons: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Label the nodes attributed ``lemon_restarts`` training restarts within the
+        lemon window (``attribution.lemon_candidates``), as many as the blast cap allows
+        beside the lemons labelled since the last acknowledgement (a lying exporter could
+        otherwise keep the whole fleet out of training)."""
+        candidates = lemon_candidates(
+            attributed_restarts(recorder),
+            self.now,
+            window_s=self.cfg.lemon_window_s,
+            threshold=self.cfg.lemon_restarts,
+        )
+        ack = self.snap.ack_at
+        cap = self.cfg.cap(len(self.infos))
+        counted = sum(
+            1
+            for entry in lemons.values()
+            if isinstance(entry, Mapping) and (ack is None or float(entry.get("at", 0)) > ack)
+        )
+        window = (
+            _for(self.cfg.lemon_window_s)
+            if self.cfg.lemon_window_s < 2 * 86400
+            else f"{self.cfg.lemon_window_s / 86400:g} days"
+        )
+        runs = {
+            (str(a[0]), float(a[1])): f"{a[2]} #{a[3]} ({a[4]})"
+            for a in recorder.get("attributed") or ()
+        }
+        for name, times in candidates.items():
+            info = self.infos.get(name)
+            if info is None or name in lemons or info.labels.get(LEMON_LABEL) == "true":
+                continue
+            which = ", ".join(runs.get((name, t), "?") for t in times)
+            why = f"{len(times)} training restarts attributed to it within {window}: {which}"
+            if _opted_out(info):
+                self.skipped.append(Skip(name, "opt-out", f"{why}: not labelled a lemon"))
+                continue
+            if counted >= cap:
+                self.skipped.append(
+                    Skip(name, "cap", f"blast cap of {cap} reached: not labelled a lemon: {why}")
+                )
+                continue
+            self.plans.append(self._lemon_plan(name, why))
+            lemons[name] = {"at": times[-1], "seen": False}
+            counted += 1
+        return lemons
+
     def _lemon_plan(self, name: str, why: str) -> Plan:
         obj = self.snap.nodes[name]
         step = update_step(
@@ -881,6 +1008,38 @@ class _Pass:
                 )
             )
         return counted, vetoed
+
+    def _swaps(
+        self, marks: Mapping[str, str | None], counted: int, restored: Mapping[str, float]
+    ) -> planned_swaps.SwapOutcome:
+        """Planned swaps (``controllers.planned_swaps``), after the evictions of BAD nodes,
+        under the same cap."""
+        cfg, snap = self.cfg, self.snap
+        if not cfg.planned_swaps:
+            return planned_swaps.SwapOutcome(counted=counted)
+        outcome = planned_swaps.decide_swaps(
+            gangs=snap.restarts.gangs,
+            verdicts=self.verdicts,
+            evict=snap.evict,
+            user=snap.user,
+            now=self.now,
+            state=self._prev("swaps"),
+            cfg=SwapConfig(timeout_s=cfg.swap_timeout_s),
+            cap=cfg.cap(len(self.infos)),
+            counted=counted,
+            veto_threshold=cfg.veto_threshold(len(self.infos)),
+            veto_window_s=cfg.veto_window_s,
+            marked={n for n, by in marks.items() if by is not None},
+            opted_out={n for n, i in self.infos.items() if _opted_out(i)},
+            cordoned={n for n, i in self.infos.items() if i.unschedulable and marks[n] is None},
+            restored=restored,
+            cooldown_s=cfg.cooldown_s,
+            evicting={n for p in self.plans if p.action == "nodes evict" for n in p.nodes},
+            drain_timeout_s=cfg.drain_timeout_s,
+        )
+        self.plans.extend(outcome.plans)
+        self.skipped.extend(outcome.skipped)
+        return outcome
 
     def _redrain(self, ours: set[str]) -> None:
         """Nodes we quarantined whose pods were not all moved: drain them again."""

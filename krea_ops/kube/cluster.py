@@ -139,6 +139,7 @@ class ApiAnswer:
     retry_after: str | None = None
     method: str = "GET"  # the request's, so a refusal can say what would allow it
     attempts: int = 1  # requests sent: more than one after throttling or a dropped GET
+    text: str | None = None  # the body as text, when asked for (``request(raw=True)``)
 
     @property
     def ok(self) -> bool:
@@ -213,6 +214,7 @@ class Cluster:
         body: Any = None,
         content_type: str = "application/json",
         query: dict[str, str | int | None] | None = None,
+        raw: bool = False,
     ) -> ApiAnswer:
         """One call whatever its HTTP status: writers decide what 409, 429 or 404 mean.
 
@@ -228,7 +230,7 @@ class Cluster:
         import urllib3
 
         params = [(k, str(v)) for k, v in (query or {}).items() if v is not None]
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "*/*" if raw else "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
         attempts, waited = 0, 0.0
@@ -268,6 +270,7 @@ class Cluster:
                 retry_after=resp.headers.get("Retry-After"),
                 method=method.upper(),
                 attempts=attempts,
+                text=data.decode("utf-8", "replace") if raw and data is not None else None,
             )
             wait = _throttled_wait(method, answer)
             if wait is None or attempts > THROTTLE_RETRIES or waited + wait > self.timeout_s:
@@ -291,6 +294,32 @@ class Cluster:
         if answer.body is None:
             raise Unavailable(f"{what}: the API server sent a body that is not a JSON object")
         return answer.body
+
+    def pod_log(
+        self,
+        namespace: str,
+        pod: str,
+        *,
+        tail_lines: int | None = None,
+        limit_bytes: int | None = None,
+    ) -> list[str] | None:
+        """The lines of a pod's (only) container log, as ``kubectl logs`` prints them
+        (``--tail``: the last ``tail_lines``; ``--limit-bytes``: the first bytes); None
+        when the pod or its log is gone (404, or 400: the container has not started)."""
+        what = f"get log of pod {namespace}/{pod}"
+        path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(pod)}/log"
+        answer = self.request(
+            what,
+            "GET",
+            path,
+            query={"tailLines": tail_lines, "limitBytes": limit_bytes},
+            raw=True,
+        )
+        if answer.status in (400, 404):
+            return None
+        if not answer.ok:
+            raise self.refusal(what, answer)
+        return (answer.text or "").splitlines()
 
     def refusal(self, what: str, answer: ApiAnswer) -> Exception:
         """The one-line error for an API answer that is not 2xx."""

@@ -91,11 +91,12 @@ class RecordingCluster(Cluster):
         body: Any = None,
         content_type: str = "application/json",
         query: dict[str, str | int | None] | None = None,
+        raw: bool = False,
     ) -> ApiAnswer:
         status: int | None = None
         try:
             answer = self.inner.request(
-                what, method, path, body=body, content_type=content_type, query=query
+                what, method, path, body=body, content_type=content_type, query=query, raw=raw
             )
             status = answer.status
             return answer

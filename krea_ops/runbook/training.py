@@ -22,6 +22,12 @@ gone before the step ends) and creates it again with the same spec and
 JobSet still running or suspended is refused: it resumes by itself, from its newest
 complete checkpoint, on its next restart (docs/operations.md says why).
 
+Checkpoint request (a planned swap's first half, ``build_checkpoint_request``): one
+PATCH of the running JobSet's annotations ``krea.ai/checkpoint-requested-at|-by|-reason``
+made with the resourceVersion it was read at (on 409 re-read and re-applied), and an
+Event ``PlannedSwap`` on the JobSet; the trainer's launcher answers with
+``krea.ai/checkpoint-completed-at|-step`` (``training.swaps``, docs/operations.md).
+
 A resume killed between its two steps (the old JobSet deleted, the new one not yet
 created) leaves no JobSet to read the run from; run again, it finds the interrupted
 run in the audit log (its ``start`` record holds the plan, the manifest included; its
@@ -41,7 +47,9 @@ from urllib.parse import quote
 
 from krea_ops.errors import BadInput
 from krea_ops.kube.cluster import Cluster
+from krea_ops.kube.events import ObjectRef
 from krea_ops.kube.times import rfc3339
+from krea_ops.kube.writes import SetAnnotations, custom_object
 from krea_ops.model import Severity as NodeSeverity
 from krea_ops.queue import (
     GPU,
@@ -52,7 +60,7 @@ from krea_ops.queue import (
     flavor_tolerations,
     node_capacity,
 )
-from krea_ops.runbook.plan import Call, Finding, Plan, Severity, Step, StepKind
+from krea_ops.runbook.plan import Call, EventSpec, Finding, Plan, Severity, Step, StepKind
 from krea_ops.training.checkpoints import inspect_checkpoint, latest_complete
 from krea_ops.training.manifests import (
     JOBSET_PATH,
@@ -62,6 +70,11 @@ from krea_ops.training.manifests import (
     training_jobset,
 )
 from krea_ops.training.runs import local_path
+from krea_ops.training.swaps import (
+    CHECKPOINT_REQUESTED_AT,
+    CHECKPOINT_REQUESTED_BY,
+    CHECKPOINT_REQUESTED_REASON,
+)
 
 Obj = dict[str, Any]
 NOTHING = "nothing was created"
@@ -453,3 +466,83 @@ def _finish_resume(
         subject=f"{namespace}/{name}",
     )
     return plan, manifest
+
+
+JOBSET_GROUP, JOBSET_VERSION = "jobset.x-k8s.io", "v1alpha2"
+
+
+def build_checkpoint_request(
+    namespace: str,
+    name: str,
+    *,
+    resource_version: str,
+    uid: str = "",
+    reason: str,
+    user: str,
+    now: float,
+) -> Plan:
+    """The plan asking the trainer of JobSet ``namespace/name`` (read at
+    ``resource_version``) for a checkpoint now: pure (module docstring)."""
+    if not reason.strip():
+        raise BadInput("a checkpoint request needs a reason; nothing was changed")
+    stamp = rfc3339(now)
+    notes = {
+        CHECKPOINT_REQUESTED_AT: stamp,
+        CHECKPOINT_REQUESTED_BY: user,
+        CHECKPOINT_REQUESTED_REASON: reason,
+    }
+    target = custom_object(JOBSET_GROUP, JOBSET_VERSION, "JobSet", "jobsets", name, namespace)
+    what = f"jobset {namespace}/{name}"
+    edit = SetAnnotations(notes)
+    patch = {"metadata": {"annotations": notes, "resourceVersion": resource_version}}
+    update = Step(
+        StepKind.UPDATE,
+        f"JobSet {namespace}/{name}: {edit.describe()}",
+        (
+            Call(
+                "PATCH",
+                target.path,
+                what,
+                "ask the trainer's launcher for a checkpoint now (merge patch; on 409 re-read "
+                "and re-applied)",
+                patch,
+                f"resourceVersion {resource_version}",
+            ),
+        ),
+        target=target,
+        edits=(edit,),
+    )
+    ref = ObjectRef("JobSet", name, namespace, uid, f"{JOBSET_GROUP}/{JOBSET_VERSION}")
+    event = Step(
+        StepKind.EVENT,
+        f"record Event PlannedSwap on JobSet {namespace}/{name}",
+        (
+            Call(
+                "POST",
+                f"/api/v1/namespaces/{quote(namespace)}/events",
+                f"event about jobset {namespace}/{name}",
+                f"audit: Event PlannedSwap on JobSet {namespace}/{name}",
+            ),
+        ),
+        event=EventSpec(
+            ref, "RequestCheckpoint", "PlannedSwap", f"checkpoint requested by {user}: {reason}"
+        ),
+    )
+    return Plan(
+        action="train checkpoint-request",
+        nodes=(),
+        reason=reason,
+        user=user,
+        steps=(update, event),
+        findings=(
+            Finding(
+                "checkpoint-request",
+                Severity.INFO,
+                f"the trainer's launcher answers with krea.ai/checkpoint-completed-at and "
+                f"-step once the checkpoint is committed (requested at {stamp})",
+                objects=(f"{namespace}/{name}",),
+            ),
+        ),
+        options={"requested_at": stamp},
+        subject=f"{namespace}/{name}",
+    )

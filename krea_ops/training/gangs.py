@@ -44,6 +44,7 @@ class Gang:
     annotations: Mapping[str, str]
     pods: tuple[Obj, ...]
     terminal: bool = False  # Completed or Failed
+    previous: tuple[Obj, ...] = ()  # pods of earlier attempts not yet gone
 
     @property
     def key(self) -> str:
@@ -133,6 +134,12 @@ def gangs_of(jobsets: list[Obj], pods: list[Obj]) -> list[Gang]:
             == restarts
         ]
         current.sort(key=lambda p: str((p.get("metadata") or {}).get("name")))
+        previous = [
+            p
+            for p in by_run.get((ns, name), [])
+            if _int(((p.get("metadata") or {}).get("labels") or {}).get(RESTART_ATTEMPT_LABEL))
+            < restarts
+        ]
         expected = _expected(js)
         live = [p for p in current if not (p.get("metadata") or {}).get("deletionTimestamp")]
         nodes = sorted({n for p in current if (n := (p.get("spec") or {}).get("nodeName"))})
@@ -155,6 +162,7 @@ def gangs_of(jobsets: list[Obj], pods: list[Obj]) -> list[Gang]:
                 annotations=dict(meta.get("annotations") or {}),
                 pods=tuple(current),
                 terminal=_terminal(js),
+                previous=tuple(previous),
             )
         )
     out.sort(key=lambda g: (g.namespace, g.name))

@@ -180,7 +180,7 @@ def lists_of(sim: LocalApiServer, replica: Replica) -> dict[str, int]:
 LISTS = {
     "burst-taint": ["nodes", "pods"],
     "migrate-back": ["nodes", "pods", "poddisruptionbudgets"],
-    "node-health": ["nodes", "pods"],
+    "node-health": ["nodes", "jobsets", "pods"],
     "quota-sync": ["clusterqueues", "resourceflavors", "cohorts", "nodes"],
 }
 FAILURES: dict[str, dict[str, Any]] = {

@@ -21,6 +21,17 @@ breaks mid-write (a pod failed, the job was preempted) the step directory stays 
 without ``.metadata``. Each time the gang (re)starts it resumes from the newest complete
 checkpoint, records the step in the JobSet annotation ``sim.krea.ai/resumed-from-step``
 (``0``: from scratch) and says so in an Event.
+
+The ranks also honour a planned swap's checkpoint request, as a real trainer's launcher
+must (docs/operations.md, "Planned swaps"): while the gang runs, a JobSet annotation
+``krea.ai/checkpoint-requested-at`` newer than its ``krea.ai/checkpoint-completed-at``
+starts a checkpoint at once (after the one being written, if any), with an Event
+``CheckpointRequested``; once its ``.metadata`` is committed the JobSet is annotated
+``krea.ai/checkpoint-completed-at`` (wall time, RFC 3339) and
+``krea.ai/checkpoint-completed-step``, with an Event ``CheckpointCompleted``. A request
+that is not an RFC 3339 time is ignored, with one Warning Event per value. The trainers'
+log keeps torchtitan's own save lines, which name no step (its ``Checkpointer`` logs the
+step only for the last step's save).
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from krea_ops.kube.times import parse_time, rfc3339
 from krea_ops.sim.world.actor import Actor, World
 from krea_ops.sim.world.api import Events
 from krea_ops.sim.world.jobs import (
@@ -64,6 +76,13 @@ from krea_ops.training.manifests import (
     training_jobset,
 )
 from krea_ops.training.runs import CHECKPOINT_DIR_ANNOTATION, RESUME_FROM_ANNOTATION
+from krea_ops.training.swaps import (
+    CHECKPOINT_COMPLETED_AT,
+    CHECKPOINT_COMPLETED_STEP,
+    CHECKPOINT_REQUESTED_AT,
+    CHECKPOINT_REQUESTED_BY,
+    CHECKPOINT_REQUESTED_REASON,
+)
 
 RESUMED_STEP_ANNOTATION = "sim.krea.ai/resumed-from-step"
 RESUMED_FROM_ANNOTATION = "sim.krea.ai/resumed-from"
@@ -228,6 +247,7 @@ class Write:
     started: float
     world_size: int
     written: int = 0
+    requested: str | None = None  # the checkpoint-requested-at it answers
 
 
 @dataclass
@@ -273,6 +293,9 @@ class TrainingActor(Actor):
         self.api = Api(world.client)
         self.recorder = Events(self.api, world, COMPONENT)
         self.runs: dict[str, Run] = {}
+        self._ignored: dict[str, str] = {}  # JobSet uid -> the bad request value warned of
+        # JobSet uid -> the request last answered (the snapshot may not show the answer yet)
+        self._answered: dict[str, str] = {}
         self.logs = TrainerLogs(world, self.rate, self.write_s)  # what `kubectl logs` shows
 
     def tick(self) -> None:
@@ -291,6 +314,9 @@ class TrainingActor(Actor):
         for uid in list(self.runs):
             if uid not in seen:
                 self.runs.pop(uid)
+        for memo in (self._ignored, self._answered):
+            for uid in [u for u in memo if u not in seen]:
+                memo.pop(uid)
         self.logs.end_tick(seen)
 
     # -- per training --------------------------------------------------------------------
@@ -342,7 +368,31 @@ class TrainingActor(Actor):
         if run is None:
             run = self._start(js, gang, now)
             self.runs[uid] = run
-        self._advance(js, run, now, self._world_size(js, live))
+        self._advance(js, run, now, self._world_size(js, live), self._requested(js, uid))
+
+    def _requested(self, js: Obj, uid: str) -> str | None:
+        """The pending checkpoint request (its requested-at as written), None if none:
+        one newer than the last checkpoint completed for a request. A value that is not
+        an RFC 3339 time is ignored, with one Warning Event per value."""
+        notes = annots(js)
+        raw = notes.get(CHECKPOINT_REQUESTED_AT)
+        if not raw:
+            return None
+        at = parse_time(raw)
+        if at is None:
+            if self._ignored.get(uid) != raw:
+                self._ignored[uid] = raw
+                self._event(
+                    js,
+                    "CheckpointRequestIgnored",
+                    f"{CHECKPOINT_REQUESTED_AT}={raw!r} is not an RFC 3339 time: ignored",
+                    "Warning",
+                )
+            return None
+        if self._answered.get(uid) == raw:
+            return None
+        done = parse_time(notes.get(CHECKPOINT_COMPLETED_AT))
+        return raw if done is None or at > done else None
 
     def _start(self, js: Obj, gang: frozenset[str], now: float) -> Run:
         root = self.checkpoint_root(js)
@@ -388,14 +438,27 @@ class TrainingActor(Actor):
         )
         run.writing = None
 
-    def _advance(self, js: Obj, run: Run, now: float, world_size: int) -> None:
-        if run.writing is None and now >= run.next_checkpoint:
+    def _advance(
+        self, js: Obj, run: Run, now: float, world_size: int, requested: str | None = None
+    ) -> None:
+        if run.writing is None and (requested or now >= run.next_checkpoint):
             step = run.step_at(now, self.rate)
             step_dir = self.checkpoint_root(js) / f"step-{step}"
             if step_dir.exists():
                 shutil.rmtree(step_dir, ignore_errors=True)  # a crash's leftover: rewritten
             step_dir.mkdir(parents=True, exist_ok=True)
-            run.writing = Write(step, step_dir, now, world_size)
+            run.writing = Write(step, step_dir, now, world_size, requested=requested)
+            if requested:
+                notes = annots(js)
+                by = notes.get(CHECKPOINT_REQUESTED_BY) or "someone"
+                why = notes.get(CHECKPOINT_REQUESTED_REASON)
+                self._event(
+                    js,
+                    "CheckpointRequested",
+                    f"checkpoint requested at {requested} by {by}"
+                    + (f" ({why})" if why else "")
+                    + f": writing step-{step} now",
+                )
         w = run.writing
         if w is None:
             return
@@ -412,8 +475,19 @@ class TrainingActor(Actor):
         run.writing = None
         run.checkpoints.append(w.step)
         run.next_checkpoint = w.started + self.world.config.checkpoint_interval_s
-        self._annotate(js, {LAST_CHECKPOINT_ANNOTATION: str(w.step)})
+        answer: dict[str, str | None] = {LAST_CHECKPOINT_ANNOTATION: str(w.step)}
+        if w.requested:
+            self._answered[str(meta(js).get("uid"))] = w.requested
+            answer[CHECKPOINT_COMPLETED_AT] = rfc3339(self.clock.wall())
+            answer[CHECKPOINT_COMPLETED_STEP] = str(w.step)
+        self._annotate(js, answer)
         self._event(js, "CheckpointSaved", f"checkpoint step-{w.step} saved to {w.dir}")
+        if w.requested:
+            self._event(
+                js,
+                "CheckpointCompleted",
+                f"checkpoint step-{w.step} requested at {w.requested} is complete ({w.dir})",
+            )
         self._prune(self.checkpoint_root(js))
 
     def _prune(self, root: Path) -> None:
