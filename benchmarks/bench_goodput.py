@@ -45,10 +45,11 @@ windows as shipped); an eviction of a gang node ends a hang at once; the gang re
 once from the newest complete checkpoint; every restart is attributed with
 ``training.attribution.attribute`` from the signals in its window (the true cause's,
 the slow burners', the noise's, node-health's evictions); ``attribution.lemon_candidates``
-over the attributed restarts flags lemons, which leave the pool; planned swaps (a gang
-node SUSPECT with a slow-burning finding: checkpoint now, then evict it) follow
-``training.swaps.slow_burn`` where that module exists, else the rule in SLOW_BURN_CODES
-(modelled, not the product's code: the JSON says which in ``swap_rule``).
+over the attributed restarts flags lemons, which leave the pool; planned swaps are
+node-health's own (``controllers.planned_swaps`` over ``training.swaps``, inside the same
+``decide``): it sees the gang as a ``training.gangs.Gang``, asks for a checkpoint with
+the JobSet annotation, and the simulated trainer answers once the checkpoint is written,
+as the documented protocol says; node-health then evicts the node.
 
     .venv/bin/python benchmarks/bench_goodput.py                 # table, 128 nodes, 7 days
     .venv/bin/python benchmarks/bench_goodput.py --json --seed 3
@@ -58,7 +59,6 @@ from __future__ import annotations
 
 import argparse
 import heapq
-import importlib
 import json
 import math
 import random
@@ -78,6 +78,8 @@ from krea_ops.controllers.node_health import (  # noqa: E402
     NodeHealthSnapshot,
     evictable,
 )
+from krea_ops.controllers.planned_swaps import swap_evictable  # noqa: E402
+from krea_ops.controllers.restarts import RestartInputs  # noqa: E402
 from krea_ops.health import (  # noqa: E402
     HealthPolicy,
     gpu_reasons,
@@ -95,7 +97,7 @@ from krea_ops.model import (  # noqa: E402
     Severity,
     Verdict,
 )
-from krea_ops.runbook.nodes import EVICTED_BY, EvictInputs, build_evict  # noqa: E402
+from krea_ops.runbook.nodes import EvictInputs  # noqa: E402
 from krea_ops.runbook.plan import Plan, StepKind  # noqa: E402
 from krea_ops.sim.world.actor import WorldConfig  # noqa: E402
 from krea_ops.sim.world.devices import DeviceService, NodeDevices, _h  # noqa: E402
@@ -109,7 +111,13 @@ from krea_ops.sim.world.faults import (  # noqa: E402
 from krea_ops.sim.world.thermal import HW_SLOWDOWN, HW_THERMAL, SW_THERMAL, GpuModel, Load  # noqa: E402
 from krea_ops.training import attribution  # noqa: E402
 from krea_ops.training.advice import advise  # noqa: E402
+from krea_ops.training.gangs import Gang  # noqa: E402
 from krea_ops.training.manifests import LEMON_LABEL  # noqa: E402
+from krea_ops.training.swaps import (  # noqa: E402
+    CHECKPOINT_COMPLETED_AT,
+    CHECKPOINT_COMPLETED_STEP,
+    CHECKPOINT_REQUESTED_AT,
+)
 
 WORLD = WorldConfig()
 GPUS = WORLD.gpus_per_node
@@ -140,13 +148,6 @@ HANG_CAUSES = frozenset({"nvlink", "ib-link", "host"})
 # the node's allocatable GPUs drop to 7. An InfiniBand link down leaves it schedulable.
 UNSCHEDULABLE_CAUSES = frozenset({"host", "thermal", *GPU_CAUSES})
 USER = "system:serviceaccount:krea-ops:node-health"
-# The planned-swap rule where krea_ops.training.swaps is not there: SUSPECT findings
-# that are slow burners (a GPU creeping towards the hot threshold, InfiniBand link errors
-# counting up, a pending row remap), as issue 18 describes them.
-SLOW_BURN_CODES = frozenset(
-    {"gpu_warm", "gpu_low_margin", "gpu_hot_transient", "gpu_row_remap_pending"}
-)
-NOT_SLOW_BURN_IB = frozenset({"ib_congestion", "ib_counter_saturated"})
 CATEGORIES = ("lost_work", "detection", "restart", "checkpoint_writes")
 
 
@@ -545,29 +546,6 @@ def make_history(regime: Regime, seed: int, nodes: int, days: float) -> History:
 # -- one run ---------------------------------------------------------------------------
 
 
-def slow_burn_rule() -> tuple[str, Callable[[Sequence[Reason]], Reason | None]]:
-    """The product's ``training.swaps.slow_burn`` where it exists, else the modelled rule."""
-    try:
-        swaps = importlib.import_module("krea_ops.training.swaps")
-        rule = swaps.slow_burn
-    except (ImportError, AttributeError):
-
-        def rule(reasons: Sequence[Reason]) -> Reason | None:
-            if any(r.severity is Severity.BAD for r in reasons):
-                return None
-            for r in reasons:
-                if r.severity is not Severity.SUSPECT:
-                    continue
-                if r.code in SLOW_BURN_CODES or (
-                    r.code.startswith("ib_") and r.code not in NOT_SLOW_BURN_IB
-                ):
-                    return r
-            return None
-
-        return "modelled", rule
-    return "product", rule
-
-
 def _node_obj(name: str) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "resourceVersion": "1", "labels": {}, "annotations": {}},
@@ -597,13 +575,13 @@ class Run:
     interval_s: float
     checkpoint_s: float
     seed: int
-    swap_rule: Callable[[Sequence[Reason]], Reason | None] | None = None
     lost: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
     productive: float = 0.0
     restarts: list[RestartRecord] = field(default_factory=list)
     planned_swaps: int = 0
     evictions: int = 0
     cap_held: set[str] = field(default_factory=set)
+    swapped: set[str] = field(default_factory=set)
     acks: int = 0
     flagged: set[str] = field(default_factory=set)
 
@@ -631,11 +609,12 @@ class Run:
         self.hang: Fault | None = None  # a hang in progress (running, no progress)
         self.hang_from = 0.0
         self.down_from = 0.0
-        self.stop_pending = False  # a planned swap's checkpoint is being written
         self.attributed_times: list[tuple[str, float]] = []
-        self.swapping: set[str] = set()
         self.begin = T0
-        self.pending: Fault | None = None
+        # the training JobSet as node-health reads it (training.gangs.Gang)
+        self.jobset_notes: dict[str, str] = {}
+        self.jobset_version = 1
+        self.honoured_request: str | None = None
         self.ack_at: float | None = None
         self.ack_pending = False
         self.waiting = 0.0  # restarts waiting for enough schedulable nodes
@@ -717,8 +696,50 @@ class Run:
         self.version += 1
         obj["metadata"]["resourceVersion"] = str(self.version)
 
+    def gang_view(self) -> Gang:
+        running = self.up_since is not None and self.hang is None
+        return Gang(
+            namespace="training",
+            name="dit",
+            uid="dit-uid",
+            restarts=len(self.restarts),
+            resource_version=str(self.jobset_version),
+            nodes=tuple(self.gang),
+            running=running,
+            expected=len(self.gang),
+            gpus=len(self.gang) * GPUS,
+            annotations=dict(self.jobset_notes),
+            pods=(),
+        )
+
+    def checkpoint_requested(self, t: float) -> None:
+        """The trainer's launcher sees the request (the simulator's trainer does the
+        same): a checkpoint now, or the one being written, then the answer."""
+        stamp = self.jobset_notes.get(CHECKPOINT_REQUESTED_AT)
+        if stamp is None or stamp == self.honoured_request:
+            return
+        if self.up_since is None or self.hang is not None or t < self.up_since:
+            return  # a stopped or stuck gang writes nothing: the request times out
+        done = self.close_segment(t, "planned")
+        self.up_since = done  # the next interval starts after this checkpoint
+        self.honoured_request = stamp
+        self.push(done, "checkpointed", stamp, prio=1)
+
+    def checkpointed(self, stamp: str, t: float) -> None:
+        self.jobset_notes[CHECKPOINT_COMPLETED_AT] = rfc3339(math.ceil(t))
+        self.jobset_notes[CHECKPOINT_COMPLETED_STEP] = str(int(self.productive))
+        self.jobset_version += 1
+        self.schedule_passes(t, 2 * PASS_S)
+
     def apply(self, plan: Plan) -> None:
         for step in plan.steps:
+            if step.kind is StepKind.UPDATE and step.node is None:  # the JobSet
+                obj: dict[str, Any] = {"metadata": {"annotations": dict(self.jobset_notes)}}
+                for edit in step.edits:
+                    obj = edit.apply(obj) or obj
+                self.jobset_notes = dict(obj["metadata"].get("annotations") or {})
+                self.jobset_version += 1
+                continue
             if step.kind is not StepKind.UPDATE or step.node is None:
                 continue
             obj = self.objs[step.node]
@@ -732,7 +753,8 @@ class Run:
         Returns the nodes it evicted."""
         self.sync_ready(t)
         verdicts = {n: self.verdict_at(n, t) for n in self.objs}
-        names = evictable(self.objs, verdicts, USER)
+        swaps = swap_evictable([self.gang_view()], verdicts)
+        names = evictable(self.objs, verdicts, USER, swaps)
         evict = EvictInputs(
             nodes=tuple(names),
             objs={n: self.objs[n] for n in names},
@@ -746,6 +768,7 @@ class Run:
             user=USER,
             ack_at=self.ack_at,
             ack_by="operator" if self.ack_at is not None else None,
+            restarts=RestartInputs(gangs=(self.gang_view(),)),
         )
         decision = self.controller.decide(snap, t, self.state)
         self.state = json.loads(json.dumps(decision.state))
@@ -758,7 +781,11 @@ class Run:
         evicted: list[str] = []
         for plan in decision.plans:
             self.apply(plan)
+            if plan.action == "train checkpoint-request":
+                self.checkpoint_requested(t)
             if plan.action == "nodes evict":
+                if (plan.reason or "").startswith("planned swap"):
+                    self.swapped |= set(plan.nodes)
                 for n in plan.nodes:
                     if n not in evicted:
                         evicted.append(n)
@@ -774,34 +801,6 @@ class Run:
                             )
                         )
         return evicted
-
-    def under_cap(self) -> bool:
-        """Whether one more eviction stays within node-health's blast cap (planned swaps
-        count against it like every eviction; no operator acknowledges in the model)."""
-        ours = sum(
-            1
-            for o in self.objs.values()
-            if (o["metadata"].get("annotations") or {}).get(EVICTED_BY) == USER
-        )
-        return ours < self.controller.config.cap(len(self.objs))
-
-    def swap_evict(self, node: str, t: float, why: str) -> bool:
-        """A planned swap's eviction, with the runbook's plan; False over the blast cap."""
-        if not self.under_cap():
-            self.cap_held.add(node)
-            return False
-        inputs = EvictInputs(
-            nodes=(node,), objs={node: self.objs[node]}, fleet=len(self.objs), pods={node: ()}
-        )
-        plan = build_evict(inputs, reason=f"planned swap: {why}", user=USER, now=t)
-        if plan.refused:
-            return False
-        self.apply(plan)
-        self.evictions += 1
-        self.evicted_signals.append(
-            attribution.Signal(node, "evicted", Severity.BAD, f"planned swap: {why}", t, t)
-        )
-        return True
 
     # -- accounting -------------------------------------------------------------------
 
@@ -842,8 +841,9 @@ class Run:
 
     def on_failure(self, f: Fault, t: float) -> None:
         """A fault hits the gang while it runs."""
-        if self.swapping and self.up_since is None and self.pending is None:
-            self.pending = f  # during a planned swap's checkpoint: it hits when that ends
+        if self.up_since is not None and t < self.up_since:
+            # during a requested checkpoint's write: it hits when the write ends
+            self.push(self.up_since, "fault", f, prio=1)
             return
         if self.up_since is None or self.hang is not None:
             return
@@ -1018,37 +1018,6 @@ class Run:
         if self.automated:
             self.schedule_passes(t, 2 * PASS_S)
 
-    def maybe_swap(self, t: float) -> None:
-        """Planned swaps: a running gang's node SUSPECT with a slow-burning finding."""
-        if self.swap_rule is None or self.up_since is None or self.hang is not None:
-            return
-        for n in self.gang:
-            reasons = self.reasons_at(n, t)
-            burn = self.swap_rule(reasons) if reasons else None
-            if burn is None or n in self.swapping:
-                continue
-            if not self.under_cap():  # no checkpoint is asked for what cannot be evicted
-                self.cap_held.add(n)
-                continue
-            stop = self.close_segment(t, "planned")
-            self.swapping.add(n)
-            self.push(stop, "swap", (n, burn.message), prio=1)
-            return
-
-    def swap(self, node: str, why: str, t: float) -> None:
-        self.swapping.discard(node)
-        self.down_from = t
-        pending, self.pending = self.pending, None
-        if pending is not None:  # a failure while the checkpoint was written: it wins
-            self.up_since = t
-            self.on_failure(pending, t)
-            return
-        if self.swap_evict(node, t, why):
-            self.planned_swaps += 1
-            self.stopped(Fault(t, node, "planned", 0.0), t, evicted=node, planned=True)
-        else:  # over the cap: the gang runs on, the checkpoint was written
-            self.up_since = t
-
     def run(self) -> None:
         h = self.history
         for f in h.faults:
@@ -1082,10 +1051,12 @@ class Run:
                     self.stopped(self.hang, t, evicted=hit[0])
                 elif hit and self.up_since is not None:
                     # an eviction of a running gang's node (no failure the simulation knows)
+                    planned = hit[0] in self.swapped
                     self.close_segment(t, "fail")
                     self.down_from = t
-                    self.stopped(Fault(t, hit[0], "evicted", 0.0), t, evicted=hit[0])
-                self.maybe_swap(t)
+                    cause = "planned" if planned else "evicted"
+                    self.stopped(Fault(t, hit[0], cause, 0.0), t, evicted=hit[0], planned=planned)
+                    self.planned_swaps += planned
             elif kind == "ack":
                 self.ack_at, self.ack_pending = t, False
                 self.acks += 1
@@ -1094,8 +1065,8 @@ class Run:
                 self.bind(payload, t)
             elif kind == "up":
                 self.up(t)
-            elif kind == "swap":
-                self.swap(payload[0], payload[1], t)
+            elif kind == "checkpointed":
+                self.checkpointed(payload, t)
         if self.up_since is not None:
             self.close_segment(self.end, "end")
         # time still down at the end (a hang, a restart under way) is not accounted yet
@@ -1120,9 +1091,8 @@ def run_regime(regime: Regime, seed: int, nodes: int, days: float) -> dict[str, 
         failures_per_1000_node_days=history.rate_per_node_day * 1000.0,
         restart_s=RESTART_S,
     )
-    rule_name, rule = slow_burn_rule()
     without = Run(history, False, WITHOUT_INTERVAL_S, regime.checkpoint_s, seed)
-    with_ = Run(history, True, advice.daly_interval_s, regime.checkpoint_s, seed, swap_rule=rule)
+    with_ = Run(history, True, advice.daly_interval_s, regime.checkpoint_s, seed)
     without.run()
     with_.run()
     verdicts = [r.verdict for r in with_.restarts]
@@ -1160,7 +1130,6 @@ def run_regime(regime: Regime, seed: int, nodes: int, days: float) -> dict[str, 
             "with": round(advice.daly_interval_s / MINUTE, 1),
         },
         "gang_mtbf_h": round(advice.mtbf_s / HOUR, 1),
-        "swap_rule": rule_name,
         "nodes": nodes,
         "spares": len(history.nodes) - nodes,
         "days": days,
@@ -1204,8 +1173,8 @@ def table(results: list[dict[str, Any]]) -> str:
         )
         lines.append(
             f"  lemons: flagged {r['lemons_flagged']} ({r['lemons_flagged_true']} true), "
-            f"true {r['lemons_true']}; planned swaps {r['planned_swaps']} "
-            f"({r['swap_rule']} rule); evictions {r['evictions']}; "
+            f"true {r['lemons_true']}; planned swaps {r['planned_swaps']}; "
+            f"evictions {r['evictions']}; "
             f"held by the blast cap {r['cap_held_nodes']} nodes ({r['cap_acks']} acks); "
             f"waited for nodes {r['waiting_for_nodes_h']['without']:g} h without, "
             f"{r['waiting_for_nodes_h']['with']:g} h with"
