@@ -22,14 +22,17 @@ bad InfiniBand port (its symbol errors from ``NodeDevices._bad_port``); each is 
 fail (a thermal crash; the link going down) at the moment the health policy first calls
 it BAD, the policy's definition of "hurts a run now". Noise: findings on random nodes
 that are not failures (warm GPUs, transient heat, a few link errors, an application XID,
-congestion, a link flap), ``NOISE_PER_NODE_DAY`` per node-day, lasting 1-10 min.
+congestion, a link flap), ``--noise`` per node-day (default 1), lasting 1-10 min.
 
-Both runs: a checkpoint write stalls the gang ``--checkpoint-s`` seconds; a restart
-(pods recreated and bound ``BIND_DELAY_S`` in, NCCL set up, the checkpoint loaded)
-takes ``RESTART_S``; a gang that starts with a failed node crashes again; Kubernetes'
-scheduler never binds to a NotReady node or to one whose GPU fell off the bus. GPU
-crashes (XID 79/48/95/119) and software bugs stop the gang at once; NVLink, InfiniBand
-and host failures hang the collectives until NCCL's 10-minute watchdog timeout.
+Both runs: a checkpoint write stalls the gang ``--checkpoint-s`` seconds (default 30);
+a restart (pods recreated and bound ``BIND_DELAY_S`` in, NCCL set up, the checkpoint
+loaded) takes ``--restart-s`` (default 300); a gang that starts with a failed node
+crashes again; Kubernetes' scheduler never binds a gang pod to a NotReady node or to one
+with a GPU the device plugin took out (every GPU failure here, UNSCHEDULABLE_CAUSES).
+GPU crashes (XID 79/48/95/119) and software bugs stop the gang at once; NVLink,
+InfiniBand and host failures hang the collectives until NCCL's 10-minute watchdog
+timeout. A cap alert is acknowledged by an operator after the same delay a human takes
+to restart a run (below).
 
 Without automation: a checkpoint every 60 min; a human notices each stopped gang after
 a log-normal delay (median 15 min from 08:00 to 20:00 UTC, 60 min at night, sigma 0.7),
@@ -53,6 +56,7 @@ as the documented protocol says; node-health then evicts the node.
 
     .venv/bin/python benchmarks/bench_goodput.py                 # table, 128 nodes, 7 days
     .venv/bin/python benchmarks/bench_goodput.py --json --seed 3
+    .venv/bin/python benchmarks/bench_goodput.py --checkpoint-s 5 --restart-s 120
 """
 
 from __future__ import annotations
@@ -444,7 +448,9 @@ def pick_cause(rng: random.Random) -> Any:
     return CAUSES[-1]
 
 
-def make_history(regime: Regime, seed: int, nodes: int, days: float) -> History:
+def make_history(
+    regime: Regime, seed: int, nodes: int, days: float, noise_rate: float = NOISE_PER_NODE_DAY
+) -> History:
     spares = max(2, math.ceil(nodes * SPARE_SHARE))
     pool = nodes + spares
     names = [f"gpu-node-{i:03d}" for i in range(pool)]
@@ -519,7 +525,7 @@ def make_history(regime: Regime, seed: int, nodes: int, days: float) -> History:
     for node in names:
         t = 0.0
         while True:
-            t += rng.expovariate(NOISE_PER_NODE_DAY / DAY)
+            t += rng.expovariate(noise_rate / DAY)
             if t >= horizon:
                 break
             i = rng.choices(range(len(NOISE_KINDS)), weights)[0]
@@ -575,6 +581,7 @@ class Run:
     interval_s: float
     checkpoint_s: float
     seed: int
+    restart_s: float = RESTART_S
     lost: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
     productive: float = 0.0
     restarts: list[RestartRecord] = field(default_factory=list)
@@ -1002,7 +1009,7 @@ class Run:
                 return
             keep += spares[:need]
         self.gang = keep
-        done = max(begin + RESTART_S, t + RESTART_S - BIND_DELAY_S)
+        done = max(begin + self.restart_s, t + self.restart_s - BIND_DELAY_S)
         self.push(done, "up", None, prio=3)
 
     def up(self, t: float) -> None:
@@ -1083,16 +1090,25 @@ class Run:
 # -- the benchmark -----------------------------------------------------------------------
 
 
-def run_regime(regime: Regime, seed: int, nodes: int, days: float) -> dict[str, Any]:
-    history = make_history(regime, seed, nodes, days)
+def run_regime(
+    regime: Regime,
+    seed: int,
+    nodes: int,
+    days: float,
+    noise_rate: float = NOISE_PER_NODE_DAY,
+    checkpoint_s: float | None = None,
+    restart_s: float = RESTART_S,
+) -> dict[str, Any]:
+    history = make_history(regime, seed, nodes, days, noise_rate)
+    write_s = regime.checkpoint_s if checkpoint_s is None else checkpoint_s
     advice = advise(
-        regime.checkpoint_s,
+        write_s,
         nodes=nodes,
         failures_per_1000_node_days=history.rate_per_node_day * 1000.0,
-        restart_s=RESTART_S,
+        restart_s=restart_s,
     )
-    without = Run(history, False, WITHOUT_INTERVAL_S, regime.checkpoint_s, seed)
-    with_ = Run(history, True, advice.daly_interval_s, regime.checkpoint_s, seed)
+    without = Run(history, False, WITHOUT_INTERVAL_S, write_s, seed, restart_s)
+    with_ = Run(history, True, advice.daly_interval_s, write_s, seed, restart_s)
     without.run()
     with_.run()
     verdicts = [r.verdict for r in with_.restarts]
@@ -1134,6 +1150,9 @@ def run_regime(regime: Regime, seed: int, nodes: int, days: float) -> dict[str, 
         "spares": len(history.nodes) - nodes,
         "days": days,
         "seed": seed,
+        "noise_per_node_day": noise_rate,
+        "checkpoint_s": write_s,
+        "restart_s": restart_s,
     }
 
 
@@ -1192,6 +1211,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--days", type=positive(float, "--days"), default=7.0)
     parser.add_argument("--nodes", type=positive(int, "--nodes"), default=128)
+    parser.add_argument(
+        "--noise",
+        type=positive(float, "--noise"),
+        default=NOISE_PER_NODE_DAY,
+        help="findings that are not failures, per node-day (default 1)",
+    )
+    parser.add_argument(
+        "--checkpoint-s",
+        type=positive(float, "--checkpoint-s"),
+        default=None,
+        help="seconds a checkpoint write stalls the gang (default 30)",
+    )
+    parser.add_argument(
+        "--restart-s",
+        type=positive(float, "--restart-s"),
+        default=RESTART_S,
+        help="seconds a restart takes, pods bound to training again (default 300)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per regime")
 
     def one_line(message: str) -> NoReturn:
@@ -1204,7 +1241,12 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     started = time.perf_counter()
-    results = [run_regime(r, args.seed, args.nodes, args.days) for r in REGIMES]
+    results = [
+        run_regime(
+            r, args.seed, args.nodes, args.days, args.noise, args.checkpoint_s, args.restart_s
+        )
+        for r in REGIMES
+    ]
     if args.json:
         for r in results:
             print(json.dumps(r, sort_keys=True))
