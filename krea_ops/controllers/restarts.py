@@ -54,6 +54,7 @@ from krea_ops.training.attribution import (
     Restart,
     Signal,
     attribute,
+    base_weight,
     last_step,
     loaded_step,
 )
@@ -67,6 +68,9 @@ STEPS_KEPT = 240
 CHILD_JOB = "child Job "  # a FailedPod known only from the JobSet's Event
 FIRST_FAILED = re.compile(r"first failed job: ([^)\s]+)")
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+MIN_WEIGHT = 0.2  # findings that weigh less are not kept (attribution.base_weight)
+MESSAGE_CHARS = 200
+MAX_SIGNALS = 1500  # ~0.3 MB of state at most; in practice a few dozen nodes show findings
 SIGNAL_CODES_SKIPPED = frozenset({"node_ready_unknown", "no_telemetry"})
 _SEVERITIES = {s.name: s for s in Severity}
 
@@ -266,9 +270,19 @@ def _update_signals(
             for r in verdict.reasons:
                 if r.severity is Severity.OK or r.code in SIGNAL_CODES_SKIPPED:
                     continue
-                seen(node, r.code, r.severity, r.gpu, r.port, r.message)
+                if base_weight(r.code) < MIN_WEIGHT:
+                    continue  # congestion, application XIDs: often fleet-wide, never a cause
+                seen(node, r.code, r.severity, r.gpu, r.port, r.message[:MESSAGE_CHARS])
     for node, why in evicted:
-        seen(node, "evicted", Severity.BAD, None, None, f"evicted by node-health: {why}")
+        seen(node, "evicted", Severity.BAD, None, None, f"evicted by node-health: {why}"[:200])
+    kept = sorted((e[5], node, i) for node, items in out.items() for i, e in enumerate(items))
+    if len(kept) > MAX_SIGNALS:  # the state must fit its ConfigMap: the newest are kept
+        drop = {(node, i) for _, node, i in kept[: len(kept) - MAX_SIGNALS]}
+        out = {
+            node: [e for i, e in enumerate(items) if (node, i) not in drop]
+            for node, items in out.items()
+        }
+        out = {node: items for node, items in out.items() if items}
     return out
 
 
@@ -438,7 +452,9 @@ def record(
                         "nodes": list(old.get("nodes") or ()),
                         "gpus": int(old.get("gpus") or 0) or None,
                         "failed": [_failed_json(f) for f in failed_before] if exact else [],
-                        "steps": [list(x) for x in old.get("steps") or ()] if exact else [],
+                        "steps": (
+                            [list(x) for x in old.get("steps") or ()] if number == first else []
+                        ),
                     }
                 )
         gangs[key] = entry

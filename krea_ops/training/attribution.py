@@ -212,7 +212,8 @@ def finding_class(code: str) -> str:
     return "other"
 
 
-def _base_weight(code: str) -> float:
+def base_weight(code: str) -> float:
+    """What a BAD finding of this code weighs for a running gang (``_CLASSES``)."""
     if code in _CLASSES:
         return _CLASSES[code][1]
     if code.startswith(("ib_", "nvlink")):
@@ -255,7 +256,7 @@ class _Scored:
 
 
 def _score(signal: Signal, at: float, before_s: float) -> float:
-    weight = _base_weight(signal.code)
+    weight = base_weight(signal.code)
     if signal.severity is Severity.SUSPECT:
         weight *= _SUSPECT_FACTOR
     elif signal.severity is Severity.UNKNOWN:
