@@ -315,6 +315,10 @@ def _log_hints(failed: Sequence[FailedPod]) -> list[str]:
     return out
 
 
+def unattributed(*evidence: str) -> Attribution:
+    return Attribution(None, None, None, "unattributed", 0.0, evidence)
+
+
 def attribute(
     restart: Restart,
     signals: Iterable[Signal],
@@ -367,34 +371,18 @@ def attribute(
             ),
         )
     if not scored:
-        return Attribution(
-            None,
-            None,
-            None,
-            "unattributed",
-            0.0,
-            (
-                f"no BAD or SUSPECT finding on the gang's {len(gang)} node(s) from {window_text}",
-                *pods,
-            ),
-        )
+        why = f"no BAD or SUSPECT finding on the gang's {len(gang)} node(s) from {window_text}"
+        return unattributed(why, *pods)
     ranking = sorted(scored, key=lambda n: (-node_score(n), n))
     best = ranking[0]
     top = node_score(best)
     second = node_score(ranking[1]) if len(ranking) > 1 else 0.0
     if top < MIN_SCORE:
         weak = scored[best][0].signal
-        return Attribution(
-            None,
-            None,
-            None,
-            "unattributed",
-            0.0,
-            (
-                f"only weak findings on the gang's nodes from {window_text}; the strongest: "
-                f"{weak.node}: {weak.message} ({_ago(weak.last, at)})",
-                *pods,
-            ),
+        return unattributed(
+            f"only weak findings on the gang's nodes from {window_text}; the strongest: "
+            f"{weak.node}: {weak.message} ({_ago(weak.last, at)})",
+            *pods,
         )
     lead = scored[best][0].signal
     gpu, port = lead.gpu, lead.port
