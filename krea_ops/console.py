@@ -22,7 +22,7 @@ import contextlib
 import dataclasses
 import threading
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -412,6 +412,26 @@ class Console:
                 "list the runs)"
             )
         return got
+
+    def restart_history(self, runs: Iterable[TrainingRun]) -> dict[str, RunRestarts]:
+        """Each run's restarts as node-health recorded them (one read of its state), by
+        ``namespace/name``: what the training screen shows under the selected run."""
+        from krea_ops.controllers.base import NAMESPACE
+        from krea_ops.controllers.loop import read_state
+        from krea_ops.controllers.restarts import run_restarts
+
+        state = read_state(self.cluster, NAMESPACE).data.get("node-health")
+        recorder = state.get("recorder") if isinstance(state, dict) else None
+        return {
+            f"{r.namespace}/{r.name}": run_restarts(
+                recorder if isinstance(recorder, dict) else None,
+                r.namespace,
+                r.name,
+                r.restarts,
+                after_s=self.settings.attribution_after_s,
+            )
+            for r in runs
+        }
 
     def lemons(self) -> list[LemonRow]:
         """Nodes implicated in repeated training restarts, labelled lemons, or evicted

@@ -34,6 +34,7 @@ from textual.widgets import Footer, Input, Static
 from textual.worker import Worker, WorkerState
 
 from krea_ops.console import ConsoleActions, ConsoleReads, FleetScope
+from krea_ops.errors import KreaError
 from krea_ops.fleet import FleetSnapshot
 from screens.base import DataScreen
 from screens.messages import (
@@ -52,6 +53,19 @@ from screens.messages import (
 
 if TYPE_CHECKING:
     from krea_ops.runbook.plan import Plan
+
+def training_loaded(console: Any) -> TrainingLoaded:
+    """The runs, and what node-health recorded of their restarts: a console that cannot
+    read that (no state yet is fine; an error is said) still shows the runs."""
+    runs = console.training()
+    history = getattr(console, "restart_history", None)
+    if history is None:
+        return TrainingLoaded(runs)
+    try:
+        return TrainingLoaded(runs, history(runs))
+    except KreaError as exc:
+        return TrainingLoaded(runs, None, str(exc))
+
 
 SCREENS_ORDER = ("fleet", "fabric", "queue", "burst", "training")
 SLOW_READ_S = 10.0  # a read in flight this long (or 3 refreshes) is said to be slow
@@ -347,7 +361,7 @@ class KreaOpsApp(App[None]):
         if key == "burst":
             return lambda: BurstLoaded(console.burst())
         if key == "training":
-            return lambda: TrainingLoaded(console.training())
+            return lambda: training_loaded(console)
         if key == "controllers":
             read = console.controllers  # type: ignore[attr-defined]
             return lambda: ControllersLoaded(read())

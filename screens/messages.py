@@ -8,8 +8,11 @@ from typing import TYPE_CHECKING, ClassVar
 from textual.message import Message
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from krea_ops.burst.status import BurstStatus
     from krea_ops.console import FleetScope, NodeDetail, QueueReading
+    from krea_ops.controllers.restarts import RunRestarts
     from krea_ops.fleet import FleetSnapshot
     from krea_ops.queue import WhyReport
     from krea_ops.runbook.execute import RunResult
@@ -72,11 +75,21 @@ class BurstLoaded(Loaded):
 
 
 class TrainingLoaded(Loaded):
+    """The runs, and their restarts as node-health recorded them (``restarts_error``:
+    why those could not be read; the runs still show)."""
+
     KIND = "training"
 
-    def __init__(self, runs: tuple[TrainingRun, ...]) -> None:
+    def __init__(
+        self,
+        runs: tuple[TrainingRun, ...],
+        restarts: Mapping[str, RunRestarts] | None = None,
+        restarts_error: str | None = None,
+    ) -> None:
         super().__init__()
         self.runs = runs
+        self.restarts = dict(restarts or {})
+        self.restarts_error = restarts_error
 
 
 class ControllersLoaded(Loaded):

@@ -5,7 +5,9 @@ Top: one row per training JobSet (state, nodes x GPUs, restarts of the maximum, 
 the newest complete checkpoint and its age). Below, for the run under the cursor: its
 checkpoints on disk, newest first, each complete or with the reason it is not (or why
 none can be read: the directory is not mounted here), and the advice: Young's and Daly's
-intervals, the work lost per failure, the waste, and the MTBF they assume.
+intervals, the work lost per failure, the waste, and the MTBF they assume; then its
+restarts as node-health recorded them (``krea-ops train restarts``): when, the work lost,
+the node/GPU/port each is attributed to and how sure, and the evidence of the newest.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from textual.css.query import NoMatches
 from textual.widgets import DataTable, Input, Static
 
 from krea_ops import units
+from krea_ops.controllers.restarts import RestartRow, RunRestarts
 from krea_ops.training.advice import Advice
 from krea_ops.training.checkpoints import Checkpoint
 from krea_ops.training.runs import TrainingRun
@@ -43,6 +46,14 @@ RUN_COLUMNS = (
     ("QUEUE", "queue"),
     ("CHECKPOINT", "step"),
     ("CKPT AGE", "ckpt_age"),
+)
+RESTART_COLUMNS = (
+    ("#", "number"),
+    ("WHEN", "when"),
+    ("LOST", "lost"),
+    ("ATTRIBUTED TO", "target"),
+    ("CAUSE", "cause"),
+    ("CONF", "confidence"),
 )
 CHECKPOINT_COLUMNS = (
     ("CHECKPOINT", "name"),
@@ -84,6 +95,40 @@ def run_cells(run: TrainingRun, now: float) -> tuple[Any, ...]:
         step,
         ckpt_age,
     )
+
+
+def restart_cells(row: RestartRow, now: float) -> tuple[Any, ...]:
+    a = row.attribution
+    lost = "?" if row.lost_steps is None else f"{row.lost_steps:,} steps"
+    if row.lost_gpu_hours is not None:
+        lost += f", {row.lost_gpu_hours:,.1f} GPU-h"
+    if a is None:
+        target = Text("window open", style="dim")
+    elif a.attributed:
+        target = Text(a.target, style="bold")
+    else:
+        target = Text(a.target, style="magenta" if a.cause == "systemic" else "dim")
+    return (
+        str(row.number),
+        units.since(row.at, now) + ("" if row.at_exact else " ~"),
+        lost,
+        target,
+        a.cause if a is not None else "-",
+        f"{a.confidence:.2f}" if a is not None and a.attributed else "-",
+    )
+
+
+def restarts_title(got: RunRestarts | None, error: str | None) -> Text:
+    if error is not None:
+        return Text(f"restarts unknown: {error}", style="magenta")
+    if got is None or not got.recorded:
+        return Text(
+            "restarts: nothing recorded (node-health records and attributes them)", style="dim"
+        )
+    text = f"Restarts of {got.namespace}/{got.name}: {len(got.rows)} recorded"
+    if got.unrecorded:
+        text += f", {got.unrecorded} before node-health saw the run"
+    return Text(text)
 
 
 def checkpoint_name(cp: Checkpoint, run: TrainingRun) -> str:
@@ -175,7 +220,8 @@ class TrainingScreen(DataScreen):
     HELP = (
         "Training runs: state, size, restarts, the newest complete checkpoint; for the "
         "selected run its checkpoints (complete or why not) and the checkpoint-interval "
-        "advice (Young/Daly, lost work per failure, waste, MTBF)."
+        "advice (Young/Daly, lost work per failure, waste, MTBF); its restarts, each "
+        "attributed to a node/GPU/port with the evidence (as krea-ops train restarts)."
     )
     ACTIONS = (
         ("L", "launch the selected run again under a new name (fresh checkpoints)"),
@@ -189,6 +235,8 @@ class TrainingScreen(DataScreen):
     def __init__(self) -> None:
         super().__init__()
         self.runs: dict[str, TrainingRun] = {}
+        self.restarts: dict[str, RunRestarts] = {}
+        self.restarts_error: str | None = None
         self.selected: str | None = None
         self.filter_text = ""
 
@@ -210,6 +258,14 @@ class TrainingScreen(DataScreen):
             checkpoints.add_column(label, key=key)
         yield checkpoints
         yield Static("", id="advice", classes="training-data")
+        yield Static("", classes="pane-title", id="restart-title")
+        restarts: DataTable[Any] = DataTable(
+            id="restart-table", cursor_type="row", zebra_stripes=True, classes="training-data"
+        )
+        for label, key in RESTART_COLUMNS:
+            restarts.add_column(label, key=key)
+        yield restarts
+        yield Static("", id="restart-evidence", classes="training-data")
         yield Input(
             placeholder="filter runs (Enter keeps it, Esc clears)",
             id="filter",
@@ -233,6 +289,8 @@ class TrainingScreen(DataScreen):
         except NoMatches:
             return
         self.runs = {run_key(r): r for r in loaded.runs}
+        self.restarts = loaded.restarts
+        self.restarts_error = loaded.restarts_error
         self._show()
         for widget in self.query(".training-data"):
             widget.set_class(False, "stale")
@@ -279,6 +337,7 @@ class TrainingScreen(DataScreen):
             error.display = False
             sync_table(table, {})
             advice.update("")
+            self._show_restarts(None)
             return
         count = "" if run.checkpoints is None else f" ({len(run.checkpoints)})"
         title.update(f"Checkpoints of {run_key(run)}{count}: {run.checkpoint_dir or '?'}")
@@ -297,6 +356,25 @@ class TrainingScreen(DataScreen):
         order = {key: i for i, key in enumerate(rows)}  # the core's: newest first
         sync_table(table, rows, order=lambda key: order.get(key, len(order)))
         advice.update(advice_text(run.advice, run))
+        self._show_restarts(run)
+
+    def _show_restarts(self, run: TrainingRun | None) -> None:
+        """The selected run's restarts, newest first, and the evidence of the newest."""
+        title = self.query_one("#restart-title", Static)
+        table = self.query_one("#restart-table", DataTable)
+        evidence = self.query_one("#restart-evidence", Static)
+        got = self.restarts.get(run_key(run)) if run is not None else None
+        title.update(restarts_title(got, self.restarts_error) if run is not None else "")
+        now = self.krea.clock()
+        rows = {str(r.number): restart_cells(r, now) for r in reversed(got.rows)} if got else {}
+        order = {key: i for i, key in enumerate(rows)}
+        sync_table(table, rows, order=lambda key: order.get(key, len(order)))
+        newest = got.rows[-1] if got and got.rows else None
+        if newest is None or newest.attribution is None:
+            evidence.update("")
+            return
+        lines = [f"#{newest.number}: {e}" for e in newest.attribution.evidence[:3]]
+        evidence.update(Text("\n".join(lines), style="dim"))
 
     # -- actions ----------------------------------------------------------------------
 

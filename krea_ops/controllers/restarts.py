@@ -54,6 +54,7 @@ from krea_ops.training.attribution import (
     Restart,
     Signal,
     attribute,
+    base_weight,
     last_step,
     loaded_step,
 )
@@ -67,6 +68,9 @@ STEPS_KEPT = 240
 CHILD_JOB = "child Job "  # a FailedPod known only from the JobSet's Event
 FIRST_FAILED = re.compile(r"first failed job: ([^)\s]+)")
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+MIN_WEIGHT = 0.2  # findings that weigh less are not kept (attribution.base_weight)
+MESSAGE_CHARS = 200
+MAX_SIGNALS = 1500  # ~0.3 MB of state at most; in practice a few dozen nodes show findings
 SIGNAL_CODES_SKIPPED = frozenset({"node_ready_unknown", "no_telemetry"})
 _SEVERITIES = {s.name: s for s in Severity}
 
@@ -170,6 +174,146 @@ def _restart_events(cluster: Cluster, gang: Gang) -> tuple[tuple[float, str, str
     return tuple(sorted(out))
 
 
+# -- the persisted state, as read back (anyone with access may have edited it) -----------
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+
+
+def _int_or_none(v: Any) -> int | None:
+    return int(v) if _num(v) and float(v).is_integer() else None
+
+
+def _strs(v: Any) -> list[str]:
+    return [str(x) for x in v] if isinstance(v, list) and all(isinstance(x, str) for x in v) else []
+
+
+def _steps(v: Any) -> list[list[float]]:
+    out = []
+    for x in v if isinstance(v, list) else ():
+        if isinstance(x, list) and len(x) == 2 and _num(x[0]) and _int_or_none(x[1]) is not None:
+            out.append([float(x[0]), int(x[1])])
+    return out
+
+
+def _failed_list(v: Any) -> list[dict[str, Any]]:
+    return [_failed_json(f) for f in map(_failed_of, v if isinstance(v, list) else ()) if f]
+
+
+def sane_state(prev: Any) -> dict[str, Any]:
+    """The recorder's state with every entry that does not have the shape it writes
+    dropped: a pass (and ``train restarts``) works on what is left, never raises."""
+    prev = prev if isinstance(prev, Mapping) else {}
+    signals: dict[str, list[list[Any]]] = {}
+    raw = prev.get("signals")
+    for node, items in raw.items() if isinstance(raw, Mapping) else ():
+        for e in items if isinstance(items, list) else ():
+            if (
+                isinstance(e, list)
+                and len(e) == 7
+                and isinstance(e[0], str)
+                and e[1] in _SEVERITIES
+                and (e[2] is None or _int_or_none(e[2]) is not None)
+                and (e[3] is None or isinstance(e[3], str))
+                and _num(e[4])
+                and _num(e[5])
+                and isinstance(e[6], str)
+            ):
+                signals.setdefault(str(node), []).append(list(e))
+    gangs: dict[str, dict[str, Any]] = {}
+    raw = prev.get("gangs")
+    for key, g in raw.items() if isinstance(raw, Mapping) else ():
+        if not isinstance(g, Mapping) or _int_or_none(g.get("restarts")) is None:
+            continue
+        failed = g.get("failed")
+        jobs = g.get("jobs")
+        gangs[str(key)] = {
+            "uid": str(g.get("uid") or ""),
+            "restarts": _int_or_none(g.get("restarts")),
+            "unrecorded": _int_or_none(g.get("unrecorded")) or 0,
+            "nodes": _strs(g.get("nodes")),
+            "gpus": _int_or_none(g.get("gpus")) or 0,
+            "steps": _steps(g.get("steps")),
+            "failed": {
+                str(k): _failed_json(f)
+                for k, v in (failed.items() if isinstance(failed, Mapping) else ())
+                if (f := _failed_of(v)) is not None
+            },
+            "jobs": {
+                str(k): v
+                for k, v in (jobs.items() if isinstance(jobs, Mapping) else ())
+                if isinstance(v, str)
+            },
+            "attempt_seen": float(g["attempt_seen"]) if _num(g.get("attempt_seen")) else 0.0,
+            **(
+                {"resumed_step": _int_or_none(g.get("resumed_step"))}
+                if _int_or_none(g.get("resumed_step")) is not None
+                else {}
+            ),
+        }
+    pending = []
+    for p in prev.get("pending") if isinstance(prev.get("pending"), list) else ():
+        if (
+            isinstance(p, Mapping)
+            and isinstance(p.get("run"), str)
+            and "/" in p["run"]
+            and _int_or_none(p.get("number")) is not None
+            and _num(p.get("at"))
+        ):
+            pending.append(
+                {
+                    "run": p["run"],
+                    "number": _int_or_none(p.get("number")),
+                    "at": float(p["at"]),
+                    "at_exact": bool(p.get("at_exact")),
+                    "nodes": _strs(p.get("nodes")),
+                    "gpus": _int_or_none(p.get("gpus")),
+                    "failed": _failed_list(p.get("failed")),
+                    "steps": _steps(p.get("steps")),
+                }
+            )
+    log: dict[str, list[dict[str, Any]]] = {}
+    raw = prev.get("log")
+    for run, recs in raw.items() if isinstance(raw, Mapping) else ():
+        kept = [
+            dict(r)
+            for r in (recs if isinstance(recs, list) else ())
+            if isinstance(r, Mapping)
+            and _int_or_none(r.get("number")) is not None
+            and _num(r.get("at"))
+        ]
+        for r in kept:
+            if "steps" in r:
+                r["steps"] = _steps(r["steps"])
+            for k in ("lost_steps", "last_step", "resumed_step", "gpus"):
+                if k in r:
+                    r[k] = _int_or_none(r[k])
+            if not isinstance(r.get("attribution"), Mapping):
+                r["attribution"] = {}
+            r["failed"] = _failed_list(r.get("failed"))
+        if kept:
+            log[str(run)] = kept
+    attributed = [
+        list(a)
+        for a in (prev.get("attributed") if isinstance(prev.get("attributed"), list) else ())
+        if isinstance(a, list)
+        and len(a) == 5
+        and isinstance(a[0], str)
+        and _num(a[1])
+        and isinstance(a[2], str)
+        and _int_or_none(a[3]) is not None
+        and isinstance(a[4], str)
+    ]
+    return {
+        "signals": signals,
+        "gangs": gangs,
+        "pending": pending,
+        "log": log,
+        "attributed": attributed,
+    }
+
+
 # -- pure ---------------------------------------------------------------------------------
 
 
@@ -266,9 +410,19 @@ def _update_signals(
             for r in verdict.reasons:
                 if r.severity is Severity.OK or r.code in SIGNAL_CODES_SKIPPED:
                     continue
-                seen(node, r.code, r.severity, r.gpu, r.port, r.message)
+                if base_weight(r.code) < MIN_WEIGHT:
+                    continue  # congestion, application XIDs: often fleet-wide, never a cause
+                seen(node, r.code, r.severity, r.gpu, r.port, r.message[:MESSAGE_CHARS])
     for node, why in evicted:
-        seen(node, "evicted", Severity.BAD, None, None, f"evicted by node-health: {why}")
+        seen(node, "evicted", Severity.BAD, None, None, f"evicted by node-health: {why}"[:200])
+    kept = sorted((e[5], node, i) for node, items in out.items() for i, e in enumerate(items))
+    if len(kept) > MAX_SIGNALS:  # the state must fit its ConfigMap: the newest are kept
+        drop = {(node, i) for _, node, i in kept[: len(kept) - MAX_SIGNALS]}
+        out = {
+            node: [e for i, e in enumerate(items) if (node, i) not in drop]
+            for node, items in out.items()
+        }
+        out = {node: items for node, items in out.items() if items}
     return out
 
 
@@ -334,6 +488,7 @@ def record(
     """One pass of the recorder: the new state (module docstring) and its gauges.
     ``verdicts``: this pass's verdicts, None when the telemetry could not be read;
     ``evicted``: (node, why) of the evictions this pass plans."""
+    prev = sane_state(prev)
     horizon = now - (cfg.before_s + cfg.after_s + 600.0)
     signals = _update_signals(prev, verdicts, evicted, now, horizon)
     gangs_prev: Mapping[str, Any] = prev.get("gangs") or {}
@@ -438,7 +593,9 @@ def record(
                         "nodes": list(old.get("nodes") or ()),
                         "gpus": int(old.get("gpus") or 0) or None,
                         "failed": [_failed_json(f) for f in failed_before] if exact else [],
-                        "steps": [list(x) for x in old.get("steps") or ()] if exact else [],
+                        "steps": (
+                            [list(x) for x in old.get("steps") or ()] if number == first else []
+                        ),
                     }
                 )
         gangs[key] = entry
@@ -522,7 +679,7 @@ def record(
 def attributed_restarts(state: Mapping[str, Any]) -> list[tuple[str, float]]:
     """(node, time) of each attributed restart the recorder remembers."""
     out = []
-    for a in state.get("attributed") or ():
+    for a in sane_state(state)["attributed"]:
         if isinstance(a, list) and len(a) == 5:
             out.append((str(a[0]), float(a[1])))
     return out
@@ -597,7 +754,7 @@ def run_restarts(
     """``recorder``: node-health's ``recorder`` state (None: never written);
     ``restarts``: the JobSet's ``status.restarts`` (None: no such JobSet)."""
     key = f"{namespace}/{name}"
-    rec = recorder or {}
+    rec = sane_state(recorder) if recorder is not None else {}
     rows = [_row(r) for r in (rec.get("log") or {}).get(key) or () if isinstance(r, Mapping)]
     for p in rec.get("pending") or ():
         if isinstance(p, Mapping) and p.get("run") == key:
@@ -642,8 +799,8 @@ def lemon_rows(
 ) -> list[LemonRow]:
     """Every node labelled a lemon, attributed a restart, or evicted within the window,
     worst first (most restarts, then most evictions)."""
-    state = node_health_state or {}
-    recorder = state.get("recorder") or {}
+    state = node_health_state if isinstance(node_health_state, Mapping) else {}
+    recorder = sane_state(state.get("recorder"))
     horizon = now - window_s
     restarts: dict[str, list[tuple[float, str, int, str]]] = {}
     for a in recorder.get("attributed") or ():
@@ -651,9 +808,11 @@ def lemon_rows(
             restarts.setdefault(str(a[0]), []).append(
                 (float(a[1]), str(a[2]), int(a[3]), str(a[4]))
             )
+    remediations = state.get("remediations")
     evictions = {
-        str(n): tuple(sorted(float(t) for t in ts or () if float(t) >= horizon))
-        for n, ts in (state.get("remediations") or {}).items()
+        str(n): tuple(sorted(float(t) for t in ts if _num(t) and float(t) >= horizon))
+        for n, ts in (remediations.items() if isinstance(remediations, Mapping) else ())
+        if isinstance(ts, list)
     }
     marked = set(labelled)
     names = marked | set(restarts) | {n for n, ts in evictions.items() if ts}

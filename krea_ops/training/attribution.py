@@ -212,7 +212,8 @@ def finding_class(code: str) -> str:
     return "other"
 
 
-def _base_weight(code: str) -> float:
+def base_weight(code: str) -> float:
+    """What a BAD finding of this code weighs for a running gang (``_CLASSES``)."""
     if code in _CLASSES:
         return _CLASSES[code][1]
     if code.startswith(("ib_", "nvlink")):
@@ -255,7 +256,7 @@ class _Scored:
 
 
 def _score(signal: Signal, at: float, before_s: float) -> float:
-    weight = _base_weight(signal.code)
+    weight = base_weight(signal.code)
     if signal.severity is Severity.SUSPECT:
         weight *= _SUSPECT_FACTOR
     elif signal.severity is Severity.UNKNOWN:
@@ -314,6 +315,10 @@ def _log_hints(failed: Sequence[FailedPod]) -> list[str]:
     return out
 
 
+def unattributed(*evidence: str) -> Attribution:
+    return Attribution(None, None, None, "unattributed", 0.0, evidence)
+
+
 def attribute(
     restart: Restart,
     signals: Iterable[Signal],
@@ -366,34 +371,18 @@ def attribute(
             ),
         )
     if not scored:
-        return Attribution(
-            None,
-            None,
-            None,
-            "unattributed",
-            0.0,
-            (
-                f"no BAD or SUSPECT finding on the gang's {len(gang)} node(s) from {window_text}",
-                *pods,
-            ),
-        )
+        why = f"no BAD or SUSPECT finding on the gang's {len(gang)} node(s) from {window_text}"
+        return unattributed(why, *pods)
     ranking = sorted(scored, key=lambda n: (-node_score(n), n))
     best = ranking[0]
     top = node_score(best)
     second = node_score(ranking[1]) if len(ranking) > 1 else 0.0
     if top < MIN_SCORE:
         weak = scored[best][0].signal
-        return Attribution(
-            None,
-            None,
-            None,
-            "unattributed",
-            0.0,
-            (
-                f"only weak findings on the gang's nodes from {window_text}; the strongest: "
-                f"{weak.node}: {weak.message} ({_ago(weak.last, at)})",
-                *pods,
-            ),
+        return unattributed(
+            f"only weak findings on the gang's nodes from {window_text}; the strongest: "
+            f"{weak.node}: {weak.message} ({_ago(weak.last, at)})",
+            *pods,
         )
     lead = scored[best][0].signal
     gpu, port = lead.gpu, lead.port

@@ -604,3 +604,32 @@ def test_one_pass_on_the_simulator_plans_the_eviction_the_executor_then_runs(
     again = controller.read(inputs, time.time())
     second = controller.decide(again, time.time(), decision.state or {})
     assert second.plans == () and second.gauges["quarantined"] == 1
+
+
+def test_nodes_attributed_two_restarts_are_labelled_lemons_no_more_than_the_cap() -> None:
+    """The restart recorder's attributed restarts (its state, as persisted) make lemon
+    candidates; at 64 nodes the cap is 1: one is labelled, the other waits for an ack."""
+    fleet = Fleet(64)
+    a, b = name_of(3), name_of(9)
+    fleet.state = {
+        "recorder": {
+            "attributed": [
+                [a, T0 - 3 * DAY, "training/dit", 1, "thermal"],
+                [b, T0 - 2 * DAY, "training/dit", 2, "nvlink"],
+                [a, T0 - DAY, "training/dit", 3, "thermal"],
+                [b, T0 - HOUR, "training/dit", 4, "nvlink"],
+            ]
+        }
+    }
+    decision = fleet.step(T0)
+    (plan,) = decision.plans
+    assert plan.action == "nodes label-lemon" and plan.nodes == (a,)
+    assert "2 training restarts attributed to it within 28 days" in (plan.reason or "")
+    assert "training/dit #1 (thermal)" in (plan.reason or "")
+    assert skips(decision, "cap") == [b]
+    assert fleet.objs[a]["metadata"]["labels"][LEMON_LABEL] == "true"
+    # the next pass: nothing more while the cap holds; an acknowledgement lets b through
+    assert not fleet.step(T0 + MINUTE).plans
+    fleet.ack_at = T0 + 2 * MINUTE
+    (plan,) = fleet.step(T0 + 3 * MINUTE).plans
+    assert plan.nodes == (b,)

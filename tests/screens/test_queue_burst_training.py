@@ -358,3 +358,82 @@ def test_failed_queue_read_keeps_rows_greyed_and_shows_the_error(dashboard_world
             await quiet(pilot, app)
 
     asyncio.run(body())
+
+
+def test_training_shows_the_selected_runs_restarts_as_node_health_recorded_them(
+    dashboard_world: Any,
+) -> None:
+    """What node-health's restart recorder persisted (its state ConfigMap, as the
+    controller writes it) shows under the selected run: newest first, lost work, the
+    node/GPU it is attributed to, and the evidence of the newest."""
+    from krea_ops.controllers.loop import write_state
+    from krea_ops.kube.cluster import connect
+
+    cluster = connect(str(dashboard_world.kubeconfig), None)
+    now = time.time()
+
+    def record(number: int, node: str | None, gpu: int | None, cause: str, ago: float) -> Any:
+        evidence = (
+            [f"{node}: GPU {gpu} at 86 °C, above 78 °C (BAD, seen from 4 min before it)"]
+            if node
+            else ["no BAD or SUSPECT finding on the gang's 2 node(s) from 10:00 to 10:17 UTC"]
+        )
+        return {
+            "number": number,
+            "at": now - ago,
+            "at_exact": True,
+            "gpus": 16,
+            "nodes": 2,
+            "attribution": {
+                "node": node,
+                "gpu": gpu,
+                "port": None,
+                "cause": cause,
+                "confidence": 0.84 if node else 0.0,
+                "evidence": evidence,
+            },
+            "failed": [],
+            "lost_steps": 120 * number,
+            "lost_gpu_hours": 1.5,
+            "last_step": 1320,
+            "resumed_step": 1200,
+        }
+
+    async def body() -> None:
+        app = make_app(dashboard_world)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("5")
+            await wait_until(pilot, lambda: isinstance(app.screen, TrainingScreen))
+            screen = app.screen
+            runs = screen.query_one("#run-table", DataTable)
+            await wait_until(pilot, lambda: any(SMALL in k for k in keys(runs)))
+            key = next(k for k in keys(runs) if k.endswith(f"/{SMALL}"))
+            await move_to(pilot, runs, key)
+            title = screen.query_one("#restart-title", Static)
+            await wait_until(pilot, lambda: "nothing recorded" in text(title))
+            recorder = {
+                "log": {
+                    key: [
+                        record(1, None, None, "unattributed", 3600),
+                        record(2, "gpu-node-003", 5, "thermal", 600),
+                    ]
+                },
+                "gangs": {key: {"uid": "u", "restarts": 2, "unrecorded": 0}},
+            }
+            write_state(cluster, "krea-ops", {"node-health": {"recorder": recorder}})
+            table = screen.query_one("#restart-table", DataTable)
+            await wait_until(pilot, lambda: keys(table) == ["2", "1"])
+            assert f"Restarts of {key}: 2 recorded" in text(title)
+            assert cell(table, "2", "target") == "gpu-node-003 GPU 5"
+            assert cell(table, "2", "cause") == "thermal"
+            assert cell(table, "2", "confidence") == "0.84"
+            assert cell(table, "2", "lost") == "240 steps, 1.5 GPU-h"
+            assert cell(table, "1", "target") == "unattributed"
+            assert cell(table, "1", "confidence") == "-"
+            evidence = text(screen.query_one("#restart-evidence", Static))
+            assert evidence.startswith("#2: gpu-node-003: GPU 5 at 86 °C")
+
+    try:
+        asyncio.run(body())
+    finally:
+        cluster.close()
