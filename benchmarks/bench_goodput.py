@@ -614,7 +614,6 @@ class Run:
         # gang state
         self.up_since: float | None = T0  # running since (None: stopped)
         self.hang: Fault | None = None  # a hang in progress (running, no progress)
-        self.hang_from = 0.0
         self.down_from = 0.0
         self.attributed_times: list[tuple[str, float]] = []
         self.begin = T0
@@ -837,9 +836,6 @@ class Run:
 
     # -- the gang ---------------------------------------------------------------------
 
-    def detect_s(self, f: Fault) -> float:
-        return NCCL_TIMEOUT_S if f.hangs else 0.0
-
     def human_delay(self, t: float) -> float:
         hour = ((t - T0) % DAY) / HOUR
         night = hour >= NIGHT[0] or hour < NIGHT[1]
@@ -857,7 +853,7 @@ class Run:
         self.close_segment(t, "fail")
         self.down_from = t
         if f.hangs:
-            self.hang, self.hang_from = f, t
+            self.hang = f
             self.push(t + NCCL_TIMEOUT_S, "nccl-timeout", f)
             # (with krea-ops, a node-health eviction of a gang node ends it sooner: "pass")
         else:
