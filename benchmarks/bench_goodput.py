@@ -1055,10 +1055,12 @@ class Run:
                 elif hit and self.up_since is not None:
                     # an eviction of a running gang's node (no failure the simulation knows)
                     planned = hit[0] in self.swapped
-                    self.close_segment(t, "fail")
-                    self.down_from = t
+                    at = max(t, self.up_since)  # (a requested checkpoint is written first)
+                    self.close_segment(at, "fail")
+                    self.down_from = at
                     cause = "planned" if planned else "evicted"
-                    self.stopped(Fault(t, hit[0], cause, 0.0), t, evicted=hit[0], planned=planned)
+                    stop = Fault(at, hit[0], cause, 0.0)
+                    self.stopped(stop, at, evicted=hit[0], planned=planned)
                     self.planned_swaps += planned
             elif kind == "ack":
                 self.ack_at, self.ack_pending = t, False
