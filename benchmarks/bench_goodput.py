@@ -582,6 +582,7 @@ class Run:
     checkpoint_s: float
     seed: int
     restart_s: float = RESTART_S
+    noise_to_node_health: bool = False
     lost: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
     productive: float = 0.0
     restarts: list[RestartRecord] = field(default_factory=list)
@@ -606,6 +607,10 @@ class Run:
         for f in h.faults:
             self.by_node.setdefault(str(f.node), []).append(f)
         self.segments_by_node: dict[str, list[Segment]] = {}
+        self.noise_by_node: dict[str, list[Noise]] = {}
+        if self.noise_to_node_health:
+            for n in h.noise:
+                self.noise_by_node.setdefault(n.node, []).append(n)
         for s in h.segments:
             self.segments_by_node.setdefault(s.node, []).append(s)
         self.queue: list[tuple[float, int, int, str, Any]] = []
@@ -662,6 +667,9 @@ class Run:
         for s in self.segments_by_node.get(node, ()):
             if s.start + SCRAPE_S <= t < s.end + SCRAPE_S and not (f and f.source == "slow-burner"):
                 out += s.reasons
+        for n in self.noise_by_node.get(node, ()):
+            if n.start + SCRAPE_S <= t < n.end + SCRAPE_S:
+                out += n.reasons
         return out
 
     def verdict_at(self, node: str, t: float) -> Verdict:
@@ -1035,6 +1043,9 @@ class Run:
         if self.automated:
             for s in h.segments:
                 self.schedule_passes(s.start + SCRAPE_S, 2 * PASS_S)
+            for ns in self.noise_by_node.values():
+                for n in ns:
+                    self.schedule_passes(n.start + SCRAPE_S, n.end - n.start + 2 * PASS_S)
         self.schedule_passes(T0, PASS_S)
         while self.queue:
             t, _, _, kind, payload = heapq.heappop(self.queue)
@@ -1096,6 +1107,7 @@ def run_regime(
     noise_rate: float = NOISE_PER_NODE_DAY,
     checkpoint_s: float | None = None,
     restart_s: float = RESTART_S,
+    noise_to_node_health: bool = False,
 ) -> dict[str, Any]:
     history = make_history(regime, seed, nodes, days, noise_rate)
     write_s = regime.checkpoint_s if checkpoint_s is None else checkpoint_s
@@ -1106,7 +1118,9 @@ def run_regime(
         restart_s=restart_s,
     )
     without = Run(history, False, WITHOUT_INTERVAL_S, write_s, seed, restart_s)
-    with_ = Run(history, True, advice.daly_interval_s, write_s, seed, restart_s)
+    with_ = Run(
+        history, True, advice.daly_interval_s, write_s, seed, restart_s, noise_to_node_health
+    )
     without.run()
     with_.run()
     verdicts = [r.verdict for r in with_.restarts]
@@ -1151,6 +1165,7 @@ def run_regime(
         "noise_per_node_day": noise_rate,
         "checkpoint_s": write_s,
         "restart_s": restart_s,
+        "noise_to_node_health": noise_to_node_health,
     }
 
 
@@ -1227,6 +1242,11 @@ def main(argv: list[str] | None = None) -> int:
         default=RESTART_S,
         help="seconds a restart takes, pods bound to training again (default 300)",
     )
+    parser.add_argument(
+        "--noise-to-node-health",
+        action="store_true",
+        help="node-health (and its planned swaps) see the noise too, not only attribution",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per regime")
 
     def one_line(message: str) -> NoReturn:
@@ -1241,7 +1261,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     results = [
         run_regime(
-            r, args.seed, args.nodes, args.days, args.noise, args.checkpoint_s, args.restart_s
+            r,
+            args.seed,
+            args.nodes,
+            args.days,
+            args.noise,
+            args.checkpoint_s,
+            args.restart_s,
+            args.noise_to_node_health,
         )
         for r in REGIMES
     ]
