@@ -22,7 +22,8 @@ bad InfiniBand port (its symbol errors from ``NodeDevices._bad_port``); each is 
 fail (a thermal crash; the link going down) at the moment the health policy first calls
 it BAD, the policy's definition of "hurts a run now". Noise: findings on random nodes
 that are not failures (warm GPUs, transient heat, a few link errors, an application XID,
-congestion, a link flap), ``--noise`` per node-day (default 1), lasting 1-10 min.
+congestion, a link flap), ``--noise`` per node-day (default 1), lasting 1-10 min; the
+attribution sees it, node-health only with ``--noise-to-node-health``.
 
 Both runs: a checkpoint write stalls the gang ``--checkpoint-s`` seconds (default 30);
 a restart (pods recreated and bound ``BIND_DELAY_S`` in, NCCL set up, the checkpoint
