@@ -951,8 +951,11 @@ class Run:
         else:
             right = result.node == rec.culprit or result.node in rec.also
             rec.verdict = "right" if right else "wrong"
-            self.attributed_times.append((result.node, t))
-            flagged = attribution.lemon_candidates(self.attributed_times, t)
+            if attribution.counts_towards_lemon(result.cause):
+                self.attributed_times.append((result.node, t))
+            flagged = attribution.lemon_candidates(
+                self.attributed_times, t, fleet_nodes=len(self.history.nodes)
+            )
             self.flagged |= set(flagged)
 
     def signals_near(self, t: float) -> list[attribution.Signal]:

@@ -442,13 +442,17 @@ class Console:
         from krea_ops.training.manifests import LEMON_LABEL
 
         state = read_state(self.cluster, NAMESPACE).data.get("node-health")
-        labelled = [n.name for n in self.cluster.nodes(label_selector=f"{LEMON_LABEL}=true")]
+        nodes = self.cluster.nodes()
+        labelled = [n.name for n in nodes if n.labels.get(LEMON_LABEL) == "true"]
+        gpu_nodes = sum(1 for n in nodes if not n.virtual and (n.gpu_capacity or 0) > 0)
         return lemon_rows(
             state if isinstance(state, dict) else None,
             labelled,
             time.time(),
             window_s=self.settings.node_health_lemon_window_s,
             threshold=self.settings.node_health_lemon_restarts,
+            fleet_nodes=gpu_nodes,
+            same_fault_s=self.settings.node_health_lemon_same_fault_s,
         )
 
     # -- the runbook: write actions as plans, run by one executor ----------------------

@@ -203,6 +203,13 @@ class Settings:
             "window label it krea.ai/lemon=true"
         ),
     )
+    node_health_lemon_same_fault_s: float = field(
+        default=3600.0,
+        metadata=_doc(
+            "node-health: restarts attributed to one node within this long of each other "
+            "count once towards a lemon (one fault, not yet pulled), s"
+        ),
+    )
     attribution_before_s: float = field(
         default=720.0,
         metadata=_doc(
@@ -229,6 +236,13 @@ class Settings:
         metadata=_doc(
             "node-health: a planned swap's checkpoint request unanswered this long is given "
             "up (the SUSPECT node stays), seconds"
+        ),
+    )
+    node_health_swap_after_s: float = field(
+        default=120.0,
+        metadata=_doc(
+            "node-health: a slow burn must show this long before a planned swap asks for a "
+            "checkpoint (one transient reading is not a slow burn), seconds"
         ),
     )
     migrate_back_cluster_per_minute: float = field(

@@ -149,7 +149,7 @@ from krea_ops.runbook.plan import Plan
 from krea_ops.settings import Settings
 from krea_ops.training.attribution import lemon_candidates
 from krea_ops.training.manifests import LEMON_LABEL
-from krea_ops.training.swaps import DEFAULT_TIMEOUT_S, SwapConfig
+from krea_ops.training.swaps import DEFAULT_AFTER_S, DEFAULT_TIMEOUT_S, SwapConfig
 
 NAME = "node-health"
 OPT_OUT_LABEL = "krea.ai/auto-remediate"
@@ -234,11 +234,14 @@ class NodeHealthConfig:
     never automatically). ``cooldown_s``: after a manual restore, the node is not
     evicted again for this long. ``lemon_window_s``, ``lemon_remediations``: that many
     evictions within the window make a lemon; ``lemon_restarts``: so do that many
-    training restarts attributed to the node within it. ``attribution_before_s``,
+    training restarts attributed to the node within it (restarts within
+    ``lemon_same_fault_s`` of each other counted once; more where the fleet's own rate
+    would give that many by chance: ``attribution.lemon_candidates``). ``attribution_before_s``,
     ``attribution_after_s``: the window around a restart its signals are taken from
     (``controllers.restarts``). ``drain_timeout_s``: the plans' eviction timeout.
     ``planned_swaps``: evict a running gang's SUSPECT node with a slow burn right after
-    a checkpoint asked of its trainer; ``swap_timeout_s``: how long such a request may
+    a checkpoint asked of its trainer, once the slow burn has shown for ``swap_after_s``;
+    ``swap_timeout_s``: how long such a request may
     go unanswered."""
 
     cap_share: float = 0.02
@@ -252,11 +255,13 @@ class NodeHealthConfig:
     lemon_window_s: float = 28 * 86400.0
     lemon_remediations: int = 2
     lemon_restarts: int = 2
+    lemon_same_fault_s: float = 3600.0
     attribution_before_s: float = 720.0
     attribution_after_s: float = 300.0
     drain_timeout_s: float = 300.0
     planned_swaps: bool = True
     swap_timeout_s: float = DEFAULT_TIMEOUT_S
+    swap_after_s: float = DEFAULT_AFTER_S
 
     @staticmethod
     def from_mapping(values: Mapping[str, Any] | None) -> NodeHealthConfig:
@@ -322,11 +327,13 @@ class NodeHealthConfig:
                 "lemon_window_s": settings.node_health_lemon_window_s,
                 "lemon_remediations": settings.node_health_lemon_remediations,
                 "lemon_restarts": settings.node_health_lemon_restarts,
+                "lemon_same_fault_s": settings.node_health_lemon_same_fault_s,
                 "attribution_before_s": settings.attribution_before_s,
                 "attribution_after_s": settings.attribution_after_s,
                 "drain_timeout_s": settings.node_health_drain_timeout_s,
                 "planned_swaps": settings.node_health_planned_swaps,
                 "swap_timeout_s": settings.node_health_swap_timeout_s,
+                "swap_after_s": settings.node_health_swap_after_s,
             }
         )
 
@@ -825,6 +832,8 @@ class _Pass:
             self.now,
             window_s=self.cfg.lemon_window_s,
             threshold=self.cfg.lemon_restarts,
+            fleet_nodes=len(self.infos),
+            same_fault_s=self.cfg.lemon_same_fault_s,
         )
         ack = self.snap.ack_at
         cap = self.cfg.cap(len(self.infos))
@@ -848,6 +857,8 @@ class _Pass:
                 continue
             which = ", ".join(runs.get((name, t), "?") for t in times)
             why = f"{len(times)} training restarts attributed to it within {window}: {which}"
+            # (restarts within an hour of each other are one fault; on a fleet restarting
+            # often, it takes more than lemon_restarts: attribution.lemon_candidates)
             if _opted_out(info):
                 self.skipped.append(Skip(name, "opt-out", f"{why}: not labelled a lemon"))
                 continue
@@ -1024,7 +1035,7 @@ class _Pass:
             user=snap.user,
             now=self.now,
             state=self._prev("swaps"),
-            cfg=SwapConfig(timeout_s=cfg.swap_timeout_s),
+            cfg=SwapConfig(timeout_s=cfg.swap_timeout_s, after_s=cfg.swap_after_s),
             cap=cfg.cap(len(self.infos)),
             counted=counted,
             veto_threshold=cfg.veto_threshold(len(self.infos)),

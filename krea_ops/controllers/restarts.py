@@ -47,6 +47,7 @@ from krea_ops.model import Severity, Verdict
 from krea_ops.training.attribution import (
     LEMON_RESTARTS,
     LEMON_WINDOW_S,
+    SAME_FAULT_S,
     WINDOW_AFTER_S,
     WINDOW_BEFORE_S,
     Attribution,
@@ -55,7 +56,9 @@ from krea_ops.training.attribution import (
     Signal,
     attribute,
     base_weight,
+    counts_towards_lemon,
     last_step,
+    lemon_candidates,
     loaded_step,
 )
 from krea_ops.training.gangs import Gang, failed_pod, read_gangs
@@ -677,12 +680,14 @@ def record(
 
 
 def attributed_restarts(state: Mapping[str, Any]) -> list[tuple[str, float]]:
-    """(node, time) of each attributed restart the recorder remembers."""
-    out = []
-    for a in sane_state(state)["attributed"]:
-        if isinstance(a, list) and len(a) == 5:
-            out.append((str(a[0]), float(a[1])))
-    return out
+    """(node, time) of each attributed restart the recorder remembers that counts towards
+    a lemon (``attribution.counts_towards_lemon``: not the restarts node-health's own
+    evictions made)."""
+    return [
+        (str(a[0]), float(a[1]))
+        for a in sane_state(state)["attributed"]
+        if counts_towards_lemon(str(a[4]))
+    ]
 
 
 def attribution_of(record: Mapping[str, Any]) -> Attribution:
@@ -796,6 +801,8 @@ def lemon_rows(
     *,
     window_s: float = LEMON_WINDOW_S,
     threshold: int = LEMON_RESTARTS,
+    fleet_nodes: int | None = None,
+    same_fault_s: float = SAME_FAULT_S,
 ) -> list[LemonRow]:
     """Every node labelled a lemon, attributed a restart, or evicted within the window,
     worst first (most restarts, then most evictions)."""
@@ -814,13 +821,21 @@ def lemon_rows(
         for n, ts in (remediations.items() if isinstance(remediations, Mapping) else ())
         if isinstance(ts, list)
     }
+    candidates = lemon_candidates(
+        attributed_restarts(recorder),
+        now,
+        window_s=window_s,
+        threshold=threshold,
+        fleet_nodes=fleet_nodes,
+        same_fault_s=same_fault_s,
+    )
     marked = set(labelled)
     names = marked | set(restarts) | {n for n, ts in evictions.items() if ts}
     rows = [
         LemonRow(
             node=n,
             labelled=n in marked,
-            candidate=len(restarts.get(n, ())) >= threshold,
+            candidate=n in candidates,
             restarts=tuple(sorted(restarts.get(n, ()))),
             evictions=evictions.get(n, ()),
         )

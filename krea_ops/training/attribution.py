@@ -55,6 +55,8 @@ NEAR_S = 120.0
 MIN_SCORE = 0.3
 LEMON_WINDOW_S = 28 * 86400.0
 LEMON_RESTARTS = 2
+SAME_FAULT_S = 3600.0
+FALSE_LEMONS = 0.1
 
 # what a finding means for a running gang: (class, weight of a BAD finding)
 _CLASSES: Mapping[str, tuple[str, float]] = {
@@ -411,20 +413,72 @@ def attribute(
     )
 
 
+def counts_towards_lemon(cause: str) -> bool:
+    """Whether a restart of this cause is evidence against its node: not one node-health
+    caused itself by evicting the node (a planned swap, a BAD node's eviction; those
+    evictions count on their own, ``node_health_lemon_remediations``)."""
+    return cause not in ("evicted", "unattributed", "systemic")
+
+
+def poisson_tail(mean: float, k: int) -> float:
+    """P(X >= k) for X ~ Poisson(mean)."""
+    if k <= 0:
+        return 1.0
+    term = math.exp(-mean)
+    below = term
+    for i in range(1, k):
+        term *= mean / i
+        below += term
+    return max(0.0, 1.0 - below)
+
+
+def chance_threshold(mean: float, nodes: int, false_lemons: float = FALSE_LEMONS) -> int:
+    """The fewest restarts a node needs in the window so that no more than
+    ``false_lemons`` of ``nodes`` ordinary nodes (restarting ``mean`` times each on
+    average) would have as many by chance."""
+    k = 1
+    while k < 1000 and nodes * poisson_tail(mean, k) > false_lemons:
+        k += 1
+    return k
+
+
 def lemon_candidates(
     attributed: Iterable[tuple[str, float]],
     now: float,
     *,
     window_s: float = LEMON_WINDOW_S,
     threshold: int = LEMON_RESTARTS,
+    fleet_nodes: int | None = None,
+    same_fault_s: float = SAME_FAULT_S,
 ) -> dict[str, list[float]]:
-    """Nodes attributed ``threshold`` or more restarts within ``window_s`` before ``now``:
-    node -> the restart times in the window, oldest first."""
+    """Nodes attributed enough restarts within ``window_s`` before ``now``: node -> the
+    restart times counted, oldest first.
+
+    Restarts of one node within ``same_fault_s`` of the one counted before are one fault
+    (a node not yet pulled that fails the restarted gang again). Enough is ``threshold``
+    (2), or with ``fleet_nodes`` (the nodes the restarts could have landed on) more where
+    the fleet's own rate would give that many to an ordinary node by chance: the rate is
+    the other nodes' (leave-one-out: a lemon does not raise its own bar), and the bar the
+    fewest restarts that fewer than ``FALSE_LEMONS`` (0.1) ordinary nodes of the fleet
+    would reach (Poisson). Two restarts in a week on one of 136 nodes is chance at a
+    restart every 6 hours; it is not at one a day."""
     per: dict[str, list[float]] = {}
-    for node, at in attributed:
-        if now - window_s <= at <= now:
-            per.setdefault(node, []).append(at)
-    return {n: sorted(ts) for n, ts in sorted(per.items()) if len(ts) >= threshold}
+    for node, at in sorted(attributed, key=lambda x: (x[0], x[1])):
+        if not now - window_s <= at <= now:
+            continue
+        kept = per.setdefault(node, [])
+        if not kept or at - kept[-1] >= same_fault_s:
+            kept.append(at)
+    total = sum(len(ts) for ts in per.values())
+    out = {}
+    for node, ts in sorted(per.items()):
+        need = threshold
+        if fleet_nodes is not None and fleet_nodes > 1:
+            mean = (total - len(ts)) / (fleet_nodes - 1)
+            need = max(threshold, chance_threshold(mean, fleet_nodes))
+        if len(ts) >= need:
+            out[node] = ts
+    return out
 
 
 # -- what a trainer's log says ------------------------------------------------------------

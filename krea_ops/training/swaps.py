@@ -15,8 +15,8 @@ committed, answers ``krea.ai/checkpoint-completed-at`` and
 or after the requested-at.
 
 ``plan_swaps`` decides, pass by pass, from the gangs, the nodes' verdicts and its own
-state: a request for a gang one of whose nodes shows a slow burn (one request per
-finding, and one at a time per gang); nothing while it is pending; the node's eviction
+state: a request for a gang one of whose nodes has shown a slow burn for ``after_s`` (one
+request per finding, and one at a time per gang); nothing while it is pending; the node's eviction
 once it is honoured; and after ``timeout_s`` without an answer it gives up on that
 finding: the node is then evicted only if it is BAD (what node-health would do anyway),
 never a SUSPECT node without its checkpoint. What may be evicted (the blast cap, opt-out,
@@ -42,6 +42,9 @@ CHECKPOINT_COMPLETED_STEP = "krea.ai/checkpoint-completed-step"
 # 2 x a 4-minute checkpoint write + 2 minutes: a launcher that has not answered by then
 # is not going to (it does not implement the protocol, or the gang is stuck)
 DEFAULT_TIMEOUT_S = 600.0
+# two minutes of the same finding: a few passes, well inside the health policy's 5-minute
+# window (a GPU above its hot threshold turns BAD, and is evicted unplanned, after it)
+DEFAULT_AFTER_S = 120.0
 
 # The SUSPECT findings that predict a failure minutes to hours ahead, and why:
 SLOW_BURN_CODES: Mapping[str, str] = {
@@ -99,9 +102,13 @@ class GangView(Protocol):
 
 @dataclass(frozen=True)
 class SwapConfig:
-    """``timeout_s``: how long a request may go unanswered before the swap is given up."""
+    """``timeout_s``: how long a request may go unanswered before the swap is given up.
+    ``after_s``: how long a slow burn must have been showing (pass after pass) before a
+    checkpoint is asked for it: one transient reading is not a slow burn, and a swap is a
+    restart of the whole gang."""
 
     timeout_s: float = DEFAULT_TIMEOUT_S
+    after_s: float = DEFAULT_AFTER_S
 
 
 @dataclass(frozen=True)
@@ -202,7 +209,8 @@ def plan_swaps(
     """One pass: ``(requests, evictions, new_state)``; pure (module docstring).
 
     ``state`` (JSON, as the last pass returned it): per gang ``namespace/name``, its
-    ``uid``, the ``active`` swap (node, finding key and message, when requested, status
+    ``uid``, when each slow burn showing was first seen (``seen``), the ``active``
+    swap (node, finding key and message, when requested, status
     ``pending``/``honoured``/``gave-up``, the checkpoint's step) and the findings
     ``tried`` already. A swap that was honoured is returned as an eviction on every pass
     until its node leaves the gang (the caller skips a node already quarantined, and
@@ -223,6 +231,12 @@ def plan_swaps(
             k: r for n in sorted(members) for k, r in _slow_burns(n, verdicts.get(n)).items()
         }
         tried = [k for k in prev.get("tried") or () if k in showing]
+        raw_seen = prev.get("seen")
+        seen_before: Mapping[str, Any] = raw_seen if isinstance(raw_seen, Mapping) else {}
+        seen: dict[str, float] = {}
+        for k in showing:
+            v = seen_before.get(k)
+            seen[k] = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else now
         active = prev.get("active") if isinstance(prev.get("active"), Mapping) else None
         if active is not None and str(active.get("node")) not in members:
             active = None  # the node left the gang: swapped, or the gang moved on
@@ -273,6 +287,8 @@ def plan_swaps(
                 verdict = verdicts[node]
                 if finding in tried or verdict.severity is not Severity.SUSPECT:
                     continue  # a BAD node is node-health's to evict now
+                if now - seen[finding] < cfg.after_s:
+                    continue  # not yet a slow burn: it may be one reading
                 requests.append(SwapRequest(gang.namespace, gang.name, node, reason))
                 active = {
                     "node": node,
@@ -283,8 +299,8 @@ def plan_swaps(
                     "step": None,
                 }
                 break
-        if active is not None or tried:
-            out[key] = {"uid": gang.uid, "active": active, "tried": sorted(tried)}
+        if active is not None or tried or seen:
+            out[key] = {"uid": gang.uid, "active": active, "tried": sorted(tried), "seen": seen}
     return requests, evictions, out
 
 

@@ -61,7 +61,8 @@ class SwapFleet(Fleet):
     executor's merge patch would, and a trainer that answers when told to."""
 
     def __init__(self, count: int, config: NodeHealthConfig | None = None) -> None:
-        super().__init__(count, config)
+        # (the swap waits no pass: tests/training/test_swaps.py has the slow burn's wait)
+        super().__init__(count, config or NodeHealthConfig(swap_after_s=0.0))
         self.gangs: dict[str, Gang] = {}
 
     def snapshot(self) -> NodeHealthSnapshot:
@@ -165,7 +166,7 @@ def test_a_swap_is_never_asked_while_the_cap_is_taken_by_a_bad_node() -> None:
 
 
 def test_opt_out_veto_and_the_setting_hold_a_swap() -> None:
-    off = SwapFleet(64, NodeHealthConfig(planned_swaps=False))
+    off = SwapFleet(64, NodeHealthConfig(planned_swaps=False, swap_after_s=0.0))
     off.gangs["dit"] = gang("dit", range(8))
     off.verdicts[name_of(2)] = warm()
     assert not off.step(T0).plans
@@ -178,7 +179,7 @@ def test_opt_out_veto_and_the_setting_hold_a_swap() -> None:
     decision = opted.step(T0)
     assert not decision.plans and skips(decision, "opt-out") == [name_of(2)]
 
-    room = SwapFleet(64, NodeHealthConfig(cap_min_nodes=4))
+    room = SwapFleet(64, NodeHealthConfig(cap_min_nodes=4, swap_after_s=0.0))
     room.gangs["dit"] = gang("dit", range(8))
     for i in (2, 30, 40):  # three nodes warm at once (threshold: 2 of 64): the room
         room.verdicts[name_of(i)] = warm()
@@ -187,7 +188,7 @@ def test_opt_out_veto_and_the_setting_hold_a_swap() -> None:
 
 
 def test_an_unanswered_request_gives_up_and_leaves_the_suspect_node() -> None:
-    fleet = SwapFleet(64, NodeHealthConfig(swap_timeout_s=300.0))
+    fleet = SwapFleet(64, NodeHealthConfig(swap_timeout_s=300.0, swap_after_s=0.0))
     fleet.gangs["dit"] = gang("dit", range(8))
     fleet.verdicts[name_of(3)] = warm()
     fleet.step(T0)

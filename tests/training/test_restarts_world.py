@@ -161,8 +161,8 @@ def _restarted(node_health: NodeHealthProcess, number: int) -> dict[str, Any] | 
     return None
 
 
-def krea_ops(world: SimWorld, *args: str) -> Any:
-    return cli(*args, env={"KUBECONFIG": str(world.kubeconfig)})
+def krea_ops(world: SimWorld, *args: str, **env: str) -> Any:
+    return cli(*args, env={"KUBECONFIG": str(world.kubeconfig), **env})
 
 
 def test_a_hot_gpu_then_the_gangs_crash_is_attributed_to_that_node_and_gpu(
@@ -255,8 +255,18 @@ def test_a_bare_crash_is_unattributed_and_an_nccl_timeout_after_an_ib_flap_goes_
 
 
 def test_a_node_that_caused_two_restarts_is_a_lemon_kept_out_of_the_next_gang(
-    world: SimWorld, node_health: NodeHealthProcess
+    world: SimWorld, tmp_path: Path
 ) -> None:
+    # two restarts a minute apart would be one fault (node_health_lemon_same_fault_s: an
+    # hour); here they stand for two a day apart
+    node_health = NodeHealthProcess(world, tmp_path, lemon_same_fault_s=1.0)
+    try:
+        _lemon(world, node_health)
+    finally:
+        node_health.close()
+
+
+def _lemon(world: SimWorld, node_health: NodeHealthProcess) -> None:
     submit_training(world.client, "dit", nodes=2)
     pods = wait_for(lambda: _running(world, 0), timeout=90)
     lemon = pods[0]["spec"]["nodeName"]
@@ -278,7 +288,8 @@ def test_a_node_that_caused_two_restarts_is_a_lemon_kept_out_of_the_next_gang(
     node_health.pass_once()
     labelled = client.CoreV1Api(world.client).read_node(lemon).metadata.labels
     assert labelled.get("krea.ai/lemon") == "true"
-    shown = json.loads(krea_ops(world, "nodes", "lemons", "-o", "json").stdout)
+    reading = {"KREA_OPS_NODE_HEALTH_LEMON_SAME_FAULT_S": "1"}  # as node-health's
+    shown = json.loads(krea_ops(world, "nodes", "lemons", "-o", "json", **reading).stdout)
     assert shown[0]["node"] == lemon and shown[0]["labelled"] and shown[0]["candidate"]
     assert shown[0]["restarts"] == 2 and len(shown[0]["history"]) == 2
     # the next attempt of the gang is placed without it

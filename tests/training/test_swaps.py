@@ -54,7 +54,7 @@ class Passes:
         self.gang = Gang()
         self.verdicts: dict[str, Verdict] = dict.fromkeys(NODES, OK_VERDICT)
         self.state: dict[str, Any] = {}
-        self.cfg = cfg or SwapConfig(timeout_s=300.0)
+        self.cfg = cfg or SwapConfig(timeout_s=300.0, after_s=0.0)
 
     def step(self, now: float) -> tuple[list[SwapRequest], list[SwapEviction]]:
         requests, evictions, state = plan_swaps(
@@ -116,7 +116,7 @@ def test_a_checkpoint_completed_before_the_request_does_not_honour_it() -> None:
 
 
 def test_an_unanswered_request_never_evicts_a_suspect_node_and_is_not_repeated() -> None:
-    p = Passes(SwapConfig(timeout_s=300.0))
+    p = Passes(SwapConfig(timeout_s=300.0, after_s=0.0))
     p.verdicts[NODES[0]] = Verdict.of([WARM])
     assert len(p.step(T0)[0]) == 1
 
@@ -131,7 +131,7 @@ def test_an_unanswered_request_never_evicts_a_suspect_node_and_is_not_repeated()
 
 
 def test_an_unanswered_request_falls_back_to_a_plain_eviction_only_once_the_node_is_bad() -> None:
-    p = Passes(SwapConfig(timeout_s=300.0))
+    p = Passes(SwapConfig(timeout_s=300.0, after_s=0.0))
     p.verdicts[NODES[3]] = Verdict.of([WARM])
     p.step(T0)
     p.verdicts[NODES[3]] = Verdict.of([HOT])
@@ -239,3 +239,16 @@ def test_the_request_plan_patches_the_jobset_with_its_version_and_records_an_eve
         "training/dit",
         "planned swap of gpu-node-002: GPU 3 at 76 °C",
     )
+
+
+def test_a_slow_burn_is_asked_about_only_once_it_has_shown_for_its_time() -> None:
+    p = Passes(SwapConfig(timeout_s=300.0, after_s=120.0))
+    p.verdicts[NODES[1]] = Verdict.of([WARM])
+    assert p.step(T0) == ([], [])  # one reading: not yet a slow burn
+    p.verdicts[NODES[1]] = OK_VERDICT
+    assert p.step(T0 + 30) == ([], [])  # it went away: forgotten
+    p.verdicts[NODES[1]] = Verdict.of([WARM])
+    assert p.step(T0 + 60) == ([], [])
+    assert p.step(T0 + 150) == ([], [])  # 90 s of it
+    (request,), _ = p.step(T0 + 180)  # 120 s of it
+    assert request.node == NODES[1]

@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client
 
 from krea_ops.controllers.base import Inputs
-from krea_ops.controllers.node_health import NodeHealth
+from krea_ops.controllers.node_health import NodeHealth, NodeHealthConfig
 from krea_ops.health import HealthPolicy
 from krea_ops.kube.cluster import Cluster
 from krea_ops.runbook.execute import execute
@@ -100,7 +100,7 @@ def test_a_warm_gpu_is_swapped_out_right_after_the_checkpoint_it_asked_for(
     urls = world.world.services["devices"].exporter_urls()
     source = ScrapeSource(urls, Settings())
     inputs = Inputs(cluster, source, HealthPolicy(), USER)
-    controller = NodeHealth()
+    controller = NodeHealth(NodeHealthConfig(swap_after_s=3.0))  # a few passes of it
     state: dict[str, Any] = {}
     actions: list[str] = []
 
