@@ -1128,6 +1128,13 @@ def run_regime(
     without.run()
     with_.run()
     verdicts = [r.verdict for r in with_.restarts]
+    # lemons: the restart-attributed candidates, and the nodes node-health labelled
+    # (evicted lemon_remediations times, or those candidates, under its blast cap)
+    with_.flagged |= {
+        n
+        for n, obj in with_.objs.items()
+        if (obj["metadata"].get("labels") or {}).get(LEMON_LABEL) == "true"
+    }
     flagged_true = len(with_.flagged & history.lemons)
     return {
         "regime": regime.name,

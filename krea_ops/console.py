@@ -453,6 +453,7 @@ class Console:
             threshold=self.settings.node_health_lemon_restarts,
             fleet_nodes=gpu_nodes,
             same_fault_s=self.settings.node_health_lemon_same_fault_s,
+            chance=self.settings.node_health_lemon_chance,
         )
 
     # -- the runbook: write actions as plans, run by one executor ----------------------

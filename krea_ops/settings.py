@@ -210,6 +210,14 @@ class Settings:
             "count once towards a lemon (one fault, not yet pulled), s"
         ),
     )
+    node_health_lemon_chance: float = field(
+        default=0.01,
+        metadata=_doc(
+            "node-health: a node needs as many restarts (or evictions) in the lemon window "
+            "as fewer than this many ordinary nodes of the fleet would reach by chance at "
+            "the fleet's own rate (never fewer than the counts above)"
+        ),
+    )
     attribution_before_s: float = field(
         default=720.0,
         metadata=_doc(

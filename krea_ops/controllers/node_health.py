@@ -147,7 +147,7 @@ from krea_ops.runbook.nodes import (
 )
 from krea_ops.runbook.plan import Plan
 from krea_ops.settings import Settings
-from krea_ops.training.attribution import lemon_candidates
+from krea_ops.training.attribution import chance_threshold, lemon_candidates
 from krea_ops.training.manifests import LEMON_LABEL
 from krea_ops.training.swaps import DEFAULT_AFTER_S, DEFAULT_TIMEOUT_S, SwapConfig
 
@@ -236,7 +236,8 @@ class NodeHealthConfig:
     evictions within the window make a lemon; ``lemon_restarts``: so do that many
     training restarts attributed to the node within it (restarts within
     ``lemon_same_fault_s`` of each other counted once; more where the fleet's own rate
-    would give that many by chance: ``attribution.lemon_candidates``). ``attribution_before_s``,
+    would give that many to ``lemon_chance`` ordinary nodes by chance, for evictions
+    too: ``attribution.lemon_candidates``). ``attribution_before_s``,
     ``attribution_after_s``: the window around a restart its signals are taken from
     (``controllers.restarts``). ``drain_timeout_s``: the plans' eviction timeout.
     ``planned_swaps``: evict a running gang's SUSPECT node with a slow burn right after
@@ -256,6 +257,7 @@ class NodeHealthConfig:
     lemon_remediations: int = 2
     lemon_restarts: int = 2
     lemon_same_fault_s: float = 3600.0
+    lemon_chance: float = 0.01
     attribution_before_s: float = 720.0
     attribution_after_s: float = 300.0
     drain_timeout_s: float = 300.0
@@ -328,6 +330,7 @@ class NodeHealthConfig:
                 "lemon_remediations": settings.node_health_lemon_remediations,
                 "lemon_restarts": settings.node_health_lemon_restarts,
                 "lemon_same_fault_s": settings.node_health_lemon_same_fault_s,
+                "lemon_chance": settings.node_health_lemon_chance,
                 "attribution_before_s": settings.attribution_before_s,
                 "attribution_after_s": settings.attribution_after_s,
                 "drain_timeout_s": settings.node_health_drain_timeout_s,
@@ -792,6 +795,8 @@ class _Pass:
         its newest eviction then; ``seen``: the label was seen on it since)."""
         out: dict[str, Any] = {}
         prev = self._prev("lemons")
+        total = sum(len(ts or ()) for ts in remediations.values())
+        fleet = len(self.infos)
         for name, info in self.infos.items():
             times = remediations.get(name) or []
             labelled = info.labels.get(LEMON_LABEL) == "true"
@@ -805,7 +810,13 @@ class _Pass:
                 at = float(had.get("at")) if had else (times[-1] if times else self.now)
                 out[name] = {"at": at, "seen": True}
                 continue
-            if len(times) < self.cfg.lemon_remediations:
+            # as for restarts (attribution.lemon_candidates): where the fleet's nodes are
+            # evicted often, two evictions of one node in the window can be chance
+            mean = (total - len(times)) / (fleet - 1) if fleet > 1 else 0.0
+            need = max(
+                self.cfg.lemon_remediations, chance_threshold(mean, fleet, self.cfg.lemon_chance)
+            )
+            if len(times) < need:
                 continue
             window = (
                 _for(self.cfg.lemon_window_s)
@@ -834,6 +845,7 @@ class _Pass:
             threshold=self.cfg.lemon_restarts,
             fleet_nodes=len(self.infos),
             same_fault_s=self.cfg.lemon_same_fault_s,
+            chance=self.cfg.lemon_chance,
         )
         ack = self.snap.ack_at
         cap = self.cfg.cap(len(self.infos))

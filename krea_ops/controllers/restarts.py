@@ -45,6 +45,7 @@ from krea_ops.kube.cluster import Cluster, MissingCrd
 from krea_ops.kube.times import parse_time
 from krea_ops.model import Severity, Verdict
 from krea_ops.training.attribution import (
+    FALSE_LEMONS,
     LEMON_RESTARTS,
     LEMON_WINDOW_S,
     SAME_FAULT_S,
@@ -803,6 +804,7 @@ def lemon_rows(
     threshold: int = LEMON_RESTARTS,
     fleet_nodes: int | None = None,
     same_fault_s: float = SAME_FAULT_S,
+    chance: float = FALSE_LEMONS,
 ) -> list[LemonRow]:
     """Every node labelled a lemon, attributed a restart, or evicted within the window,
     worst first (most restarts, then most evictions)."""
@@ -828,6 +830,7 @@ def lemon_rows(
         threshold=threshold,
         fleet_nodes=fleet_nodes,
         same_fault_s=same_fault_s,
+        chance=chance,
     )
     marked = set(labelled)
     names = marked | set(restarts) | {n for n, ts in evictions.items() if ts}

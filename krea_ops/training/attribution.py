@@ -56,7 +56,7 @@ MIN_SCORE = 0.3
 LEMON_WINDOW_S = 28 * 86400.0
 LEMON_RESTARTS = 2
 SAME_FAULT_S = 3600.0
-FALSE_LEMONS = 0.1
+FALSE_LEMONS = 0.01
 
 # what a finding means for a running gang: (class, weight of a BAD finding)
 _CLASSES: Mapping[str, tuple[str, float]] = {
@@ -414,10 +414,10 @@ def attribute(
 
 
 def counts_towards_lemon(cause: str) -> bool:
-    """Whether a restart of this cause is evidence against its node: not one node-health
-    caused itself by evicting the node (a planned swap, a BAD node's eviction; those
-    evictions count on their own, ``node_health_lemon_remediations``)."""
-    return cause not in ("evicted", "unattributed", "systemic")
+    """Whether a restart of this cause is evidence against the node it is attributed to:
+    any attributed one, node-health's own evictions included (it evicted the node for
+    a finding of the node's: a BAD one, or a slow burn that lasted)."""
+    return cause not in ("unattributed", "systemic")
 
 
 def poisson_tail(mean: float, k: int) -> float:
@@ -450,6 +450,7 @@ def lemon_candidates(
     threshold: int = LEMON_RESTARTS,
     fleet_nodes: int | None = None,
     same_fault_s: float = SAME_FAULT_S,
+    chance: float = FALSE_LEMONS,
 ) -> dict[str, list[float]]:
     """Nodes attributed enough restarts within ``window_s`` before ``now``: node -> the
     restart times counted, oldest first.
@@ -459,9 +460,9 @@ def lemon_candidates(
     (2), or with ``fleet_nodes`` (the nodes the restarts could have landed on) more where
     the fleet's own rate would give that many to an ordinary node by chance: the rate is
     the other nodes' (leave-one-out: a lemon does not raise its own bar), and the bar the
-    fewest restarts that fewer than ``FALSE_LEMONS`` (0.1) ordinary nodes of the fleet
-    would reach (Poisson). Two restarts in a week on one of 136 nodes is chance at a
-    restart every 6 hours; it is not at one a day."""
+    fewest restarts that fewer than ``chance`` (0.01) ordinary nodes of the fleet would
+    reach (Poisson). Two restarts in a week on one of 136 nodes is chance at a restart
+    every 6 hours; it is not at one a day."""
     per: dict[str, list[float]] = {}
     for node, at in sorted(attributed, key=lambda x: (x[0], x[1])):
         if not now - window_s <= at <= now:
@@ -475,7 +476,7 @@ def lemon_candidates(
         need = threshold
         if fleet_nodes is not None and fleet_nodes > 1:
             mean = (total - len(ts)) / (fleet_nodes - 1)
-            need = max(threshold, chance_threshold(mean, fleet_nodes))
+            need = max(threshold, chance_threshold(mean, fleet_nodes, chance))
         if len(ts) >= need:
             out[node] = ts
     return out

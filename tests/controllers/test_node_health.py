@@ -608,23 +608,30 @@ def test_one_pass_on_the_simulator_plans_the_eviction_the_executor_then_runs(
 
 def test_nodes_attributed_two_restarts_are_labelled_lemons_no_more_than_the_cap() -> None:
     """The restart recorder's attributed restarts (its state, as persisted) make lemon
-    candidates; at 64 nodes the cap is 1: one is labelled, the other waits for an ack."""
+    candidates; at 64 nodes the cap is 1: one is labelled, the other waits for an ack.
+    With 3 restarts on the other node, 2 would be chance for 0.03 of 64 nodes, more
+    than node_health_lemon_chance (0.01): it takes 3."""
     fleet = Fleet(64)
-    a, b = name_of(3), name_of(9)
+    a, b, c = name_of(3), name_of(9), name_of(20)
     fleet.state = {
         "recorder": {
             "attributed": [
-                [a, T0 - 3 * DAY, "training/dit", 1, "thermal"],
-                [b, T0 - 2 * DAY, "training/dit", 2, "nvlink"],
-                [a, T0 - DAY, "training/dit", 3, "thermal"],
-                [b, T0 - HOUR, "training/dit", 4, "nvlink"],
+                [a, T0 - 5 * DAY, "training/dit", 1, "thermal"],
+                [a, T0 - 3 * DAY, "training/dit", 2, "thermal"],
+                [b, T0 - 2 * DAY, "training/dit", 3, "nvlink"],
+                [c, T0 - 2 * DAY + HOUR, "training/dit", 4, "memory"],
+                [c, T0 - DAY, "training/dit", 5, "memory"],
+                [a, T0 - DAY + HOUR, "training/dit", 6, "thermal"],
+                [b, T0 - 2 * HOUR, "training/dit", 7, "nvlink"],
+                [b, T0 - HOUR, "training/dit", 8, "nvlink"],
+                [b, T0 - HOUR + MINUTE, "training/dit", 9, "nvlink"],  # the same fault
             ]
         }
     }
     decision = fleet.step(T0)
     (plan,) = decision.plans
     assert plan.action == "nodes label-lemon" and plan.nodes == (a,)
-    assert "2 training restarts attributed to it within 28 days" in (plan.reason or "")
+    assert "3 training restarts attributed to it within 28 days" in (plan.reason or "")
     assert "training/dit #1 (thermal)" in (plan.reason or "")
     assert skips(decision, "cap") == [b]
     assert fleet.objs[a]["metadata"]["labels"][LEMON_LABEL] == "true"

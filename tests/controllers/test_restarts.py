@@ -203,7 +203,7 @@ def test_lemon_rows_list_restarts_and_evictions_worst_first() -> None:
                 ["a", T0 - 3 * 86400, "training/dit", 1, "thermal"],
                 ["a", T0 - 1800, "training/dit", 2, "thermal"],
                 ["a", T0 - 50, "training/dit", 3, "thermal"],  # the same fault again
-                ["e", T0 - 3600, "training/dit", 4, "evicted"],  # node-health's own doing
+                ["e", T0 - 7200, "training/dit", 4, "evicted"],  # node-health evicted it
                 ["e", T0 - 10, "training/dit", 5, "evicted"],
                 ["b", T0 - 40 * 86400, "training/dit", 3, "nvlink"],  # out of the window
             ]
@@ -213,7 +213,7 @@ def test_lemon_rows_list_restarts_and_evictions_worst_first() -> None:
     rows = lemon_rows(state, ["d"], T0)
     assert [(r.node, r.candidate, r.labelled, len(r.restarts)) for r in rows] == [
         ("a", True, False, 3),
-        ("e", False, False, 2),
+        ("e", True, False, 2),
         ("c", False, False, 0),
         ("d", False, True, 0),
     ]
