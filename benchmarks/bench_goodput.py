@@ -1230,6 +1230,52 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def summary(results: list[dict[str, Any]]) -> str:
+    """Over several seeds, per regime: ETTR mean (min-max) and how many seeds reach the
+    issue's goal, lost hours per week by cause, attribution and lemons summed."""
+    goals = {"meta": 0.97, "krea": 0.95}
+    lines = []
+    for name in dict.fromkeys(r["regime"] for r in results):
+        rs = [r for r in results if r["regime"] == name]
+        weeks = sum(r["days"] for r in rs) / 7.0
+        lines.append(
+            f"{name}: {len(rs)} seeds, {rs[0]['nodes']} nodes (+{rs[0]['spares']} spares), "
+            f"{rs[0]['days']:g} days each"
+        )
+        for run in ("without", "with"):
+            ettr = [r[f"ettr_{run}"] for r in rs]
+            goal = goals.get(name)
+            reach = f", {sum(1 for e in ettr if e >= goal)} reach {goal}" if goal else ""
+            lost = {
+                k: sum(r["lost_hours_by_cause"][run][k] for r in rs) / weeks
+                for k in rs[0]["lost_hours_by_cause"][run]
+            }
+            lost_text = ", ".join(f"{k} {v:.2f}" for k, v in sorted(lost.items()))
+            lines.append(
+                f"  {run:8} ETTR {sum(ettr) / len(ettr):.3f} ({min(ettr):.3f}-{max(ettr):.3f})"
+                f"{reach}; restarts {sum(r['restarts'][run] for r in rs)}; "
+                f"lost h/week: {lost_text}"
+            )
+        right = sum(r["attributed_right"] for r in rs)
+        wrong = sum(r["attributed_wrong"] for r in rs)
+        none = sum(r["unattributed"] for r in rs)
+        total = max(right + wrong + none, 1)
+        flagged = sum(r["lemons_flagged"] for r in rs)
+        true = sum(r["lemons_flagged_true"] for r in rs)
+        precision = f"{true / flagged:.0%}" if flagged else "n/a (none flagged)"
+        lines.append(
+            f"  attribution: right {right} ({right / total:.1%}), wrong {wrong} "
+            f"({wrong / total:.1%}), unattributed {none}"
+        )
+        lines.append(
+            f"  lemons: flagged {flagged}, of them true {true} (precision {precision}); "
+            f"true lemons {sum(r['lemons_true'] for r in rs)}; planned swaps "
+            f"{sum(r['planned_swaps'] for r in rs)}; nodes held by the blast cap "
+            f"{sum(r['cap_held_nodes'] for r in rs)}"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
@@ -1259,6 +1305,13 @@ def main(argv: list[str] | None = None) -> int:
         help="node-health (and its planned swaps) see the noise too, not only attribution",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per regime")
+    parser.add_argument(
+        "--seeds",
+        type=positive(int, "--seeds"),
+        default=None,
+        help="run seeds 0..N-1 and print the summary over them (with --json: one object "
+        "per regime and seed)",
+    )
 
     def one_line(message: str) -> NoReturn:
         print(f"bench_goodput.py: {message}", file=sys.stderr)
@@ -1270,10 +1323,11 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     started = time.perf_counter()
+    seeds = list(range(args.seeds)) if args.seeds else [args.seed]
     results = [
         run_regime(
             r,
-            args.seed,
+            seed,
             args.nodes,
             args.days,
             args.noise,
@@ -1281,8 +1335,13 @@ def main(argv: list[str] | None = None) -> int:
             args.restart_s,
             args.noise_to_node_health,
         )
+        for seed in seeds
         for r in REGIMES
     ]
+    if args.seeds and not args.json:
+        print(summary(results))
+        print(f"({time.perf_counter() - started:.1f} s)")
+        return 0
     if args.json:
         for r in results:
             print(json.dumps(r, sort_keys=True))

@@ -247,10 +247,11 @@ class Settings:
         ),
     )
     node_health_swap_after_s: float = field(
-        default=120.0,
+        default=900.0,
         metadata=_doc(
             "node-health: a slow burn must show this long before a planned swap asks for a "
-            "checkpoint (one transient reading is not a slow burn), seconds"
+            "checkpoint (a GPU above its hot threshold: 1 minute, it turns BAD after the "
+            "policy's window), seconds"
         ),
     )
     migrate_back_cluster_per_minute: float = field(

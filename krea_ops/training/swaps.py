@@ -42,9 +42,15 @@ CHECKPOINT_COMPLETED_STEP = "krea.ai/checkpoint-completed-step"
 # 2 x a 4-minute checkpoint write + 2 minutes: a launcher that has not answered by then
 # is not going to (it does not implement the protocol, or the gang is stuck)
 DEFAULT_TIMEOUT_S = 600.0
-# two minutes of the same finding: a few passes, well inside the health policy's 5-minute
-# window (a GPU above its hot threshold turns BAD, and is evicted unplanned, after it)
-DEFAULT_AFTER_S = 120.0
+# A swap restarts the whole gang (minutes of its time: the restart, a checkpoint write),
+# so it is made for a finding that has lasted: 15 minutes of it. A slow burner lasts
+# hours; a finding that comes and goes within minutes (a warm reading under a load spike,
+# a few symbol errors from a cable being touched) is not one, and swapping on it costs
+# more than it saves. Except a GPU above its hot threshold: it turns BAD (and is evicted
+# unplanned) once it has been there for the health policy's window, so it is asked about
+# after a minute.
+DEFAULT_AFTER_S = 900.0
+HOT_TRANSIENT_AFTER_S = 60.0
 
 # The SUSPECT findings that predict a failure minutes to hours ahead, and why:
 SLOW_BURN_CODES: Mapping[str, str] = {
@@ -287,8 +293,11 @@ def plan_swaps(
                 verdict = verdicts[node]
                 if finding in tried or verdict.severity is not Severity.SUSPECT:
                     continue  # a BAD node is node-health's to evict now
-                if now - seen[finding] < cfg.after_s:
-                    continue  # not yet a slow burn: it may be one reading
+                wait = cfg.after_s
+                if reason.code == "gpu_hot_transient":
+                    wait = min(wait, HOT_TRANSIENT_AFTER_S)
+                if now - seen[finding] < wait:
+                    continue  # not yet a slow burn: it may come and go
                 requests.append(SwapRequest(gang.namespace, gang.name, node, reason))
                 active = {
                     "node": node,
