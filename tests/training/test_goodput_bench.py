@@ -108,3 +108,12 @@ def test_bad_input_is_one_line_and_exit_2(
     assert bench.main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and words in err
+
+
+def test_several_seeds_summarised(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(["--days", "1", "--nodes", "16", "--seeds", "2"]) == 0
+    out = capsys.readouterr().out
+    for regime in ("meta", "krea"):
+        assert f"{regime}: 2 seeds, 16 nodes" in out
+    assert out.count("  with     ETTR ") == 2 and "attribution: right" in out
+    assert "lemons: flagged" in out
