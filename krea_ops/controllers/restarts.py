@@ -14,7 +14,8 @@ node-health, which reads the verdicts of every GPU node each pass anyway, also k
   last lines of their logs.
 * **pending**: a restart seen (``status.restarts`` went up) whose window has not closed;
   ``after_s`` after it, it is attributed (``training.attribution.attribute``) and moved to
-  the **log** (per run, the newest ``keep_per_run``), with the work it lost: the last step
+  the **log** (per run the newest ``keep_per_run``, ``keep_total`` in all: the state
+  shares one ConfigMap, 1 MiB, with the other controllers'), with the work it lost: the last step
   the previous attempt logged minus the step the new attempt loaded (``Loading the
   checkpoint at step N``), and the GPU-hours from when that step was first logged to the
   restart. A restart whose new attempt has not said what it loaded yet is logged with the
@@ -68,7 +69,7 @@ LOG_TAIL = 20  # lines of rank 0's log read each pass (torchtitan logs every 10 
 FAILED_TAIL = 12  # lines kept of a failed pod's log
 HEAD_BYTES = 16384  # of a new attempt's rank-0 log, to find the step it loaded
 HEAD_WINDOW_S = 1800.0  # read the head of rank 0's log while its pod is this young
-STEPS_KEPT = 240
+STEPS_KEPT = 120
 CHILD_JOB = "child Job "  # a FailedPod known only from the JobSet's Event
 FIRST_FAILED = re.compile(r"first failed job: ([^)\s]+)")
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
@@ -83,8 +84,9 @@ _SEVERITIES = {s.name: s for s in Severity}
 class RecorderConfig:
     before_s: float = WINDOW_BEFORE_S
     after_s: float = WINDOW_AFTER_S
-    keep_per_run: int = 50
-    keep_runs: int = 50
+    keep_per_run: int = 20
+    keep_runs: int = 20
+    keep_total: int = 100  # ~2 KB a record: the log stays under ~200 KB of the ConfigMap
     lemon_window_s: float = LEMON_WINDOW_S
     lemon_restarts: int = LEMON_RESTARTS
 
@@ -293,9 +295,16 @@ def sane_state(prev: Any) -> dict[str, Any]:
             for k in ("lost_steps", "last_step", "resumed_step", "gpus"):
                 if k in r:
                     r[k] = _int_or_none(r[k])
-            if not isinstance(r.get("attribution"), Mapping):
-                r["attribution"] = {}
-            r["failed"] = _failed_list(r.get("failed"))
+            attribution = r.get("attribution")
+            if not isinstance(attribution, Mapping):
+                attribution = {}
+            evidence = attribution.get("evidence")
+            r["attribution"] = {
+                **attribution,
+                "evidence": _short(map(str, evidence), 8) if isinstance(evidence, list) else [],
+            }
+            failed = r.get("failed") if isinstance(r.get("failed"), list) else []
+            r["failed"] = [_kept(f) for f in map(_failed_of, failed) if f][:2]
         if kept:
             log[str(run)] = kept
     attributed = [
@@ -358,6 +367,18 @@ def _failed_json(p: FailedPod) -> dict[str, Any]:
         "message": p.message,
         "log_tail": list(p.log_tail),
     }
+
+
+def _short(lines: Iterable[str], most: int, chars: int = 300) -> list[str]:
+    return [line[:chars] for line in list(lines)[:most]]
+
+
+def _kept(f: FailedPod) -> dict[str, Any]:
+    """A failed pod as a record keeps it: its last 5 log lines, each cut at 300 chars."""
+    out = _failed_json(f)
+    out["log_tail"] = _short(f.log_tail[-5:], 5)
+    out["message"] = (f.message or "")[:300] or None
+    return out
 
 
 def _failed_of(data: Any) -> FailedPod | None:
@@ -634,8 +655,8 @@ def record(
             "at_exact": bool(p.get("at_exact")),
             "gpus": restart.gpus,
             "nodes": len(restart.nodes),
-            "attribution": got.to_json(),
-            "failed": [_failed_json(f) for f in restart.failed][:4],
+            "attribution": {**got.to_json(), "evidence": _short(got.evidence, 8)},
+            "failed": [_kept(f) for f in restart.failed[:2]],
             **_lost({**p, "gpus": restart.gpus}, resumed),
         }
         if resumed is None:
@@ -666,6 +687,13 @@ def record(
     if len(log) > cfg.keep_runs:
         newest = sorted(log, key=lambda r: max(float(x["at"]) for x in log[r]), reverse=True)
         log = {r: log[r] for r in newest[: cfg.keep_runs]}
+    everything = sorted(
+        (float(r["at"]), run, i) for run, rs in log.items() for i, r in enumerate(rs)
+    )
+    if len(everything) > cfg.keep_total:  # the state must fit its ConfigMap: newest kept
+        keep = {(run, i) for _, run, i in everything[-cfg.keep_total :]}
+        log = {run: [r for i, r in enumerate(rs) if (run, i) in keep] for run, rs in log.items()}
+        log = {run: rs for run, rs in log.items() if rs}
     state = {
         "signals": signals,
         "gangs": gangs,

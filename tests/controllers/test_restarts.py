@@ -217,3 +217,14 @@ def test_lemon_rows_list_restarts_and_evictions_worst_first() -> None:
         ("c", False, False, 0),
         ("d", False, True, 0),
     ]
+
+
+def test_the_log_keeps_the_newest_records_within_its_caps() -> None:
+    def rec(i: int) -> dict[str, Any]:
+        return {"number": i, "at": T0 + i, "attribution": {"evidence": ["x" * 1000] * 20}}
+
+    prev = {"log": {f"training/run-{r}": [rec(r * 10 + i) for i in range(10)] for r in range(15)}}
+    state, _ = record(RestartInputs(), {}, [], T0 + 1000, prev, CFG)
+    kept = [r for rs in state["log"].values() for r in rs]
+    assert len(kept) == 100 and min(r["number"] for r in kept) == 50  # the newest 100
+    assert len(json.dumps(state)) < 1024 * 1024
