@@ -304,8 +304,8 @@ def sane_state(prev: Any) -> dict[str, Any]:
                 "evidence": _short(map(str, evidence), 8) if isinstance(evidence, list) else [],
             }
             raw_failed = r.get("failed")
-            failed: list[Any] = raw_failed if isinstance(raw_failed, list) else []
-            r["failed"] = [_kept(f) for f in map(_failed_of, failed) if f][:2]
+            pods: list[Any] = raw_failed if isinstance(raw_failed, list) else []
+            r["failed"] = [_kept(f) for f in map(_failed_of, pods) if f][:2]
         if kept:
             log[str(run)] = kept
     attributed = [
