@@ -43,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 from bench_apiserver import ServerProcess, node_name, table  # noqa: E402
 from bench_controllers import GPUS, USER_OF, Recorded, cost_fleet, readings  # noqa: E402
 
-from krea_ops.controllers.base import NAMESPACE, Inputs  # noqa: E402
+from krea_ops.controllers.base import NAMESPACE, Controller, Inputs  # noqa: E402
 from krea_ops.controllers.loop import JsonLog, Runner  # noqa: E402
 from krea_ops.health import HealthPolicy  # noqa: E402
 from krea_ops.kube.cluster import connect  # noqa: E402
@@ -105,6 +106,22 @@ def sample(server_pid: int, cluster: Any) -> dict[str, float]:
     }
 
 
+def grown(early: tracemalloc.Snapshot, late: tracemalloc.Snapshot, h0: float, h1: float) -> None:
+    """The allocations still alive that grew most between two snapshots, by traceback."""
+    keep = [tracemalloc.Filter(False, tracemalloc.__file__)]
+    diff = late.filter_traces(keep).compare_to(early.filter_traces(keep), "traceback")
+    total = sum(d.size_diff for d in diff)
+    print(f"\n## allocations alive, hour {h0:g} -> hour {h1:g}: {total / 1024:+,.0f} KiB in all\n")
+    for d in diff[:12]:
+        print(
+            f"- {d.size_diff / 1024:+,.1f} KiB ({d.count_diff:+,} blocks), "
+            f"now {d.size / 1024:,.1f} KiB"
+        )
+        for line in d.traceback.format()[-2 * min(len(d.traceback), 6) :]:
+            print(f"      {line.strip()}")
+    print(flush=True)
+
+
 def slope(xs: list[float], ys: list[float]) -> float:
     n = len(xs)
     if n < 2:
@@ -131,6 +148,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=30.0, help="simulated s per pass")
     parser.add_argument("--arrival", type=float, default=0.05, help="P(new finding)/step")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--tracemalloc",
+        type=int,
+        default=0,
+        metavar="FRAMES",
+        help="trace allocations (FRAMES frames deep) and print what grew between the "
+        "hour-2 sample and the end, by where it was allocated (slows the run about 3x)",
+    )
     args = parser.parse_args(argv)
     if args.nodes < 1 or args.hours <= 0 or args.interval <= 0:
         print("bench_controllers_soak: --nodes, --hours, --interval must be > 0", file=sys.stderr)
@@ -154,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     acted: dict[str, int] = {}
     arrived = 0
     samples: list[tuple[float, dict[str, float]]] = []
+    if args.tracemalloc:
+        tracemalloc.start(args.tracemalloc)
+    early: tracemalloc.Snapshot | None = None
     with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp_name:
         tmp = Path(tmp_name)
         server = ServerProcess(cli, tmp / "state", tmp / "kubeconfig", tmp / "ca.pem")
@@ -164,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"- fleet made in {time.perf_counter() - t0:.0f} s", flush=True)
             names = [node_name(i) for i in range(args.nodes)]
             source = Recorded(telemetry(names, {}, sim.wall()))
-            controllers = [
+            controllers: list[Controller[Any]] = [
                 NodeHealth(NodeHealthConfig(drain_timeout_s=args.drain_timeout)),
                 BurstTaint(),
                 QuotaSync(),
@@ -187,11 +215,11 @@ def main(argv: list[str] | None = None) -> int:
             for step in range(1, steps + 1):
                 sim.t += args.interval
                 now = sim.wall()
-                for key in [k for k, until in hot.items() if until <= now]:
-                    del hot[key]
+                for cooled in [k for k, until in hot.items() if until <= now]:
+                    del hot[cooled]
                 if rng.random() < args.arrival:
-                    key = (rng.choice(names), rng.randrange(GPUS))
-                    hot[key] = now + rng.uniform(600, 7200)
+                    gpu = (rng.choice(names), rng.randrange(GPUS))
+                    hot[gpu] = now + rng.uniform(600, 7200)
                     arrived += 1
                 source.telemetry = telemetry(names, hot, now)
                 for elector in runner.electors.values():
@@ -216,7 +244,11 @@ def main(argv: list[str] | None = None) -> int:
                         f"{s['state_bytes']:.0f} B, hot GPUs {len(hot)}",
                         flush=True,
                     )
+                    if args.tracemalloc and len(samples) == 2:
+                        early = tracemalloc.take_snapshot()
             wall = time.perf_counter() - wall0
+            if early is not None:
+                grown(early, tracemalloc.take_snapshot(), samples[1][0], sim.t / 3600)
             for elector in runner.electors.values():
                 elector.close()
         finally:
