@@ -59,6 +59,8 @@ from krea_ops.controllers.base import NAMESPACE, Controller, Inputs  # noqa: E40
 from krea_ops.controllers.loop import JsonLog, Runner  # noqa: E402
 from krea_ops.health import HealthPolicy  # noqa: E402
 from krea_ops.kube.cluster import connect  # noqa: E402
+from krea_ops.kube.quantity import parse_quantity  # noqa: E402
+from krea_ops.kube.times import _parse_text  # noqa: E402
 from krea_ops.model import FleetTelemetry  # noqa: E402
 from krea_ops.runbook.audit import AuditLog  # noqa: E402
 
@@ -103,6 +105,9 @@ def sample(server_pid: int, cluster: Any) -> dict[str, float]:
         "fds": len(os.listdir("/proc/self/fd")),
         "server_rss_mib": proc_status(server_pid, "VmRSS") / 1024,
         "state_bytes": len(json.dumps(data, separators=(",", ":"))),
+        # the bounded parse caches (kube.times: 8,192 stamps; kube.quantity: 4,096)
+        "time_cache": _parse_text.cache_info().currsize,
+        "quantity_cache": parse_quantity.cache_info().currsize,
     }
 
 
@@ -143,6 +148,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--drain-timeout", type=float, default=10.0, help="node-health drain_timeout_s"
+    )
+    parser.add_argument(
+        "--lemon-window",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="node-health lemon_window_s, how long remediations are remembered in the state "
+        "ConfigMap (shipped: 28 days); shorter shows the state level off within the run",
     )
     parser.add_argument("--hours", type=float, default=24.0, help="simulated hours")
     parser.add_argument("--interval", type=float, default=30.0, help="simulated s per pass")
@@ -193,7 +206,13 @@ def main(argv: list[str] | None = None) -> int:
             names = [node_name(i) for i in range(args.nodes)]
             source = Recorded(telemetry(names, {}, sim.wall()))
             controllers: list[Controller[Any]] = [
-                NodeHealth(NodeHealthConfig(drain_timeout_s=args.drain_timeout)),
+                NodeHealth(
+                    NodeHealthConfig(drain_timeout_s=args.drain_timeout)
+                    if args.lemon_window is None
+                    else NodeHealthConfig(
+                        drain_timeout_s=args.drain_timeout, lemon_window_s=args.lemon_window
+                    )
+                ),
                 BurstTaint(),
                 QuotaSync(),
                 MigrateBack(),
@@ -241,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"- {hour:5.1f} h simulated, {time.perf_counter() - wall0:6.0f} s wall: "
                         f"RSS {s['rss_mib']:.1f} MiB, threads {s['threads']:.0f}, fds "
                         f"{s['fds']:.0f}, server RSS {s['server_rss_mib']:.1f} MiB, state "
-                        f"{s['state_bytes']:.0f} B, hot GPUs {len(hot)}",
+                        f"{s['state_bytes']:.0f} B, time cache {s['time_cache']:.0f}, "
+                        f"hot GPUs {len(hot)}",
                         flush=True,
                     )
                     if args.tracemalloc and len(samples) == 2:
@@ -279,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         ("fds", "open file descriptors"),
         ("server_rss_mib", "API server RSS (MiB)"),
         ("state_bytes", "state ConfigMap data (bytes)"),
+        ("time_cache", "timestamps in kube.times' cache (at most 8,192)"),
+        ("quantity_cache", "quantities in kube.quantity's cache (at most 4,096)"),
     ):
         ys = [s[key] for _, s in base]
         rows.append(
