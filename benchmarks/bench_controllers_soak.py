@@ -100,6 +100,9 @@ def sample(server_pid: int, cluster: Any) -> dict[str, float]:
     data = state.get("data") or {}
     return {
         "rss_mib": proc_status("self", "VmRSS") / 1024,
+        # Python's own allocated blocks: growth here is Python objects kept, growth in RSS
+        # alone is the allocator's or C memory
+        "py_blocks": sys.getallocatedblocks(),
         "threads": proc_status("self", "Threads"),
         "py_threads": threading.active_count(),
         "fds": len(os.listdir("/proc/self/fd")),
@@ -258,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
                     samples.append((hour, s))
                     print(
                         f"- {hour:5.1f} h simulated, {time.perf_counter() - wall0:6.0f} s wall: "
-                        f"RSS {s['rss_mib']:.1f} MiB, threads {s['threads']:.0f}, fds "
+                        f"RSS {s['rss_mib']:.1f} MiB, blocks {s['py_blocks']:.0f}, "
+                        f"threads {s['threads']:.0f}, fds "
                         f"{s['fds']:.0f}, server RSS {s['server_rss_mib']:.1f} MiB, state "
                         f"{s['state_bytes']:.0f} B, time cache {s['time_cache']:.0f}, "
                         f"hot GPUs {len(hot)}",
@@ -294,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for key, label in (
         ("rss_mib", "RSS of this process (MiB)"),
+        ("py_blocks", "Python objects' allocated blocks"),
         ("threads", "OS threads of this process"),
         ("py_threads", "Python threads"),
         ("fds", "open file descriptors"),

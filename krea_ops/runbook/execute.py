@@ -50,8 +50,9 @@ from krea_ops.runbook.plan import Call, EventSpec, Plan, PodRef, Step, StepKind
 
 POLL_S = 1.0  # how often a pod being deleted is looked at (kubectl drain: 1 s)
 # how much of the audit log's end is read for Events an interrupted run owes: a rerun
-# follows the run it finishes, and a bounded read keeps a long-lived log cheap
-OWED_LOOKBACK_BYTES = 1 << 20
+# follows the run it finishes, and a bounded read keeps a long-lived log cheap (a
+# controller runs a plan most passes)
+OWED_LOOKBACK_BYTES = 256 << 10
 
 
 @dataclass(frozen=True)
@@ -291,9 +292,12 @@ def _event_specs(plan: Plan) -> list[dict[str, Any]]:
     return out
 
 
-def _tail_records(path: Path, limit: int = OWED_LOOKBACK_BYTES) -> list[dict[str, Any]]:
-    """The whole records among the last ``limit`` bytes of the audit log (a line cut by
-    the window or by a crash is skipped); none when the log cannot be read."""
+def _tail_records(
+    path: Path, action: str, limit: int = OWED_LOOKBACK_BYTES
+) -> list[dict[str, Any]]:
+    """The whole records of ``action`` among the last ``limit`` bytes of the audit log (a
+    line cut by the window or by a crash is skipped; only lines naming the action are
+    parsed); none when the log cannot be read."""
     try:
         with open(path, "rb") as f:
             size = f.seek(0, os.SEEK_END)
@@ -305,8 +309,11 @@ def _tail_records(path: Path, limit: int = OWED_LOOKBACK_BYTES) -> list[dict[str
     lines = data.split(b"\n")
     if start:
         lines = lines[1:]  # the window's first line is a part of one
+    named = b'"action":' + orjson.dumps(action)  # every record carries its run's action
     out = []
     for line in lines:
+        if named not in line:
+            continue
         try:
             record = orjson.loads(line)
         except orjson.JSONDecodeError:
@@ -395,7 +402,7 @@ def with_owed_events(plan: Plan, audit_log: Path) -> Plan:
     """``plan`` with an Event step first for each Event an interrupted run of the same
     command owes (``owed_events``, from the audit log's tail); ``plan`` itself when none."""
     extra: list[Step] = []
-    for run_id, spec, call in owed_events(plan, _tail_records(audit_log)):
+    for run_id, spec, call in owed_events(plan, _tail_records(audit_log, plan.action)):
         ref = spec["regarding"]
         regarding = ObjectRef(
             kind=str(ref.get("kind", "")),
