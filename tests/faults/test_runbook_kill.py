@@ -12,12 +12,12 @@ evict --yes`` subprocess while its next write is held at the API server.
 "Converges" means: after the second run, the nodes (taints, cordon, annotations), pods,
 JobSets and the controllers' ConfigMap are those one clean run on the same starting state
 leaves, times aside (every RFC 3339 stamp compares equal: the second run writes its own);
-no taint appears twice on a node; the second run ends ``done``. "No duplicate side
-effect" for Events, which are informational and recorded by each attempt that reaches
-their step: every (object, reason) of the clean run is there, and its occurrences are
-exactly those of the attempts' Event steps that ran (at most one per attempt), never two
-from one attempt. The audit log: two ``start`` records with different ``run_id``, the
-first with its k steps and no ``end``, the second with its ``end`` ``done``."""
+no taint appears twice on a node; the second run ends ``done``. Events converge too:
+each (object, reason) of the clean run is there exactly once, the Event of a change the
+killed attempt made and never told of included (the second run records it, owed), and
+each one was posted by an attempt's own recorded call. The audit log: two ``start``
+records with different ``run_id``, the first with its k steps and no ``end``, the second
+with its ``end`` ``done``."""
 
 from __future__ import annotations
 
