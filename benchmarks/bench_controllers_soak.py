@@ -43,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +55,12 @@ sys.path.insert(0, str(ROOT))
 from bench_apiserver import ServerProcess, node_name, table  # noqa: E402
 from bench_controllers import GPUS, USER_OF, Recorded, cost_fleet, readings  # noqa: E402
 
-from krea_ops.controllers.base import NAMESPACE, Inputs  # noqa: E402
+from krea_ops.controllers.base import NAMESPACE, Controller, Inputs  # noqa: E402
 from krea_ops.controllers.loop import JsonLog, Runner  # noqa: E402
 from krea_ops.health import HealthPolicy  # noqa: E402
 from krea_ops.kube.cluster import connect  # noqa: E402
+from krea_ops.kube.quantity import parse_quantity  # noqa: E402
+from krea_ops.kube.times import _parse_text  # noqa: E402
 from krea_ops.model import FleetTelemetry  # noqa: E402
 from krea_ops.runbook.audit import AuditLog  # noqa: E402
 
@@ -97,12 +100,34 @@ def sample(server_pid: int, cluster: Any) -> dict[str, float]:
     data = state.get("data") or {}
     return {
         "rss_mib": proc_status("self", "VmRSS") / 1024,
+        # Python's own allocated blocks: growth here is Python objects kept, growth in RSS
+        # alone is the allocator's or C memory
+        "py_blocks": sys.getallocatedblocks(),
         "threads": proc_status("self", "Threads"),
         "py_threads": threading.active_count(),
         "fds": len(os.listdir("/proc/self/fd")),
         "server_rss_mib": proc_status(server_pid, "VmRSS") / 1024,
         "state_bytes": len(json.dumps(data, separators=(",", ":"))),
+        # the bounded parse caches (kube.times: 8,192 stamps; kube.quantity: 4,096)
+        "time_cache": _parse_text.cache_info().currsize,
+        "quantity_cache": parse_quantity.cache_info().currsize,
     }
+
+
+def grown(early: tracemalloc.Snapshot, late: tracemalloc.Snapshot, h0: float, h1: float) -> None:
+    """The allocations still alive that grew most between two snapshots, by traceback."""
+    keep = [tracemalloc.Filter(False, tracemalloc.__file__)]
+    diff = late.filter_traces(keep).compare_to(early.filter_traces(keep), "traceback")
+    total = sum(d.size_diff for d in diff)
+    print(f"\n## allocations alive, hour {h0:g} -> hour {h1:g}: {total / 1024:+,.0f} KiB in all\n")
+    for d in diff[:12]:
+        print(
+            f"- {d.size_diff / 1024:+,.1f} KiB ({d.count_diff:+,} blocks), "
+            f"now {d.size / 1024:,.1f} KiB"
+        )
+        for line in d.traceback.format()[-2 * min(len(d.traceback), 6) :]:
+            print(f"      {line.strip()}")
+    print(flush=True)
 
 
 def slope(xs: list[float], ys: list[float]) -> float:
@@ -127,10 +152,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--drain-timeout", type=float, default=10.0, help="node-health drain_timeout_s"
     )
+    parser.add_argument(
+        "--lemon-window",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="node-health lemon_window_s, how long remediations are remembered in the state "
+        "ConfigMap (shipped: 28 days); shorter shows the state level off within the run",
+    )
     parser.add_argument("--hours", type=float, default=24.0, help="simulated hours")
     parser.add_argument("--interval", type=float, default=30.0, help="simulated s per pass")
     parser.add_argument("--arrival", type=float, default=0.05, help="P(new finding)/step")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--tracemalloc",
+        type=int,
+        default=0,
+        metavar="FRAMES",
+        help="trace allocations (FRAMES frames deep) and print what grew between the "
+        "hour-2 sample and the end, by where it was allocated (slows the run about 3x)",
+    )
     args = parser.parse_args(argv)
     if args.nodes < 1 or args.hours <= 0 or args.interval <= 0:
         print("bench_controllers_soak: --nodes, --hours, --interval must be > 0", file=sys.stderr)
@@ -154,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     acted: dict[str, int] = {}
     arrived = 0
     samples: list[tuple[float, dict[str, float]]] = []
+    if args.tracemalloc:
+        tracemalloc.start(args.tracemalloc)
+    early: tracemalloc.Snapshot | None = None
     with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp_name:
         tmp = Path(tmp_name)
         server = ServerProcess(cli, tmp / "state", tmp / "kubeconfig", tmp / "ca.pem")
@@ -164,8 +208,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"- fleet made in {time.perf_counter() - t0:.0f} s", flush=True)
             names = [node_name(i) for i in range(args.nodes)]
             source = Recorded(telemetry(names, {}, sim.wall()))
-            controllers = [
-                NodeHealth(NodeHealthConfig(drain_timeout_s=args.drain_timeout)),
+            controllers: list[Controller[Any]] = [
+                NodeHealth(
+                    NodeHealthConfig(drain_timeout_s=args.drain_timeout)
+                    if args.lemon_window is None
+                    else NodeHealthConfig(
+                        drain_timeout_s=args.drain_timeout, lemon_window_s=args.lemon_window
+                    )
+                ),
                 BurstTaint(),
                 QuotaSync(),
                 MigrateBack(),
@@ -187,11 +237,11 @@ def main(argv: list[str] | None = None) -> int:
             for step in range(1, steps + 1):
                 sim.t += args.interval
                 now = sim.wall()
-                for key in [k for k, until in hot.items() if until <= now]:
-                    del hot[key]
+                for cooled in [k for k, until in hot.items() if until <= now]:
+                    del hot[cooled]
                 if rng.random() < args.arrival:
-                    key = (rng.choice(names), rng.randrange(GPUS))
-                    hot[key] = now + rng.uniform(600, 7200)
+                    gpu = (rng.choice(names), rng.randrange(GPUS))
+                    hot[gpu] = now + rng.uniform(600, 7200)
                     arrived += 1
                 source.telemetry = telemetry(names, hot, now)
                 for elector in runner.electors.values():
@@ -211,12 +261,18 @@ def main(argv: list[str] | None = None) -> int:
                     samples.append((hour, s))
                     print(
                         f"- {hour:5.1f} h simulated, {time.perf_counter() - wall0:6.0f} s wall: "
-                        f"RSS {s['rss_mib']:.1f} MiB, threads {s['threads']:.0f}, fds "
+                        f"RSS {s['rss_mib']:.1f} MiB, blocks {s['py_blocks']:.0f}, "
+                        f"threads {s['threads']:.0f}, fds "
                         f"{s['fds']:.0f}, server RSS {s['server_rss_mib']:.1f} MiB, state "
-                        f"{s['state_bytes']:.0f} B, hot GPUs {len(hot)}",
+                        f"{s['state_bytes']:.0f} B, time cache {s['time_cache']:.0f}, "
+                        f"hot GPUs {len(hot)}",
                         flush=True,
                     )
+                    if args.tracemalloc and len(samples) == 2:
+                        early = tracemalloc.take_snapshot()
             wall = time.perf_counter() - wall0
+            if early is not None:
+                grown(early, tracemalloc.take_snapshot(), samples[1][0], sim.t / 3600)
             for elector in runner.electors.values():
                 elector.close()
         finally:
@@ -242,11 +298,14 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for key, label in (
         ("rss_mib", "RSS of this process (MiB)"),
+        ("py_blocks", "Python objects' allocated blocks"),
         ("threads", "OS threads of this process"),
         ("py_threads", "Python threads"),
         ("fds", "open file descriptors"),
         ("server_rss_mib", "API server RSS (MiB)"),
         ("state_bytes", "state ConfigMap data (bytes)"),
+        ("time_cache", "timestamps in kube.times' cache (at most 8,192)"),
+        ("quantity_cache", "quantities in kube.quantity's cache (at most 4,096)"),
     ):
         ys = [s[key] for _, s in base]
         rows.append(

@@ -63,7 +63,7 @@ def main() -> None:
     n = parser.parse_args().writes
     pod = _pod()
     node = ssa.root_node("", "Pod", None)
-    common = {"api_version": "v1", "node": node, "has_status": True}
+    common: dict[str, Any] = {"api_version": "v1", "node": node, "has_status": True}
     pod["metadata"]["managedFields"] = ssa.record_update(
         None, pod, manager="kube-controller-manager", subresource="", now="t0", **common
     )
@@ -82,7 +82,7 @@ def main() -> None:
         ssa.record_update(pod, new, manager="kubelet", subresource="status", now="t", **common)
     print(f"pod status write: {(time.perf_counter() - t) / n * 1e6:.1f} us")
 
-    lease = {
+    lease: dict[str, Any] = {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
         "metadata": {"name": "gpu-001", "namespace": "kube-node-lease", "uid": "x"},

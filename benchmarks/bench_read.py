@@ -43,6 +43,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -71,7 +72,11 @@ CLOCK_REASONS = (
     "hw_power_brake",
     "display_clock_setting",
 )
-ECC = (("corrected", "volatile"), ("uncorrected", "volatile"), ("corrected", "aggregate"))
+ECC: tuple[tuple[str, str], ...] = (
+    ("corrected", "volatile"),
+    ("uncorrected", "volatile"),
+    ("corrected", "aggregate"),
+)
 ECC += (("uncorrected", "aggregate"),)
 IB_ERRORS = (
     "krea_ib_symbol_error",
@@ -132,7 +137,7 @@ def families(
     since = [t - times[0] for t in times]  # seconds since the first sample
     ones, zeros = [1.0] * k, [0.0] * k
 
-    def gpu_gauge(name: str, value: object) -> tuple[str, str, list[tuple[str, list[float]]]]:
+    def gpu_gauge(name: str, value: Any) -> tuple[str, str, list[tuple[str, list[float]]]]:
         rows = []
         for i in range(n):
             for g in range(GPUS):
@@ -226,7 +231,7 @@ def families(
                     rows.append((f'{fleet.labels(i, g)},link="{link}",counter="{c}"', v))
     yield "krea_nvlink_errors", "counter", rows
 
-    def port_series(value: object) -> list[tuple[str, list[float]]]:
+    def port_series(value: Any) -> list[tuple[str, list[float]]]:
         out = []
         for i in range(n):
             for h in range(HCAS):
@@ -629,9 +634,7 @@ spec: {clusterQueue: training}
 """
 
 
-def kueue_setup(
-    kubectl: str, kc: list[str], tmp: Path, env: dict[str, str], nodes: int
-) -> None:
+def kueue_setup(kubectl: str, kc: list[str], tmp: Path, env: dict[str, str], nodes: int) -> None:
     """Kueue's objects for ``queue list`` / ``queue workloads`` to read (a flavor, two
     ClusterQueues in a cohort, a LocalQueue), applied with kubectl as an operator would.
     ``burst status`` reads the virtual nodes there are (none here: it lists nothing)."""

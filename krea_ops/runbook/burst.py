@@ -24,6 +24,11 @@ them, get taint ``krea.ai/burst-out=true:NoSchedule`` for the duration, so each
 replacement, which prefers in-cluster nodes, lands on a virtual node; the last step
 removes that taint, and the GPUs are free for what is waiting for them.
 
+A run killed or stopped before its last steps leaves its steering on (the pause, whose
+reason names ``burst migrate --back``; the ``krea.ai/burst-out`` taint): the same command
+run again lifts it at its end, also when it has nothing left to move (then that is its
+whole plan), so a rerun converges to what one clean run leaves.
+
 Both are bounded: ``--max N`` pods per run (default: as many as the free GPUs on the
 other side hold), chosen in order (``--back``: the dearest provider first), and the
 plan names each pod in that order. No free GPU on the other side: refused, nothing is
@@ -448,6 +453,21 @@ def plan_migrate(
                 continue
         candidates.append(pod)
     ordered = order_back(candidates) if back else _order_out(candidates)
+    steer_reason = f"{action} by krea-ops (replacements go in-cluster)"
+    # what an earlier run of this command steered with and never lifted (it was killed or
+    # stopped before its last steps): this run lifts it at its end
+    if back:
+        left_paused = {
+            n: o
+            for n, o in vobjs.items()
+            if _paused(o) and (_meta(o).get("annotations") or {}).get(PAUSED_REASON) == steer_reason
+        }
+        left_steps = _unpause_steps(left_paused, user, f"{action} finished")
+        left_names = list(left_paused)
+    else:
+        assert home is not None
+        left_names = sorted(n for n, o in home.nodes.items() if _has_out_taint(o))
+        left_steps = _untaint_steps({n: home.nodes[n] for n in left_names})
 
     side = "in-cluster" if back else "virtual-node"
     free_before = there.total_free
@@ -463,15 +483,37 @@ def plan_migrate(
             left_over.append(f"{what} (no {side} GPU free for it)")
             continue
         chosen.append((pod, target))
+    refusal = None
     if not ordered:
-        raise BadInput(
+        refusal = (
             f"no running pod matching {selector} on "
-            f"{'virtual' if back else 'in-cluster'} nodes to move; nothing was changed"
+            f"{'virtual' if back else 'in-cluster'} nodes to move"
         )
-    if free_before <= 0 or not chosen:
-        raise BadInput(
+    elif free_before <= 0 or not chosen:
+        refusal = (
             f"no {side} GPU is free ({free_before} free on {len(there.free)} healthy nodes) "
-            f"for the {len(ordered)} pods to move; nothing was changed"
+            f"for the {len(ordered)} pods to move"
+        )
+    if refusal is not None and not left_steps:
+        raise BadInput(f"{refusal}; nothing was changed")
+    if refusal is not None:
+        return Plan(
+            action=action,
+            nodes=virtual,
+            reason=steer_reason,
+            user=user,
+            steps=tuple(left_steps),
+            findings=(
+                Finding("nothing-to-move", Severity.INFO, f"{refusal}: nothing is moved"),
+                _left_finding(back, left_names),
+            ),
+            options={
+                "direction": direction,
+                "max": max_pods,
+                "selector": selector,
+                "timeout_s": timeout_s,
+                "free_gpus": free_before,
+            },
         )
     findings.insert(
         0,
@@ -542,7 +584,6 @@ def plan_migrate(
 
     # The mechanism that steers each replacement, on for the duration.
     at = rfc3339(now())
-    steer_reason = f"{action} by krea-ops (replacements go in-cluster)"
     before: list[Step] = []
     after: list[Step] = []
     if back:
@@ -560,8 +601,10 @@ def plan_migrate(
             for edit in _pause_edits(obj, steer_reason, user, at):
                 obj = edit.apply(obj) or obj
             paused_objs[name] = obj
-        after = _unpause_steps(paused_objs, user, f"{action} finished")
-        if not to_pause:
+        after = _unpause_steps({**left_paused, **paused_objs}, user, f"{action} finished")
+        if left_paused:
+            findings.append(_left_finding(back, left_names))
+        elif not to_pause:
             findings.append(
                 Finding(
                     "steer",
@@ -601,6 +644,9 @@ def plan_migrate(
         for name, free in home.free.items():
             if free >= need and any(fits_node(p, home.nodes[name]) for p, _ in chosen):
                 sources.add(name)
+        sources.update(left_names)  # still tainted by an earlier run: lifted at the end
+        if left_names:
+            findings.append(_left_finding(back, left_names))
         srcs = {name: home.nodes[name] for name in sorted(sources)}
         out_edit: tuple[Edit, ...] = (AddTaint(OUT_TAINT_KEY, OUT_TAINT_VALUE, OUT_TAINT_EFFECT),)
         off_edit: tuple[Edit, ...] = (RemoveTaint(OUT_TAINT_KEY, OUT_TAINT_EFFECT),)
@@ -648,6 +694,34 @@ def plan_migrate(
             "free_gpus": free_before,
         },
         pods={k: tuple(v) for k, v in refs.items()},
+    )
+
+
+def _paused(obj: Obj) -> bool:
+    return any(t.get("key") == PAUSE_TAINT_KEY for t in (obj.get("spec") or {}).get("taints") or ())
+
+
+def _has_out_taint(obj: Obj) -> bool:
+    return any(t.get("key") == OUT_TAINT_KEY for t in (obj.get("spec") or {}).get("taints") or ())
+
+
+def _untaint_steps(objs: Mapping[str, Obj]) -> list[Step]:
+    off: tuple[Edit, ...] = (RemoveTaint(OUT_TAINT_KEY, OUT_TAINT_EFFECT),)
+    steps = [update_step(n, o, off, "free the node's GPUs for what waits") for n, o in objs.items()]
+    return [s for s in steps if s is not None]
+
+
+def _left_finding(back: bool, names: Sequence[str]) -> Finding:
+    what = (
+        f"pause ({PAUSE_TAINT_KEY}) of {', '.join(names)}"
+        if back
+        else f"taint {OUT_TAINT_KEY} on {', '.join(names)}"
+    )
+    return Finding(
+        "interrupted",
+        Severity.WARNING,
+        f"an earlier burst migrate --{BACK if back else OUT} stopped before lifting its {what}: "
+        "this run lifts it at its end",
     )
 
 

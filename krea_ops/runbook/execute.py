@@ -16,17 +16,28 @@ An error that stops the run (the API server gone) ends it ``failed`` at that ste
 audit log's ``end`` record then lists the steps never begun (``not_run``), so the log
 alone says what ran, what failed and what did not run; the same command run again plans
 only what is left.
+
+An Event that a run never recorded although it made the change the Event tells of (killed
+or stopped between the two steps) is owed: the ``start`` record keeps each Event step's
+content, and the next run of the same command (same action, subject and nodes) reads the
+audit log's tail, finds the Events owed and records each of them first, once, as steps of
+its own (unless its plan records that Event anyway). The change itself is never made
+again: its planner finds it made.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
+
+import orjson
 
 from krea_ops.errors import EXIT_BLOCKED, EXIT_FAILED, BadInput, KreaError, Unavailable
 from krea_ops.kube.cluster import ApiAnswer, Cluster
@@ -35,9 +46,13 @@ from krea_ops.kube.eviction import CONCURRENCY, EvictionResult, Outcome, evict_a
 from krea_ops.kube.times import rfc3339
 from krea_ops.kube.writes import update
 from krea_ops.runbook.audit import AuditLog
-from krea_ops.runbook.plan import Plan, PodRef, Step, StepKind
+from krea_ops.runbook.plan import Call, EventSpec, Plan, PodRef, Step, StepKind
 
 POLL_S = 1.0  # how often a pod being deleted is looked at (kubectl drain: 1 s)
+# how much of the audit log's end is read for Events an interrupted run owes: a rerun
+# follows the run it finishes, and a bounded read keeps a long-lived log cheap (a
+# controller runs a plan most passes)
+OWED_LOOKBACK_BYTES = 256 << 10
 
 
 @dataclass(frozen=True)
@@ -193,12 +208,22 @@ def execute(
     from it stops the run there (``stopped`` says why) and no later step is made."""
     if plan.refused:
         raise BadInput(f"{plan.refused}; nothing was changed")
+    if audit is not None:
+        plan = with_owed_events(plan, audit.path)
     recording = RecordingCluster(cluster)
     secrets = client_secrets(cluster)
     run_id = uuid.uuid4().hex
     base = {"run_id": run_id, "action": plan.action, "user": plan.user, "reason": plan.reason}
     if audit is not None:
-        audit.append({**base, "record": "start", "time": rfc3339(wall()), "plan": plan.as_dict()})
+        audit.append(
+            {
+                **base,
+                "record": "start",
+                "time": rfc3339(wall()),
+                "plan": plan.as_dict(),
+                "events": _event_specs(plan),
+            }
+        )
     state = _Run()
     results: list[StepResult] = []
     stopped: str | None = None
@@ -247,6 +272,172 @@ def execute(
             }
         )
     return run
+
+
+def _event_specs(plan: Plan) -> list[dict[str, Any]]:
+    """What each Event step of ``plan`` records, for the ``start`` record: a later run
+    records from it an Event this run owes (see ``with_owed_events``)."""
+    out = []
+    for index, step in enumerate(plan.steps, 1):
+        spec = step.event
+        if step.kind is StepKind.EVENT and spec is not None:
+            out.append(
+                {
+                    "step": index,
+                    "regarding": spec.regarding.as_dict(),
+                    "action": spec.action,
+                    "reason": spec.reason,
+                    "note": spec.note,
+                }
+            )
+    return out
+
+
+def _tail_records(
+    path: Path, action: str, limit: int = OWED_LOOKBACK_BYTES
+) -> list[dict[str, Any]]:
+    """The whole records of ``action`` among the last ``limit`` bytes of the audit log (a
+    line cut by the window or by a crash is skipped; only lines naming the action are
+    parsed); none when the log cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            start = max(0, size - limit)
+            f.seek(start)
+            data = f.read()
+    except OSError:
+        return []
+    lines = data.split(b"\n")
+    if start:
+        lines = lines[1:]  # the window's first line is a part of one
+    named = b'"action":' + orjson.dumps(action)  # every record carries its run's action
+    out = []
+    for line in lines:
+        if named not in line:
+            continue
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out
+
+
+def _same_command(plan: Plan, other: Any) -> bool:
+    if not isinstance(other, dict):
+        return False
+    nodes = other.get("nodes")
+    return (
+        other.get("action") == plan.action
+        and other.get("subject") == plan.subject
+        and isinstance(nodes, list)
+        and sorted(map(str, nodes)) == sorted(plan.nodes)
+    )
+
+
+def _event_key(regarding: dict[str, Any], reason: Any) -> tuple[str, str, str, str]:
+    return (
+        str(regarding.get("kind", "")),
+        str(regarding.get("namespace", "")),
+        str(regarding.get("name", "")),
+        str(reason),
+    )
+
+
+def owed_events(
+    plan: Plan, records: list[dict[str, Any]]
+) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """The Events that earlier runs of the same command made the change for and never
+    recorded: (run_id, the Event's content, its planned call), in the order owed.
+
+    A run owes the Event step right after its last recorded step when that step ended
+    ``done`` or ``unchanged`` (the change is made) and the Event step never ran: the run
+    was killed or stopped in between. A later run that records that Event (a step of its
+    own, or a repayment) pays it."""
+    starts: dict[str, dict[str, Any]] = {}
+    ran: dict[str, dict[int, str]] = {}
+    order: list[str] = []
+    for record in records:
+        run_id = str(record.get("run_id") or "")
+        kind = record.get("record")
+        if kind == "start" and record.get("action") == plan.action:
+            if _same_command(plan, record.get("plan")):
+                starts[run_id], ran[run_id] = record, {}
+                order.append(run_id)
+        elif kind == "step" and run_id in ran:
+            try:
+                ran[run_id][int(record.get("step") or 0)] = str(record.get("status"))
+            except (TypeError, ValueError):
+                continue
+    owed: dict[tuple[str, str, str, str], tuple[str, dict[str, Any], dict[str, Any]]] = {}
+    for run_id in order:
+        start = starts[run_id]
+        steps = (start.get("plan") or {}).get("steps") or []
+        specs = {}
+        for spec in start.get("events") or ():
+            if isinstance(spec, dict) and isinstance(spec.get("regarding"), dict):
+                specs[int(spec.get("step") or 0)] = spec
+        done = ran[run_id]
+        for index, spec in specs.items():
+            if index in done:  # recorded (or tried: Events are best effort) by this run
+                owed.pop(_event_key(spec["regarding"], spec.get("reason")), None)
+        if not done:
+            continue
+        last = max(done)
+        spec = specs.get(last + 1)
+        if spec is None or done[last] not in ("done", "unchanged") or len(steps) <= last:
+            continue
+        calls = steps[last].get("calls") or []
+        if calls and isinstance(calls[0], dict):
+            owed[_event_key(spec["regarding"], spec.get("reason"))] = (run_id, spec, calls[0])
+    planned = {
+        _event_key(s.event.regarding.as_dict(), s.event.reason)
+        for s in plan.steps
+        if s.kind is StepKind.EVENT and s.event is not None
+    }
+    return [v for k, v in owed.items() if k not in planned]
+
+
+def with_owed_events(plan: Plan, audit_log: Path) -> Plan:
+    """``plan`` with an Event step first for each Event an interrupted run of the same
+    command owes (``owed_events``, from the audit log's tail); ``plan`` itself when none."""
+    extra: list[Step] = []
+    for run_id, spec, call in owed_events(plan, _tail_records(audit_log, plan.action)):
+        ref = spec["regarding"]
+        regarding = ObjectRef(
+            kind=str(ref.get("kind", "")),
+            name=str(ref.get("name", "")),
+            namespace=str(ref.get("namespace", "")),
+            uid=str(ref.get("uid", "")),
+            api_version=str(ref.get("apiVersion", "v1")),
+            resource_version=str(ref.get("resourceVersion", "")),
+            field_path=str(ref.get("fieldPath", "")),
+        )
+        what = f"{regarding.kind.lower()} {regarding.name}"
+        extra.append(
+            Step(
+                StepKind.EVENT,
+                f"record Event {spec.get('reason')} on {what}, owed by run {run_id[:12]} "
+                "(it made the change and stopped before recording it)",
+                (
+                    Call(
+                        str(call.get("method", "POST")),
+                        str(call.get("path", "")),
+                        str(call.get("about", "")),
+                        str(call.get("why", "")),
+                    ),
+                ),
+                node=regarding.name if regarding.kind == "Node" else None,
+                event=EventSpec(
+                    regarding,
+                    str(spec.get("action", "")),
+                    str(spec.get("reason", "")),
+                    str(spec.get("note", "")),
+                ),
+            )
+        )
+    return replace(plan, steps=(*extra, *plan.steps)) if extra else plan
 
 
 def _run_step(

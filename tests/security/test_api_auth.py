@@ -53,6 +53,9 @@ REQUESTS: list[tuple[str, str, Any, str]] = [
     ),
     ("DELETE", "/api/v1/namespaces/default/pods/p", None, ""),
 ]
+# What the reader answers here of REQUESTS: the reads. This server grants the role as ABAC
+# policies (``policies_from_rbac``: read-only, so a watch too, though the role grants no
+# watch); the role's exact verbs are checked under RBAC in test_reader_role_exact.py.
 READS = {"/api/v1/nodes", "/api/v1/nodes?watch=true&timeoutSeconds=1", "/apis"}
 
 
