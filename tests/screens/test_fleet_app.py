@@ -5,10 +5,12 @@ and an SVG snapshot at a fixed size, seed and clock."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from typing import Any
 
-from textual.worker import WorkerState
-
+from krea_ops.console import EVERYTHING, FleetScope
+from krea_ops.fleet import FleetSnapshot
 from krea_ops.sim.fixtures import EPOCH, FixedConsole, synthetic_fleet
 from screens.app import KreaOpsApp
 from screens.fleet import FleetScreen
@@ -133,8 +135,10 @@ def test_a_failing_source_keeps_the_data_greyed_with_the_error_in_the_footer() -
 
 
 def test_refresh_pauses_while_a_modal_is_open_and_reads_never_overlap() -> None:
+    hub = CountingConsole(synthetic_fleet(16))
+    app = KreaOpsApp(hub, refresh_s=1.0, clock=lambda: EPOCH + 1.0)
+
     async def body() -> None:
-        app, hub = fixed_app()
         async with app.run_test(size=(120, 40)) as pilot:
             await wait_until(pilot, lambda: hub.calls.get("fleet", 0) >= 1)
             await pilot.press("question_mark")
@@ -146,13 +150,35 @@ def test_refresh_pauses_while_a_modal_is_open_and_reads_never_overlap() -> None:
             await wait_until(pilot, lambda: hub.calls["fleet"] > before, timeout=5)
             app.load("fleet")
             app.load("fleet")  # a second request while one is in flight is dropped
-            # a finished worker may still be listed until Textual removes it: count the
-            # ones that are reading
-            live = (WorkerState.PENDING, WorkerState.RUNNING)
-            reading = [w for w in app.workers if w.group == "load-fleet" and w.state in live]
-            assert len(reading) <= 1
+            calls = hub.calls["fleet"]
+            await wait_until(pilot, lambda: hub.calls["fleet"] > calls, timeout=5)
+            # what the console saw: never two fleet reads in progress at once (a worker
+            # that has delivered its read may still be listed as running a moment: the
+            # reads are what must not overlap)
+            assert hub.most_at_once == 1
 
     asyncio.run(body())
+
+
+class CountingConsole(FixedConsole):
+    """Counts the fleet reads in progress at once (each read lasts 50 ms)."""
+
+    def __init__(self, snapshot: FleetSnapshot) -> None:
+        super().__init__(snapshot)
+        self.reading = 0
+        self.most_at_once = 0
+        self._lock = threading.Lock()
+
+    def fleet(self, scope: FleetScope = EVERYTHING) -> FleetSnapshot:
+        with self._lock:
+            self.reading += 1
+            self.most_at_once = max(self.most_at_once, self.reading)
+        try:
+            time.sleep(0.05)
+            return super().fleet(scope)
+        finally:
+            with self._lock:
+                self.reading -= 1
 
 
 def test_fleet_snapshot(snap_compare: Any) -> None:
