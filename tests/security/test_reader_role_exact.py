@@ -121,10 +121,15 @@ def test_the_reader_role_grants_what_the_reads_call(
         console.burst()
         runs = console.training()
         rows = console.controllers()
+        history = console.restart_history(runs)  # the training screen's restarts
+        restarts = console.restarts(runs[0].name, namespace=runs[0].namespace)
+        lemons = console.lemons()
     finally:
         console.close()
     assert {v.info.name for v in fleet.views} >= {"gpu-node-000", "gpu-node-001"}
     assert runs and len(rows) == 4  # the reads read something: not refused, not empty
+    assert set(history) == {f"{r.namespace}/{r.name}" for r in runs}
+    assert restarts.name == runs[0].name and lemons == []
 
     granted = grants()
     used: set[Atom] = set()
