@@ -592,6 +592,9 @@ class Console:
     ) -> Plan:
         """The plan of ``burst migrate --back|--out``; BadInput (nothing written) when no
         GPU is free on the other side or there is nothing to move."""
+        from pathlib import Path
+
+        from krea_ops.runbook.audit import default_path
         from krea_ops.runbook.burst import plan_migrate
 
         return plan_migrate(
@@ -602,6 +605,7 @@ class Console:
             max_pods=max_pods,
             selector=selector,
             timeout_s=timeout_s,
+            audit_log=Path(self.settings.audit_log) if self.settings.audit_log else default_path(),
         )
 
     def execute(self, plan: Plan) -> RunResult:

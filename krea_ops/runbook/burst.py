@@ -40,6 +40,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -59,6 +60,7 @@ from krea_ops.kube.cluster import GPU_RESOURCE, Cluster, pod_gpus
 from krea_ops.kube.quantity import as_int
 from krea_ops.kube.times import rfc3339
 from krea_ops.kube.writes import AddTaint, Edit, RemoveTaint, SetAnnotations
+from krea_ops.runbook.execute import owes_events
 from krea_ops.runbook.nodes import (
     event_call,
     node_event,
@@ -392,7 +394,11 @@ def plan_migrate(
     selector: str | None = None,
     timeout_s: float = DEFAULT_MIGRATE_TIMEOUT_S,
     now: Callable[[], float] = time.time,
+    audit_log: Path | None = None,
 ) -> Plan:
+    """``audit_log``: where an interrupted run of the same command may have left an
+    Event owed (``runbook.execute.owed_events``): with nothing left to move or lift, the
+    command still runs to record it, instead of being refused."""
     if direction not in (BACK, OUT):
         raise BadInput("say which way: --back (offsite pods home) or --out (in-cluster pods out)")
     if max_pods is not None and max_pods < 1:
@@ -494,8 +500,12 @@ def plan_migrate(
             f"no {side} GPU is free ({free_before} free on {len(there.free)} healthy nodes) "
             f"for the {len(ordered)} pods to move"
         )
+    owed = False
     if refusal is not None and not left_steps:
-        raise BadInput(f"{refusal}; nothing was changed")
+        probe = Plan(action=action, nodes=virtual, reason=steer_reason, user=user, steps=())
+        owed = owes_events(probe, audit_log)
+        if not owed:
+            raise BadInput(f"{refusal}; nothing was changed")
     if refusal is not None:
         return Plan(
             action=action,
@@ -505,7 +515,14 @@ def plan_migrate(
             steps=tuple(left_steps),
             findings=(
                 Finding("nothing-to-move", Severity.INFO, f"{refusal}: nothing is moved"),
-                _left_finding(back, left_names),
+                _left_finding(back, left_names)
+                if not owed
+                else Finding(
+                    "owed-event",
+                    Severity.INFO,
+                    "an interrupted run of this command made a change and stopped before "
+                    "its Event: this run records it",
+                ),
             ),
             options={
                 "direction": direction,

@@ -399,6 +399,14 @@ def owed_events(
     return [v for k, v in owed.items() if k not in planned]
 
 
+def owes_events(plan: Plan, audit_log: Path | None) -> bool:
+    """Whether an interrupted run of ``plan``'s command owes an Event (``owed_events``):
+    a command with nothing else left to do still runs, to record it."""
+    if audit_log is None:
+        return False
+    return bool(owed_events(plan, _tail_records(audit_log, plan.action)))
+
+
 def with_owed_events(plan: Plan, audit_log: Path) -> Plan:
     """``plan`` with an Event step first for each Event an interrupted run of the same
     command owes (``owed_events``, from the audit log's tail); ``plan`` itself when none."""
