@@ -60,7 +60,7 @@ from krea_ops.kube.cluster import GPU_RESOURCE, Cluster, pod_gpus
 from krea_ops.kube.quantity import as_int
 from krea_ops.kube.times import rfc3339
 from krea_ops.kube.writes import AddTaint, Edit, RemoveTaint, SetAnnotations
-from krea_ops.runbook.execute import owes_events
+from krea_ops.runbook.execute import interrupted_calls, owes_events
 from krea_ops.runbook.nodes import (
     event_call,
     node_event,
@@ -479,9 +479,32 @@ def plan_migrate(
     free_before = there.total_free
     chosen: list[tuple[Obj, str]] = []
     left_over: list[str] = []
+    budget = max_pods
+    if max_pods is not None:
+        # a run of this very command killed before its end has moved some already: --max
+        # bounds the command, not each attempt at it
+        probe = Plan(
+            action=action,
+            nodes=virtual,
+            reason=steer_reason,
+            user=user,
+            steps=(),
+            options={"direction": direction, "max": max_pods, "selector": selector},
+        )
+        moved = interrupted_calls(probe, audit_log, "/eviction", ("direction", "max", "selector"))
+        budget = max(0, max_pods - moved)
+        if moved:
+            findings.append(
+                Finding(
+                    "already-moved",
+                    Severity.INFO,
+                    f"an interrupted run of this command moved {moved} of its --max "
+                    f"{max_pods} pods: this run moves at most {budget}",
+                )
+            )
     for pod in ordered:
         what = f"{_meta(pod).get('namespace')}/{_meta(pod).get('name')}"
-        if max_pods is not None and len(chosen) >= max_pods:
+        if budget is not None and len(chosen) >= budget:
             left_over.append(f"{what} (--max {max_pods})")
             continue
         target = there.place(pod)
@@ -495,6 +518,8 @@ def plan_migrate(
             f"no running pod matching {selector} on "
             f"{'virtual' if back else 'in-cluster'} nodes to move"
         )
+    elif budget == 0:
+        refusal = f"the --max {max_pods} pods were moved by an interrupted run of this command"
     elif free_before <= 0 or not chosen:
         refusal = (
             f"no {side} GPU is free ({free_before} free on {len(there.free)} healthy nodes) "

@@ -31,7 +31,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -397,6 +397,46 @@ def owed_events(
         if s.kind is StepKind.EVENT and s.event is not None
     }
     return [v for k, v in owed.items() if k not in planned]
+
+
+def interrupted_calls(
+    plan: Plan, audit_log: Path | None, path_suffix: str, options: Sequence[str] = ()
+) -> int:
+    """How many calls whose path ends with ``path_suffix`` (``/eviction``) the runs of
+    ``plan``'s command (same action, subject, nodes, and ``options`` keys) made with
+    success since one last ran to its end, from the audit log's tail: what a rerun of a
+    killed command must not do again beyond its own bound (``burst migrate --max``)."""
+    if audit_log is None:
+        return 0
+    records = _tail_records(audit_log, plan.action)
+    same = {
+        str(r.get("run_id"))
+        for r in records
+        if r.get("record") == "start"
+        and _same_command(plan, r.get("plan"))
+        and all(
+            ((r.get("plan") or {}).get("options") or {}).get(k) == plan.options.get(k)
+            for k in options
+        )
+    }
+    count = 0
+    for r in records:  # in the order written
+        run_id = str(r.get("run_id"))
+        if run_id not in same:
+            continue
+        if r.get("record") == "end":
+            count = 0  # the command ran to its end: what came before was its own
+            continue
+        if r.get("record") != "step":
+            continue
+        for call in r.get("calls") or ():
+            if not isinstance(call, dict):
+                continue
+            status = call.get("http_status")
+            ok = isinstance(status, int) and 200 <= status < 300
+            if ok and str(call.get("path", "")).endswith(path_suffix):
+                count += 1
+    return count
 
 
 def owes_events(plan: Plan, audit_log: Path | None) -> bool:

@@ -253,3 +253,44 @@ def test_migrate_killed_after_step_k_then_run_again_converges(
         assert [(r["run_id"], r["status"]) for r in log if r["record"] == "end"] == [
             (starts[1], "done")
         ]
+
+
+def test_max_bounds_the_command_not_each_attempt(
+    sims: tuple[LocalApiServer, LocalApiServer], tmp_path: Path
+) -> None:
+    """`burst migrate --back --max 2` killed after its first move: the run again moves one
+    more, not two (2 evictions in all, as one clean run), and says so; a later command,
+    after that one ended, has its own --max."""
+    _, sim = sims
+    with sim.api_client() as api:
+        cluster = Cluster(api, timeout_s=30)
+        _setup(cluster, True)
+        log = tmp_path / "max.jsonl"
+
+        def plan() -> Plan:
+            return plan_migrate(
+                cluster, [VK], direction="back", user="alice", timeout_s=30, max_pods=2,
+                audit_log=log,
+            )  # fmt: skip
+
+        first = plan()
+        moves = [i for i, s in enumerate(first.steps, 1) if str(s.kind) == "migrate"]
+        assert len(moves) == 2, [s.description for s in first.steps]
+        with Replicas(sim), pytest.raises(Killed):
+            execute(cluster, first, audit=AuditLog(log), fence=killed_after(moves[0]))
+        assert _evictions(log) == 1
+        again = plan()
+        assert any(
+            f.kind == "already-moved" and "moved 1 of its --max 2" in f.message
+            for f in again.findings
+        )
+        with Replicas(sim):
+            assert execute(cluster, again, audit=AuditLog(log)).status == "done"
+        assert _evictions(log) == 2
+        assert _placement(cluster) == (2, REPLICAS - 2)
+        # the command ended: a new one may move --max 2 again
+        later = plan()
+        assert not any(f.kind == "already-moved" for f in later.findings)
+        with Replicas(sim):
+            assert execute(cluster, later, audit=AuditLog(log)).status == "done"
+        assert _evictions(log) == 3 and _placement(cluster) == (REPLICAS, 0)
