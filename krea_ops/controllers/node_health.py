@@ -622,7 +622,7 @@ class _Pass:
             self.cfg.recorder(),
         )
         lemons = self._restart_lemons(recorder, lemons)
-        stamp = parse_time(rfc3339(self.now))  # the evicted-at its plans write
+        stamp = float(math.floor(self.now))  # the evicted-at its plans write (whole seconds)
         gpu_nodes = len(self.infos)
         cap = self.cfg.cap(gpu_nodes)
         gauges = {
