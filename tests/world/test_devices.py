@@ -304,9 +304,17 @@ def test_ib_counters_only_grow_and_a_flap_goes_down_then_up(
     # three wall seconds, which a scrape on a loaded machine can outlast and miss
     name = inject_fault(world.client, "ib-flap", "gpu-node-001", value="2", duration_s=600)
 
+    downed_before = num(before, "krea_ib_link_downed_total", device="mlx5_2")
+
     def down() -> Samples | None:
+        # a scrape reads the port's files one after the other, as from real sysfs: a
+        # scrape that read the counter before the flap and the state after it shows the
+        # port DOWN with the old count; the next one shows both
         s = scrape(url)
-        return s if value(s, "krea_ib_state_id", device="mlx5_2") == 1.0 else None
+        if value(s, "krea_ib_state_id", device="mlx5_2") != 1.0:
+            return None
+        count = value(s, "krea_ib_link_downed_total", device="mlx5_2")
+        return s if count != downed_before else None
 
     s_down = wait_for(down, timeout=20, interval=0.05)
     assert value(s_down, "krea_ib_physical_state_id", device="mlx5_2") == 3.0
@@ -315,7 +323,7 @@ def test_ib_counters_only_grow_and_a_flap_goes_down_then_up(
     )
     assert (info["state"], info["phys_state"]) == ("1: DOWN", "3: Disabled")
     downed = num(s_down, "krea_ib_link_downed_total", device="mlx5_2")
-    assert downed == num(before, "krea_ib_link_downed_total", device="mlx5_2") + 1
+    assert downed == downed_before + 1
     s_up = wait_for(
         lambda: (s := scrape(url)) and value(s, "krea_ib_state_id", device="mlx5_2") == 4.0 and s,
         timeout=40,
