@@ -16,9 +16,9 @@ GPU or HCA drawn as the actor draws them, the repair time ``cause.repair_s`` x U
 a node does not fail again while it is being repaired. Software bugs (Llama 3 Table 5's
 "Software bug" row, which ``CAUSES`` leaves out because it fails no node) crash the gang
 at 54/351 of the gang's hardware rate. The slow burners are the ones
-``DeviceService._plan_slow_burners`` picks for the pool: creeping GPUs (the temperature
+``devices.plan_slow_burners`` picks for the pool: creeping GPUs (the temperature
 under training load from ``thermal.GpuModel`` as the simulator's devices drive it) and a
-bad InfiniBand port (its symbol errors from ``NodeDevices._bad_port``); each is taken to
+bad InfiniBand port (its symbol errors from ``devices.bad_port_errors``); each is taken to
 fail (a thermal crash; the link going down) at the moment the health policy first calls
 it BAD, the policy's definition of "hurts a run now". Noise: findings on random nodes
 that are not failures (warm GPUs, transient heat, a few link errors, an application XID,
@@ -72,7 +72,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, NoReturn
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,7 +104,13 @@ from krea_ops.model import (  # noqa: E402
 from krea_ops.runbook.nodes import EvictInputs  # noqa: E402
 from krea_ops.runbook.plan import Plan, StepKind  # noqa: E402
 from krea_ops.sim.world.actor import WorldConfig  # noqa: E402
-from krea_ops.sim.world.devices import DeviceService, NodeDevices, _h  # noqa: E402
+from krea_ops.sim.world.devices import (  # noqa: E402
+    SLOW_BURNERS_RNG,
+    SlowBurners,
+    _h,
+    bad_port_errors,
+    plan_slow_burners,
+)
 from krea_ops.sim.world.faults import (  # noqa: E402
     CAUSES,
     DEFAULT_REPAIR_S,
@@ -339,14 +344,11 @@ def _relabel(reasons: Iterable[Reason], gpu: int | None, hca: int | None) -> tup
     return tuple(out)
 
 
-def _slow_burner_plan(seed: int, nodes: int) -> Any:
+def _slow_burner_plan(seed: int, nodes: int) -> SlowBurners:
     """The slow burners the simulator's devices pick for a pool of ``nodes`` nodes
-    (``DeviceService._plan_slow_burners``, run on a stand-in with the same seed)."""
+    (``devices.plan_slow_burners`` with the world's seeded generator)."""
     config = WorldConfig(nodes=nodes, seed=seed)
-    world = SimpleNamespace(config=config, rng=lambda name: random.Random(f"{seed}:{name}"))
-    stub = SimpleNamespace(world=world, _creeping=[], _bad_ports=[], lemon=None)
-    DeviceService._plan_slow_burners(stub)  # type: ignore[arg-type]
-    return stub
+    return plan_slow_burners(config, random.Random(f"{seed}:{SLOW_BURNERS_RNG}"))
 
 
 def _creeping_model(seed: int, node: str, gpu: int) -> GpuModel:
@@ -424,14 +426,11 @@ def creeping_sampler(seed: int, node: str, gpu: int) -> Callable[[float], tuple[
 
 
 def bad_port_sampler(node: str, hca: int) -> Callable[[float], tuple[Reason, ...]]:
-    """The bad port's errors over the policy's window, as ``NodeDevices._bad_port`` adds
-    them (a stand-in port records the additions)."""
-    stub = SimpleNamespace(bad_port=(hca, 0.0))
+    """The bad port's errors over the policy's window, as the simulator's bad port adds
+    them (``devices.bad_port_errors``)."""
 
     def sample(t: float) -> tuple[Reason, ...]:
-        added: dict[str, float] = {}
-        port = SimpleNamespace(add=lambda k, v: added.__setitem__(k, added.get(k, 0.0) + v))
-        NodeDevices._bad_port(stub, port, t, POLICY.window_s)  # type: ignore[arg-type]
+        added = bad_port_errors(t, POLICY.window_s)
         port_sample = _port(node, hca, state="ACTIVE", phys_state="LinkUp", error_increase=added)
         return tuple(ib_port_reasons(port_sample, POLICY))
 
@@ -464,7 +463,7 @@ def make_history(
     segments: list[Segment] = []
     faults: list[Fault] = []
     burners: dict[str, str] = {}
-    for node, g in plan._creeping:
+    for node, g in plan.creeping:
         segs, bad_t, bad = _segments(node, horizon, creeping_sampler(seed, node, g))
         segments += segs
         burners[node] = f"creeping GPU {g}"
@@ -472,7 +471,7 @@ def make_history(
             faults.append(
                 Fault(T0 + bad_t, node, "thermal", DEFAULT_REPAIR_S, g, None, "slow-burner", bad)
             )
-    for node, h in plan._bad_ports:
+    for node, h in plan.bad_ports:
         segs, bad_t, _ = _segments(node, horizon, bad_port_sampler(node, h))
         segments += segs
         burners[node] = f"bad port mlx5_{h}/1"

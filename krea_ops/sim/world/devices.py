@@ -526,12 +526,8 @@ class NodeDevices:
     def _bad_port(self, port: IbPort, now: float, dt: float) -> None:
         """Symbol errors that climb ever faster (a cable or transceiver going bad)."""
         assert self.bad_port is not None
-        hours = max(0.0, now - self.bad_port[1]) / 3600.0
-        rate = 0.002 * (1.0 + hours) ** 2  # per simulated second
-        port.add("symbol_error", rate * dt)
-        port.add("port_rcv_errors", rate * dt / 8)
-        port.add("link_error_recovery", rate * dt / 60)
-        port.add("hw:local_ack_timeout_err", rate * dt / 20)
+        for counter, amount in bad_port_errors(now - self.bad_port[1], dt).items():
+            port.add(counter, amount)
 
     def close(self) -> None:
         if self.endpoint is not None:
@@ -540,6 +536,48 @@ class NodeDevices:
         if self.exporter is not None:
             self.exporter.close()
         self.ib.close()
+
+
+SLOW_BURNERS_RNG = "devices:slow-burners"
+
+
+@dataclass(frozen=True)
+class SlowBurners:
+    """The seeded slow burners of a world: ``creeping`` (node, GPU) whose cooling
+    degrades, ``bad_ports`` (node, HCA) whose errors climb, and the ``lemon`` node."""
+
+    creeping: tuple[tuple[str, int], ...]
+    bad_ports: tuple[tuple[str, int], ...]
+    lemon: str
+
+
+def plan_slow_burners(config: Any, rng: Any) -> SlowBurners:
+    """The slow burners of a world of ``config`` (``WorldConfig``: nodes, GPUs and HCAs
+    per node), drawn from ``rng`` (the world's ``rng(SLOW_BURNERS_RNG)``): one or two
+    creeping GPUs, one bad port, one lemon. Pure: the goodput benchmark draws the same."""
+    names = [f"gpu-node-{i:03d}" for i in range(config.nodes)]
+    creeping = tuple(
+        (rng.choice(names), rng.randrange(config.gpus_per_node))
+        for _ in range(1 if config.nodes < 8 else 2)
+    )
+    bad_ports: tuple[tuple[str, int], ...] = ()
+    if config.hcas_per_node:
+        bad_ports = ((rng.choice(names), rng.randrange(config.hcas_per_node)),)
+    return SlowBurners(creeping, bad_ports, rng.choice(names))
+
+
+def bad_port_errors(since_s: float, dt: float) -> dict[str, float]:
+    """What a going-bad cable or transceiver adds to its port's error counters over
+    ``dt`` simulated seconds, ``since_s`` after it began: symbol errors at a rate that
+    grows with the square of the hours, the others in proportion."""
+    hours = max(0.0, since_s) / 3600.0
+    rate = 0.002 * (1.0 + hours) ** 2  # per simulated second
+    return {
+        "symbol_error": rate * dt,
+        "port_rcv_errors": rate * dt / 8,
+        "link_error_recovery": rate * dt / 60,
+        "hw:local_ack_timeout_err": rate * dt / 20,
+    }
 
 
 class Prometheus:
@@ -743,13 +781,10 @@ class DeviceService:
         cfg = self.world.config
         if not cfg.extra.get("slow_burners", True) or cfg.nodes < 1:
             return
-        rng = self.world.rng("devices:slow-burners")
-        names = [f"gpu-node-{i:03d}" for i in range(cfg.nodes)]
-        for _ in range(1 if cfg.nodes < 8 else 2):
-            self._creeping.append((rng.choice(names), rng.randrange(cfg.gpus_per_node)))
-        if cfg.hcas_per_node:
-            self._bad_ports.append((rng.choice(names), rng.randrange(cfg.hcas_per_node)))
-        self.lemon = rng.choice(names)
+        plan = plan_slow_burners(cfg, self.world.rng(SLOW_BURNERS_RNG))
+        self._creeping.extend(plan.creeping)
+        self._bad_ports.extend(plan.bad_ports)
+        self.lemon = plan.lemon
 
     def _slow_burn(self, nd: NodeDevices) -> None:
         now = self.world.clock.time()
