@@ -720,10 +720,6 @@ def attributed_restarts(state: Mapping[str, Any]) -> list[tuple[str, float]]:
     ]
 
 
-def attribution_of(record: Mapping[str, Any]) -> Attribution:
-    return Attribution.from_json(record.get("attribution") or {})
-
-
 # -- what `krea-ops train restarts` and `krea-ops nodes lemons` show ----------------------
 
 
