@@ -1705,11 +1705,15 @@ class ApiServer:
     # -- delete -----------------------------------------------------------------------
 
     def _delete_options(self, req: Request) -> dict[str, Any]:
+        """DeleteOptions from the body when there is one, else from the query string: the
+        real handler (handlers/delete.go) decodes one or the other, so a query parameter
+        beside a body (``?gracePeriodSeconds=0`` with preconditions) is ignored."""
         options: dict[str, Any] = {}
-        if req.body.strip():
+        if req.body:
             body = _parse_body(req)
             if isinstance(body, dict):
                 options.update(body)
+            return self._check_delete_options(options)
         grace = _int_param(req.query, "gracePeriodSeconds")
         if grace is not None:
             options["gracePeriodSeconds"] = grace
@@ -1717,6 +1721,10 @@ class ApiServer:
             options["propagationPolicy"] = req.query["propagationPolicy"]
         if req.query.get("orphanDependents") in ("true", "false"):
             options["orphanDependents"] = req.query["orphanDependents"] == "true"
+        return self._check_delete_options(options)
+
+    @staticmethod
+    def _check_delete_options(options: dict[str, Any]) -> dict[str, Any]:
         policy = options.get("propagationPolicy")
         if policy not in (None, "Orphan", "Background", "Foreground"):
             raise errors.bad_request(f"unsupported propagationPolicy {policy!r}")
@@ -2023,11 +2031,13 @@ class ApiServer:
     ) -> Response | WatchStream:
         """``GET .../pods/{name}/log``: the apiserver's PodLogOptions checks and container
         choice (pkg/registry/core/pod/strategy.go LogLocation), then the kubelet's
-        (validateContainerLogStatus in pkg/kubelet/kubelet_pods.go), over the log store."""
+        (validateContainerLogStatus in pkg/kubelet/kubelet_pods.go, in
+        :func:`krea_ops.sim.logs.container_log`, shared with the simulated kubelet's
+        ``/containerLogs``), over the log store."""
         if req.method != "GET":
             raise errors.method_not_allowed()
         pod = self._get_entry(rt, ns, name).obj
-        spec, status = pod.get("spec") or {}, pod.get("status") or {}
+        spec = pod.get("spec") or {}
         q = req.query
         containers = [str(c.get("name")) for c in spec.get("containers") or []]
         inits = [str(c.get("name")) for c in spec.get("initContainers") or []]
@@ -2075,94 +2085,29 @@ class ApiServer:
             raise errors.invalid("", "PodLogOptions", name, problems)
         if not spec.get("nodeName"):
             return Response(200, b"", "text/plain")  # no host yet: an empty log
-        statuses = (status.get("containerStatuses") or []) + (
-            status.get("initContainerStatuses") or []
-        )
-        cs = next((c for c in statuses if c.get("name") == container), None)
-        if cs is None:
-            raise errors.bad_request(f'container "{container}" in pod "{name}" is not available')
-        state, last = cs.get("state") or {}, (cs.get("lastState") or {}).get("terminated")
-        previous = q.get("previous") in ("true", "1")
-        if previous:
-            if not last or not last.get("containerID"):
-                raise errors.bad_request(
-                    f'previous terminated container "{container}" in pod "{name}" not found'
-                )
-            cid = str(last["containerID"])
-        elif state.get("running") is not None:
-            cid = str(cs.get("containerID") or "")
-        elif state.get("terminated") is not None:
-            cid = str(state["terminated"].get("containerID") or cs.get("containerID") or "")
-            if not cid and last and last.get("containerID"):
-                cid = str(last["containerID"])
-            if not cid:
-                raise errors.bad_request(f'container "{container}" in pod "{name}" is terminated')
-        elif last and last.get("containerID"):
-            cid = str(last["containerID"])
-        else:
-            reason = (state.get("waiting") or {}).get("reason") or "ContainerCreating"
-            raise errors.bad_request(
-                f'container "{container}" in pod "{name}" is waiting to start: {reason}'
-            )
-        if not cid:  # a status without a container ID: one ring per pod and container
-            cid = f"{pod['metadata'].get('uid')}/{container}"
-        image = str(cs.get("image") or "")
-        started = podlogs.started_at(cs if not previous else {"state": {"terminated": last}},
-                                     podlogs.now())
-        seed = None if previous else (lambda: podlogs.banner(pod, container, image, started))
-        lines = self.logs.read(cid, seed)
-        end_seq = lines[-1].seq if lines else 0
-        since: float | None = None
-        if since_s is not None:
-            since = podlogs.now() - since_s
-        elif since_time is not None:
-            since = times.parse_time(since_time)
-            if since is None:
-                raise errors.bad_request(f"invalid value for sinceTime: {since_time!r}")
-        shown = podlogs.since_filter(lines, since)
-        if tail is not None:
-            shown = shown[-tail:] if tail else []
-        timestamps = q.get("timestamps") in ("true", "1")
-        body = podlogs.render(shown, timestamps)
-        if limit is not None:
-            body = body[:limit]
-        follow = q.get("follow") in ("true", "1") and not previous
-        if not follow or state.get("running") is None or limit is not None:
-            return Response(200, body, "text/plain")
-        return WatchStream(
-            lambda: self._follow_log(rt, ns, name, cid, body, end_seq, timestamps),
-            content_type="text/plain",
+        options = podlogs.LogOptions(
+            previous=q.get("previous") in ("true", "1"),
+            since_seconds=since_s,
+            since_time=since_time,
+            timestamps=q.get("timestamps") in ("true", "1"),
+            tail_lines=tail,
+            limit_bytes=limit,
+            follow=q.get("follow") in ("true", "1"),
         )
 
-    def _follow_log(
-        self, rt: ResourceType, ns: str, name: str, cid: str, first: bytes, seq: int,
-        timestamps: bool,
-    ) -> Iterator[bytes]:
-        """``follow=true``: what is there, then each line as it is written, until the
-        container instance stops running (or the pod goes)."""
-        yield first
-        checked = time.monotonic()
-        while not self._closing.is_set():
-            new = self.logs.after(cid, seq)
-            if new:
-                seq = new[-1].seq
-                yield podlogs.render(new, timestamps)
-            if time.monotonic() - checked >= 1.0:
-                checked = time.monotonic()
-                entry = self.store.get(rt.key, ns, name)
-                statuses = ((entry.obj.get("status") or {}).get("containerStatuses") or []
-                            if entry else [])
-                running = any(
-                    c.get("containerID") == cid and (c.get("state") or {}).get("running")
-                    for c in statuses
-                )
-                if not running:
-                    rest = self.logs.after(cid, seq)
-                    if rest:
-                        yield podlogs.render(rest, timestamps)
-                    return
-            self.logs.wait(1.0)
-            yield b""  # lets the HTTP layer notice a client that went away
+        def current() -> dict[str, Any] | None:
+            entry = self.store.get(rt.key, ns, name)
+            return entry.obj if entry else None
+
+        try:
+            log = podlogs.container_log(
+                self.logs, pod, container, options, current=current, closing=self._closing
+            )
+        except podlogs.ContainerLogError as exc:
+            raise errors.bad_request(str(exc)) from None
+        if isinstance(log, bytes):
+            return Response(200, log, "text/plain")
+        return WatchStream(lambda: log, content_type="text/plain")
 
     def pdb_status(self, pdb: dict[str, Any]) -> dict[str, Any]:
         """What the disruption controller would write into a budget's status now."""

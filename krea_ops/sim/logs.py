@@ -13,6 +13,13 @@ Memory is bounded: a ring of ``max_lines`` lines per container instance and at m
 ``max_containers`` instances (the least recently written go first). A container that was
 never written to starts with a few lines its image would print (:func:`banner`), stamped
 when it started, so every running pod has believable logs.
+
+:func:`container_log` is what both readers serve: given a pod, a container and the
+:class:`LogOptions`, the instance's text (or a stream of it with ``follow``). The embedded
+API server's ``pods/{name}/log`` calls it after its own ``PodLogOptions`` checks; the
+simulated kubelet's ``/containerLogs/{ns}/{pod}/{container}``
+(``krea_ops.sim.world.kubelet_server``), which the upstream kube-apiserver proxies
+``pods/log`` to, calls it after the kubelet's.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import datetime as dt
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -220,3 +227,150 @@ def render(lines: list[Line], timestamps: bool) -> bytes:
 
 def now() -> float:
     return time.time()
+
+
+# -- serving a container's log ------------------------------------------------------------
+
+
+class ContainerLogError(Exception):
+    """No log to serve for this container: the kubelet's ``validateContainerLogStatus``
+    refusals (pkg/kubelet/kubelet_pods.go), e.g. ``previous terminated container %q in pod
+    %q not found``. The kubelet answers them with 400 and the text as the body
+    (``response.WriteError(http.StatusBadRequest, err)`` in pkg/kubelet/server/server.go
+    ``getContainerLogs``), which kube-apiserver's ``GenericHttpResponseChecker`` turns into
+    a 400 BadRequest Status with that message."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogOptions:
+    """The ``PodLogOptions`` that reach the log, already validated by the caller
+    (``container`` aside: it is an argument of :func:`container_log`)."""
+
+    previous: bool = False
+    since_seconds: int | None = None
+    since_time: str | None = None  # RFC 3339, as the query carries it
+    timestamps: bool = False
+    tail_lines: int | None = None
+    limit_bytes: int | None = None
+    follow: bool = False
+
+
+PodFetch = Callable[[], dict[str, Any] | None]
+
+
+def container_log(
+    store: LogStore,
+    pod: dict[str, Any],
+    container: str,
+    options: LogOptions,
+    *,
+    current: PodFetch,
+    closing: threading.Event,
+) -> bytes | Iterator[bytes]:
+    """The log of ``container`` of ``pod`` (a pod object, its status as read now):
+    the whole answer as bytes, or with ``follow`` on a running instance an iterator of
+    chunks (what is there, then each line as it is written) that ends when the instance
+    stops running, ``current()`` (the pod as it is now, None once gone; called about once
+    a second) says so, or ``closing`` is set; it yields ``b""`` about every second, so a
+    server can notice a client that went away.
+
+    The instance is the kubelet's choice (``validateContainerLogStatus``): with
+    ``previous`` the one in ``lastState.terminated``, else the running one, else the
+    terminated one (or the one before it when that never started). The refusals raise
+    :class:`ContainerLogError` worded as the kubelet words them. A container instance
+    nobody wrote to yet starts with its image's :func:`banner`. ``since_*`` keep the lines
+    written at or after that time, ``tail_lines`` the last N of those, ``limit_bytes``
+    cuts the rendered text (and answers at once, even with ``follow``)."""
+    name = str((pod.get("metadata") or {}).get("name", ""))
+    status = pod.get("status") or {}
+    statuses = (status.get("containerStatuses") or []) + (
+        status.get("initContainerStatuses") or []
+    )
+    cs = next((c for c in statuses if c.get("name") == container), None)
+    if cs is None:
+        raise ContainerLogError(f'container "{container}" in pod "{name}" is not available')
+    state, last = cs.get("state") or {}, (cs.get("lastState") or {}).get("terminated")
+    previous = options.previous
+    if previous:
+        if not last or not last.get("containerID"):
+            raise ContainerLogError(
+                f'previous terminated container "{container}" in pod "{name}" not found'
+            )
+        cid = str(last["containerID"])
+    elif state.get("running") is not None:
+        cid = str(cs.get("containerID") or "")
+    elif state.get("terminated") is not None:
+        cid = str(state["terminated"].get("containerID") or cs.get("containerID") or "")
+        if not cid and last and last.get("containerID"):
+            cid = str(last["containerID"])
+        if not cid:
+            raise ContainerLogError(f'container "{container}" in pod "{name}" is terminated')
+    elif last and last.get("containerID"):
+        cid = str(last["containerID"])
+    else:
+        reason = (state.get("waiting") or {}).get("reason") or "ContainerCreating"
+        raise ContainerLogError(
+            f'container "{container}" in pod "{name}" is waiting to start: {reason}'
+        )
+    if not cid:  # a status without a container ID: one ring per pod and container
+        cid = f"{(pod.get('metadata') or {}).get('uid')}/{container}"
+    image = str(cs.get("image") or "")
+    started = started_at(cs if not previous else {"state": {"terminated": last}}, now())
+    seed = None if previous else (lambda: banner(pod, container, image, started))
+    lines = store.read(cid, seed)
+    end_seq = lines[-1].seq if lines else 0
+    since: float | None = None
+    if options.since_seconds is not None:
+        since = now() - options.since_seconds
+    elif options.since_time is not None:
+        since = times.parse_time(options.since_time)
+        if since is None:
+            raise ContainerLogError(f"invalid value for sinceTime: {options.since_time!r}")
+    shown = since_filter(lines, since)
+    tail = options.tail_lines
+    if tail is not None:
+        shown = shown[-tail:] if tail else []
+    body = render(shown, options.timestamps)
+    if options.limit_bytes is not None:
+        body = body[: options.limit_bytes]
+    follow = options.follow and not previous
+    if not follow or state.get("running") is None or options.limit_bytes is not None:
+        return body
+    return follow_log(store, cid, body, end_seq, options.timestamps, current, closing)
+
+
+def instance_running(pod: dict[str, Any] | None, cid: str) -> bool:
+    """Whether the container instance ``cid`` is running in ``pod`` (None: gone)."""
+    statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
+    return any(
+        c.get("containerID") == cid and (c.get("state") or {}).get("running") for c in statuses
+    )
+
+
+def follow_log(
+    store: LogStore,
+    cid: str,
+    first: bytes,
+    seq: int,
+    timestamps: bool,
+    current: PodFetch,
+    closing: threading.Event,
+) -> Iterator[bytes]:
+    """``follow=true``: what is there, then each line as it is written, until the
+    container instance stops running (or the pod goes, or ``closing`` is set)."""
+    yield first
+    checked = time.monotonic()
+    while not closing.is_set():
+        new = store.after(cid, seq)
+        if new:
+            seq = new[-1].seq
+            yield render(new, timestamps)
+        if time.monotonic() - checked >= 1.0:
+            checked = time.monotonic()
+            if not instance_running(current(), cid):
+                rest = store.after(cid, seq)
+                if rest:
+                    yield render(rest, timestamps)
+                return
+        store.wait(1.0)
+        yield b""  # lets the HTTP layer notice a client that went away

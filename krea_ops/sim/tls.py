@@ -1,4 +1,4 @@
-"""A self-signed certificate for the simulated API server.
+"""A self-signed certificate for the simulated API server (and the simulated kubelet).
 
 client-go (so kubectl) will not send a bearer token over plain HTTP, so the simulator
 serves HTTPS with a certificate for 127.0.0.1/::1/localhost, kept in the state directory
@@ -20,14 +20,17 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 
-def ensure_certificate(directory: Path, hosts: tuple[str, ...] = ()) -> tuple[Path, Path]:
-    """(cert.pem, key.pem) in ``directory``, created on first use."""
-    cert_path, key_path = directory / "apiserver.crt", directory / "apiserver.key"
+def ensure_certificate(
+    directory: Path, hosts: tuple[str, ...] = (), name: str = "apiserver"
+) -> tuple[Path, Path]:
+    """(``{name}.crt``, ``{name}.key``) in ``directory``, created on first use, for
+    ``krea-sim-{name}`` (the simulated kubelet's serving certificate is ``kubelet``)."""
+    cert_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"
     if cert_path.exists() and key_path.exists():
         return cert_path, key_path
     directory.mkdir(parents=True, exist_ok=True)
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "krea-sim-apiserver")])
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"krea-sim-{name}")])
     sans: list[x509.GeneralName] = [
         x509.DNSName("localhost"),
         x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
@@ -41,8 +44,8 @@ def ensure_certificate(directory: Path, hosts: tuple[str, ...] = ()) -> tuple[Pa
     now = dt.datetime.now(dt.UTC)
     cert = (
         x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
+        .subject_name(subject)
+        .issuer_name(subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
