@@ -22,6 +22,13 @@ without ``.metadata``. Each time the gang (re)starts it resumes from the newest 
 checkpoint, records the step in the JobSet annotation ``sim.krea.ai/resumed-from-step``
 (``0``: from scratch) and says so in an Event.
 
+Like the kubelets and the devices, the trainers are machines of the world: they act only
+through the API and read no control-plane stand-in's state (the Kueue actor, its JobSet
+and Job controllers, the scheduler), so they run as they are on the real control plane.
+Each tick they take their own reading (``TrainerReading``): one list of the training
+JobSets, and the pods of JobSets from the cluster actors' shared pod list
+(``world.services["cluster-view"]``) when it exists, else one label-selected list.
+
 The ranks also honour a planned swap's checkpoint request, as a real trainer's launcher
 must (docs/operations.md, "Planned swaps"): while the gang runs, a JobSet annotation
 ``krea.ai/checkpoint-requested-at`` newer than its ``krea.ai/checkpoint-completed-at``
@@ -45,6 +52,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kubernetes.client.rest import ApiException
+
 from krea_ops.kube.times import parse_time, rfc3339
 from krea_ops.sim.world.actor import Actor, World
 from krea_ops.sim.world.api import Events
@@ -52,11 +61,10 @@ from krea_ops.sim.world.jobs import (
     JOBSET_GROUP,
     JOBSET_PLURAL,
     JOBSET_VERSION,
+    JS_NAME,
     JS_RESTART,
-    SNAPSHOT_SERVICE,
     Api,
     Obj,
-    Snapshot,
     annots,
     deleting,
     ignore_gone,
@@ -271,10 +279,29 @@ def host_path(state_dir: Path, pod_path: str) -> Path:
     return Path(pod_path)
 
 
+class TrainerReading:
+    """What one tick of the trainers read through the API: the training JobSets and the
+    pods of JobSets (labelled ``jobset.sigs.k8s.io/jobset-name``). Read-only: the pods
+    may be the cluster view's shared objects."""
+
+    def __init__(self, time: float, jobsets: list[Obj], pods: list[Obj]) -> None:
+        self.time = time
+        self.jobsets = jobsets
+        self._pods: dict[tuple[str, str], list[Obj]] = {}
+        for pod in pods:
+            name = labels(pod).get(JS_NAME)
+            if name:
+                self._pods.setdefault((str(meta(pod).get("namespace", "")), name), []).append(pod)
+
+    def pods_of_jobset(self, ns: str, name: str) -> list[Obj]:
+        return list(self._pods.get((ns, name), ()))
+
+
 class TrainingActor(Actor):
     """The ranks of every running DiT training: checkpoints, crashes, resumes.
 
-    Reads the snapshot the Kueue actor publishes each tick (no listing of its own)."""
+    Takes its own reading through the API each tick (``read``): one list of the training
+    JobSets, and their pods from the shared cluster view (or one label-selected list)."""
 
     name = "training"
     # The ranks notice a broken gang within a tick: shorter than a checkpoint write, or a
@@ -294,12 +321,38 @@ class TrainingActor(Actor):
         self.recorder = Events(self.api, world, COMPONENT)
         self.runs: dict[str, Run] = {}
         self._ignored: dict[str, str] = {}  # JobSet uid -> the bad request value warned of
-        # JobSet uid -> the request last answered (the snapshot may not show the answer yet)
+        # JobSet uid -> the request last answered (a list may not show the answer yet)
         self._answered: dict[str, str] = {}
         self.logs = TrainerLogs(world, self.rate, self.write_s)  # what `kubectl logs` shows
 
+    def _pods(self) -> list[Obj]:
+        """The pods of JobSets: from the cluster actors' shared list when there is one
+        (no request of our own while it is fresh), else one label-selected list."""
+        view = self.world.services.get("cluster-view")
+        if view is None:
+            return self.api.pods(JS_NAME)
+        return [p for p in view.pods() if JS_NAME in labels(p)]
+
+    def read(self) -> TrainerReading | None:
+        """This tick's reading: one list of the training JobSets, then their pods (none
+        listed while there is no training). None while JobSets cannot be listed (the
+        JobSet CRD not installed yet)."""
+        try:
+            jobsets = self.api.custom.list_cluster_custom_object(
+                JOBSET_GROUP,
+                JOBSET_VERSION,
+                JOBSET_PLURAL,
+                label_selector=f"{WORKLOAD_LABEL}=training",
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        items = [js for js in jobsets.get("items") or [] if not deleting(js)]
+        return TrainerReading(self.clock.time(), items, self._pods() if items else [])
+
     def tick(self) -> None:
-        snap: Snapshot | None = self.world.services.get(SNAPSHOT_SERVICE)
+        snap = self.read()
         if snap is None:
             return
         now = self.clock.time()
@@ -343,7 +396,7 @@ class TrainingActor(Actor):
             gpus += int(pod_requests(pod.get("spec") or {}).get("nvidia.com/gpu", 0))
         return gpus or len(pods) or 1
 
-    def _step(self, js: Obj, uid: str, snap: Snapshot, now: float) -> None:
+    def _step(self, js: Obj, uid: str, snap: TrainerReading, now: float) -> None:
         ns, name = key(js)
         restarts = str((js.get("status") or {}).get("restarts", 0))
         pods = [
@@ -503,6 +556,7 @@ class TrainingActor(Actor):
 
 __all__ = [
     "RESUMED_STEP_ANNOTATION",
+    "TrainerReading",
     "TrainingActor",
     "checkpoint_complete",
     "dit_jobset_manifest",
