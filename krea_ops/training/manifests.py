@@ -1,8 +1,7 @@
 """The JobSet a DiT pre-training is launched as (``train launch``, ``train resume``).
 
-One replicated job ``trainer`` of N Indexed pods, one per node (JobSet's
-``alpha.jobset.sigs.k8s.io/exclusive-topology: kubernetes.io/hostname``), each asking for
-the node's GPUs; created suspended with Kueue's ``kueue.x-k8s.io/queue-name`` and
+One replicated job ``trainer`` of N Indexed pods, one per node because each asks for
+all the node's GPUs; created suspended with Kueue's ``kueue.x-k8s.io/queue-name`` and
 ``kueue.x-k8s.io/priority-class`` labels, so Kueue admits the gang whole or not at all.
 
 Failures: ``backoffLimit: 0`` fails the Job on any pod failure and the JobSet restarts
@@ -15,7 +14,13 @@ without counting it, JobSet's own host-maintenance pattern. (An ``Ignore`` rule 
 would only replace the disrupted pod, and the other ranks would hang in their collective
 until NCCL's timeout.)
 
-Placement: the pods require nodes not labelled ``krea.ai/lemon=true`` (a node remediated
+Placement: no ``alpha.jobset.sigs.k8s.io/exclusive-topology``. JobSet's exclusive
+placement is per child Job: its pod webhook gives the Job's leader pod a pod affinity to
+the Job's own pods in the topology domain and pins every follower to the leader's domain
+(``setNodeSelector`` in pkg/webhooks/pod_webhook.go), so on ``kubernetes.io/hostname`` it
+puts all N pods of our one Job on one node: rank 0 runs, the other ranks never schedule.
+(Found on the upstream control plane; our simulated JobSet never implemented it.) The
+pods require nodes not labelled ``krea.ai/lemon=true`` (a node remediated
 twice within 28 days, labelled by the node-health controller until an operator clears
 it): a lemon still serves inference, but no gang.
 
@@ -45,8 +50,6 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 WORKLOAD_LABEL = "krea.ai/workload"
 TRAINING_LABEL = "krea.ai/training"
-EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
-HOSTNAME = "kubernetes.io/hostname"
 LAUNCHED_BY = "krea.ai/launched-by"
 LAUNCHED_AT = "krea.ai/launched-at"
 LAUNCH_HASH = "krea.ai/launch-hash"
@@ -160,7 +163,6 @@ def training_jobset(
         env.append({"name": "RESUME_FROM", "value": spec.resume_from})
         annotations[RESUME_FROM_ANNOTATION] = spec.resume_from
     trainer_args += list(spec.args)
-    annotations[EXCLUSIVE_TOPOLOGY] = HOSTNAME
     annotations.update(spec.extra_annotations)
     gpus = str(spec.gpus_per_node)
     failure_policy: dict[str, Any] = {"maxRestarts": spec.max_restarts}
