@@ -3,6 +3,7 @@ simulator). Textual is imported only when a dashboard starts, so ``--help`` stay
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -70,6 +71,12 @@ def register(app: typer.Typer) -> None:
             help="do not run the bundled controllers (burst taint, migrate-back, node "
             "health, quota sync) beside the simulator",
         ),
+        control_plane: str = typer.Option(
+            "embedded",
+            "--control-plane",
+            help="embedded (needs nothing) or upstream (the real kube-apiserver, "
+            "controller-manager, scheduler, Kueue and JobSet; krea-ops sim upstream build)",
+        ),
     ) -> None:
         """Start the simulator (an API server, a world of GPU nodes, exporters and, when
         installed, Prometheus), run the four bundled controllers on it as a separate
@@ -77,7 +84,12 @@ def register(app: typer.Typer) -> None:
         and open the dashboard on it. No cluster needed."""
         if speed <= 0:
             raise BadInput("--speed must be > 0")
-        world, tmp = start_demo_world(nodes=nodes, seed=seed, speed=speed, state=state)
+        from commands.sim import check_control_plane
+
+        check_control_plane(control_plane)
+        world, tmp = start_demo_world(
+            nodes=nodes, seed=seed, speed=speed, state=state, control_plane=control_plane
+        )
         controllers: DemoControllers | None = None
         try:
             state_dir = Path(world.sim.state_dir)
@@ -109,7 +121,13 @@ def register(app: typer.Typer) -> None:
 
 
 def start_demo_world(
-    *, nodes: int, seed: int, speed: float, state: Path | None, wait_s: float = 60.0
+    *,
+    nodes: int,
+    seed: int,
+    speed: float,
+    state: Path | None,
+    wait_s: float = 60.0,
+    control_plane: str = "embedded",
 ) -> tuple[Any, Any]:
     """The simulated world with its story (``krea_ops.sim.world.story``); returns once a
     reader finds readings for every node, saying on stderr what is coming up meanwhile."""
@@ -126,7 +144,10 @@ def start_demo_world(
         print(f"  {line}", file=sys.stderr, flush=True)
 
     # Prometheus scrapes every 5 s (not 15): the first readings come sooner.
-    config = story_config(nodes=nodes, seed=seed, speed=speed, scrape_interval_s=5)
+    config = dataclasses.replace(
+        story_config(nodes=nodes, seed=seed, speed=speed, scrape_interval_s=5),
+        control_plane=control_plane,
+    )
     try:
         world = SimWorld(config, state, progress=progress)
     except BaseException:

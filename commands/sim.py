@@ -4,9 +4,11 @@ simulated GPU cluster world acting on it."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import signal
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,14 @@ def serve(
         help="YAML fault rules for the API server: errors (409, 429, 500, 503), latency, "
         "dropped connections, watches closed, per verb and resource (docs/operations.md)",
     ),
+    control_plane: str = typer.Option(
+        "embedded",
+        "--control-plane",
+        help="embedded: our API server with its scheduler, controllers and Kueue stand-ins "
+        "(needs nothing); upstream: etcd, kube-apiserver, kube-controller-manager, "
+        "kube-scheduler, Kueue and JobSet built from their Go modules (krea-ops sim "
+        "upstream build; needs Go), with only the machines simulated",
+    ),
 ) -> None:
     """Run the simulator in the foreground until interrupted.
 
@@ -53,6 +63,9 @@ def serve(
     """
     if nodes < 1 or gpus_per_node < 1 or speed <= 0:
         raise BadInput("--nodes and --gpus-per-node must be >= 1 and --speed > 0")
+    check_control_plane(control_plane)
+    if faults is not None and control_plane != "embedded":
+        raise BadInput("--faults is the embedded API server's fault switch: not with upstream")
     fault_rules = None
     if faults is not None:
         from krea_ops.sim.faults import parse_text
@@ -76,18 +89,34 @@ def serve(
                 f"--state {state} is not a writable directory: {exc.strerror or exc}"
             ) from None
     closer: Any
-    if api_only:
+    say = lambda line: print(f"  {line}", file=sys.stderr, flush=True)  # noqa: E731
+    if api_only and control_plane == "upstream":
+        from krea_ops.sim.upstream.controlplane import UpstreamControlPlane
+
+        sim = UpstreamControlPlane(
+            state or _temp_state(), host=host, port=port, kubeconfig_out=kubeconfig_out,
+            progress=say,
+        )
+        exporters: dict[str, str] = {}
+        closer, prometheus = sim, None
+    elif api_only:
         from krea_ops.sim.local import LocalApiServer
 
         sim = LocalApiServer(state, host=host, port=port, kubeconfig_out=kubeconfig_out)
-        exporters: dict[str, str] = {}
+        exporters = {}
         closer, prometheus = sim, None
     else:
         from krea_ops.sim.world.story import story_config
         from krea_ops.sim.world.world import SimWorld
 
-        config = story_config(
-            nodes=nodes, gpus_per_node=gpus_per_node, seed=0 if seed is None else seed, speed=speed
+        config = dataclasses.replace(
+            story_config(
+                nodes=nodes,
+                gpus_per_node=gpus_per_node,
+                seed=0 if seed is None else seed,
+                speed=speed,
+            ),
+            control_plane=control_plane,
         )
         world = SimWorld(
             config,
@@ -95,7 +124,7 @@ def serve(
             host=host,
             port=port,
             kubeconfig_out=kubeconfig_out,
-            progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True),
+            progress=say,
         )
         sim, closer = world.sim, world
         devices = world.world.services.get("devices")
@@ -104,7 +133,7 @@ def serve(
     if fault_rules is not None:
         seed_, rules = fault_rules
         sim.api.faults.set(rules, seed=seed_, source="file")
-    print(f"API server: {sim.url}", flush=True)
+    print(f"API server: {sim.url} ({control_plane} control plane)", flush=True)
     print(f"kubeconfig: {sim.kubeconfig}", flush=True)
     print(f"state: {sim.state_dir}", flush=True)
     if not api_only:
@@ -141,6 +170,43 @@ def serve(
     finally:
         closer.close()
     print("simulator stopped", file=sys.stderr, flush=True)
+
+
+CONTROL_PLANES = ("embedded", "upstream")
+
+
+def check_control_plane(value: str) -> None:
+    if value not in CONTROL_PLANES:
+        raise BadInput(f"--control-plane {value!r}: choose embedded or upstream")
+
+
+def _temp_state() -> Path:
+    return Path(tempfile.mkdtemp(prefix="krea-sim-"))
+
+
+upstream_app = typer.Typer(
+    no_args_is_help=True, help="The upstream control plane, built from its Go modules."
+)
+app.add_typer(upstream_app, name="upstream")
+
+
+@upstream_app.command("build")
+def upstream_build() -> None:
+    """Build kube-apiserver, kube-controller-manager, kube-scheduler, etcd, the Kueue
+    manager and the JobSet controller at the versions pinned in
+    deploy/dev/upstream/versions.env, from the Go module proxy, into a cache keyed by the
+    versions and the Go toolchain (a second build does nothing); print where they are.
+    Needs Go 1.26; the embedded control plane needs nothing."""
+    from krea_ops.sim.upstream import build
+
+    found = build.ensure_built(lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+    pins = build.versions()
+    print(f"binaries: {found / 'bin'}")
+    print(f"manifests: {found / 'manifests'}")
+    print(
+        "versions: "
+        + ", ".join(f"{k.removesuffix('_VERSION').lower()} {v}" for k, v in pins.items())
+    )
 
 
 FAULT_KINDS = ("hot-gpu", "nvlink-errors", "ib-flap", "gpu-lost", "crash")

@@ -158,3 +158,40 @@ SLOWEST_FIRST = ("tests/test_demo_story.py", "tests/test_demo_tmux.py")
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.nodeid.split("::")[0] not in SLOWEST_FIRST)
+
+
+# -- the two control planes --------------------------------------------------------------
+
+CONTROL_PLANES = ("embedded", "upstream")
+
+
+def require_upstream() -> Path:
+    """The built upstream binaries (``krea-ops sim upstream build``, which the README's
+    test command runs). In CI a missing build fails the test: it is never skipped there."""
+    from krea_ops.sim.upstream import build
+
+    found = _upstream_built(build)
+    if found is None:
+        message = "upstream control plane not built: run krea-ops sim upstream build"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+_UPSTREAM: list[Path | None] = []
+
+
+def _upstream_built(build: object) -> Path | None:
+    if not _UPSTREAM:
+        _UPSTREAM.append(build.is_built())  # type: ignore[attr-defined]
+    return _UPSTREAM[0]
+
+
+@pytest.fixture(params=CONTROL_PLANES)
+def control_plane(request: pytest.FixtureRequest) -> str:
+    """Each control plane the test's world runs on: ``embedded`` (ours) and ``upstream``
+    (the real kube-apiserver, controller-manager, scheduler, Kueue and JobSet)."""
+    if request.param == "upstream":
+        require_upstream()
+    return str(request.param)

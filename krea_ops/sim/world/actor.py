@@ -47,6 +47,10 @@ class WorldConfig:
     prometheus: bool = True
     # The demo's story (krea_ops.sim.world.story): trainings and faults on a schedule.
     story: bool = False
+    # Which control plane the machines run on: "embedded" (our API server with its
+    # scheduler, kcm, Job/JobSet and Kueue stand-ins) or "upstream" (the real binaries,
+    # krea_ops.sim.upstream; only the machines run here).
+    control_plane: str = "embedded"
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 

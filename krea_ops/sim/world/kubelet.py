@@ -68,7 +68,7 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from krea_ops.kube.times import micro_time, rfc3339
-from krea_ops.sim.world.actor import Actor, World
+from krea_ops.sim.world.actor import Actor, World, WorldConfig
 from krea_ops.sim.world.api import Api, ClusterView, Events
 from krea_ops.sim.world.nodes import (
     FAILED_ANNOTATION,
@@ -122,7 +122,6 @@ class Kubelet(Actor):
     def __init__(self, world: World, view: ClusterView, api: Api) -> None:
         super().__init__(world)
         speed = world.config.speed
-        nodes = max(1, world.config.nodes)
         self.view = view
         self.api = api
         self.events = Events(api, world, "kubelet")
@@ -130,10 +129,8 @@ class Kubelet(Actor):
         self.period_s = max(2.0, 0.5 * speed)
         # Lease and node status are the API's business: wall seconds, whatever the speed
         # (``lease_renew_s`` in ``WorldConfig.extra`` overrides the renewal: tests).
-        self.renew_s = float(world.config.extra.get("lease_renew_s", 0) or 0) or max(
-            LEASE_RENEW_S, nodes / LEASE_WRITES_PER_WALL_S
-        )
-        self.lease_duration_s = int(max(40, math.ceil(4 * self.renew_s)))
+        self.renew_s = self.renew_for(world.config)
+        self.lease_duration_s = self.lease_duration_for(world.config)
         self.status_s = max(NODE_STATUS_REPORT_S, 5 * self.renew_s)
         self.writes = 0
         self._wrote = 0.0
@@ -149,6 +146,23 @@ class Kubelet(Actor):
         # (the stamps stand in after a restart of the world).
         self._started: dict[str, float] = {}
         self._killing: dict[str, float] = {}
+        # On the upstream control plane the real node lifecycle controller marks a node
+        # whose Lease lapsed Unknown and taints it, and lifts the taints once it is Ready
+        # again: this kubelet then only stops (and resumes) renewing and posting status.
+        self.lifecycle = world.config.control_plane != "upstream"
+
+    @staticmethod
+    def renew_for(config: WorldConfig) -> float:
+        """Wall seconds between a node's Lease renewals."""
+        return float(config.extra.get("lease_renew_s", 0) or 0) or max(
+            LEASE_RENEW_S, max(1, config.nodes) / LEASE_WRITES_PER_WALL_S
+        )
+
+    @classmethod
+    def lease_duration_for(cls, config: WorldConfig) -> int:
+        """The nodes' ``leaseDurationSeconds``: four renewals, at least 40 s (a real
+        kubelet's); the node lifecycle controller's grace period must not be shorter."""
+        return int(max(40, math.ceil(4 * cls.renew_for(config))))
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -199,11 +213,11 @@ class Kubelet(Actor):
         taints = [as_dict(t) for t in spec_of(node).get("taints") or []]
         ours = [t for t in taints if t.get("key") == UNREACHABLE]
         if cause is not None:
-            if ready.get("status") != "Unknown" or len(ours) < 2:
+            if self.lifecycle and (ready.get("status") != "Unknown" or len(ours) < 2):
                 self._mark_failed(node, cause, now, taints)
             self._next_renew.pop(name, None)
             return True
-        if ready.get("status") != "True" or ours:
+        if ready.get("status") != "True" or (ours and self.lifecycle):
             self._mark_ready(node, now, taints)
             self._renew(node, now)
             return False
@@ -322,7 +336,7 @@ class Kubelet(Actor):
     def _mark_ready(self, node: dict[str, Any], now: float, taints: list[dict[str, Any]]) -> None:
         name = meta_of(node)["name"]
         kept = [t for t in taints if t.get("key") not in (UNREACHABLE, NOT_READY)]
-        if len(kept) != len(taints):
+        if len(kept) != len(taints) and self.lifecycle:
             self._set_taints(node, kept)
         if not node_ready(node):
             self._write(
@@ -716,8 +730,9 @@ class Kubelet(Actor):
             self.api.core.delete_namespaced_pod,
             meta["name"],
             meta["namespace"],
-            grace_period_seconds=0,
-            body={"preconditions": {"uid": uid}},
+            # In the body: the API server reads DeleteOptions from the body when there is
+            # one and ignores the query string then (what the real kubelet sends).
+            body={"gracePeriodSeconds": 0, "preconditions": {"uid": uid}},
         )
 
     def _fail_pod(self, pod: dict[str, Any], node_name_: str, cause: str, now: float) -> None:

@@ -1336,6 +1336,25 @@ class Kueue:
         else:
             if phase(owner.obj) in ("Succeeded", "Failed"):
                 return
+            # As Kueue's pod integration stops a pod (pod_controller.go Stop): the
+            # ``TerminationTarget`` condition with the stop reason, then the delete.
+            reason = "WorkloadEvicted"
+            evicted = wl.cond("Evicted") if wl is not None else None
+            if evicted is not None and evicted.get("status") == "True":
+                reason += "DueTo" + str(evicted.get("reason") or "")
+            condition = {
+                "type": "TerminationTarget",
+                "status": "True",
+                "lastTransitionTime": self.now(),
+                "reason": reason,
+                "message": message,
+            }
+            ignore_gone(
+                self.api.core.patch_namespaced_pod_status,
+                name,
+                ns,
+                {"status": {"conditions": [condition]}},
+            )
             self.api.wrote_pods()
             ignore_gone(self.api.core.delete_namespaced_pod, name, ns)
         if message:

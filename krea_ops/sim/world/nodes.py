@@ -118,8 +118,15 @@ def healthy_node_conditions(t: float, heartbeat: float | None = None) -> list[di
     return out
 
 
-def make_node(i: int, gpus: int, t: float) -> dict[str, Any]:
+def make_node(
+    i: int, gpus: int, t: float, kubelet: tuple[str, int] | None = None
+) -> dict[str, Any]:
+    """Node ``i`` as its kubelet registers it. ``kubelet`` is the (address, port) its
+    kubelet endpoint answers on (the API server proxies ``kubectl logs`` there): on the
+    upstream control plane the one loopback endpoint every simulated kubelet shares; by
+    default a private address nothing dials (the embedded server reads logs itself)."""
     name = node_name(i)
+    ip, port = kubelet or (node_ip(i), 10250)
     machine = sha256_hex("machine", name)[:32]
     capacity = {
         "cpu": "224",
@@ -151,10 +158,10 @@ def make_node(i: int, gpus: int, t: float) -> dict[str, Any]:
             "allocatable": allocatable,
             "conditions": healthy_node_conditions(t),
             "addresses": [
-                {"type": "InternalIP", "address": node_ip(i)},
+                {"type": "InternalIP", "address": ip},
                 {"type": "Hostname", "address": name},
             ],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
             "nodeInfo": {
                 "machineID": machine,
                 "systemUUID": f"{machine[:8]}-{machine[8:12]}-{machine[12:16]}-"
@@ -282,14 +289,16 @@ def lease_body(name: str, node_uid: str | None, t: float, duration: int) -> dict
     }
 
 
-def bootstrap(world: World, api: Api, lease_duration_s: int) -> None:
+def bootstrap(
+    world: World, api: Api, lease_duration_s: int, kubelet: tuple[str, int] | None = None
+) -> None:
     """Namespaces, nodes, their Leases and the system DaemonSets; what exists is kept."""
     for ns in NAMESPACES:
         api.quiet(api.core.create_namespace, {"metadata": {"name": ns}}, ok=(409,))
     t = world.clock.wall()
     gpus = world.config.gpus_per_node
     for i in range(world.config.nodes):
-        created = api.quiet(api.core.create_node, make_node(i, gpus, t), ok=(409,))
+        created = api.quiet(api.core.create_node, make_node(i, gpus, t, kubelet), ok=(409,))
         uid = meta_of(created).get("uid") if created else None
         api.quiet(
             api.coord.create_namespaced_lease,

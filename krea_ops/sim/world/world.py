@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.upstream.controlplane import UpstreamControlPlane
 from krea_ops.sim.world.actor import Actor, World, WorldConfig
 from krea_ops.sim.world.api import Api, ClusterView
 from krea_ops.sim.world.burst import InferenceAutoscaler, VirtualKubelet
@@ -28,22 +29,39 @@ from krea_ops.sim.world.controllers import Controllers
 from krea_ops.sim.world.devices import DeviceActor, DeviceService
 from krea_ops.sim.world.faults import FailureActor, FaultActor
 from krea_ops.sim.world.kubelet import Kubelet
-from krea_ops.sim.world.kueue import KueueActor
+from krea_ops.sim.world.kueue import KueueActor, kueue_objects
 from krea_ops.sim.world.nodes import bootstrap
 from krea_ops.sim.world.scheduler import Scheduler
 from krea_ops.sim.world.story import StoryActor
 from krea_ops.sim.world.training import TrainingActor
 
 
+def upstream(world: World) -> bool:
+    """True when the world runs on the upstream control plane (only machines run here)."""
+    return world.config.control_plane == "upstream"
+
+
 def cluster_actors(world: World) -> list[Actor]:
-    """Kubelets, the scheduler and the workload controllers, sharing one view of pods and
-    nodes; creates the nodes and the system DaemonSets first (synchronously), so the
-    other parts' actors find them in place when they start."""
+    """Kubelets, and on the embedded control plane the scheduler and the workload
+    controllers, sharing one view of pods and nodes; creates the nodes and the system
+    DaemonSets first (synchronously), so the other parts' actors find them in place when
+    they start. On the upstream control plane the kubelets' shared endpoint serves
+    ``kubectl logs`` (the API server proxies there) and the real scheduler and
+    controller-manager do the rest."""
     api = Api(world.client)
     view = ClusterView(api)
     world.services["cluster-view"] = view
     kubelet = Kubelet(world, view, api)
-    bootstrap(world, api, kubelet.lease_duration_s)
+    endpoint = None
+    if upstream(world):
+        from krea_ops.sim.world.kubelet_server import KubeletServer
+
+        server = KubeletServer(world.state_dir, world.client)
+        world.services["kubelet-server"] = server
+        endpoint = ("127.0.0.1", server.port)
+    bootstrap(world, api, kubelet.lease_duration_s, endpoint)
+    if upstream(world):
+        return [kubelet]
     return [kubelet, Scheduler(world, view, api), Controllers(world, view, api)]
 
 
@@ -58,7 +76,10 @@ def device_actors(world: World) -> list[Actor]:
 
 
 def kueue_actors(world: World) -> list[Actor]:
-    """Kueue with the Job and JobSet controllers, and the trainings they run."""
+    """Kueue with the Job and JobSet controllers (the embedded control plane's; the real
+    ones run on the upstream control plane), and the trainings they run."""
+    if upstream(world):
+        return [TrainingActor(world)]
     return [KueueActor(world), TrainingActor(world)]
 
 
@@ -158,8 +179,33 @@ class SimWorld:
         self._t0 = time.monotonic()
         self._say = progress or (lambda _line: None)
         self.clock = SimClock(config.speed)
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
         # The API server stamps with the wall clock (its default), whatever the speed.
-        self.sim = LocalApiServer(state_dir, host=host, port=port, kubeconfig_out=kubeconfig_out)
+        self.sim: LocalApiServer | UpstreamControlPlane
+        if config.control_plane == "upstream":
+            if state_dir is None:
+                self._tmp = tempfile.TemporaryDirectory(prefix="krea-sim-")
+                state_dir = self._tmp.name
+            self.sim = UpstreamControlPlane(
+                state_dir,
+                host=host,
+                port=port,
+                kubeconfig_out=kubeconfig_out,
+                node_grace_s=Kubelet.lease_duration_for(config),
+                progress=self._say,
+            )
+            if parts is None or "kueue" in parts:
+                # The project's Kueue setup (deploy/kueue, applied by the control plane),
+                # sized to this world as the embedded Kueue's own objects are.
+                self.sim.apply_objects(kueue_objects(config))
+        elif config.control_plane == "embedded":
+            self.sim = LocalApiServer(
+                state_dir, host=host, port=port, kubeconfig_out=kubeconfig_out
+            )
+        else:
+            raise ValueError(
+                f"unknown control plane {config.control_plane!r}: embedded or upstream"
+            )
         self._progress(f"API server: {self.sim.url}")
         self._ram_sysfs = sysfs_in_ram(self.sim.state_dir) if config.exporters else None
         self.client = self.sim.api_client()
@@ -259,6 +305,8 @@ class SimWorld:
                 (self.sim.state_dir / "sysfs").unlink()
             shutil.rmtree(ram, ignore_errors=True)
         self.sim.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
 
     def __enter__(self) -> SimWorld:
         return self
