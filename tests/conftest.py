@@ -188,10 +188,11 @@ def _upstream_built(build: object) -> Path | None:
     return _UPSTREAM[0]
 
 
-@pytest.fixture(params=CONTROL_PLANES)
+@pytest.fixture(scope="module", params=CONTROL_PLANES)
 def control_plane(request: pytest.FixtureRequest) -> str:
     """Each control plane the test's world runs on: ``embedded`` (ours) and ``upstream``
-    (the real kube-apiserver, controller-manager, scheduler, Kueue and JobSet)."""
+    (the real kube-apiserver, controller-manager, scheduler, Kueue and JobSet). Module
+    scoped, so a module's world fixture is built once per control plane."""
     if request.param == "upstream":
         require_upstream()
     return str(request.param)

@@ -49,9 +49,10 @@ def short_window(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimWorld]:
+def world(tmp_path_factory: pytest.TempPathFactory, control_plane: str) -> Iterator[SimWorld]:
     require_binary("prometheus")
     config = WorldConfig(
+        control_plane=control_plane,
         nodes=4,
         speed=60,
         seed=5,
