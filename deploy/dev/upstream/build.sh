@@ -59,8 +59,10 @@ if [ "${1:-}" = "--update" ]; then
   exit 0
 fi
 
+# What the cache directory holds; bump it when this script changes what it puts there.
+LAYOUT=2
 go_version="$(go env GOVERSION)"
-key="$(cat versions.env go.mod go.sum build.sh | { cat; echo "$go_version"; } | sha256sum | cut -c1-16)"
+key="$(cat versions.env go.mod go.sum | { cat; echo "$go_version layout $LAYOUT"; } | sha256sum | cut -c1-16)"
 cache_root="${KREA_OPS_UPSTREAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/krea-ops/upstream}"
 dir="$cache_root/$key"
 if [ "${1:-}" = "--print-dir" ]; then
@@ -124,6 +126,16 @@ cp "$kueue_dir"/config/components/crd/bases/*.yaml "$tmp/manifests/kueue/crd/"
 cp "$kueue_dir"/config/components/webhook/manifests.yaml "$tmp/manifests/kueue/webhooks.yaml"
 cp "$jobset_dir"/config/components/crd/bases/*.yaml "$tmp/manifests/jobset/crd/"
 cp "$jobset_dir"/config/components/webhook/manifests.yaml "$tmp/manifests/jobset/webhooks.yaml"
+# prometheus-operator is no dependency of the wrapper: its module is fetched (and checked
+# against the checksum database) on its own, outside this module, for its CRDs.
+promop_dir="$(cd "$tmp" && GOFLAGS= go mod download -json \
+  "github.com/prometheus-operator/prometheus-operator@${PROMETHEUS_OPERATOR_VERSION}" \
+  | sed -n 's/.*"Dir": "\(.*\)",\{0,1\}$/\1/p' | head -1)"
+mkdir -p "$tmp/manifests/prometheus-operator/crd"
+for kind in podmonitors prometheusrules servicemonitors; do
+  cp "$promop_dir/example/prometheus-operator-crd/monitoring.coreos.com_${kind}.yaml" \
+    "$tmp/manifests/prometheus-operator/crd/"
+done
 chmod -R u+w "$tmp/manifests"
 cp versions.env "$tmp/versions.env"
 echo "$go_version" > "$tmp/go-version"
