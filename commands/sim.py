@@ -133,7 +133,8 @@ def serve(
     if fault_rules is not None:
         seed_, rules = fault_rules
         sim.api.faults.set(rules, seed=seed_, source="file")
-    print(f"API server: {sim.url} ({control_plane} control plane)", flush=True)
+    print(f"API server: {sim.url}", flush=True)
+    print(f"control plane: {control_plane}", flush=True)
     print(f"kubeconfig: {sim.kubeconfig}", flush=True)
     print(f"state: {sim.state_dir}", flush=True)
     if not api_only:

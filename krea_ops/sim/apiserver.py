@@ -471,20 +471,68 @@ def _rv_of(obj: dict[str, Any]) -> int | None:
 
 
 def _encode_continue(rv: int, last: tuple[str, str]) -> str:
-    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": f"{last[0]}/{last[1]}"})
-    return base64.urlsafe_b64encode(raw.encode()).decode()
+    """As storage.EncodeContinue: the JSON token in unpadded URL-safe base64."""
+    raw = json.dumps(
+        {"v": "meta.k8s.io/v1", "rv": rv, "start": f"{last[0]}/{last[1]}"},
+        separators=(",", ":"),
+    )
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+_B64URL = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def _go_char(c: int) -> str:
+    """How encoding/json's scanner quotes a byte in its errors (quoteChar)."""
+    if c == 0x27:
+        return "'\\''"
+    if c == 0x22:
+        return "'\"'"
+    if 0x20 <= c < 0x7F:
+        return "'" + chr(c) + "'"
+    named = {7: "a", 8: "b", 9: "t", 10: "n", 11: "v", 12: "f", 13: "r"}
+    if c in named:
+        return "'\\" + named[c] + "'"
+    if c < 0x80:
+        return "'\\x%02x'" % c
+    return "'\\u%04x'" % c
 
 
 def _decode_continue(token: str) -> tuple[int, tuple[str, str]]:
+    """storage.DecodeContinue, with its errors as ValidateListOptions words them
+    (``invalid continue token: ...``; the JSON errors as encoding/json's)."""
+
+    def invalid(detail: str) -> ApiError:
+        return errors.bad_request(f"invalid continue token: {detail}")
+
+    generic = "continue key is not valid"
+    bad = next((i for i, ch in enumerate(token) if ch not in _B64URL), None)
+    if bad is None and len(token) % 4 == 1:
+        bad = len(token) - 1
+    if bad is not None:
+        raise invalid(f"{generic}: illegal base64 data at input byte {bad}")
+    data = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
     try:
-        data = json.loads(base64.urlsafe_b64decode(token.encode()))
-        ns, _, name = data["start"].partition("/")
-        return int(data["rv"]), (ns, name)
-    except (ValueError, KeyError, TypeError, binascii.Error):
-        raise errors.bad_request(
-            "continue key is not valid: incorrect encoded start "
-            "resourceVersion (version meta.k8s.io/v1)"
+        parsed = json.loads(data)
+    except ValueError:
+        stripped = data.lstrip(b" \t\r\n")
+        if not stripped:
+            raise invalid(f"{generic}: unexpected end of JSON input") from None
+        raise invalid(
+            f"{generic}: invalid character {_go_char(stripped[0])} looking for beginning of value"
         ) from None
+    if not isinstance(parsed, dict) or parsed.get("v") != "meta.k8s.io/v1":
+        version = parsed.get("v", "") if isinstance(parsed, dict) else ""
+        raise invalid(f"{generic}: server does not recognize this encoded version {version}")
+    rv, start = parsed.get("rv"), parsed.get("start")
+    if not isinstance(rv, int) or isinstance(rv, bool) or rv == 0:
+        raise invalid(
+            f"{generic}: incorrect encoded start resourceVersion (version meta.k8s.io/v1)"
+        )
+    if not isinstance(start, str) or not start:
+        raise invalid(f"{generic}: encoded start key empty (version meta.k8s.io/v1)")
+    ns, _, name = start.partition("/")
+    return rv, (ns, name)
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
@@ -563,6 +611,16 @@ def _copy_keeping_managed(obj: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy({**obj, "metadata": rest})
     out["metadata"]["managedFields"] = managed
     return out
+
+
+def _patch_refused(exc: PatchError) -> ApiError:
+    """A patch that cannot be applied. A malformed one is a 400 with the library's text; a
+    JSON patch whose operations do not apply (a failed ``test``, a missing path) is
+    ``NewGenericServerResponse(422, ...)`` in handlers/patch.go (applyJSPatch), whose
+    message is the generic one: the library's text reaches no client."""
+    if exc.reason == "Invalid":
+        return ApiError(422, "Invalid", "the server rejected our request due to an error in our request")
+    return ApiError(400, exc.reason, str(exc))
 
 
 def _mentions_managed_fields(kind: str, patch: Any) -> bool:
@@ -1597,8 +1655,7 @@ class ApiServer:
                         raise errors.bad_request("the body of the request was not a JSON object")
                     patched = strategic_merge_patch(base, patch, rt.kind, rt.group)
             except PatchError as exc:
-                code = 422 if exc.reason == "Invalid" else 400
-                raise ApiError(code, exc.reason, str(exc)) from None
+                raise _patch_refused(exc) from None
             if not isinstance(patched, dict):
                 raise errors.bad_request("the patched object is not a JSON object")
             expect = None
@@ -2023,8 +2080,7 @@ class ApiServer:
                 raise errors.bad_request("the body of the request was not a JSON object")
             return strategic_merge_patch(current, patch, "Scale", "autoscaling")
         except PatchError as exc:
-            code = 422 if exc.reason == "Invalid" else 400
-            raise ApiError(code, exc.reason, str(exc)) from None
+            raise _patch_refused(exc) from None
 
     def _pod_log(
         self, req: Request, rt: ResourceType, ns: str, name: str

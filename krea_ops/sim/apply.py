@@ -759,6 +759,36 @@ class ApplyConflict(Exception):
         ]
 
 
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def _has(tree: Tree | None, path: list[str]) -> bool:
+    for element in path:
+        if tree is None or element not in tree:
+            return False
+        tree = tree[element]
+    return tree is not None and _member(tree)
+
+
+def _upgradable(live: dict[str, Any], api_version: str, node: Node) -> Tree | None:
+    """The fields ``kubectl apply --server-side`` may take over from client-side apply
+    without ``--force-conflicts`` (lastAppliedManager in k8s.io/apimachinery
+    .../managedfields/internal/lastappliedmanager.go): those of the last-applied
+    annotation whose value the live object still has. None where there is no annotation
+    or it is of another apiVersion."""
+    text = ((live.get("metadata") or {}).get("annotations") or {}).get(LAST_APPLIED)
+    if not text:
+        return None
+    try:
+        last = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(last, dict) or last.get("apiVersion") != api_version:
+        return None
+    changed, removed = compare(last, live, node)
+    return difference(difference(fieldset(last, node), changed), removed)
+
+
 def apply(
     live: dict[str, Any] | None,
     config: dict[str, Any],
@@ -808,7 +838,10 @@ def apply(
         if left:
             kept.append(e if left is fields else {**e, "fieldsV1": left})
     if conflicts and not force:
-        raise ApplyConflict(conflicts)
+        if manager != "kubectl" or not all(
+            _has(_upgradable(live_obj, api_version, node), c.path) for c in conflicts
+        ):
+            raise ApplyConflict(conflicts)
     unchanged = live is not None and merged == live_obj and last is not None
     stamp = str(last.get("time", now)) if unchanged and last is not None else now
     kept.append(_entry(manager, APPLY, api_version, stamp, applied, subresource))

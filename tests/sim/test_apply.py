@@ -90,7 +90,10 @@ def test_conflict_with_client_side_apply_and_force(kubectl: Kubectl) -> None:
     assert "f:imagePullPolicy" in container  # an Update owns what defaulting filled in
     assert container["f:env"]['k:{"name":"MODE"}'] == {".": {}, "f:name": {}, "f:value": {}}
 
-    failed = kubectl("apply", "--server-side", "-f", "-", stdin=_deployment(3), check=False)
+    failed = kubectl(
+        "apply", "--server-side", "--field-manager=other", "-f", "-", stdin=_deployment(3),
+        check=False,
+    )
     assert failed.returncode != 0
     assert (
         'Apply failed with 1 conflict: conflict with "kubectl-client-side-apply" using '
@@ -98,7 +101,9 @@ def test_conflict_with_client_side_apply_and_force(kubectl: Kubectl) -> None:
     ) in failed.stderr
     assert kubectl("get", "deploy", "web", "-o", "jsonpath={.spec.replicas}").stdout == "2"
 
-    kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=_deployment(3))
+    # kubectl's own server-side apply takes over what its last client-side apply set and
+    # the object still has (the API server's lastAppliedManager): no --force-conflicts.
+    kubectl("apply", "--server-side", "-f", "-", stdin=_deployment(3))
     assert kubectl("get", "deploy", "web", "-o", "jsonpath={.spec.replicas}").stdout == "3"
     managed = _managed(kubectl, "deployment", "web")
     applied = managed["kubectl/Apply"]["fieldsV1"]
