@@ -15,7 +15,6 @@ returns a ``Response`` or a ``WatchStream``, so handlers are testable without so
 from __future__ import annotations
 
 import base64
-import binascii
 import copy
 import datetime as dt
 import json
@@ -494,8 +493,8 @@ def _go_char(c: int) -> str:
     if c in named:
         return "'\\" + named[c] + "'"
     if c < 0x80:
-        return "'\\x%02x'" % c
-    return "'\\u%04x'" % c
+        return "'\\x" + format(c, "02x") + "'"
+    return "'\\u" + format(c, "04x") + "'"
 
 
 def _decode_continue(token: str) -> tuple[int, tuple[str, str]]:
@@ -619,7 +618,9 @@ def _patch_refused(exc: PatchError) -> ApiError:
     ``NewGenericServerResponse(422, ...)`` in handlers/patch.go (applyJSPatch), whose
     message is the generic one: the library's text reaches no client."""
     if exc.reason == "Invalid":
-        return ApiError(422, "Invalid", "the server rejected our request due to an error in our request")
+        return ApiError(
+            422, "Invalid", "the server rejected our request due to an error in our request"
+        )
     return ApiError(400, exc.reason, str(exc))
 
 

@@ -837,11 +837,11 @@ def apply(
         left = without_subtrees(difference(fields, changed) if clash else fields, removed or None)
         if left:
             kept.append(e if left is fields else {**e, "fieldsV1": left})
-    if conflicts and not force:
-        if manager != "kubectl" or not all(
-            _has(_upgradable(live_obj, api_version, node), c.path) for c in conflicts
-        ):
-            raise ApplyConflict(conflicts)
+    upgradable = manager == "kubectl" and all(
+        _has(_upgradable(live_obj, api_version, node), c.path) for c in conflicts
+    )
+    if conflicts and not force and not upgradable:
+        raise ApplyConflict(conflicts)
     unchanged = live is not None and merged == live_obj and last is not None
     stamp = str(last.get("time", now)) if unchanged and last is not None else now
     kept.append(_entry(manager, APPLY, api_version, stamp, applied, subresource))

@@ -51,7 +51,9 @@ class Side:
     def call(self, method: str, path: str, body: Any = None, **kw: Any) -> ApiAnswer:
         return self.cluster.request("diff", method, path, body=body, **kw)
 
-    def record(self, step: str, answer: ApiAnswer, pick: Callable[[Obj], Any] | None = None) -> None:
+    def record(
+        self, step: str, answer: ApiAnswer, pick: Callable[[Obj], Any] | None = None
+    ) -> None:
         out: dict[str, Any] = {"status": answer.status}
         body = answer.body or {}
         if not answer.ok:
@@ -93,7 +95,8 @@ def sides(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Side]]:
         out = []
         for name, server in (("embedded", embedded), ("upstream", upstream)):
             api = server.api_client()
-            out.append(Side(name, Cluster(api, timeout_s=30), Kubectl(server.kubeconfig, root / name)))
+            kubectl = Kubectl(server.kubeconfig, root / name)
+            out.append(Side(name, Cluster(api, timeout_s=30), kubectl))
         yield out
         for side in out:
             side.cluster.api.close()
