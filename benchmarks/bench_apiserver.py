@@ -136,13 +136,22 @@ class Target:
 
 
 class ServerProcess:
-    """``krea-ops sim serve --api-only`` in the background; its output is drained on threads."""
+    """``krea-ops sim serve --api-only`` in the background (on the embedded or the upstream
+    control plane); its output is drained on threads."""
 
-    def __init__(self, cli: str, state: Path, kubeconfig: Path, ca_file: Path) -> None:
+    def __init__(
+        self,
+        cli: str,
+        state: Path,
+        kubeconfig: Path,
+        ca_file: Path,
+        control_plane: str = "embedded",
+    ) -> None:
         self.argv = [
             cli,
             *("sim", "serve", "--api-only", "--state", str(state)),
             *("--kubeconfig-out", str(kubeconfig)),
+            *("--control-plane", control_plane),
         ]
         self.stderr_tail: list[str] = []
         self.proc = subprocess.Popen(

@@ -173,6 +173,13 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=8)
     parser.add_argument("--grace", type=int, default=1)
     parser.add_argument("--many", type=int, default=32)
+    parser.add_argument(
+        "--control-plane",
+        choices=("embedded", "upstream"),
+        default="embedded",
+        help="the API server to run against: ours, or the upstream kube-apiserver with its "
+        "controller-manager, scheduler, Kueue and JobSet (krea-ops sim upstream build)",
+    )
     args = parser.parse_args()
     kubectl = shutil.which("kubectl")
     if kubectl is None:
@@ -182,7 +189,9 @@ def main() -> None:
     print(f"# nodes evict vs kubectl drain (issue 15)\n\n    {command.strip()}\n", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-evict-") as tmp:
         tmpdir = Path(tmp)
-        server = ServerProcess(cli, tmpdir / "state", tmpdir / "kubeconfig", tmpdir / "ca.crt")
+        server = ServerProcess(
+            cli, tmpdir / "state", tmpdir / "kubeconfig", tmpdir / "ca.crt", args.control_plane
+        )
         try:
             kc = server.target.kubeconfig
             env = {

@@ -681,6 +681,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--hold", type=float, default=0, help="keep serving this long, s")
     parser.add_argument("--kubectl", default=shutil.which("kubectl") or "kubectl")
+    parser.add_argument(
+        "--control-plane",
+        choices=("embedded", "upstream"),
+        default="embedded",
+        help="the API server to run against: ours, or the upstream kube-apiserver with its "
+        "controller-manager, scheduler, Kueue and JobSet (krea-ops sim upstream build)",
+    )
     args = parser.parse_args(argv)
     # a plain kill must still stop the API server and Prometheus (the finally below)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -696,7 +703,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-read-") as tmp_name:
         tmp = Path(tmp_name)
         t_start = time.time()
-        server = ServerProcess(cli, tmp / "state", tmp / "kubeconfig", tmp / "ca.pem")
+        server = ServerProcess(
+            cli, tmp / "state", tmp / "kubeconfig", tmp / "ca.pem", args.control_plane
+        )
         prom: Prometheus | None = None
         try:
             made = run_writes(
