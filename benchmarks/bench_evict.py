@@ -101,19 +101,7 @@ def make_node(cluster: Cluster, name: str, pods: int, grace: int) -> None:
             "POST",
             f"/api/v1/namespaces/{NS}/pods",
             {
-                "metadata": {
-                    "name": pod,
-                    "labels": {"app": "web"},
-                    "ownerReferences": [
-                        {
-                            "apiVersion": "apps/v1",
-                            "kind": "ReplicaSet",
-                            "name": "web",
-                            "uid": "uid-replicaset-web",
-                            "controller": True,
-                        }
-                    ],
-                },
+                "metadata": {"name": pod, "labels": {"app": "web", "node": name}},
                 "spec": {
                     "nodeName": name,
                     "terminationGracePeriodSeconds": grace,
@@ -126,6 +114,42 @@ def make_node(cluster: Cluster, name: str, pods: int, grace: int) -> None:
             "PATCH",
             f"/api/v1/namespaces/{NS}/pods/{pod}/status",
             {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}},
+            merge=True,
+        )
+    # Their ReplicaSet, made after them: on the upstream control plane its controller adopts
+    # them as its replicas (and replaces what is evicted, elsewhere, as on a real cluster);
+    # the owner reference is written here too, as adoption writes it, for the embedded
+    # server, where no controller runs.
+    rs = ok(
+        cluster,
+        "POST",
+        f"/apis/apps/v1/namespaces/{NS}/replicasets",
+        {
+            "metadata": {"name": f"{name}-web"},
+            "spec": {
+                "replicas": pods,
+                "selector": {"matchLabels": {"app": "web", "node": name}},
+                "template": {
+                    "metadata": {"labels": {"app": "web", "node": name}},
+                    "spec": {"containers": [{"name": "c", "image": "img:1"}]},
+                },
+            },
+        },
+    )
+    owner = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "name": f"{name}-web",
+        "uid": rs["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    for i in range(pods):
+        ok(
+            cluster,
+            "PATCH",
+            f"/api/v1/namespaces/{NS}/pods/{name}-web-{i}",
+            {"metadata": {"ownerReferences": [owner]}},
             merge=True,
         )
 
