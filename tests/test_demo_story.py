@@ -47,12 +47,15 @@ def _json(result: subprocess.CompletedProcess[str]) -> Any:
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Any:
+def served(tmp_path: Path, control_plane: str) -> Any:
+    """``sim serve`` as a user starts it: 64 nodes on the embedded control plane; 16 on the
+    upstream one (the real binaries, which the issue's story is proven on)."""
     require_binary("prometheus")
     state = tmp_path / "state"
     env = {**os.environ, "KREA_OPS_CONFIG": "/nonexistent/krea-ops.yaml"}
+    size = ["--control-plane", "upstream", "--nodes", "16"] if control_plane == "upstream" else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "commands", "sim", "serve", "--state", str(state)],
+        [sys.executable, "-m", "commands", "sim", "serve", "--state", str(state), *size],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
