@@ -767,6 +767,18 @@ def _left_finding(back: bool, names: Sequence[str]) -> Finding:
     )
 
 
+# Labels of a pod that its replacement need not share, left out of the selector that lists
+# the workload's pods: the ReplicaSet's template hash, and the node's topology labels the
+# API server copies onto a pod when it is bound (the PodTopologyLabels admission plugin,
+# on by default since 1.35: "copies the `topology.kubernetes.io/{zone,region}` labels from
+# the assigned Node object ... onto the Binding", kubernetes pkg/features/kube_features.go;
+# plugin/pkg/admission/podtopologylabels/admission.go): a replacement bound elsewhere (on a
+# virtual node, in another zone) has other values or none.
+NOT_THE_WORKLOADS_LABELS = frozenset(
+    ("pod-template-hash", "topology.kubernetes.io/zone", "topology.kubernetes.io/region")
+)
+
+
 def move_step(
     pod: Obj,
     target: str,
@@ -790,7 +802,7 @@ def move_step(
     workload = workload_name(pod)
     labels = meta.get("labels") or {}
     pod_selector = ",".join(
-        f"{k}={v}" for k, v in sorted(labels.items()) if k != "pod-template-hash"
+        f"{k}={v}" for k, v in sorted(labels.items()) if k not in NOT_THE_WORKLOADS_LABELS
     )
     path = f"/api/v1/namespaces/{quote(ns)}/pods/{quote(name)}"
     gpus = pod_gpus(pod.get("spec") or {})

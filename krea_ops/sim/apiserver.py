@@ -79,6 +79,7 @@ SERVER_VERSION = {
     "compiler": "gc",
     "platform": "linux/amd64",
 }
+POD_TOPOLOGY_LABELS = ("topology.kubernetes.io/zone", "topology.kubernetes.io/region")
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 PATCH_TYPES = {
@@ -1395,6 +1396,11 @@ class ApiServer:
         if rt.is_custom and rt.status_schema:
             obj.pop("status", None)
         obj = self._prepare(rt, obj)
+        node_name = (obj.get("spec") or {}).get("nodeName") if rt.kind == "Pod" else None
+        if rt.group == "" and node_name:  # PodTopologyLabels' admitPod: created bound
+            topology = self._topology_labels(str(node_name))
+            if topology:
+                obj["metadata"].setdefault("labels", {}).update(topology)
         self._validate(rt, obj)
         if req is not None:  # RBAC escalation check (sim/rbac.py)
             self.access.admit(rt.group, rt.kind, obj, req.user_info)
@@ -1919,6 +1925,15 @@ class ApiServer:
 
     # -- subresources -------------------------------------------------------------------
 
+    def _topology_labels(self, node_name: str) -> dict[str, str]:
+        """The labels the PodTopologyLabels admission plugin (on by default since 1.35)
+        copies from a node onto a pod bound to it, or created bound to it (kubernetes
+        plugin/pkg/admission/podtopologylabels/admission.go: "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region"; none when there is no such node)."""
+        entry = self.store.get("/nodes", "", node_name)
+        labels = (entry.obj["metadata"].get("labels") or {}) if entry is not None else {}
+        return {k: str(labels[k]) for k in POD_TOPOLOGY_LABELS if k in labels}
+
     def _bind(self, req: Request, rt: ResourceType, ns: str, name: str) -> Response:
         body = _parse_body(req)
         target = (body or {}).get("target") or {}
@@ -1945,6 +1960,18 @@ class ApiServer:
                     {"name": name, "kind": "pods/binding"},
                 )
             pod.setdefault("spec", {})["nodeName"] = node
+            # The Binding's annotations and labels go onto the pod, the node's topology
+            # labels among them (setPodNodeAndMetadata in kubernetes
+            # pkg/registry/core/pod/storage/storage.go, after the PodTopologyLabels
+            # admission plugin copied them onto a Binding whose target is a Node)
+            binding_meta = (body or {}).get("metadata") or {}
+            if binding_meta.get("annotations"):
+                pod["metadata"].setdefault("annotations", {}).update(binding_meta["annotations"])
+            labels = dict(binding_meta.get("labels") or {})
+            if target.get("kind") == "Node":
+                labels.update(self._topology_labels(node))
+            if labels:
+                pod["metadata"].setdefault("labels", {}).update(labels)
             conditions = pod.setdefault("status", {}).setdefault("conditions", [])
             conditions[:] = [c for c in conditions if c.get("type") != "PodScheduled"]
             conditions.append(

@@ -52,8 +52,16 @@ def vk_node(cluster: Cluster) -> dict[str, Any] | None:
 # -- the pause and the virtual kubelet ------------------------------------------------------
 
 
-def test_pause_survives_an_unpause_less_restart_of_the_virtual_node(tmp_path: Path) -> None:
-    config = WorldConfig(nodes=2, speed=600, providers=(CHEAP, MID), extra=NO_DEPLOYMENTS)
+def test_pause_survives_an_unpause_less_restart_of_the_virtual_node(
+    tmp_path: Path, control_plane: str
+) -> None:
+    config = WorldConfig(
+        control_plane=control_plane,
+        nodes=2,
+        speed=600,
+        providers=(CHEAP, MID),
+        extra=NO_DEPLOYMENTS,
+    )
     with SimWorld(config, tmp_path, parts=("burst",)) as world:
         cluster = Cluster(world.client, timeout_s=30)
         wait_for(lambda: vk_node(cluster))
@@ -161,11 +169,17 @@ def cordon(cluster: Cluster, names: list[str], on: bool) -> None:
 
 
 @pytest.fixture
-def offsite(tmp_path: Path) -> Iterator[tuple[SimWorld, Cluster, list[str]]]:
+def offsite(tmp_path: Path, control_plane: str) -> Iterator[tuple[SimWorld, Cluster, list[str]]]:
     """Three Ready replicas of ``serve`` on the virtual node (the in-cluster nodes were
     cordoned while they were placed) and a budget of maxUnavailable 1; in-cluster nodes
     still cordoned."""
-    config = WorldConfig(nodes=2, speed=120, providers=(CHEAP, MID), extra=NO_DEPLOYMENTS)
+    config = WorldConfig(
+        control_plane=control_plane,
+        nodes=2,
+        speed=120,
+        providers=(CHEAP, MID),
+        extra=NO_DEPLOYMENTS,
+    )
     with SimWorld(config, tmp_path, parts=("cluster", "burst")) as world:
         cluster = Cluster(world.client, timeout_s=30)
         wait_for(lambda: vk_node(cluster), timeout=30)
@@ -260,10 +274,16 @@ def test_migrate_back_keeps_ready_count_and_respects_max(
 
 
 @pytest.fixture
-def in_cluster(tmp_path: Path) -> Iterator[tuple[SimWorld, Cluster]]:
+def in_cluster(tmp_path: Path, control_plane: str) -> Iterator[tuple[SimWorld, Cluster]]:
     """Three Ready replicas of ``serve`` in-cluster (they prefer it), a budget of
     maxUnavailable 1, room for six GPUs at the providers."""
-    config = WorldConfig(nodes=2, speed=120, providers=(CHEAP, MID), extra=NO_DEPLOYMENTS)
+    config = WorldConfig(
+        control_plane=control_plane,
+        nodes=2,
+        speed=120,
+        providers=(CHEAP, MID),
+        extra=NO_DEPLOYMENTS,
+    )
     with SimWorld(config, tmp_path, parts=("cluster", "burst")) as world:
         cluster = Cluster(world.client, timeout_s=30)
         wait_for(lambda: vk_node(cluster), timeout=30)
@@ -277,6 +297,19 @@ def test_migrate_out_moves_pods_offsite_one_at_a_time_and_lifts_its_taint(
     in_cluster: tuple[SimWorld, Cluster],
 ) -> None:
     _, cluster = in_cluster
+    # The API server gave each pod its node's zone as it bound it (the PodTopologyLabels
+    # admission plugin): a label the replacements offsite will not have.
+    pods = serve_pods(cluster)
+    assert {p["metadata"]["labels"].get("topology.kubernetes.io/zone") for p in pods} == {
+        "us-east-1a"
+    }
+    # Ready, with no reason left from before (the kubelet's patch clears it)
+    assert all(
+        c.get("reason") is None
+        for p in pods
+        for c in p["status"]["conditions"]
+        if c["type"] == "Ready"
+    )
     plan = plan_migrate(
         cluster, [burst.VK_NODE], direction="out", user="alice", max_pods=2, timeout_s=120
     )
@@ -306,6 +339,8 @@ def test_migrate_out_moves_pods_offsite_one_at_a_time_and_lifts_its_taint(
     assert_plan_was_run(plan, result)
     assert min(a + b for a, b in samples) >= 3 - 1
     assert wait_for(lambda: ready_where(cluster) == (1, 2), timeout=30)
+    offsite = [p for p in serve_pods(cluster) if p["spec"].get("nodeName") == burst.VK_NODE]
+    assert all(c.get("reason") is None for p in offsite for c in p["status"]["conditions"])
     for name in sources:
         node = cluster.get("node", f"/api/v1/nodes/{name}")
         assert "krea.ai/burst-out" not in str(node["spec"].get("taints"))

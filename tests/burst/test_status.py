@@ -96,8 +96,9 @@ def no_settings_file(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimWorld]:
+def world(tmp_path_factory: pytest.TempPathFactory, control_plane: str) -> Iterator[SimWorld]:
     config = WorldConfig(
+        control_plane=control_plane,
         nodes=2,
         speed=300,
         exporters=False,

@@ -26,8 +26,10 @@ JOBSET = ("jobset.x-k8s.io", "v1alpha2", "training", "jobsets")
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimWorld]:
-    config = WorldConfig(nodes=4, speed=60, exporters=False, prometheus=False)
+def world(tmp_path_factory: pytest.TempPathFactory, control_plane: str) -> Iterator[SimWorld]:
+    config = WorldConfig(
+        control_plane=control_plane, nodes=4, speed=60, exporters=False, prometheus=False
+    )
     with SimWorld(config, tmp_path_factory.mktemp("world"), parts=PARTS) as w:
         custom = client.CustomObjectsApi(w.client)
 

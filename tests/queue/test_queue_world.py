@@ -87,8 +87,9 @@ def _inference_pod() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimWorld]:
+def world(tmp_path_factory: pytest.TempPathFactory, control_plane: str) -> Iterator[SimWorld]:
     config = WorldConfig(
+        control_plane=control_plane,
         nodes=4,
         speed=120,
         exporters=False,

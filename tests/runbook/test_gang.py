@@ -240,8 +240,9 @@ def test_failure_policy_rules_are_read_as_the_jobset_controller_reads_them(
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[SimWorld]:
+def world(tmp_path: Path, control_plane: str) -> Iterator[SimWorld]:
     config = WorldConfig(
+        control_plane=control_plane,
         nodes=3,  # a gang of 2 and one node to take the evicted rank's place
         speed=120,
         failure_multiplier=0.0,

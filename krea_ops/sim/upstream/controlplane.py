@@ -116,6 +116,7 @@ class UpstreamControlPlane:
 
     ``node_grace_s`` is the node lifecycle controller's ``--node-monitor-grace-period``:
     at least the simulated kubelets' Lease duration, which grows with the node count.
+    ``kueue_feature_gates``: Kueue's feature gates to set besides the defaults.
     """
 
     def __init__(
@@ -129,6 +130,7 @@ class UpstreamControlPlane:
         progress: Progress | None = None,
         root: Path | None = None,
         kueue_setup: bool = True,
+        kueue_feature_gates: dict[str, bool] | None = None,
     ) -> None:
         self.state_dir = Path(state_dir)
         self.dir = self.state_dir / "upstream"
@@ -160,7 +162,7 @@ class UpstreamControlPlane:
             self._start_scheduler()
             self._apply_crds()
             self._start_jobset()
-            self._start_kueue()
+            self._start_kueue(kueue_feature_gates or {})
             if kueue_setup:
                 self.apply_files(kueue_setup_files())
         except BaseException:
@@ -425,7 +427,7 @@ class UpstreamControlPlane:
         self._wait(proc, "ready", lambda: self._get(f"http://127.0.0.1:{health}/readyz") == 200)
         self.apply_objects(self._webhooks("jobset", webhook, "jobset-"))
 
-    def _start_kueue(self) -> None:
+    def _start_kueue(self, feature_gates: dict[str, bool]) -> None:
         webhook, health = free_port(), free_port()
         config, certs = self._controller_config(
             "kueue",
@@ -444,7 +446,7 @@ class UpstreamControlPlane:
                 "resources": {"excludeResourcePrefixes": KUEUE_EXCLUDED},
                 # The on-demand visibility API server would listen on 0.0.0.0:8082 with a
                 # certificate from a fixed /visibility: krea-ops reads Workloads instead.
-                "featureGates": {"VisibilityOnDemand": False},
+                "featureGates": {"VisibilityOnDemand": False, **feature_gates},
             },
             webhook,
         )

@@ -57,6 +57,7 @@ from kubernetes.client.exceptions import ApiException
 from krea_ops.kube.quantity import as_float
 from krea_ops.kube.times import micro_time, parse_time, rfc3339
 from krea_ops.sim.world.actor import Actor, Provider, World
+from krea_ops.sim.world.objects import whole_conditions
 
 NAMESPACE = "inference"
 VK_NODE = "burst-vk"
@@ -875,6 +876,8 @@ class VirtualKubelet(Actor):
 
     def _patch_status(self, pod: dict[str, Any], status: dict[str, Any]) -> bool:
         meta = pod["metadata"]
+        if "conditions" in status:
+            status = {**status, "conditions": whole_conditions(status["conditions"])}
         try:
             self.core.patch_namespaced_pod_status(
                 meta["name"], meta["namespace"], {"status": status}, _preload_content=False

@@ -93,6 +93,7 @@ from krea_ops.sim.world.objects import (
     spec_of,
     status_of,
     time_or,
+    whole_conditions,
 )
 
 RUN_SECONDS_ANNOTATION = "sim.krea.ai/run-seconds"
@@ -358,6 +359,8 @@ class Kubelet(Actor):
 
     def _patch_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
         meta = meta_of(pod)
+        if "conditions" in status:
+            status = {**status, "conditions": whole_conditions(status["conditions"])}
         self._write(
             self.api.core.patch_namespaced_pod_status,
             meta["name"],

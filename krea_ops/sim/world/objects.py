@@ -99,6 +99,17 @@ def int_or_percent(value: Any, total: int, *, round_up: bool) -> int:
         return 0
 
 
+def whole_conditions(conditions: Any) -> Any:
+    """Pod conditions for a kubelet's status patch, each whole: a reason or message it
+    does not have is null, so the patch clears the one an earlier status wrote. The
+    kubelet patches a two-way strategic merge of the old status and the new
+    (``PatchPodStatus`` in kubernetes pkg/util/pod/pod.go), and a condition it generates
+    Ready has neither (``GeneratePodReadyCondition``, pkg/kubelet/status/generate.go)."""
+    if not conditions:
+        return conditions
+    return [{"reason": None, "message": None, **c} for c in conditions]
+
+
 def pod_condition(
     kind: str, status: str, stamp: str, reason: str | None = None, message: str | None = None
 ) -> dict[str, Any]:

@@ -41,6 +41,16 @@ def upstream(world: World) -> bool:
     return world.config.control_plane == "upstream"
 
 
+def kueue_feature_gates(config: WorldConfig) -> dict[str, bool]:
+    """The feature gates of the real Kueue that the embedded one's switches in
+    ``WorldConfig.extra`` stand for (``unadmitted_workloads_observability``: Kueue's
+    tiered QuotaReserved reasons)."""
+    gates: dict[str, bool] = {}
+    if config.extra.get("unadmitted_workloads_observability"):
+        gates["UnadmittedWorkloadsObservability"] = True
+    return gates
+
+
 def cluster_actors(world: World) -> list[Actor]:
     """Kubelets, and on the embedded control plane the scheduler and the workload
     controllers, sharing one view of pods and nodes; creates the nodes and the system
@@ -193,6 +203,7 @@ class SimWorld:
                 kubeconfig_out=kubeconfig_out,
                 node_grace_s=Kubelet.lease_duration_for(config),
                 progress=self._say,
+                kueue_feature_gates=kueue_feature_gates(config),
             )
             if parts is None or "kueue" in parts:
                 # The project's Kueue setup (deploy/kueue, applied by the control plane),
