@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import copy
 import ctypes
+import functools
 import json
 import os
 import secrets
@@ -352,7 +354,7 @@ class UpstreamControlPlane:
     def _apply_crds(self) -> None:
         files = self._crd_files()
         self.apply_files(files)
-        names = [yaml.safe_load(p.read_text())["metadata"]["name"] for p in files]
+        names = [doc["metadata"]["name"] for p in files for doc in load_yaml(p)]
         from kubernetes import client as k8s
 
         api = k8s.ApiextensionsV1Api(self.api_client())
@@ -514,7 +516,7 @@ class UpstreamControlPlane:
     def apply_files(self, files: list[Path]) -> None:
         objects: list[dict[str, Any]] = []
         for path in files:
-            objects.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+            objects.extend(load_yaml(path))
         self.apply_objects(objects)
 
     def apply_objects(self, objects: list[dict[str, Any]]) -> None:
@@ -561,6 +563,18 @@ class UpstreamControlPlane:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(path: Path, mtime_ns: int) -> tuple[dict[str, Any], ...]:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: the workloads CRD
+    with open(path) as f:  # is 1.4 MB, 3.7 s in pure Python, 0.2 s with it
+        return tuple(d for d in yaml.load_all(f, Loader=loader) if d)
+
+
+def load_yaml(path: Path) -> list[dict[str, Any]]:
+    """The documents of a YAML file, parsed once per process (a copy each call)."""
+    return copy.deepcopy(list(_parsed(path, path.stat().st_mtime_ns)))
 
 
 def kueue_setup_files() -> list[Path]:
