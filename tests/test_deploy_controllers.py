@@ -13,6 +13,7 @@ deploy/prometheus-operator/prometheusrules.yaml from deploy/prometheus/*.yaml.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import io
 import json
@@ -29,7 +30,7 @@ import yaml
 
 from krea_ops.kube.cluster import Cluster
 from krea_ops.sim.local import LocalApiServer
-from tests.conftest import KUBECTL, ROOT, Kubectl, require_binary
+from tests.conftest import KUBECTL, ROOT, Kubectl, require_binary, wait_for
 
 DEPLOY = ROOT / "deploy"
 NAMESPACE = "krea-ops"
@@ -471,13 +472,36 @@ def test_descheduler_policy_reads_only_the_burst_taint() -> None:
 # -- against an API server ---------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class Deployed:
+    """The API server ``applied`` set up: an admin client, a kubectl for it."""
+
+    cluster: Cluster
+    kubectl: Kubectl
+
+
 @pytest.fixture(scope="module")
-def applied(base: list[Obj], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """An API server with ``kubectl apply`` of the base done (twice)."""
+def applied(deployed: Deployed) -> Cluster:
+    return deployed.cluster
+
+
+@pytest.fixture(scope="module")
+def deployed(
+    base: list[Obj], tmp_path_factory: pytest.TempPathFactory, control_plane: str
+) -> Iterator[Deployed]:
+    """An API server with ``kubectl apply`` of the base done (twice): the embedded one, or
+    the upstream control plane (Kueue's CRDs and webhooks in place, nothing of deploy/
+    applied before the test's kubectl)."""
     if KUBECTL is None:
         pytest.skip("kubectl not installed")
     root = tmp_path_factory.mktemp("deploy-apply")
-    server = LocalApiServer(root / "state")
+    server: Any
+    if control_plane == "upstream":
+        from krea_ops.sim.upstream.controlplane import UpstreamControlPlane
+
+        server = UpstreamControlPlane(root / "state", kueue_setup=False)
+    else:
+        server = LocalApiServer(root / "state")
     try:
         kubectl = Kubectl(server.kubeconfig, root / "home")
         served = set()
@@ -500,7 +524,7 @@ def applied(base: list[Obj], tmp_path_factory: pytest.TempPathFactory) -> Iterat
         assert {c.split("/")[0] for c in changed} <= {"poddisruptionbudget.policy"}, again
         assert "networkpolicy.networking.k8s.io/krea-ops-controllers unchanged" in again
         with server.api_client() as api:
-            yield Cluster(api, timeout_s=30)
+            yield Deployed(Cluster(api, timeout_s=30), kubectl)
     finally:
         server.close()
 
@@ -642,14 +666,15 @@ def _own_cluster(admin: Cluster, controller: str, account: str | None = None) ->
         yield Cluster(api, timeout_s=30)
 
 
-def test_a_controllers_own_token_gets_exactly_its_access(applied: Cluster) -> None:
+def test_a_controllers_own_token_gets_exactly_its_access(
+    applied: Cluster, scratch: list[str]
+) -> None:
     """With node-health's own service-account token (as in its pod): it takes its Lease,
-    cordons a node; writing a ClusterQueue or deleting a pod is refused with 403."""
+    cordons a node; writing a ClusterQueue or deleting a pod is refused with 403. (The node
+    is registered as a kubelet does it and left as the node lifecycle controller leaves it:
+    the cordon's resourceVersion would otherwise race that controller's own update.)"""
     cluster = applied
-    create_node = cluster.request(
-        "node", "POST", "/api/v1/nodes", body={"metadata": {"name": "gpu-node-000"}}
-    )
-    assert create_node.ok
+    _gpu_node(cluster, scratch, "gpu-node-000")
     with _own_cluster(cluster, "node-health") as own:
         lease = own.request(
             "lease",
@@ -689,6 +714,84 @@ def test_a_controllers_own_token_gets_exactly_its_access(applied: Cluster) -> No
             ),
         ]
         assert [a.status for a in refused] == [403, 403, 403], [a.body for a in refused]
+
+
+OPERATOR_CRDS = (
+    "monitoring.coreos.com_podmonitors.yaml",
+    "monitoring.coreos.com_prometheusrules.yaml",
+)
+
+
+def test_the_operator_overlay_applies_once_the_operators_crds_are_there(
+    deployed: Deployed,
+) -> None:
+    """``kubectl apply -k deploy/prometheus-operator`` on a cluster with the base applied,
+    once the Prometheus Operator's CRDs are (those of the pinned release the upstream build
+    carries, applied server-side): its PodMonitors and PrometheusRules are created and kept
+    as written (nothing pruned or refused by the CRDs' schemas), nothing else is created,
+    and applying it again changes nothing. The embedded server serves these CRDs as it
+    serves any (krea_ops/sim/validation.py: schema validation, defaulting, pruning)."""
+    from tests.conftest import require_upstream
+
+    crd_dir = require_upstream() / "manifests" / "prometheus-operator" / "crd"
+    crds = sorted(crd_dir.glob("*.yaml"))
+    assert {p.name for p in crds} >= set(OPERATOR_CRDS), crds
+    kubectl, cluster = deployed.kubectl, deployed.cluster
+    files = [arg for path in crds for arg in ("-f", str(path))]
+    kubectl("apply", "--server-side", "--field-manager=krea-ops-tests", *files, timeout=120)
+
+    def established() -> bool:
+        for path in crds:
+            name = yaml.safe_load(path.read_text())["metadata"]["name"]
+            crd = cluster.get(
+                "crd", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+            )
+            conditions = (crd.get("status") or {}).get("conditions") or ()
+            if not any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                return False
+        return True
+
+    wait_for(established, 60)
+    overlay = DEPLOY / "prometheus-operator"
+    first = kubectl("apply", "-k", str(overlay), timeout=120).stdout
+    created = {line.split()[0] for line in first.splitlines() if line.endswith(" created")}
+    assert created == {
+        "podmonitor.monitoring.coreos.com/krea-ops-exporter",
+        "podmonitor.monitoring.coreos.com/krea-ops-controllers",
+        "prometheusrule.monitoring.coreos.com/krea-ops-rules",
+        "prometheusrule.monitoring.coreos.com/krea-ops-controllers-rules",
+        "prometheusrule.monitoring.coreos.com/krea-ops-node-summary",
+    }, first
+    again = kubectl("apply", "-k", str(overlay), timeout=120).stdout
+    assert " created" not in again, again
+    changed = {line.split()[0] for line in again.splitlines() if line.endswith(" configured")}
+    assert {c.split("/")[0] for c in changed} <= {"poddisruptionbudget.policy"}, again
+    plural = {"PodMonitor": "podmonitors", "PrometheusRule": "prometheusrules"}
+    for doc in _kustomize(overlay):
+        if doc["kind"] not in plural:
+            continue
+        name = doc["metadata"]["name"]
+        stored = cluster.get(
+            "get",
+            f"/apis/monitoring.coreos.com/v1/namespaces/{NAMESPACE}/{plural[doc['kind']]}/{name}",
+        )
+        assert _kept(doc["spec"], stored["spec"]), (doc["kind"], name)
+        assert stored["metadata"]["labels"] == doc["metadata"]["labels"]
+
+
+def _kept(written: Any, stored: Any) -> bool:
+    """Everything ``written`` says is in ``stored`` as written (defaults may add more)."""
+    if isinstance(written, dict):
+        return isinstance(stored, dict) and all(
+            k in stored and _kept(v, stored[k]) for k, v in written.items()
+        )
+    if isinstance(written, list):
+        return (
+            isinstance(stored, list)
+            and len(written) == len(stored)
+            and all(_kept(w, s) for w, s in zip(written, stored, strict=True))
+        )
+    return bool(written == stored)
 
 
 # -- the PrometheusRules, generated ------------------------------------------------------------
@@ -1079,6 +1182,9 @@ def _make(admin: Cluster, made: list[str], path: str, obj: Obj, status: Obj | No
     return answer.body
 
 
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+
+
 def _gpu_node(
     admin: Cluster,
     made: list[str],
@@ -1088,17 +1194,46 @@ def _gpu_node(
     gpus: int = 8,
     ready: str = "True",
 ) -> None:
+    """A node as its kubelet registers it: its hostname label, the GPUs and pods it takes
+    (its CPU and memory left out: deploy/'s controller pods, which request CPU, then stay
+    Pending instead of landing on the test's nodes), its Ready condition with a heartbeat.
+
+    The API server taints every new node ``node.kubernetes.io/not-ready:NoSchedule``
+    (admission plugin TaintNodesByCondition, plugin/pkg/admission/nodetaint) and the node
+    lifecycle controller takes the taint off once it sees Ready=True (doNoScheduleTaintingPass,
+    pkg/controller/nodelifecycle): a Ready node is waited for until then, as nothing lands on
+    it before (the embedded server adds no such taint)."""
+    from krea_ops.kube.times import rfc3339
+
+    now = rfc3339(time.time())
+    resources = {"nvidia.com/gpu": str(gpus), "pods": "110"}
     _make(
         admin,
         made,
         "/api/v1/nodes",
-        {"metadata": {"name": name, "labels": labels or {}}, "spec": {"taints": taints or []}},
         {
-            "capacity": {"nvidia.com/gpu": str(gpus)},
-            "allocatable": {"nvidia.com/gpu": str(gpus)},
-            "conditions": [{"type": "Ready", "status": ready}],
+            "metadata": {
+                "name": name,
+                "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+            },
+            "spec": {"taints": taints or []},
+        },
+        {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": ready,
+                    "reason": "KubeletReady" if ready == "True" else "KubeletNotReady",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ],
         },
     )
+    if ready == "True":
+        wait_for(lambda: NOT_READY_TAINT not in {t[0] for t in _taints(admin, name)}, timeout=30)
 
 
 PROVIDER_TAINT = {"key": "virtual-kubelet.io/provider", "value": "acme", "effect": "NoSchedule"}
@@ -1161,13 +1296,7 @@ def quotas(applied: Cluster) -> Iterator[dict[str, int]]:
     """The ClusterQueues' h200 quotas as applied; put back after the test."""
     before = _h200_quota(applied)
     yield before
-    for cq, quota in before.items():
-        obj = applied.get("cq", f"{CQ_PATH}/{cq}")
-        for flavor in obj["spec"]["resourceGroups"][0]["flavors"]:
-            if flavor["name"] == "h200":
-                flavor["resources"][0]["nominalQuota"] = quota
-        put = applied.request("restore", "PUT", f"{CQ_PATH}/{cq}", body=obj)
-        assert put.ok, put.body
+    _set_h200_quota(applied, before)
 
 
 def _quota_sync_pass(
@@ -1185,43 +1314,74 @@ def _quota_sync_pass(
 
 
 def test_migrate_back_with_its_own_token_evicts_an_offsite_pod_that_fits_home(
-    applied: Cluster, base: list[Obj], scratch: list[str], tmp_path: Path
+    applied: Cluster,
+    base: list[Obj],
+    scratch: list[str],
+    quotas: dict[str, int],
+    tmp_path: Path,
+    control_plane: str,
 ) -> None:
     """A Kueue-managed inference workload with two Ready pods offsite on a burst-disabled
     virtual node, an h200 node free at home: its pass evicts one (Eviction API) as
-    krea-ops-migrate-back, and the move completes once the replacement is Ready in-cluster
-    (made here, as the ReplicaSet controller and the kubelet would)."""
+    krea-ops-migrate-back, and the move completes once the replacement is Ready in-cluster.
+
+    Upstream, the workload is a Deployment whose pods Kueue admits (on burst while the h200
+    quota is 0, as while a training holds every in-cluster GPU), the scheduler binds and
+    the test's kubelets run; the replacement is the ReplicaSet controller's, admitted on
+    h200. The embedded server is API-only: the pods are made here, as those controllers
+    and the kubelet would make them."""
     from krea_ops.controllers.loop import make_controller
     from krea_ops.controllers.migrate_back import MigrateBack
 
     admin = applied
+    upstream = control_plane == "upstream"
     _gpu_node(admin, scratch, "mb-gpu-0", H200)
     key, value, effect = BURST_DISABLED
-    vk_taints = [PROVIDER_TAINT, {"key": key, "value": value, "effect": effect}]
+    disabled = {"key": key, "value": value, "effect": effect}
+    vk_taints = [PROVIDER_TAINT] if upstream else [PROVIDER_TAINT, disabled]
     _gpu_node(admin, scratch, "mb-vk-0", {"type": "virtual-kubelet"}, vk_taints, 64)
     pods = "/api/v1/namespaces/inference/pods"
-    for i in range(2):
-        _make(admin, scratch, pods, _serving_pod(f"serve-{i}", "mb-vk-0"), READY)
     settings = _deployed_settings(base, tmp_path)
     deployed = make_controller("migrate-back", settings)
     assert isinstance(deployed, MigrateBack)
     controller = MigrateBack(dataclasses.replace(deployed.config, move_timeout_s=60.0))
-    stop = threading.Event()
-    home = threading.Thread(target=_replace_evicted, args=(admin, scratch, stop), daemon=True)
-    home.start()
-    try:
-        done = _own_pass(admin, base, controller, settings, state_there=STATE_THERE["migrate-back"])
-    finally:
-        stop.set()
-        home.join(timeout=30)
+    if upstream:
+        with _Kubelets(admin, ["mb-gpu-0", "mb-vk-0"]) as kubelets:
+            try:
+                _set_h200_quota(admin, {"training": 0, "inference": 0})
+                _make(admin, scratch, SERVE_PATH, _serve_deployment())
+                wait_for(lambda: _ready_on(admin, pods, "app=serve") == ["mb-vk-0"] * 2, 60)
+                _set_h200_quota(admin, quotas)
+                # what burst-taint does once in-cluster GPUs are free
+                _taint(admin, "mb-vk-0", [PROVIDER_TAINT, disabled])
+                done = _own_pass(
+                    admin, base, controller, settings, state_there=STATE_THERE["migrate-back"]
+                )
+                left = admin.get("pods", pods, labelSelector="app=serve")["items"]
+            finally:
+                kubelets.remove(f"{SERVE_PATH}/serve", pods, "app=serve")
+        assert not kubelets.errors, kubelets.errors
+    else:
+        for i in range(2):
+            _make(admin, scratch, pods, _serving_pod(f"serve-{i}", "mb-vk-0"), READY)
+        stop = threading.Event()
+        home = threading.Thread(target=_replace_evicted, args=(admin, scratch, stop), daemon=True)
+        home.start()
+        try:
+            done = _own_pass(
+                admin, base, controller, settings, state_there=STATE_THERE["migrate-back"]
+            )
+        finally:
+            stop.set()
+            home.join(timeout=30)
+        left = admin.get("pods", pods, labelSelector="app=serve")["items"]
     _acted("migrate-back", done, admin)
     (plan,) = done.result.decision.plans
     assert len(plan.steps) == 1  # one pod of one workload per pass (its bucket holds one)
     evictions = [c for c in done.calls if c.resource == "pods/eviction"]
     assert [(c.namespace, c.status) for c in evictions] == [("inference", 201)]
-    left = admin.get("pods", pods, labelSelector="app=serve")["items"]
     active = {
-        p["metadata"]["name"]: p["spec"]["nodeName"]
+        p["metadata"]["name"]: p["spec"].get("nodeName")
         for p in left
         if not p["metadata"].get("deletionTimestamp")
     }
@@ -1281,40 +1441,235 @@ def _replace_evicted(admin: Cluster, made: list[str], stop: threading.Event) -> 
             return
 
 
+SERVE_PATH = "/apis/apps/v1/namespaces/inference/deployments"
+GPU = "nvidia.com/gpu"
+
+
+def _serve_deployment() -> Obj:
+    """Deployment inference/serve: two pods of one GPU, Kueue-managed (LocalQueue
+    inference). Kueue gives each admitted pod its flavor's nodeSelector and tolerations."""
+    labels = {
+        "app": "serve",
+        "krea.ai/workload": "inference",
+        "kueue.x-k8s.io/queue-name": "inference",
+    }
+    container = {"name": "server", "image": "img:1", "resources": {"limits": {GPU: "1"}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "serve"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "serve"}},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
+        },
+    }
+
+
+def _ready_on(admin: Cluster, path: str, selector: str, fields: str | None = None) -> list[str]:
+    """The nodes of the Ready pods (not being deleted) that ``selector`` selects."""
+    return sorted(
+        p["spec"].get("nodeName") or ""
+        for p in admin.get("pods", path, labelSelector=selector or None, fieldSelector=fields)[
+            "items"
+        ]
+        if not p["metadata"].get("deletionTimestamp")
+        and any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (p.get("status") or {}).get("conditions") or ()
+        )
+    )
+
+
+def _set_h200_quota(admin: Cluster, quotas: dict[str, int]) -> None:
+    for cq, quota in quotas.items():
+        obj = admin.get("cq", f"{CQ_PATH}/{cq}")
+        for flavor in obj["spec"]["resourceGroups"][0]["flavors"]:
+            if flavor["name"] == "h200":
+                flavor["resources"][0]["nominalQuota"] = quota
+        put = admin.request("quota", "PUT", f"{CQ_PATH}/{cq}", body=obj)
+        assert put.ok, put.body
+
+
+def _taint(admin: Cluster, node: str, taints: list[Obj]) -> None:
+    answer = admin.request(
+        "taint",
+        "PATCH",
+        f"/api/v1/nodes/{node}",
+        body={"spec": {"taints": taints}},
+        content_type="application/merge-patch+json",
+    )
+    assert answer.ok, answer.body
+
+
+class _Kubelets:
+    """The kubelets of ``nodes`` (a virtual kubelet's too) on the upstream control plane,
+    where nothing else runs them. Each renews its node's Lease in kube-node-lease (its
+    heartbeat, which keeps the node lifecycle controller from marking the node Unknown
+    after --node-monitor-grace-period), runs the pods bound to its node (Running, Ready)
+    and ends those being deleted (phase Failed, then the DELETE with grace period 0 a
+    kubelet makes last). ``stop(node)``: that node's kubelet is gone."""
+
+    RENEW_S = 5.0
+
+    def __init__(self, admin: Cluster, nodes: list[str]) -> None:
+        self.admin = admin
+        self.nodes = set(nodes)
+        self.errors: list[str] = []
+        self._renewed: dict[str, float] = {}
+        self._ended: set[str] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kubelets", daemon=True)
+
+    def __enter__(self) -> _Kubelets:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def stop(self, node: str) -> None:
+        with self._lock:
+            self.nodes.discard(node)
+
+    def remove(self, owner: str, pods: str, selector: str, timeout_s: float = 60.0) -> None:
+        """Delete ``owner`` and wait (while the kubelets still run) until the pods
+        ``selector`` selects in ``pods`` are gone, so no later test meets them."""
+        self.admin.request("cleanup", "DELETE", owner, body={"propagationPolicy": "Background"})
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.admin.get("pods", pods, labelSelector=selector)["items"]:
+                return
+            time.sleep(0.2)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            try:
+                self._tick()
+            except Exception as exc:  # kept for the failure's message
+                self.errors.append(repr(exc))
+
+    def _tick(self) -> None:
+        from krea_ops.kube.times import micro_time, rfc3339
+
+        with self._lock:
+            nodes = set(self.nodes)
+        now = time.time()
+        for node in sorted(nodes):
+            if now - self._renewed.get(node, 0.0) >= self.RENEW_S:
+                self._renew(node, micro_time(now))
+                self._renewed[node] = now
+        for pod in self.admin.get("pods", "/api/v1/pods")["items"]:
+            if (pod.get("spec") or {}).get("nodeName") not in nodes:
+                continue
+            meta, status = pod["metadata"], pod.get("status") or {}
+            path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+            if meta.get("deletionTimestamp"):
+                if meta["uid"] in self._ended:
+                    continue
+                if status.get("phase") not in ("Succeeded", "Failed"):
+                    self._status(path, "Failed", "False", rfc3339(now))
+                self.admin.request(
+                    "kubelet",
+                    "DELETE",
+                    path,
+                    body={"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}},
+                )
+                self._ended.add(meta["uid"])
+            elif status.get("phase") in (None, "Pending"):
+                self._status(path, "Running", "True", rfc3339(now))
+
+    def _status(self, path: str, phase: str, ready: str, now: str) -> None:
+        conditions = [
+            {"type": t, "status": ready, "lastTransitionTime": now}
+            for t in ("Initialized", "ContainersReady", "Ready")
+        ]
+        status: Obj = {"phase": phase, "conditions": conditions}
+        if phase == "Running":
+            status["startTime"] = now
+        self.admin.request(
+            "kubelet",
+            "PATCH",
+            f"{path}/status",
+            body={"status": status},
+            content_type="application/strategic-merge-patch+json",
+        )
+
+    def _renew(self, node: str, now: str) -> None:
+        path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}"
+        spec = {"holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": now}
+        answer = self.admin.request(
+            "lease", "PATCH", path, body={"spec": spec},
+            content_type="application/merge-patch+json",
+        )  # fmt: skip
+        if answer.status != 404:
+            return
+        uid = self.admin.get("node", f"/api/v1/nodes/{node}")["metadata"]["uid"]
+        owner = {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}
+        self.admin.request(
+            "lease",
+            "POST",
+            "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+            body={"metadata": {"name": node, "ownerReferences": [owner]}, "spec": spec},
+        )
+
+
 def test_node_health_with_its_own_token_quarantines_a_dead_node(
-    applied: Cluster, base: list[Obj], scratch: list[str], tmp_path: Path
+    applied: Cluster, base: list[Obj], scratch: list[str], tmp_path: Path, control_plane: str
 ) -> None:
     """node-health's pass as its own service account with the RBAC of deploy/: a node
     NotReady for 10 minutes is cordoned, tainted and drained (a gang's JobSet read, budgets
-    listed, pods evicted, Events written), nothing refused."""
+    listed, pods evicted, Events written), nothing refused.
+
+    A training gang's rank and a ReplicaSet's pod ran there before its kubelet stopped.
+    Upstream, the JobSet, Job and ReplicaSet controllers made them, the scheduler bound
+    them there and the test's kubelets ran them; the pods evicted from the dead node stay
+    Terminating (only its kubelet would end them). The embedded server is API-only: the
+    pods are made here, bound there, and it removes the pods of a node without a kubelet."""
     from krea_ops.controllers.loop import make_controller
     from krea_ops.kube.times import rfc3339
-    from tests.runbook.conftest import pod_names, pod_on
+    from tests.runbook.conftest import pod_on
 
     admin = applied
     dead = "nh-node-002"
-    for i in range(8):
-        name = f"nh-node-{i:03d}"
-        _gpu_node(admin, scratch, name, ready="True" if name != dead else "Unknown")
-    _node_not_ready_since(admin, dead, time.time() - 600, rfc3339)
+    nodes = [f"nh-node-{i:03d}" for i in range(8)]
+    for name in nodes:
+        _gpu_node(admin, scratch, name)
     scratch.append("/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets/run-1")
     jobset = admin.request(
-        "jobset", "POST", "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets", body=JOBSET
+        "jobset",
+        "POST",
+        "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets",
+        body=_jobset(dead),
     )
     assert jobset.ok, jobset.body
-    for pod in ("web-0", "run-1-workers-0-0"):
-        scratch.append(f"/api/v1/namespaces/default/pods/{pod}")
-    pod_on(admin, dead, "web-0", labels={"app": "web"})
-    pod_on(
-        admin,
-        dead,
-        "run-1-workers-0-0",
-        labels={"jobset.sigs.k8s.io/jobset-name": "run-1"},
-        owned_by=("Job", "run-1-workers-0"),
-    )
-    settings = _deployed_settings(base, tmp_path)
-    controller = make_controller("node-health", settings)
-    done = _own_pass(admin, base, controller, settings, state_there=STATE_THERE["node-health"])
+    kubelets = _Kubelets(admin, nodes)
+    with contextlib.ExitStack() as running:
+        if control_plane == "upstream":
+            running.enter_context(kubelets)
+            _make(admin, scratch, "/apis/apps/v1/namespaces/default/replicasets", _web(dead))
+            on_dead = f"spec.nodeName={dead}"
+            wait_for(lambda: _ready_on(admin, "/api/v1/pods", "", on_dead) == [dead] * 2, 60)
+            kubelets.stop(dead)
+        else:
+            for pod in ("web-0", "run-1-workers-0-0"):
+                scratch.append(f"/api/v1/namespaces/default/pods/{pod}")
+            pod_on(admin, dead, "web-0", labels={"app": "web"})
+            pod_on(
+                admin,
+                dead,
+                "run-1-workers-0-0",
+                labels={"jobset.sigs.k8s.io/jobset-name": "run-1"},
+                owned_by=("Job", "run-1-workers-0"),
+            )
+        there = sorted(p["metadata"]["name"] for p in _pods_on(admin, dead))
+        _node_not_ready_since(admin, dead, time.time() - 600, rfc3339)
+        settings = _deployed_settings(base, tmp_path)
+        controller = make_controller("node-health", settings)
+        done = _own_pass(admin, base, controller, settings, state_there=STATE_THERE["node-health"])
+    assert not kubelets.errors, kubelets.errors
     _acted("node-health", done, admin)
     (plan,) = [p for p in done.result.decision.plans if p.steps]
     assert plan.nodes == (dead,)
@@ -1322,7 +1677,11 @@ def test_node_health_with_its_own_token_quarantines_a_dead_node(
     node = admin.get("node", f"/api/v1/nodes/{dead}")
     assert node["spec"]["unschedulable"] is True
     assert node["metadata"]["annotations"]["krea.ai/evicted-by"] == user
-    assert pod_names(admin, dead) == []
+    evicted = [(c.name, c.status) for c in done.calls if c.resource == "pods/eviction"]
+    assert sorted(evicted) == [(name, 201) for name in there]
+    # none left running there: gone, or (upstream) Terminating until the node is back
+    assert [p["metadata"]["name"] for p in _pods_on(admin, dead)
+            if not p["metadata"].get("deletionTimestamp")] == []  # fmt: skip
     gang = [c for c in done.calls if c.resource == "jobsets"]
     # the restart recorder's list (planned swaps read it too), then the preflight's read
     assert [(c.verb, c.name, c.status) for c in gang] == [
@@ -1335,6 +1694,41 @@ def test_node_health_with_its_own_token_quarantines_a_dead_node(
         "Drained",
     }
     _least_privilege(base, "node-health", done)
+
+
+def _pods_on(admin: Cluster, node: str) -> list[Obj]:
+    items: list[Obj] = admin.get("pods", "/api/v1/pods", fieldSelector=f"spec.nodeName={node}")[
+        "items"
+    ]
+    return items
+
+
+def _jobset(node: str) -> Obj:
+    """JOBSET, its pods on ``node`` (by its hostname label)."""
+    out = copy.deepcopy(JOBSET)
+    pod = out["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    pod["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return out
+
+
+def _web(node: str) -> Obj:
+    """ReplicaSet web: one pod on ``node``."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": node},
+                    "containers": [{"name": "c", "image": "img:1"}],
+                },
+            },
+        },
+    }
 
 
 def _node_not_ready_since(admin: Cluster, node: str, since: float, rfc3339: Any) -> None:

@@ -9,6 +9,9 @@ call, 409 or 429, is the same call made again). Node edits are ``kube.writes.upd
 until the deadline), each with the pod's UID as precondition; an evicted pod is waited
 for until it is gone. Events go through ``kube.events.EventRecorder``.
 
+An evicted pod on a node whose kubelet stopped posting (Ready Unknown) is not waited for
+once it is terminating: nothing but that kubelet would end it.
+
 Blocked pods (a budget still refusing at the deadline, a pod still terminating) make the
 result ``blocked`` (exit 3) naming each pod and the budget holding it; the node stays
 cordoned, tainted and annotated. Anything else that fails makes it ``failed`` (exit 1).
@@ -610,9 +613,23 @@ def _drain(
     lines: list[str] = []
     left: list[str] = []
     verb = "deleted" if step.kind is StepKind.DELETE else "evicted"
+    lost: list[bool] = []  # whether the node's kubelet stopped posting: read once, if asked
+
+    def kubelet_lost() -> bool:
+        if not lost:
+            lost.append(_kubelet_lost(cluster, node))
+        return lost[0]
+
     for pod, result in zip(step.pods, results, strict=True):
-        if result.done and _gone(cluster, pod, deadline, clock):
-            lines.append(f"pod {pod.what} {verb}")
+        left_there = result.done and _gone(cluster, pod, deadline, clock, kubelet_lost)
+        if left_there is not False:
+            line = f"pod {pod.what} {verb}"
+            if left_there is None:
+                line += (
+                    f" (it stays Terminating on {node}, whose kubelet stopped posting its "
+                    "status, until the node comes back or is deleted)"
+                )
+            lines.append(line)
             _pod_event(events, plan, pod, node, NORMAL, "Evicted", f"{verb} from node {node}")
             continue
         if result.done:
@@ -630,6 +647,24 @@ def _drain(
         _pod_event(events, plan, pod, node, WARNING, "EvictionBlocked", lines[-1])
     state.left.setdefault(node, []).extend(left)  # a gang's step, then the rest
     return ("blocked" if left else "done"), lines
+
+
+def _kubelet_lost(cluster: Cluster, node: str) -> bool:
+    """Whether ``node``'s kubelet stopped posting its status: its Ready condition is
+    Unknown (the node lifecycle controller's mark once ``--node-monitor-grace-period``
+    passed without a heartbeat). A pod deleted there keeps its grace period (the API
+    server's pod strategy, ``CheckGracefulDelete``, zeroes it only for an unbound or
+    finished pod) and only its kubelet ends it; the pod GC removes the pods of nodes that
+    are gone or carry the out-of-service taint, not those of unreachable ones."""
+    if not node:
+        return False
+    answer = cluster.request(f"get node {node}", "GET", f"/api/v1/nodes/{node}")
+    if not answer.ok or not isinstance(answer.body, dict):
+        return False
+    for cond in (answer.body.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "Unknown")
+    return False
 
 
 def _pod_event(
@@ -665,16 +700,28 @@ def _delete(cluster: Cluster, pod: PodRef, grace: int | None) -> EvictionResult:
     )
 
 
-def _gone(cluster: Cluster, pod: PodRef, deadline: float, clock: Callable[[], float]) -> bool:
-    """Wait until the pod of that UID is no more (404, or a successor took its name)."""
+def _gone(
+    cluster: Cluster,
+    pod: PodRef,
+    deadline: float,
+    clock: Callable[[], float],
+    kubelet_lost: Callable[[], bool] = lambda: False,
+) -> bool | None:
+    """Wait until the pod of that UID is no more (404, or a successor took its name): True.
+    None: it is terminating on a node whose kubelet stopped posting (``kubelet_lost``),
+    where nothing will finish its deletion before the node comes back or is deleted, so
+    there is nothing to wait for (its controller replaced it already). False: still there
+    at the deadline."""
     path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
     while True:
         answer = cluster.request(f"get pod {pod.what}", "GET", path)
         if answer.status == 404:
             return True
-        uid = ((answer.body or {}).get("metadata") or {}).get("uid")
-        if answer.ok and uid != pod.uid:
+        meta = (answer.body or {}).get("metadata") or {}
+        if answer.ok and meta.get("uid") != pod.uid:
             return True
+        if answer.ok and meta.get("deletionTimestamp") and kubelet_lost():
+            return None
         if clock() >= deadline:
             return False
         time.sleep(min(POLL_S, max(0.0, deadline - clock())))

@@ -469,6 +469,33 @@ def test_a_pod_still_terminating_at_the_timeout_blocks(cluster: Cluster) -> None
     assert pod_names(cluster, BAD) == ["default/web-0"]
 
 
+def test_a_pod_terminating_where_the_kubelet_stopped_posting_is_not_waited_for(
+    cluster: Cluster,
+) -> None:
+    """Its node Ready=Unknown (the node lifecycle controller's mark of a kubelet gone): the
+    evicted pod stays Terminating, as a real API server keeps it until that kubelet comes
+    back or the node is deleted, and the drain does not wait for what nothing will do."""
+    from tests.kube.conftest import set_status
+
+    fleet(cluster, 10)
+    kubelet_alive(cluster, BAD)  # the embedded server then keeps the pod Terminating
+    pod_on(cluster, BAD, "web-0")
+    unknown = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}
+    set_status(cluster, f"/api/v1/nodes/{BAD}", {"conditions": [unknown]})
+
+    started = time.monotonic()
+    result = execute(cluster, evict_plan(cluster, timeout_s=60))
+
+    assert result.status == "done", result.blocked
+    assert time.monotonic() - started < 30
+    (pod,) = cluster.get("pods", "/api/v1/pods", fieldSelector=f"spec.nodeName={BAD}")["items"]
+    assert pod["metadata"]["name"] == "web-0" and pod["metadata"].get("deletionTimestamp")
+    lines = [line for step in result.steps for line in step.lines]
+    assert f"pod default/web-0 evicted (it stays Terminating on {BAD}, whose kubelet " in "\n".join(
+        lines
+    )
+
+
 def test_a_cordon_someone_else_set_before_the_eviction_survives_restore(cluster: Cluster) -> None:
     fleet(cluster, 10)
     cluster.request(
