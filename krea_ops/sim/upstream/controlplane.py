@@ -35,10 +35,12 @@ import functools
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import ssl
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -152,6 +154,7 @@ class UpstreamControlPlane:
         from krea_ops.sim.http import write_kubeconfig
 
         try:
+            preinstalled = self._from_template()
             self._start_etcd()
             self._start_apiserver()
             self.kubeconfig = write_kubeconfig(
@@ -162,7 +165,7 @@ class UpstreamControlPlane:
             )
             self._start_kcm(node_grace_s)
             self._start_scheduler()
-            self._apply_crds()
+            self._apply_crds(apply=not preinstalled)
             self._start_jobset()
             self._start_kueue(kueue_feature_gates or {})
             if kueue_setup:
@@ -351,9 +354,61 @@ class UpstreamControlPlane:
             (manifests / "jobset" / "crd").glob("*.yaml")
         )
 
-    def _apply_crds(self) -> None:
+    def _from_template(self) -> bool:
+        """Start from a copy of the etcd data of a control plane of the same binaries that
+        had the CRDs applied and nothing else: ``<binaries' dir>/etcd-template``, made the
+        first time it is needed (``KREA_OPS_UPSTREAM_TEMPLATE=0`` turns this off). True when
+        this state directory got that copy: the API server then serves the CRDs as it
+        starts, and their 4-5 s of applying and establishing go (the tests start many
+        control planes). What the API server wrote of its own there (the ``kubernetes``
+        Service's endpoints, its identity Lease) it rewrites as a restarted one does."""
+        target = self.dir / "etcd"
+        if os.environ.get("KREA_OPS_UPSTREAM_TEMPLATE") == "0" or target.exists():
+            return False
+        template = self.root / "etcd-template"
+        if not template.is_dir():
+            try:
+                made = Path(tempfile.mkdtemp(prefix="etcd-template.", dir=self.root))
+            except OSError:
+                return False  # a read-only binaries' directory: no template
+            try:
+                seed = UpstreamControlPlane.__new__(UpstreamControlPlane)
+                seed._seed(made, self.root)
+                with contextlib.suppress(OSError):  # another process made it first
+                    os.rename(made / "upstream" / "etcd", template)
+            finally:
+                shutil.rmtree(made, ignore_errors=True)
+            self._progress("etcd template with the CRDs made")
+        shutil.copytree(template, target)
+        return True
+
+    def _seed(self, state: Path, root: Path) -> None:
+        """etcd and the API server only, the CRDs applied and established, both stopped."""
+        self.state_dir = state
+        self.dir = state / "upstream"
+        self.dir.mkdir(parents=True)
+        self._say = lambda _line: None
+        self._t0 = time.monotonic()
+        self.host = "127.0.0.1"
+        self.processes = []
+        self.root, self.bin = root, root / "bin"
+        self.pki = Pki(self.dir / "pki")
+        self.tokens = self._tokens()
+        self.token = self.tokens[ADMIN_USER]
+        self.ca_cert = self.pki.ca.cert
+        self.port = free_port()
+        self.url = f"https://127.0.0.1:{self.port}"
+        try:
+            self._start_etcd()
+            self._start_apiserver()
+            self._apply_crds()
+        finally:
+            self.close()
+
+    def _apply_crds(self, apply: bool = True) -> None:
         files = self._crd_files()
-        self.apply_files(files)
+        if apply:
+            self.apply_files(files)
         names = [doc["metadata"]["name"] for p in files for doc in load_yaml(p)]
         from kubernetes import client as k8s
 
