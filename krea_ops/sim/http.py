@@ -182,6 +182,18 @@ class HttpFront:
         self._thread.join(timeout=5)
 
 
+def bearer_client(url: str, token: str, ca_cert: Path) -> Any:
+    """An official ``kubernetes.client.ApiClient`` for ``url`` with a bearer token,
+    trusting ``ca_cert``."""
+    from kubernetes import client
+
+    config = client.Configuration()
+    config.host = url
+    config.api_key = {"authorization": f"Bearer {token}"}
+    config.ssl_ca_cert = str(ca_cert)
+    return client.ApiClient(config)
+
+
 def new_token() -> str:
     return secrets.token_urlsafe(32)
 

@@ -70,13 +70,9 @@ class LocalApiServer:
 
     def api_client(self) -> Any:
         """A ``kubernetes.client.ApiClient`` configured for this server."""
-        from kubernetes import client
+        from krea_ops.sim.http import bearer_client
 
-        config = client.Configuration()
-        config.host = self.url
-        config.api_key = {"authorization": f"Bearer {self.token}"}
-        config.ssl_ca_cert = str(self.ca_cert)
-        return client.ApiClient(config)
+        return bearer_client(self.url, self.token, self.ca_cert)
 
     def close(self) -> None:
         self.front.stop()

@@ -303,19 +303,10 @@ class UpstreamControlPlane:
         )
 
     def _start_kcm(self, node_grace_s: float) -> None:
-        kubeconfig = self._kubeconfig_for("system:kube-controller-manager")
         sa = self.pki.service_account_keys()
-        port = free_port()
-        proc = self._spawn(
+        self._start_component(
             "kube-controller-manager",
             [
-                str(self.bin / "kube-controller-manager"),
-                f"--kubeconfig={kubeconfig}",
-                f"--authentication-kubeconfig={kubeconfig}",
-                f"--authorization-kubeconfig={kubeconfig}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={port}",
-                "--leader-elect=false",
                 "--use-service-account-credentials=true",
                 f"--service-account-private-key-file={sa.key}",
                 f"--root-ca-file={self.pki.ca.cert}",
@@ -325,18 +316,22 @@ class UpstreamControlPlane:
                 f"--node-monitor-grace-period={int(max(node_grace_s, 40))}s",
                 "--kube-api-qps=200",
                 "--kube-api-burst=400",
-                "--profiling=false",
             ],
         )
-        self._wait(proc, "healthy", lambda: self._get(f"https://127.0.0.1:{port}/healthz") == 200)
 
     def _start_scheduler(self) -> None:
-        kubeconfig = self._kubeconfig_for("system:kube-scheduler")
+        self._start_component("kube-scheduler", [])
+
+    def _start_component(self, name: str, flags: list[str]) -> None:
+        """kube-controller-manager or kube-scheduler: as ``system:NAME`` (its bootstrap
+        RBAC), delegated authentication and authorisation through the same kubeconfig,
+        its secure port on loopback (waited for by its /healthz), no leader election."""
+        kubeconfig = self._kubeconfig_for(f"system:{name}")
         port = free_port()
         proc = self._spawn(
-            "kube-scheduler",
+            name,
             [
-                str(self.bin / "kube-scheduler"),
+                str(self.bin / name),
                 f"--kubeconfig={kubeconfig}",
                 f"--authentication-kubeconfig={kubeconfig}",
                 f"--authorization-kubeconfig={kubeconfig}",
@@ -344,6 +339,7 @@ class UpstreamControlPlane:
                 f"--secure-port={port}",
                 "--leader-elect=false",
                 "--profiling=false",
+                *flags,
             ],
         )
         self._wait(proc, "healthy", lambda: self._get(f"https://127.0.0.1:{port}/healthz") == 200)
@@ -600,13 +596,9 @@ class UpstreamControlPlane:
                     raise
 
     def api_client(self) -> Any:
-        from kubernetes import client
+        from krea_ops.sim.http import bearer_client
 
-        config = client.Configuration()
-        config.host = self.url
-        config.api_key = {"authorization": f"Bearer {self.token}"}
-        config.ssl_ca_cert = str(self.ca_cert)
-        return client.ApiClient(config)
+        return bearer_client(self.url, self.token, self.ca_cert)
 
     def close(self) -> None:
         for proc in reversed(self.processes):
