@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -10,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -196,3 +198,40 @@ def control_plane(request: pytest.FixtureRequest) -> str:
     if request.param == "upstream":
         require_upstream()
     return str(request.param)
+
+
+# A test that needs the embedded server itself (its fault switch ``sim.api.faults``, its
+# store) runs on the embedded control plane only: ``@EMBEDDED_ONLY`` on it, in a module
+# whose API server fixture takes ``control_plane``.
+EMBEDDED_ONLY = pytest.mark.parametrize("control_plane", ["embedded"], indirect=True)
+
+
+@contextlib.contextmanager
+def api_server(control_plane: str, state_dir: Path) -> Iterator[Any]:
+    """An API server with nothing of ours on it, on ``control_plane``: the embedded
+    ``LocalApiServer``, or the upstream control plane (kube-apiserver with the real
+    controller-manager, scheduler, Kueue and JobSet running, and their CRDs) without the
+    project's Kueue setup. Either has ``url``, ``kubeconfig``, ``state_dir`` and
+    ``api_client()``."""
+    server: Any
+    if control_plane == "upstream":
+        from krea_ops.sim.upstream.controlplane import UpstreamControlPlane
+
+        server = UpstreamControlPlane(state_dir, kueue_setup=False)
+    else:
+        from krea_ops.sim.local import LocalApiServer
+
+        server = LocalApiServer(state_dir)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def sim_on_control_plane(tmp_path: Path, control_plane: str) -> Iterator[Any]:
+    """An API server per test (:func:`api_server`), on each control plane. A module or a
+    conftest whose tests run on both takes it as its ``sim``:
+    ``sim = sim_on_control_plane``."""
+    with api_server(control_plane, tmp_path / "state") as server:
+        yield server

@@ -356,6 +356,31 @@ def _unsupported_body(accepted: Sequence[str]) -> ApiError:
     )
 
 
+def _check_custom_body(rt: ResourceType, body: Any, req: Request | None) -> None:
+    """A client's custom resource must say its kind and apiVersion: it is decoded into an
+    unstructured object, which takes neither from the URL as a built-in type's decoding
+    does (k8s.io/apimachinery runtime/serializer/json Serializer.Decode: "Object 'Kind'
+    is missing", which k8s.io/apiserver endpoints/handlers/rest.go transformDecodeError
+    words; then create.go and update.go's AcceptsGroupVersion for an empty apiVersion)."""
+    if req is None or not rt.is_custom or not isinstance(body, dict):
+        return
+    if not body.get("kind"):
+        raw = req.body.decode("utf-8", "replace")
+        # rest.go summarizeData(body, 30): JSON as text, anything else (YAML) in hex
+        head = req.body[:30]
+        summary = head.decode("utf-8", "replace") if head[:1] == b"{" else head.hex()
+        summary += " ..." if len(req.body) > 30 else ""
+        raise errors.bad_request(
+            f"the object provided is unrecognized (must be of type {rt.kind}): "
+            f"Object 'Kind' is missing in '{raw}' ({summary})"
+        )
+    if not body.get("apiVersion"):
+        raise errors.bad_request(
+            "the API version in the data () does not match the expected API version "
+            f"({rt.api_version})"
+        )
+
+
 def _parse_body(req: Request, rt: ResourceType | None = None) -> Any:
     """The request body as JSON data, from JSON, YAML or (built-in kinds) protobuf.
     With ``rt`` (create and update), a media type the kind is not served in is a 415."""
@@ -1361,6 +1386,7 @@ class ApiServer:
         managed: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """``managed``: the managedFields an apply computed (else an Update is recorded)."""
+        _check_custom_body(rt, body, req)
         obj = self._check_type(rt, body)
         obj = self._strict_fields(req, rt, obj)
         meta = _meta(obj)
@@ -1487,6 +1513,7 @@ class ApiServer:
         managedFields entry; ``managed`` is what an apply computed."""
         if subresource is None:
             subresource = "status" if status else ""
+        _check_custom_body(rt, body, req)
         obj = self._check_type(rt, body)
         obj = self._strict_fields(req, rt, obj)
         meta = _meta(obj)

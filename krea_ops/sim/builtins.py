@@ -20,7 +20,12 @@ from collections.abc import Callable
 from typing import Any
 
 from krea_ops.sim import errors
-from krea_ops.sim.validation import FieldError, error_body, is_qualified_name
+from krea_ops.sim.validation import (
+    FieldError,
+    error_body,
+    is_qualified_name,
+    is_valid_label_value,
+)
 
 DEFAULT_TOLERATIONS = (
     {
@@ -570,6 +575,12 @@ def _validate_node(obj: dict[str, Any]) -> list[FieldError]:
             )
         if not (t or {}).get("key"):
             errors.append(_required(f"spec.taints[{i}].key"))
+        # a taint's value is a label value ("provider outage drill" is refused):
+        # validateNodeTaints, pkg/apis/core/validation/validation.go, whose path is
+        # metadata.taints (ValidateNode passes it the "metadata" path)
+        value = str((t or {}).get("value") or "")
+        if bad := is_valid_label_value(value):
+            errors.append(_invalid(f"metadata.taints[{i}].value", value, ";".join(bad)))
     return errors
 
 

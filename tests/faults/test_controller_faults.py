@@ -90,7 +90,10 @@ def inference_pod(cluster: Cluster, name: str) -> None:
 
 
 def kueue(cluster: Cluster) -> None:
-    create(cluster, f"{KUEUE}/resourceflavors", {"metadata": {"name": "h200"}, "spec": {}})
+    # each says its kind: an API server takes a custom resource's from the body only
+    kind = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor"}
+    create(cluster, f"{KUEUE}/resourceflavors", {**kind, "metadata": {"name": "h200"}, "spec": {}})
+    kind = {**kind, "kind": "ClusterQueue"}
     for name, quota in (("training", 12), ("inference", 4)):
         group = {
             "coveredResources": ["nvidia.com/gpu"],
@@ -101,7 +104,7 @@ def kueue(cluster: Cluster) -> None:
         create(
             cluster,
             f"{KUEUE}/clusterqueues",
-            {"metadata": {"name": name}, "spec": {"resourceGroups": [group]}},
+            {**kind, "metadata": {"name": name}, "spec": {"resourceGroups": [group]}},
         )
 
 

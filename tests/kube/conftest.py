@@ -45,6 +45,106 @@ def set_status(cluster: Cluster, path: str, status: dict[str, Any]) -> dict[str,
     return answer.body
 
 
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+
+
+def registered(cluster: Cluster, name: str) -> dict[str, Any]:
+    """Node ``name``, once its Ready status has lifted the ``not-ready`` taint every new
+    node gets: kube-apiserver's TaintNodesByCondition admission puts
+    ``node.kubernetes.io/not-ready:NoSchedule`` on each node created ("Node controller will
+    remove the taint when the node becomes ready", plugin/pkg/admission/nodetaint), and the
+    node lifecycle controller lifts it once it sees ``Ready=True``. The embedded server
+    puts none, so there this returns at once."""
+    from tests.conftest import wait_for
+
+    def settled() -> dict[str, Any] | None:
+        node = cluster.get("node", f"/api/v1/nodes/{name}")
+        taints = (node.get("spec") or {}).get("taints") or ()
+        return None if any(t.get("key") == NOT_READY_TAINT for t in taints) else node
+
+    result: dict[str, Any] = wait_for(settled, timeout=30)
+    return result
+
+
+class Kubelets:
+    """The kubelets of the nodes a test made, as far as the control plane sees them: while
+    open, each node's Lease in ``kube-node-lease`` is renewed every ``renew_s`` (a kubelet
+    renews every 10 s), and a pod being deleted from a node is removed, with the pod's
+    UID as precondition (the kubelet's final delete once the pod's containers stopped,
+    which they do at once on SIGTERM here). Nodes named in ``lost`` have none: their
+    Leases are not renewed and their pods stay Terminating.
+
+    The upstream control plane's node lifecycle controller reads a node whose Lease is not
+    renewed as a kubelet gone (past ``--node-monitor-grace-period`` it sets
+    ``Ready=Unknown``, now, and taints the node ``unreachable``), and nothing there but
+    the kubelet ends a pod's graceful deletion (the pod GC only removes pods of nodes that
+    are gone or carry the out-of-service taint). ``with Kubelets(sim): ...``"""
+
+    def __init__(
+        self, server: Any, lost: tuple[str, ...] = (), renew_s: float = 5.0, poll_s: float = 0.2
+    ) -> None:
+        import threading
+
+        self.server = server
+        self.lost = set(lost)
+        self.renew_s = renew_s
+        self.poll_s = poll_s
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="kubelets", daemon=True)
+
+    def __enter__(self) -> Kubelets:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        import time
+
+        renewed = 0.0
+        with self.server.api_client() as api:
+            cluster = Cluster(api, timeout_s=10)
+            while not self.stop.is_set():
+                if time.monotonic() - renewed >= self.renew_s:
+                    renewed = time.monotonic()
+                    self._renew(cluster)
+                self._finish(cluster)
+                self.stop.wait(self.poll_s)
+
+    def _renew(self, cluster: Cluster) -> None:
+        import time
+
+        from krea_ops.kube.times import micro_time
+
+        path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+        renew = {"renewTime": micro_time(time.time())}
+        for node in cluster.get("nodes", "/api/v1/nodes").get("items") or ():
+            name = node["metadata"]["name"]
+            if name in self.lost:
+                continue
+            answer = cluster.request(
+                "renew", "PATCH", f"{path}/{name}", body={"spec": renew},
+                content_type="application/merge-patch+json",
+            )  # fmt: skip
+            if answer.status == 404:
+                spec = {"holderIdentity": name, "leaseDurationSeconds": 40, **renew}
+                cluster.request("lease", "POST", path, body={"metadata": {"name": name},
+                                                             "spec": spec})  # fmt: skip
+
+    def _finish(self, cluster: Cluster) -> None:
+        for pod in cluster.get("pods", "/api/v1/pods").get("items") or ():
+            meta, node = pod["metadata"], (pod.get("spec") or {}).get("nodeName")
+            if not node or node in self.lost or not meta.get("deletionTimestamp"):
+                continue
+            cluster.request(
+                "finish", "DELETE",
+                f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+                body={"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}},
+            )  # fmt: skip
+
+
 def gpu_node(cluster: Cluster, name: str, taints: list[dict[str, str]] | None = None) -> None:
     spec = {"taints": taints} if taints else {}
     create(cluster, "/api/v1/nodes", {"metadata": {"name": name}, "spec": spec})

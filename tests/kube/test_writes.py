@@ -187,12 +187,19 @@ def test_dry_run_asks_the_server_and_stores_nothing(cluster: Cluster) -> None:
 
 def test_a_cluster_queue_quota_edit_through_mutate(cluster: Cluster) -> None:
     base = "/apis/kueue.x-k8s.io/v1beta2"
-    create(cluster, f"{base}/resourceflavors", {"metadata": {"name": "h200"}})
+    version = {"apiVersion": "kueue.x-k8s.io/v1beta2"}  # a custom resource's kind: the body's
+    create(
+        cluster,
+        f"{base}/resourceflavors",
+        {**version, "kind": "ResourceFlavor", "metadata": {"name": "h200"}},
+    )
     quota = {"name": "nvidia.com/gpu", "nominalQuota": 64}
     create(
         cluster,
         f"{base}/clusterqueues",
         {
+            **version,
+            "kind": "ClusterQueue",
             "metadata": {"name": "training"},
             "spec": {
                 "namespaceSelector": {},

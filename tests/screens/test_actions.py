@@ -1,6 +1,8 @@
 """The dashboard's node actions: `e` asks why, plans (nothing written), shows the plan in
 a dialog that starts on Cancel, and runs it only after Run; `R` restores; read-only mode
-and Esc write nothing. Against a simulated API server, with the real Console."""
+and Esc write nothing. Against an API server per test with the real Console: the evict
+and restore on each control plane, on nodes whose kubelets run (``cluster_actors``) and a
+pod its ReplicaSet made; what only the dialog does (Esc, read-only) on the embedded one."""
 
 from __future__ import annotations
 
@@ -16,24 +18,65 @@ from textual.widgets import Button, Static
 from krea_ops.console import Console
 from krea_ops.kube.cluster import Cluster
 from krea_ops.settings import load_settings
-from krea_ops.sim.local import LocalApiServer
 from screens.app import KreaOpsApp
 from screens.dialogs import ConfirmScreen, OutcomeScreen, ReasonScreen
-from tests.kube.conftest import cluster, sim
-from tests.runbook.conftest import fleet, node_obj, pod_names, pod_on
-from tests.screens.conftest import wait_until
+from tests.conftest import sim_on_control_plane, wait_for
+from tests.kube.conftest import cluster, create
+from tests.runbook.conftest import node_obj, pod_names
+from tests.screens.conftest import cluster_actors, gpu_nodes, plan_dialog, wait_until
 
 __all__ = ["cluster", "sim"]
+
+sim = sim_on_control_plane  # an API server per test, on each control plane
+
+# What the dialog alone decides (Esc, read-only) sends nothing to the cluster, whichever
+# control plane it is: once, on the embedded one.
+DIALOG_ONLY = pytest.mark.parametrize("control_plane", ["embedded"], indirect=True)
 
 NODE = "gpu-node-001"
 OUR_TAINT = "krea.ai/unhealthy"
 
 
 @pytest.fixture
-def nodes(cluster: Cluster) -> Cluster:
-    fleet(cluster, 12)  # one node is within the default 10 % share
-    pod_on(cluster, NODE, "web-1")
-    return cluster
+def nodes(sim: Any, cluster: Cluster, control_plane: str) -> Iterator[Cluster]:
+    """12 GPU nodes (one is within the default 10 % share), their kubelets running."""
+    with cluster_actors(sim, control_plane):
+        gpu_nodes(cluster, 12)
+        yield cluster
+
+
+@pytest.fixture
+def web(nodes: Cluster) -> str:
+    """The pod of ReplicaSet ``web`` (one replica, on NODE by its hostname label) as the
+    ReplicaSet controller made it, scheduled there and Running; its name. (A pod naming
+    an owner that does not exist is refused upstream, by Kueue's pod webhook.)"""
+    labels = {"app": "web"}
+    template = {
+        "metadata": {"labels": labels},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": NODE},
+            "containers": [{"name": "c", "image": "img:1"}],
+        },
+    }
+    create(
+        nodes,
+        "/apis/apps/v1/namespaces/default/replicasets",
+        {
+            "metadata": {"name": "web", "labels": labels},
+            "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": template},
+        },
+    )
+
+    def running() -> str | None:
+        body = nodes.get("pods", "/api/v1/namespaces/default/pods", labelSelector="app=web")
+        for pod in body["items"]:
+            running = (pod.get("status") or {}).get("phase") == "Running"
+            if pod["spec"].get("nodeName") == NODE and running:
+                return str(pod["metadata"]["name"])
+        return None
+
+    name: str = wait_for(running, timeout=60)
+    return name
 
 
 @pytest.fixture
@@ -41,7 +84,7 @@ def audit(tmp_path: Path) -> Path:
     return tmp_path / "audit.jsonl"
 
 
-def make_app(sim: LocalApiServer, audit: Path, **settings: Any) -> KreaOpsApp:
+def make_app(sim: Any, audit: Path, **settings: Any) -> KreaOpsApp:
     values = {
         "kubeconfig": str(sim.kubeconfig),
         "prometheus_url": "http://127.0.0.1:9",  # no telemetry: nodes read UNKNOWN
@@ -67,7 +110,7 @@ def dialog_text(app: KreaOpsApp) -> str:
 
 
 def test_evict_from_the_node_screen_asks_why_shows_the_plan_then_runs_it(
-    sim: LocalApiServer, nodes: Cluster, audit: Path, quiet_config: None
+    sim: Any, nodes: Cluster, web: str, audit: Path, quiet_config: None
 ) -> None:
     async def body() -> None:
         app = make_app(sim, audit)
@@ -85,12 +128,10 @@ def test_evict_from_the_node_screen_asks_why_shows_the_plan_then_runs_it(
             for key in "hot gpu":
                 await pilot.press("space" if key == " " else key)
             await pilot.press("enter")
-            confirm = await wait_until(
-                pilot, lambda: app.screen if isinstance(app.screen, ConfirmScreen) else None
-            )
+            confirm = await wait_until(pilot, lambda: plan_dialog(app))
             text = dialog_text(app)
             assert f"PATCH /api/v1/nodes/{NODE}" in text
-            assert "/eviction" in text and "web-1" in text
+            assert "/eviction" in text and web in text
             assert f"{OUR_TAINT}=hot-gpu:NoSchedule" in text
             # planning wrote nothing, and the dialog starts on Cancel
             assert OUR_TAINT not in taint_keys(nodes)
@@ -114,9 +155,7 @@ def test_evict_from_the_node_screen_asks_why_shows_the_plan_then_runs_it(
 
             # R restores: the same dialog, then our taint and cordon are gone
             await pilot.press("R")
-            confirm = await wait_until(
-                pilot, lambda: app.screen if isinstance(app.screen, ConfirmScreen) else None
-            )
+            confirm = await wait_until(pilot, lambda: plan_dialog(app))
             assert f"PATCH /api/v1/nodes/{NODE}" in dialog_text(app)
             await pilot.press("tab", "enter")
             outcome = await wait_until(
@@ -131,8 +170,9 @@ def test_evict_from_the_node_screen_asks_why_shows_the_plan_then_runs_it(
     asyncio.run(body())
 
 
+@DIALOG_ONLY
 def test_escape_on_the_plan_writes_nothing(
-    sim: LocalApiServer, nodes: Cluster, audit: Path, quiet_config: None
+    sim: Any, nodes: Cluster, web: str, audit: Path, quiet_config: None
 ) -> None:
     async def body() -> None:
         app = make_app(sim, audit)
@@ -150,14 +190,15 @@ def test_escape_on_the_plan_writes_nothing(
             assert not isinstance(app.screen, (ConfirmScreen, OutcomeScreen))
         assert OUR_TAINT not in taint_keys(nodes)
         assert not node_obj(nodes, NODE)["spec"].get("unschedulable")
-        assert pod_names(nodes, NODE) == ["default/web-1"]
+        assert pod_names(nodes, NODE) == [f"default/{web}"]
         assert not audit.exists()
 
     asyncio.run(body())
 
 
+@DIALOG_ONLY
 def test_read_only_offers_no_action(
-    sim: LocalApiServer, nodes: Cluster, audit: Path, quiet_config: None
+    sim: Any, nodes: Cluster, web: str, audit: Path, quiet_config: None
 ) -> None:
     async def body() -> None:
         app = make_app(sim, audit, dashboard_read_only=True)

@@ -23,7 +23,7 @@ from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Static
 
 from krea_ops import units
-from krea_ops.burst import PAUSE_TAINT_KEY
+from krea_ops.burst import PAUSE_TAINT_KEY, PAUSE_TAINT_VALUE, PAUSED_REASON
 from krea_ops.errors import KreaError
 from krea_ops.queue import BLOCKERS
 from krea_ops.sim.world.story import LARGE, QUEUED, SMALL
@@ -100,16 +100,23 @@ async def quiet(pilot: Any, app: Any) -> None:
 
 def set_pause(world: Any, reason: str | None) -> None:
     """Add (reason given) or remove our pause taint on the virtual node, as
-    ``burst pause`` will: read-modify-write on the resourceVersion."""
+    ``burst pause`` does: the taint ``krea.ai/burst-paused=true:NoSchedule`` and the
+    reason in an annotation (free text; a taint's value must be a label value), by
+    read-modify-write on the resourceVersion."""
     core = client.CoreV1Api(world.client)
     for _ in range(20):
         raw: Any = core.read_node(VK, _preload_content=False)  # the raw response
         node = json.loads(raw.data)
         taints = [t for t in node["spec"].get("taints") or [] if t["key"] != PAUSE_TAINT_KEY]
         if reason is not None:
-            taints.append({"key": PAUSE_TAINT_KEY, "value": reason, "effect": "NoSchedule"})
+            taints.append(
+                {"key": PAUSE_TAINT_KEY, "value": PAUSE_TAINT_VALUE, "effect": "NoSchedule"}
+            )
         patch = {
-            "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+            "metadata": {
+                "resourceVersion": node["metadata"]["resourceVersion"],
+                "annotations": {PAUSED_REASON: reason},  # None removes it
+            },
             "spec": {"taints": taints},
         }
         try:
@@ -254,7 +261,7 @@ def test_burst_shows_the_virtual_node_providers_and_pause(dashboard_world: Any) 
                 assert "PAUSED" in text(banner)
                 assert "provider outage drill" in text(banner)
                 assert cell(nodes, VK, "state").startswith("PAUSED")
-                assert "krea.ai/burst-paused=provider outage drill" in cell(nodes, VK, "ours")
+                assert "krea.ai/burst-paused=true:NoSchedule" in cell(nodes, VK, "ours")
             finally:
                 set_pause(dashboard_world, None)
             await wait_until(pilot, lambda: not banner.display, timeout=20)

@@ -2,7 +2,11 @@
 Console: `S` resumes the selected finished run from its newest complete checkpoint and `L`
 launches it again under a new name (each through the plan dialog, which starts on
 Cancel); `p` asks why and pauses bursting on every virtual node, `P` unpauses; `b` with no
-free in-cluster GPU is refused in one line and writes nothing."""
+free in-cluster GPU is refused in one line and writes nothing.
+
+An API server per test: the actions on each control plane (upstream, the real Kueue and
+JobSet controller act on what the plans make), on nodes registered as their kubelets do;
+the header's reading of what the test writes on the embedded one."""
 
 from __future__ import annotations
 
@@ -19,35 +23,54 @@ from krea_ops.console import Console
 from krea_ops.kube.cluster import Cluster
 from krea_ops.runbook.training import jobset_path
 from krea_ops.settings import load_settings
-from krea_ops.sim.local import LocalApiServer
 from krea_ops.training.manifests import RESUME_FROM_ANNOTATION, spec_of
 from screens.app import KreaOpsApp
 from screens.dialogs import ConfirmScreen, OutcomeScreen, ReasonScreen
 from screens.training import next_name
-from tests.kube.conftest import cluster, create, set_status, sim
+from tests.conftest import sim_on_control_plane
+from tests.kube.conftest import Kubelets, cluster, create, registered
 from tests.runbook.conftest import node_obj
-from tests.runbook.test_burst import VKS, virtual_nodes
 from tests.runbook.test_train import NAME, NS, launched
-from tests.screens.conftest import wait_until
+from tests.screens.conftest import cluster_actors, gpu_nodes, plan_dialog, wait_until
 from tests.training.dcp_fixture import write_dcp_checkpoint
 
 __all__ = ["cluster", "sim"]
 
+sim = sim_on_control_plane  # an API server per test, on each control plane
+
+# The header reads what the test itself writes (a Lease, a ConfigMap), which no control
+# plane acts on: once, on the embedded one.
+EMBEDDED = pytest.mark.parametrize("control_plane", ["embedded"], indirect=True)
+
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
+VKS = ("vk-runpod", "vk-salad")
+TERMINAL = ("Failed", "Completed")  # a JobSet's conditions once it has ended
 
 
 def kueue_and_nodes(cluster: Cluster, count: int = 2) -> None:
     """What a launch checks: the namespace's LocalQueue, its ClusterQueue and GPU
-    flavor, the priority class, and ``count`` Ready nodes of 8 GPUs in the flavor."""
+    flavor, the priority class, and ``count`` Ready nodes of 8 GPUs in the flavor. The
+    quota is the flavor's GPUs (as quota-sync sets it): one gang of ``count`` nodes
+    takes it all, and the next waits, suspended, for Kueue to admit it. (Each object
+    says its kind: the API server takes a custom resource's from the body only.)"""
+
+    def kind(name: str) -> dict[str, str]:
+        return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": name}
+
     create(
         cluster,
         f"{KUEUE}/resourceflavors",
-        {"metadata": {"name": "h200"}, "spec": {"nodeLabels": {"krea.ai/pool": "h200"}}},
+        {
+            **kind("ResourceFlavor"),
+            "metadata": {"name": "h200"},
+            "spec": {"nodeLabels": {"krea.ai/pool": "h200"}},
+        },
     )
     create(
         cluster,
         f"{KUEUE}/clusterqueues",
         {
+            **kind("ClusterQueue"),
             "metadata": {"name": "training"},
             "spec": {
                 "namespaceSelector": {},
@@ -57,7 +80,9 @@ def kueue_and_nodes(cluster: Cluster, count: int = 2) -> None:
                         "flavors": [
                             {
                                 "name": "h200",
-                                "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 64}],
+                                "resources": [
+                                    {"name": "nvidia.com/gpu", "nominalQuota": 8 * count}
+                                ],
                             }
                         ],
                     }
@@ -68,32 +93,44 @@ def kueue_and_nodes(cluster: Cluster, count: int = 2) -> None:
     create(
         cluster,
         f"{KUEUE}/namespaces/{NS}/localqueues",
-        {"metadata": {"name": "training"}, "spec": {"clusterQueue": "training"}},
+        {
+            **kind("LocalQueue"),
+            "metadata": {"name": "training"},
+            "spec": {"clusterQueue": "training"},
+        },
     )
     create(
         cluster,
         f"{KUEUE}/workloadpriorityclasses",
-        {"metadata": {"name": "training"}, "value": 1000},
+        {**kind("WorkloadPriorityClass"), "metadata": {"name": "training"}, "value": 1000},
     )
-    for i in range(count):
-        name = f"gpu-node-{i:03d}"
+    gpu_nodes(cluster, count)  # gpu-node-000 ..., labelled krea.ai/pool=h200
+
+
+def virtual_kubelets(cluster: Cluster) -> None:
+    """The virtual nodes as virtual-kubelet registers them: labelled
+    ``type=virtual-kubelet``, tainted with their provider, Ready (their Leases renewed by
+    the test's ``Kubelets``)."""
+    for vk, provider in zip(VKS, ("runpod", "salad"), strict=True):
+        taint = {"key": "virtual-kubelet.io/provider", "value": provider, "effect": "NoSchedule"}
         create(
             cluster,
             "/api/v1/nodes",
-            {"metadata": {"name": name, "labels": {"krea.ai/pool": "h200"}}},
-        )
-        set_status(
-            cluster,
-            f"/api/v1/nodes/{name}",
             {
-                "allocatable": {"nvidia.com/gpu": "8"},
-                "capacity": {"nvidia.com/gpu": "8"},
-                "conditions": [{"type": "Ready", "status": "True"}],
+                "metadata": {"name": vk, "labels": {"type": "virtual-kubelet"}},
+                "spec": {"taints": [taint]},
+                "status": {
+                    "capacity": {"nvidia.com/gpu": "64", "pods": "1000"},
+                    "allocatable": {"nvidia.com/gpu": "64", "pods": "1000"},
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+                },
             },
         )
+    for vk in VKS:
+        registered(cluster, vk)
 
 
-def make_app(sim: LocalApiServer, audit: Path, **settings: Any) -> KreaOpsApp:
+def make_app(sim: Any, audit: Path, **settings: Any) -> KreaOpsApp:
     values = {
         "kubeconfig": str(sim.kubeconfig),
         "prometheus_url": "http://127.0.0.1:9",  # no telemetry
@@ -115,9 +152,7 @@ def dialog_text(app: KreaOpsApp) -> str:
 async def run_the_plan(app: KreaOpsApp, pilot: Any, count: int = 1) -> OutcomeScreen:
     """The confirm dialog is up and starts on Cancel; for more than one node the count
     is typed first; then Run, and the outcome."""
-    confirm = await wait_until(
-        pilot, lambda: app.screen if isinstance(app.screen, ConfirmScreen) else None
-    )
+    confirm = await wait_until(pilot, lambda: plan_dialog(app))
     assert app.focused is confirm.query_one("#cancel", Button)
     if count > 1:
         await pilot.press("tab", "enter")  # Run without the count: refused, still here
@@ -149,15 +184,14 @@ def test_next_name_counts_up_past_the_names_taken() -> None:
 
 
 def test_training_screen_resumes_and_launches_again(
-    sim: LocalApiServer, cluster: Cluster, tmp_path: Path
+    sim: Any, cluster: Cluster, tmp_path: Path, control_plane: str
 ) -> None:
     root = tmp_path / "mnt"
     run_dir = root / NS / NAME
     write_dcp_checkpoint(run_dir / "step-100")
     write_dcp_checkpoint(run_dir / "step-200")
     write_dcp_checkpoint(run_dir / "step-300", commit=False)  # the crash's incomplete step
-    launched(cluster)  # Failed: maxRestarts spent
-    kueue_and_nodes(cluster)
+    failed = launched(cluster)  # Failed: maxRestarts spent
     audit = tmp_path / "audit.jsonl"
 
     async def body() -> None:
@@ -187,7 +221,13 @@ def test_training_screen_resumes_and_launches_again(
             assert outcome.title_text == f"resume {NS}/{NAME}: done", outcome.lines
             resumed = jobsets(cluster)[NAME]
             assert resumed["metadata"]["annotations"][RESUME_FROM_ANNOTATION].endswith("step-200")
-            assert not (resumed.get("status") or {}).get("conditions")
+            # a new JobSet, with nothing of the failed one's status (its Failed condition,
+            # its restarts); upstream, the JobSet controller writes its own on it at once
+            # (Suspended while Kueue has not admitted it: setJobSetSuspendedCondition)
+            assert resumed["metadata"]["uid"] != failed["metadata"]["uid"]
+            status = resumed.get("status") or {}
+            ended = [c for c in status.get("conditions") or () if c["type"] in TERMINAL]
+            assert not ended and not status.get("restarts"), status
             await pilot.press("escape")
 
             # L: the same gang under a new name, starting fresh in its own directory
@@ -213,7 +253,9 @@ def test_training_screen_resumes_and_launches_again(
             assert new.resume_from is None and new.checkpoints == f"/checkpoints/{NS}/{NAME}-2"
             assert again["spec"]["suspend"] is True  # for Kueue to admit
 
-    asyncio.run(body())
+    with cluster_actors(sim, control_plane):
+        kueue_and_nodes(cluster)
+        asyncio.run(body())
     records = [json.loads(line) for line in audit.read_text().splitlines()]
     assert [r["action"] for r in records if r["record"] == "end"] == [
         "train resume",
@@ -222,9 +264,8 @@ def test_training_screen_resumes_and_launches_again(
 
 
 def test_burst_screen_pauses_unpauses_and_refuses_a_migrate_with_no_room(
-    sim: LocalApiServer, cluster: Cluster, tmp_path: Path
+    sim: Any, cluster: Cluster, tmp_path: Path
 ) -> None:
-    virtual_nodes(cluster)
     audit = tmp_path / "audit.jsonl"
 
     def paused() -> dict[str, str | None]:
@@ -269,14 +310,17 @@ def test_burst_screen_pauses_unpauses_and_refuses_a_migrate_with_no_room(
             assert outcome.title_text == "unpause bursting: done", outcome.lines
             assert paused() == {vk: None for vk in VKS}
 
-    asyncio.run(body())
+    with Kubelets(sim):  # the virtual kubelets' Leases
+        virtual_kubelets(cluster)
+        asyncio.run(body())
     assert not [
         r for r in map(json.loads, audit.read_text().splitlines()) if r["action"] == "burst migrate"
     ]
 
 
+@EMBEDDED
 def test_header_shows_the_controllers_and_a_reached_blast_cap(
-    sim: LocalApiServer, cluster: Cluster, tmp_path: Path
+    sim: Any, cluster: Cluster, tmp_path: Path
 ) -> None:
     """What the runner leaves in the cluster (its Lease renewed now, node-health's state
     with the cap reached) reads in the header as controllers led and the cap in red;

@@ -799,6 +799,44 @@ def test_name_errors_use_the_real_wording(api: client.ApiClient) -> None:
     assert payload["details"]["causes"][0]["field"] == "metadata.name"
 
 
+def test_a_custom_resource_says_its_kind_and_a_taint_value_is_a_label_value(
+    api: client.ApiClient,
+) -> None:
+    """As kube-apiserver 1.36 reads them (these messages are its own, byte for byte): a
+    custom resource is decoded unstructured, taking neither its kind nor its apiVersion
+    from the URL as a built-in kind does (apimachinery's json Serializer.Decode, worded
+    by apiserver's transformDecodeError; create.go's AcceptsGroupVersion); a taint's
+    value must be a label value (validateNodeTaints, under ``metadata.taints``)."""
+    path = "/apis/kueue.x-k8s.io/v1beta2/resourceflavors"
+    body = b'{"metadata": {"name": "h200"}, "spec": {"nodeLabels": {"krea.ai/pool": "h200"}}}'
+    status, payload = _raw(api, "POST", path, body)
+    assert (status, payload["reason"]) == (400, "BadRequest")
+    assert payload["message"] == (
+        "the object provided is unrecognized (must be of type ResourceFlavor): Object 'Kind' "
+        f"is missing in '{body.decode()}' ({body[:30].decode()} ...)"
+    )
+    status, payload = _raw(api, "POST", path, b'{"kind": "ResourceFlavor", "metadata": {}}')
+    assert (status, payload["message"]) == (
+        400,
+        "the API version in the data () does not match the expected API version "
+        "(kueue.x-k8s.io/v1beta2)",
+    )
+    taint = {"key": "krea.ai/burst-paused", "value": "an outage", "effect": "NoSchedule"}
+    node = {"metadata": {"name": "n"}, "spec": {"taints": [taint]}}
+    status, payload = _raw(api, "POST", "/api/v1/nodes", json.dumps(node).encode())
+    assert (status, payload["reason"]) == (422, "Invalid")
+    assert payload["message"].startswith(
+        'Node "n" is invalid: metadata.taints[0].value: Invalid value: "an outage": a valid '
+        "label must be an empty string or consist of alphanumeric characters"
+    )
+    assert [c["field"] for c in payload["details"]["causes"]] == ["metadata.taints[0].value"]
+    flavors = client.CustomObjectsApi(api).list_cluster_custom_object(
+        "kueue.x-k8s.io", "v1beta2", "resourceflavors"
+    )
+    assert flavors["items"] == []
+    assert client.CoreV1Api(api).list_node().items == []
+
+
 def test_wrong_token_gets_401(sim: LocalApiServer) -> None:
     config = client.Configuration()
     config.host = sim.url
