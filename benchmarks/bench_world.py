@@ -225,6 +225,7 @@ def _thread_cpu(actor: Any) -> float:
 
 
 def run_one(args: argparse.Namespace) -> dict[str, Any]:
+    from krea_ops.sim.local import LocalApiServer
     from krea_ops.sim.world.actor import WorldConfig
     from krea_ops.sim.world.training import submit_training
     from krea_ops.sim.world.world import SimWorld
@@ -278,6 +279,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         gc.set_threshold(50_000, 50, 1000)
     _log(f"started in {out['startup_s']:.1f} s")
     try:
+        assert isinstance(w.sim, LocalApiServer)  # counts the embedded server's requests
         api = w.sim.api
         counter = RequestCounter(api.handle)
         api.handle = counter  # type: ignore[method-assign]

@@ -89,6 +89,7 @@ def serve(
                 f"--state {state} is not a writable directory: {exc.strerror or exc}"
             ) from None
     closer: Any
+    sim: Any  # LocalApiServer or UpstreamControlPlane: url, kubeconfig, state_dir
     say = lambda line: print(f"  {line}", file=sys.stderr, flush=True)  # noqa: E731
     if api_only and control_plane == "upstream":
         from krea_ops.sim.upstream.controlplane import UpstreamControlPlane

@@ -171,7 +171,16 @@ def test_a_flag_that_says_otherwise_is_obeyed(spawn: list[subprocess.Popen[str]]
 def test_no_default_address_is_a_wildcard() -> None:
     assert parse_listen(":9400") == ("127.0.0.1", 9400)  # no host: loopback, not all
     assert Settings().exporter_listen == "127.0.0.1:9400"
-    for callable_ in (HttpFront.__init__, LocalApiServer.__init__, SimWorld.__init__):
+    from krea_ops.sim.upstream.controlplane import UpstreamControlPlane
+    from krea_ops.sim.world.kubelet_server import KubeletServer
+
+    for callable_ in (
+        HttpFront.__init__,
+        LocalApiServer.__init__,
+        SimWorld.__init__,
+        UpstreamControlPlane.__init__,
+        KubeletServer.__init__,
+    ):
         assert inspect.signature(callable_).parameters["host"].default == "127.0.0.1"
     from commands import controller, sim
 
@@ -182,7 +191,9 @@ def test_no_default_address_is_a_wildcard() -> None:
 
     # Nowhere in the code or the manifests is an all-interfaces address written down:
     # in deploy/ the exporter and the controllers listen on the pod's own IP, by name.
-    wildcard = re.compile(r"0\.0\.0\.0(?!/0)|\[::\]|bind\(\(\"\"|(host|addr|address)=\"\"")
+    wildcard = re.compile(
+        r"(?<![\d.])0\.0\.0\.0(?!/0)|\[::\]|bind\(\(\"\"|(host|addr|address)=\"\""
+    )
     allowed = {"krea_ops/sim/crds"}  # upstream CRD schemas' own prose
     offenders = []
     for top in ("krea_ops", "commands", "screens", "deploy"):

@@ -497,8 +497,8 @@ class UpstreamControlPlane:
                     "frameworks": ["batch/job", "jobset.x-k8s.io/jobset", "pod"],
                 },
                 "resources": {"excludeResourcePrefixes": KUEUE_EXCLUDED},
-                # The on-demand visibility API server would listen on 0.0.0.0:8082 with a
-                # certificate from a fixed /visibility: krea-ops reads Workloads instead.
+                # The on-demand visibility API server would listen on every interface (port
+                # 8082) with a certificate from a fixed /visibility: krea-ops reads Workloads.
                 "featureGates": {"VisibilityOnDemand": False, **feature_gates},
             },
             webhook,
