@@ -15,9 +15,12 @@ import pytest
 from krea_ops.controllers.base import NAMESPACE
 from krea_ops.kube.cluster import Cluster
 from krea_ops.model import FleetTelemetry, GpuSample, NodeTelemetry
-from tests.kube.conftest import cluster, create, set_status, sim
+from tests.conftest import sim_on_control_plane
+from tests.kube.conftest import cluster, create, registered, set_status
 
 __all__ = ["cluster", "sim"]
+
+sim = sim_on_control_plane  # an API server per test, on each control plane
 
 T0 = 1_800_000_000.0  # the simulated wall clock's start (Unix seconds)
 PROVIDER_TAINT = {"key": "virtual-kubelet.io/provider", "value": "acme", "effect": "NoSchedule"}
@@ -54,6 +57,8 @@ def gpu_node(cluster: Cluster, name: str, gpus: int = 8, *, ready: bool = True) 
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
         },
     )
+    if ready:
+        registered(cluster, name)
 
 
 def virtual_node(cluster: Cluster, name: str, taints: list[dict[str, str]] | None = None) -> None:
@@ -74,6 +79,7 @@ def virtual_node(cluster: Cluster, name: str, taints: list[dict[str, str]] | Non
             "conditions": [{"type": "Ready", "status": "True"}],
         },
     )
+    registered(cluster, name)
 
 
 def gpu_pod(cluster: Cluster, node: str, name: str, gpus: int) -> None:

@@ -612,7 +612,7 @@ def mb_training_pods(cluster: Cluster) -> int:
 
 
 @pytest.fixture
-def mb_kueue_world(tmp_path: Path) -> Iterator[tuple[SimWorld, Cluster]]:
+def mb_kueue_world(tmp_path: Path, control_plane: str) -> Iterator[tuple[SimWorld, Cluster]]:
     """Two 8-GPU nodes with the simulated Kueue and virtual kubelet. A training took
     every in-cluster GPU, so Kueue admitted the three replicas of the Kueue-managed
     inference Deployment ``serve`` on the burst flavor (offsite); then the training
@@ -622,6 +622,7 @@ def mb_kueue_world(tmp_path: Path) -> Iterator[tuple[SimWorld, Cluster]]:
     manifest["metadata"].pop("annotations")  # no autoscaler: three replicas stay
     manifest["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 5
     config = WorldConfig(
+        control_plane=control_plane,
         nodes=2,
         speed=120,
         providers=(CHEAP, MID),

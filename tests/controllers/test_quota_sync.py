@@ -312,9 +312,11 @@ def test_settings_from_the_krea_ops_settings() -> None:
 
 
 @pytest.fixture
-def qs_kueue_world(tmp_path: Path) -> Iterator[tuple[SimWorld, Cluster]]:
+def qs_kueue_world(tmp_path: Path, control_plane: str) -> Iterator[tuple[SimWorld, Cluster]]:
     """Two 8-GPU nodes and the simulated Kueue: training 12 and inference 4 on h200."""
-    config = WorldConfig(nodes=2, speed=60, exporters=False, prometheus=False)
+    config = WorldConfig(
+        control_plane=control_plane, nodes=2, speed=60, exporters=False, prometheus=False
+    )
     with SimWorld(config, tmp_path, parts=("cluster", "kueue")) as world:
         cluster = Cluster(world.client, timeout_s=30)
         wait_for(lambda: len(qs_quotas(cluster)) == 2 and qs_ready_nodes(cluster) == 2)

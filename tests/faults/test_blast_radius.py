@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from krea_ops.controllers.base import NAMESPACE, Inputs
 from krea_ops.controllers.loop import JsonLog, PassResult, Runner
@@ -34,8 +36,11 @@ from krea_ops.model import FleetTelemetry, GpuSample, IbPortSample, NodeTelemetr
 from krea_ops.runbook.audit import AuditLog
 from krea_ops.runbook.nodes import TAINT_KEY
 from krea_ops.sim.local import LocalApiServer
+from tests.conftest import EMBEDDED_ONLY, sim_on_control_plane
 from tests.controllers.conftest import Clock
-from tests.kube.conftest import create, set_status
+from tests.kube.conftest import Kubelets, create, registered, set_status
+
+sim = sim_on_control_plane  # an API server per test, on each control plane
 
 MINUTE, HOUR = 60.0, 3600.0
 USER = "system:serviceaccount:krea-ops:node-health"
@@ -66,7 +71,16 @@ def make_nodes(cluster: Cluster, count: int, racks: int = 1) -> list[str]:
             },
         )
         names.append(name)
+    for name in names:
+        registered(cluster, name)
     return names
+
+
+@pytest.fixture(autouse=True)
+def kubelets(sim: Any) -> Iterator[Kubelets]:
+    """The nodes' kubelets stay alive (their Leases renewed) all through a test."""
+    with Kubelets(sim) as kubelets:
+        yield kubelets
 
 
 @dataclass
@@ -332,6 +346,7 @@ def test_findings_dripping_in_for_24_hours_never_exceed_the_cap(
         assert len(q) <= cap
 
 
+@EMBEDDED_ONLY  # the refusal is the embedded server's fault switch (sim.api.faults)
 def test_a_refused_uncordon_of_a_capped_node_is_retried_and_nothing_else_is_quarantined(
     sim: LocalApiServer, product: Cluster, tmp_path: Path
 ) -> None:

@@ -28,7 +28,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from krea_ops.controllers.base import NAMESPACE
 from krea_ops.controllers.status import plan_ack
 from krea_ops.errors import BadInput
 from krea_ops.kube.cluster import Cluster
+from krea_ops.kube.events import CONTROLLER as EVENTS_CONTROLLER
 from krea_ops.runbook.audit import AuditLog
 from krea_ops.runbook.burst import plan_pause, plan_unpause
 from krea_ops.runbook.execute import execute
@@ -49,9 +50,9 @@ from krea_ops.sim.local import LocalApiServer
 from krea_ops.sim.world.actor import WorldConfig
 from krea_ops.sim.world.kueue import KUEUE_API, kueue_objects
 from krea_ops.training.manifests import TrainingSpec
-from tests.conftest import KREA_OPS, wait_for
+from tests.conftest import EMBEDDED_ONLY, KREA_OPS, api_server, sim_on_control_plane, wait_for
 from tests.faults.conftest import kubeconfig
-from tests.kube.conftest import create, set_status
+from tests.kube.conftest import Kubelets, create, registered, set_status
 from tests.runbook.conftest import fleet, pod_on
 from tests.runbook.test_burst import virtual_nodes
 from tests.runbook.test_train import NAME, NS, launched
@@ -61,6 +62,15 @@ BAD = "gpu-node-001"
 VKS = ("vk-runpod", "vk-salad")
 REASON = "xid 79 on gpu 3"
 SIM_USER = "krea-sim-admin"  # the user of the simulator's kubeconfig: who the CLI says acts
+
+sim = sim_on_control_plane  # an API server per test, on each control plane
+
+
+@pytest.fixture(autouse=True)
+def kubelets(sim: Any) -> Iterator[Kubelets]:
+    """The nodes' kubelets: alive, each ending its evicted pods' deletion."""
+    with Kubelets(sim) as kubelets:
+        yield kubelets
 
 
 class Killed(BaseException):
@@ -84,13 +94,19 @@ class Action:
     setup: Callable[[Cluster, Path], None]
     plan: Callable[[Cluster, Path], Plan]
     steps: int  # how many steps its plan has from the starting state
+    # what the control plane does after the action, waited for before the state is read
+    # (given the cluster and its control plane)
+    settle: Callable[[Cluster, str], None] = lambda _cluster, _control_plane: None
 
 
 def _evict_setup(cluster: Cluster, tmp: Path) -> None:
     fleet(cluster, 4)
-    pod_on(cluster, BAD, "web-0")
-    pod_on(cluster, BAD, "web-1", owned_by=("StatefulSet", "db"))
-    pod_on(cluster, "gpu-node-002", "web-2")
+    # bare pods: a drain treats every owner but a DaemonSet alike, and a pod naming an
+    # owner that does not exist is refused by Kueue's pod webhook (and deleted by the
+    # garbage collector) on the upstream control plane
+    pod_on(cluster, BAD, "web-0", owned_by=None)
+    pod_on(cluster, BAD, "web-1", owned_by=None)
+    pod_on(cluster, "gpu-node-002", "web-2", owned_by=None)
 
 
 def _evict_plan(cluster: Cluster, tmp: Path) -> Plan:
@@ -129,6 +145,15 @@ def _launch_setup(cluster: Cluster, tmp: Path) -> None:
         set_status(cluster, f"/api/v1/nodes/gpu-node-{i:03d}", {
             "capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"},
             "conditions": [{"type": "Ready", "status": "True"}]})  # fmt: skip
+        registered(cluster, f"gpu-node-{i:03d}")
+
+
+def _launch_settle(cluster: Cluster, control_plane: str) -> None:
+    """Kueue admits the JobSet (its ClusterQueue has the gang's quota): on the upstream
+    control plane, where Kueue runs, its admission unsuspends it and the Jobs' pods come."""
+    if control_plane == "upstream":
+        path = jobset_path(NS, NAME)
+        wait_for(lambda: cluster.get("jobset", path)["spec"].get("suspend") is False, timeout=60)
 
 
 def _launch_plan(cluster: Cluster, tmp: Path) -> Plan:
@@ -161,7 +186,7 @@ ACTIONS = {
     "nodes restore": Action(_restore_setup, lambda c, _: plan_restore(c, [BAD], user="bob"), 2),
     "burst pause": Action(lambda c, _: virtual_nodes(c), _pause_plan, 4),
     "burst unpause": Action(_unpause_setup, lambda c, _: plan_unpause(c, VKS, user="bob"), 4),
-    "train launch": Action(_launch_setup, _launch_plan, 1),
+    "train launch": Action(_launch_setup, _launch_plan, 1, _launch_settle),
     "train resume": Action(_resume_setup, _resume_plan, 2),
     "controller ack": Action(_ack_setup, _ack_plan, 1),
 }
@@ -181,22 +206,51 @@ def killed_after(k: int) -> Callable[[], None]:
 
 
 STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
+# the volume of a pod's service account token, named by the ServiceAccount admission
+# plugin of kube-apiserver with a random suffix
+TOKEN_VOLUME = re.compile(r"^kube-api-access-[a-z0-9]{5}$")
+# the Workload Kueue made for a JobSet, named after its uid, which its admission writes
+# into the JobSet's pod templates
+WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"
 VOLATILE = {"uid", "resourceVersion", "creationTimestamp", "managedFields", "generation"}
 
 
 def _plain(value: Any) -> Any:
     """``value`` with times, uids and versions out of the way."""
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items() if k not in VOLATILE}
+        return {
+            k: "<workload>" if k == WORKLOAD_ANNOTATION else _plain(v)
+            for k, v in value.items()
+            if k not in VOLATILE
+        }
     if isinstance(value, list):
         return [_plain(v) for v in value]
     if isinstance(value, str):
-        return STAMP.sub("<time>", value)
+        return TOKEN_VOLUME.sub("kube-api-access-<random>", STAMP.sub("<time>", value))
     return value
 
 
+# The taints the node lifecycle controller keeps in step with a node's conditions and
+# cordon (``node.kubernetes.io/not-ready``, ``unreachable``, ``unschedulable``, ...):
+# the control plane's, put and lifted on its own time after each change, not an action's.
+CONTROL_PLANE_TAINTS = "node.kubernetes.io/"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+
+
+def _ours(node: dict[str, Any]) -> dict[str, Any]:
+    spec = dict(node.get("spec") or {})
+    if "taints" in spec:
+        spec["taints"] = [
+            t for t in spec["taints"] if not t["key"].startswith(CONTROL_PLANE_TAINTS)
+        ] or None
+        if spec["taints"] is None:
+            del spec["taints"]
+    return {**node, "spec": spec}
+
+
 def state(cluster: Cluster) -> dict[str, Any]:
-    """What an action may change, as a user compares it (Events apart)."""
+    """What an action may change, as a user compares it (Events and the control plane's
+    own taints apart)."""
 
     def items(path: str) -> dict[str, Any]:
         body = cluster.get(path, path)
@@ -207,10 +261,21 @@ def state(cluster: Cluster) -> dict[str, Any]:
             for o in body["items"]
         }
 
-    out = {"nodes": items("/api/v1/nodes"), "pods": items("/api/v1/pods")}
+    nodes = {name: _ours(node) for name, node in items("/api/v1/nodes").items()}
+    # the pods of a JobSet's Jobs follow from the JobSet (compared below), named at random
+    # by the Job controller (on the upstream control plane)
+    pods = {
+        name: pod
+        for name, pod in items("/api/v1/pods").items()
+        if JOBSET_NAME_LABEL not in (pod["metadata"].get("labels") or {})
+    }
+    out = {"nodes": nodes, "pods": pods}
     out["configmaps"] = (
         items(f"/api/v1/namespaces/{NAMESPACE}/configmaps") if _has_ns(cluster, NAMESPACE) else {}
     )
+    # the control plane's CA bundle, which kube-controller-manager publishes in every
+    # namespace (its root-ca-cert-publisher): each control plane has a CA of its own
+    out["configmaps"].pop(f"{NAMESPACE}/kube-root-ca.crt", None)
     out["jobsets"] = items(jobset_path(NS)) if _has_ns(cluster, NS) else {}
     return out
 
@@ -220,30 +285,38 @@ def _has_ns(cluster: Cluster, name: str) -> bool:
 
 
 def events(cluster: Cluster) -> Counter[tuple[str, str]]:
-    """Occurrences per (object, reason)."""
+    """Occurrences per (object, reason) of the Events krea-ops recorded (the control
+    plane's components record theirs, on their own time: a node registered, a Job
+    suspended)."""
     body = cluster.get("events", "/api/v1/events")
     out: Counter[tuple[str, str]] = Counter()
     for e in body["items"]:
+        if e.get("reportingComponent") != EVENTS_CONTROLLER:
+            continue
         ref = e["involvedObject"]
         key = (f"{ref.get('kind')} {ref.get('namespace', '')}/{ref.get('name')}", e["reason"])
         out[key] += int(e.get("count") or (e.get("series") or {}).get("count") or 1)
     return out
 
 
-def clean_run(action: Action, tmp: Path) -> tuple[dict[str, Any], Counter[tuple[str, str]]]:
-    """What one uninterrupted run leaves, on a simulated API server of its own."""
-    server = LocalApiServer(tmp / "clean-state")
-    try:
-        with server.api_client() as api:
-            cluster = Cluster(api, timeout_s=30)
-            action.setup(cluster, tmp / "clean")
-            before = events(cluster)
-            plan = action.plan(cluster, tmp / "clean")
-            assert len(plan.steps) == action.steps, [s.description for s in plan.steps]
-            assert execute(cluster, plan).status == "done"
-            return state(cluster), events(cluster) - before
-    finally:
-        server.close()
+def clean_run(
+    action: Action, tmp: Path, control_plane: str
+) -> tuple[dict[str, Any], Counter[tuple[str, str]]]:
+    """What one uninterrupted run leaves, on an API server of its own (the same control
+    plane's)."""
+    with (
+        api_server(control_plane, tmp / "clean-state") as server,
+        server.api_client() as api,
+        Kubelets(server),
+    ):
+        cluster = Cluster(api, timeout_s=30)
+        action.setup(cluster, tmp / "clean")
+        before = events(cluster)
+        plan = action.plan(cluster, tmp / "clean")
+        assert len(plan.steps) == action.steps, [s.description for s in plan.steps]
+        assert execute(cluster, plan).status == "done"
+        action.settle(cluster, control_plane)
+        return state(cluster), events(cluster) - before
 
 
 def records(path: Path) -> list[dict[str, Any]]:
@@ -252,10 +325,10 @@ def records(path: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize(("name", "k"), CASES, ids=[f"{n}-after-{k}" for n, k in CASES])
 def test_killed_after_step_k_then_run_again_converges(
-    cluster: Cluster, tmp_path: Path, name: str, k: int
+    cluster: Cluster, tmp_path: Path, name: str, k: int, control_plane: str
 ) -> None:
     action = ACTIONS[name]
-    want_state, want_events = clean_run(action, tmp_path)
+    want_state, want_events = clean_run(action, tmp_path, control_plane)
 
     action.setup(cluster, tmp_path / "kill")
     before = events(cluster)
@@ -280,6 +353,7 @@ def test_killed_after_step_k_then_run_again_converges(
         return
     result = execute(cluster, again, audit=audit)
     assert result.status == "done", result.as_dict()
+    action.settle(cluster, control_plane)
 
     # the same state as one clean run
     assert state(cluster) == want_state
@@ -307,6 +381,7 @@ def test_killed_after_step_k_then_run_again_converges(
     assert [(e["run_id"], e["status"]) for e in ends] == [(starts[1]["run_id"], "done")]
 
 
+@EMBEDDED_ONLY  # the held eviction is the embedded server's fault switch (sim.api.faults)
 def test_a_real_kill_9_between_steps_leaves_what_the_fence_leaves(
     sim: LocalApiServer, cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -317,7 +392,7 @@ def test_a_real_kill_9_between_steps_leaves_what_the_fence_leaves(
     _evict_setup(cluster, tmp_path)
     as_cli = Action(_evict_setup, lambda c, _: plan_evict(c, [BAD], reason=REASON,
                     user=SIM_USER, timeout_s=30), 4)  # fmt: skip
-    want_state, _ = clean_run(as_cli, tmp_path)
+    want_state, _ = clean_run(as_cli, tmp_path, "embedded")
     plan = _evict_plan(cluster, tmp_path)
     assert [str(s.kind) for s in plan.steps][:3] == ["update", "event", "evict"]
     # every eviction held (they go in parallel), unanswered, never applied

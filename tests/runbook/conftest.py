@@ -69,6 +69,63 @@ def pod_on(
     return pod
 
 
+def daemon_pod(cluster: Cluster, node: str, name: str, control_plane: str) -> str:
+    """A pod of DaemonSet ``name`` (in ``default``, made here, scheduled to ``node`` only,
+    tolerating every taint as a node agent does) on ``node``; returns the pod's name.
+
+    On the upstream control plane the DaemonSet controller makes the pod (a pod naming an
+    owner that does not exist is refused by Kueue's pod webhook, and the garbage collector
+    would delete it); the embedded server runs no DaemonSet controller, so the pod is made
+    here as that controller makes it, its controller reference the DaemonSet's uid."""
+    labels = {"app": name}
+    pin = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    spec = {
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [pin]}}},
+        "tolerations": [{"operator": "Exists"}],
+        "containers": [{"name": "c", "image": "img:1"}],
+    }  # fmt: skip
+    ds = create(
+        cluster,
+        "/apis/apps/v1/namespaces/default/daemonsets",
+        {
+            "metadata": {"name": name, "labels": labels},
+            "spec": {
+                "selector": {"matchLabels": labels},
+                "updateStrategy": {"type": "OnDelete"},
+                "template": {"metadata": {"labels": labels}, "spec": spec},
+            },
+        },
+    )
+    path = "/api/v1/namespaces/default/pods"
+    if control_plane == "upstream":
+
+        def made() -> str | None:
+            body = cluster.get("pods", path, labelSelector=f"app={name}")
+            pods = [p for p in body["items"] if p["spec"].get("nodeName") == node]
+            return str(pods[0]["metadata"]["name"]) if pods else None
+
+        made_name: str = wait_for(made, timeout=30)
+        return made_name
+    ref = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "name": name,
+        "uid": ds["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    pod_name = f"{name}-{node[-3:]}"
+    meta = {"name": pod_name, "labels": labels, "ownerReferences": [ref]}
+    create(cluster, path, {"metadata": meta, "spec": {**spec, "nodeName": node}})
+    set_status(
+        cluster,
+        f"{path}/{pod_name}",
+        {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    )
+    return pod_name
+
+
 def budget(
     cluster: Cluster,
     name: str,

@@ -45,8 +45,9 @@ USER = "system:serviceaccount:krea-ops:node-health"
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[SimWorld]:
+def world(tmp_path: Path, control_plane: str) -> Iterator[SimWorld]:
     config = WorldConfig(
+        control_plane=control_plane,
         nodes=4,
         speed=60,
         checkpoint_interval_s=240.0,

@@ -39,8 +39,9 @@ USER = "system:serviceaccount:krea-ops:node-health"
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[SimWorld]:
+def world(tmp_path: Path, control_plane: str) -> Iterator[SimWorld]:
     config = WorldConfig(
+        control_plane=control_plane,
         nodes=3,  # a gang of 2 and a spare for the swapped node's rank
         speed=120,
         failure_multiplier=0.0,

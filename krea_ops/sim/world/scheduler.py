@@ -175,7 +175,7 @@ def _allocatable(node: dict[str, Any]) -> dict[str, float]:
     out = {}
     for k, v in as_dict(status_of(node).get("allocatable")).items():
         q = quantity_or_none(v)
-        if q is not None:  # else the filters' defaults apply (110 pods, 0 of the rest)
+        if q is not None:  # else the filters' default applies: 0 (pods included)
             out[k] = float(q)
     return out
 
@@ -395,7 +395,9 @@ class Scheduler(Actor):
         if not node_matches_pod(spec, info.node):
             return ["node(s) didn't match Pod's node affinity/selector"]
         reasons = []
-        if info.pods + 1 > info.alloc.get("pods", 110.0):
+        # a node that reports no "pods" allows none (NodeResourcesFit's fitsRequest,
+        # pkg/scheduler/framework/plugins/noderesources/fit.go: AllowedPodNumber 0)
+        if info.pods + 1 > info.alloc.get("pods", 0.0):
             reasons.append("Too many pods")
         for k, v in reqs.items():
             if v > 0 and info.used.get(k, 0.0) + v > info.alloc.get(k, 0.0) + 1e-9:
