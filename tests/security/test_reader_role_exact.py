@@ -20,7 +20,7 @@ from krea_ops.console import Console
 from krea_ops.settings import Settings
 from krea_ops.sim.authz import Attributes, attributes
 from krea_ops.sim.http import write_kubeconfig
-from krea_ops.sim.world.story import story_config
+from krea_ops.sim.world.story import Story, story_config
 from krea_ops.sim.world.world import SimWorld
 from tests.conftest import ROOT, wait_for
 
@@ -58,7 +58,10 @@ def world(tmp_path: Path) -> Iterator[tuple[SimWorld, Path, list[tuple[Attribute
     state = tmp_path / "state"
     state.mkdir()
     (state / "tokens.csv").write_text(f'{READER_TOKEN},rita,rita-uid,"krea-ops:readers"\n')
-    w = SimWorld(story_config(nodes=2, seed=0, speed=60), state)
+    # The small training outlasts the test: the sweep stays pending behind it, so queue
+    # why and the queue screen meet a waiting workload (and ask the visibility API for its
+    # position) however slowly a loaded machine gets there.
+    w = SimWorld(story_config(nodes=2, seed=0, speed=60, story=Story(small_runs_s=3600)), state)
     calls: list[tuple[Attributes, int]] = []
     try:
         with w.sim.api_client() as admin:
