@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -43,3 +44,24 @@ class ConnectionTrackingServer(ThreadingHTTPServer):
         for conn in conns:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
+
+
+class TlsHandler(BaseHTTPRequestHandler):
+    """HTTP/1.1 keep-alive over TLS, quiet: what the simulated API server and the
+    simulated kubelets' endpoint serve with."""
+
+    protocol_version = "HTTP/1.1"
+    # Headers and body go out in separate writes; with Nagle on, a keep-alive client
+    # waits out the peer's delayed ACK (~40 ms) on every request.
+    disable_nagle_algorithm = True
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def setup(self) -> None:
+        # The TLS handshake runs here, on the connection's own thread, not in accept().
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.settimeout(30)
+            self.request.do_handshake()
+            self.request.settimeout(None)
+        super().setup()

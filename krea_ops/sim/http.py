@@ -13,14 +13,13 @@ import secrets
 import ssl
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from krea_ops.errors import BadInput
-from krea_ops.serving import ConnectionTrackingServer
+from krea_ops.serving import ConnectionTrackingServer, TlsHandler
 from krea_ops.sim.apiserver import ApiServer, Request, Response, WatchStream
 
 # Past the API server's own 3 MiB limit (which answers with a Status), the connection
@@ -28,24 +27,9 @@ from krea_ops.sim.apiserver import ApiServer, Request, Response, WatchStream
 _BODY_LIMIT = 8 * 1024 * 1024
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(TlsHandler):
     api: ApiServer
-    protocol_version = "HTTP/1.1"
     server_version = "krea-sim-apiserver"
-    # Headers and body go out in separate writes; with Nagle on, a keep-alive client
-    # waits out the peer's delayed ACK (~40 ms) on every request.
-    disable_nagle_algorithm = True
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def setup(self) -> None:
-        # The TLS handshake runs here, on the connection's own thread, not in accept().
-        if isinstance(self.request, ssl.SSLSocket):
-            self.request.settimeout(30)
-            self.request.do_handshake()
-            self.request.settimeout(None)
-        super().setup()
 
     def _serve(self) -> None:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():

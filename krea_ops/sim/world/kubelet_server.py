@@ -57,14 +57,13 @@ import ssl
 import sys
 import threading
 from collections.abc import Iterable
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from krea_ops.kube import times
-from krea_ops.serving import ConnectionTrackingServer
+from krea_ops.serving import ConnectionTrackingServer, TlsHandler
 from krea_ops.sim import logs as podlogs
 from krea_ops.sim.tls import ensure_certificate, server_context
 
@@ -177,22 +176,9 @@ def _loopback(host: str) -> bool:
         return False
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(TlsHandler):
     kubelet: KubeletServer
-    protocol_version = "HTTP/1.1"
     server_version = "krea-sim-kubelet"
-    disable_nagle_algorithm = True
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def setup(self) -> None:
-        # The TLS handshake runs here, on the connection's own thread, not in accept().
-        if isinstance(self.request, ssl.SSLSocket):
-            self.request.settimeout(30)
-            self.request.do_handshake()
-            self.request.settimeout(None)
-        super().setup()
 
     def do_GET(self) -> None:
         url = urlsplit(self.path)
