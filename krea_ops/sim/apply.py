@@ -837,11 +837,12 @@ def apply(
         left = without_subtrees(difference(fields, changed) if clash else fields, removed or None)
         if left:
             kept.append(e if left is fields else {**e, "fieldsV1": left})
-    upgradable = manager == "kubectl" and all(
-        _has(_upgradable(live_obj, api_version, node), c.path) for c in conflicts
-    )
-    if conflicts and not force and not upgradable:
-        raise ApplyConflict(conflicts)
+    if conflicts and not force:
+        # kubectl's own apply may take over its client-side fields: worked out once, and
+        # only when there is a conflict to forgive
+        allowed = _upgradable(live_obj, api_version, node) if manager == "kubectl" else None
+        if not all(_has(allowed, c.path) for c in conflicts):
+            raise ApplyConflict(conflicts)
     unchanged = live is not None and merged == live_obj and last is not None
     stamp = str(last.get("time", now)) if unchanged and last is not None else now
     kept.append(_entry(manager, APPLY, api_version, stamp, applied, subresource))
