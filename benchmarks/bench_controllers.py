@@ -748,9 +748,9 @@ def prometheus_samples(url: str, node: str, gpu: int, span_s: float) -> list[tup
 def reaction(args: argparse.Namespace, cli: str) -> None:
     from krea_ops.controllers.node_health import NodeHealth
     from krea_ops.settings import Settings
-    from krea_ops.sim.world.actor import WorldConfig
-    from krea_ops.sim.world.faults import inject_fault
-    from krea_ops.sim.world.world import SimWorld
+    from krea_ops.sim.common.actor import WorldConfig
+    from krea_ops.sim.machines.faults import inject_fault
+    from krea_ops.sim.world import SimWorld
     from krea_ops.telemetry.prometheus import PrometheusSource
 
     bound = 2 * args.scrape + args.window

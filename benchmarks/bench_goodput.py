@@ -103,22 +103,22 @@ from krea_ops.model import (  # noqa: E402
 )
 from krea_ops.runbook.nodes import EvictInputs  # noqa: E402
 from krea_ops.runbook.plan import Plan, StepKind  # noqa: E402
-from krea_ops.sim.world.actor import WorldConfig  # noqa: E402
-from krea_ops.sim.world.devices import (  # noqa: E402
+from krea_ops.sim.common.actor import WorldConfig  # noqa: E402
+from krea_ops.sim.machines.devices import (  # noqa: E402
     SLOW_BURNERS_RNG,
     SlowBurners,
     _h,
     bad_port_errors,
     plan_slow_burners,
 )
-from krea_ops.sim.world.faults import (  # noqa: E402
+from krea_ops.sim.machines.faults import (  # noqa: E402
     CAUSES,
     DEFAULT_REPAIR_S,
     GPU_CAUSES,
     LEMON_FACTOR,
     repair_time,
 )
-from krea_ops.sim.world.thermal import HW_SLOWDOWN, HW_THERMAL, SW_THERMAL, GpuModel, Load  # noqa: E402
+from krea_ops.sim.machines.thermal import HW_SLOWDOWN, HW_THERMAL, SW_THERMAL, GpuModel, Load  # noqa: E402
 from krea_ops.training import attribution  # noqa: E402
 from krea_ops.training.advice import advise  # noqa: E402
 from krea_ops.training.gangs import Gang  # noqa: E402

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from krea_ops.controllers.base import NAMESPACE  # noqa: E402
 from krea_ops.kube.cluster import Cluster  # noqa: E402
-from krea_ops.sim.local import LocalApiServer  # noqa: E402
+from krea_ops.sim.apiserver.local import LocalApiServer  # noqa: E402
 from tests.faults.test_leader_faults import run_scenarios, summary  # noqa: E402
 from tests.kube.conftest import create  # noqa: E402
 

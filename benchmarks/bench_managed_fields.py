@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Micro-benchmark: what managedFields bookkeeping costs per write in the simulated API
-server (``krea_ops.sim.apply.record_update``), on the writes the simulated world does most:
+server (``krea_ops.sim.apiserver.apply.record_update``), on the writes the simulated world
+does most:
 a kubelet's pod status update and a node Lease renewal. For scale it also times one deep
 copy of the pod, which every update already does.
 
@@ -15,7 +16,7 @@ import json
 import time
 from typing import Any
 
-from krea_ops.sim import apply as ssa
+from krea_ops.sim.apiserver import apply as ssa
 
 
 def _pod() -> dict[str, Any]:

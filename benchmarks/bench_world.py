@@ -225,10 +225,10 @@ def _thread_cpu(actor: Any) -> float:
 
 
 def run_one(args: argparse.Namespace) -> dict[str, Any]:
-    from krea_ops.sim.local import LocalApiServer
-    from krea_ops.sim.world.actor import WorldConfig
-    from krea_ops.sim.world.training import submit_training
-    from krea_ops.sim.world.world import SimWorld
+    from krea_ops.sim.apiserver.local import LocalApiServer
+    from krea_ops.sim.common.actor import WorldConfig
+    from krea_ops.sim.machines.training import submit_training
+    from krea_ops.sim.world import SimWorld
 
     nodes, speed = args.one_nodes, args.speed
     state = Path(args.state_dir)
@@ -240,7 +240,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     }
 
     # Time each part's actor builder (cluster bootstrap, device models, ...).
-    from krea_ops.sim.world.world import PARTS
+    from krea_ops.sim.world import PARTS
 
     startup: dict[str, float] = {}
     out["startup_by_module_s"] = startup

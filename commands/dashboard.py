@@ -129,10 +129,10 @@ def start_demo_world(
     wait_s: float = 60.0,
     control_plane: str = "embedded",
 ) -> tuple[Any, Any]:
-    """The simulated world with its story (``krea_ops.sim.world.story``); returns once a
+    """The simulated world with its story (``krea_ops.sim.machines.story``); returns once a
     reader finds readings for every node, saying on stderr what is coming up meanwhile."""
-    from krea_ops.sim.world.story import story_config
-    from krea_ops.sim.world.world import SimWorld
+    from krea_ops.sim.machines.story import story_config
+    from krea_ops.sim.world import SimWorld
 
     tmp = None
     if state is None:

@@ -68,7 +68,7 @@ def serve(
         raise BadInput("--faults is the embedded API server's fault switch: not with upstream")
     fault_rules = None
     if faults is not None:
-        from krea_ops.sim.faults import parse_text
+        from krea_ops.sim.apiserver.faults import parse_text
 
         try:
             text = faults.read_text()
@@ -95,20 +95,23 @@ def serve(
         from krea_ops.sim.upstream.controlplane import UpstreamControlPlane
 
         sim = UpstreamControlPlane(
-            state or _temp_state(), host=host, port=port, kubeconfig_out=kubeconfig_out,
+            state or _temp_state(),
+            host=host,
+            port=port,
+            kubeconfig_out=kubeconfig_out,
             progress=say,
         )
         exporters: dict[str, str] = {}
         closer, prometheus = sim, None
     elif api_only:
-        from krea_ops.sim.local import LocalApiServer
+        from krea_ops.sim.apiserver.local import LocalApiServer
 
         sim = LocalApiServer(state, host=host, port=port, kubeconfig_out=kubeconfig_out)
         exporters = {}
         closer, prometheus = sim, None
     else:
-        from krea_ops.sim.world.story import story_config
-        from krea_ops.sim.world.world import SimWorld
+        from krea_ops.sim.machines.story import story_config
+        from krea_ops.sim.world import SimWorld
 
         config = dataclasses.replace(
             story_config(
@@ -244,7 +247,7 @@ def inject(
     if kind not in FAULT_KINDS:
         raise BadInput(f"unknown fault {kind!r}: choose one of {', '.join(FAULT_KINDS)}")
     from krea_ops.kube.client import api_client, check_reachable
-    from krea_ops.sim.world.faults import inject_fault
+    from krea_ops.sim.machines.faults import inject_fault
 
     obj = ctx.obj or {}
     api = api_client(obj.get("kubeconfig"), obj.get("context"))
@@ -283,7 +286,7 @@ def _wait_applied(api: Any, name: str) -> str | None:
     from kubernetes.client.exceptions import ApiException
 
     from krea_ops.errors import Unavailable
-    from krea_ops.sim.world.faults import APPLIED, ERROR, FAULT_NAMESPACE, TARGET
+    from krea_ops.sim.machines.faults import APPLIED, ERROR, FAULT_NAMESPACE, TARGET
 
     core = client.CoreV1Api(api)
     deadline = time.monotonic() + APPLY_TIMEOUT_S

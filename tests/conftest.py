@@ -219,7 +219,7 @@ def api_server(control_plane: str, state_dir: Path) -> Iterator[Any]:
 
         server = UpstreamControlPlane(state_dir, kueue_setup=False)
     else:
-        from krea_ops.sim.local import LocalApiServer
+        from krea_ops.sim.apiserver.local import LocalApiServer
 
         server = LocalApiServer(state_dir)
     try:

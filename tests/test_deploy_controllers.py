@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from krea_ops.kube.cluster import Cluster
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.conftest import KUBECTL, ROOT, Kubectl, require_binary, wait_for
 
 DEPLOY = ROOT / "deploy"
@@ -425,8 +425,8 @@ def test_node_health_settings_are_its_config_with_the_issues_limits(base: list[O
 
 
 def test_kueue_setup_is_the_one_krea_ops_assumes(base: list[Obj]) -> None:
-    from krea_ops.sim.world.actor import WorldConfig
-    from krea_ops.sim.world.kueue import kueue_objects
+    from krea_ops.sim.common.actor import WorldConfig
+    from krea_ops.sim.standins.kueue import kueue_objects
 
     world = {(d["kind"], d["metadata"]["name"]): d for d in kueue_objects(WorldConfig())}
     for flavor in _of(base, "ResourceFlavor"):
@@ -730,7 +730,8 @@ def test_the_operator_overlay_applies_once_the_operators_crds_are_there(
     carries, applied server-side): its PodMonitors and PrometheusRules are created and kept
     as written (nothing pruned or refused by the CRDs' schemas), nothing else is created,
     and applying it again changes nothing. The embedded server serves these CRDs as it
-    serves any (krea_ops/sim/validation.py: schema validation, defaulting, pruning)."""
+    serves any (krea_ops/sim/apiserver/validation.py:
+    schema validation, defaulting, pruning)."""
     from tests.conftest import require_upstream
 
     crd_dir = require_upstream() / "manifests" / "prometheus-operator" / "crd"

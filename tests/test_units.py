@@ -28,8 +28,8 @@ from krea_ops.fleet import FleetSnapshot, fabric_entries
 from krea_ops.health import HealthPolicy, fleet_views
 from krea_ops.model import FleetTelemetry, IbPortSample, NodeInfo, NodeTelemetry
 from krea_ops.queue import PodSetInfo, WorkloadInfo
-from krea_ops.sim.local import LocalApiServer
-from krea_ops.sim.tables import human_duration
+from krea_ops.sim.apiserver.local import LocalApiServer
+from krea_ops.sim.apiserver.tables import human_duration
 from screens.burst import pod_cells
 from screens.fabric import fabric_cells
 from screens.node import ib_cells

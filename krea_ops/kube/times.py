@@ -47,3 +47,10 @@ def micro_time(unix_s: float) -> str:
     """``metav1.MicroTime``: microseconds, UTC, ``Z`` (Lease ``renewTime``, Event
     ``eventTime``)."""
     return datetime.fromtimestamp(unix_s, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def nano_time(unix_s: float) -> str:
+    """RFC 3339 with nanoseconds, UTC, ``Z``: the CRI log timestamp ``kubectl logs
+    --timestamps`` prints."""
+    nanos = min(round((unix_s - int(unix_s)) * 1e9), 999_999_999)
+    return datetime.fromtimestamp(int(unix_s), UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{nanos:09d}Z"

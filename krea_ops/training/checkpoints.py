@@ -43,7 +43,7 @@ other global (``os.system``, ``builtins.eval``, ...) refuses the file, which is 
 reported unreadable. This reads every real DCP ``.metadata`` fully (shard names, offsets,
 lengths) without torch, so real checkpoints get the same strict check as the simulator's.
 What it cannot verify is the tensor data inside the shards (only that the bytes are there).
-The simulator (``krea_ops.sim.world.training``) writes the same layout with a JSON
+The simulator (``krea_ops.sim.machines.training``) writes the same layout with a JSON
 ``.metadata`` (``{"format": "krea-sim-dcp/1", "storage_data": {file: {"offset", "length"}}}``);
 JSON is recognised by its first byte and checked the same way. Unreadable or garbage
 metadata makes that checkpoint incomplete with the reason; it never raises. A reason is

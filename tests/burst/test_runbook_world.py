@@ -19,9 +19,9 @@ from krea_ops.kube.cluster import Cluster
 from krea_ops.runbook.burst import plan_migrate, plan_pause
 from krea_ops.runbook.execute import execute
 from krea_ops.runbook.plan import StepKind
-from krea_ops.sim.world import burst
-from krea_ops.sim.world.actor import Provider, WorldConfig
-from krea_ops.sim.world.world import SimWorld
+from krea_ops.sim.common.actor import Provider, WorldConfig
+from krea_ops.sim.machines import burst
+from krea_ops.sim.world import SimWorld
 from tests.conftest import wait_for
 from tests.runbook.test_nodes import assert_plan_was_run
 

@@ -25,9 +25,9 @@ from commands.main import invoke
 from krea_ops.burst import PAUSE_TAINT_KEY
 from krea_ops.burst.status import burst_status
 from krea_ops.kube.cluster import connect
-from krea_ops.sim.local import LocalApiServer
-from krea_ops.sim.world.actor import Provider, WorldConfig
-from krea_ops.sim.world.world import SimWorld
+from krea_ops.sim.apiserver.local import LocalApiServer
+from krea_ops.sim.common.actor import Provider, WorldConfig
+from krea_ops.sim.world import SimWorld
 from tests.conftest import free_port, wait_for
 
 CHEAP = Provider("cheap", 1.0, 2, 0.0)

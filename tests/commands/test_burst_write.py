@@ -14,7 +14,7 @@ import pytest
 from commands.main import invoke
 from krea_ops.burst import ANN_PRICE, PAUSE_TAINT_KEY, VK_TAINT_KEY
 from krea_ops.kube.cluster import Cluster
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.kube.conftest import create, set_status
 from tests.runbook.conftest import fleet, node_obj, pod_on
 

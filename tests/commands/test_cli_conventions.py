@@ -18,9 +18,9 @@ import yaml
 from kubernetes import client
 
 from commands.main import command, invoke
-from krea_ops.sim.world.actor import WorldConfig
-from krea_ops.sim.world.faults import FAULT_NAMESPACE
-from krea_ops.sim.world.world import SimWorld
+from krea_ops.sim.common.actor import WorldConfig
+from krea_ops.sim.machines.faults import FAULT_NAMESPACE
+from krea_ops.sim.world import SimWorld
 from tests.conftest import NODE_EXPORTER_TREE, free_port, require_binary, wait_for
 
 PARTS = ("cluster", "devices")
@@ -242,7 +242,7 @@ def test_a_prometheus_url_without_a_scheme_is_bad_input(
 def test_a_prometheus_url_without_a_scheme_in_the_configmap_is_bad_input_too(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from krea_ops.sim.local import LocalApiServer
+    from krea_ops.sim.apiserver.local import LocalApiServer
 
     with LocalApiServer(tmp_path / "api") as server, server.api_client() as api:
         core = client.CoreV1Api(api)
@@ -358,7 +358,7 @@ def test_inject_into_a_simulator_without_a_world_times_out_as_exit_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from commands import sim
-    from krea_ops.sim.local import LocalApiServer
+    from krea_ops.sim.apiserver.local import LocalApiServer
 
     monkeypatch.setattr(sim, "APPLY_TIMEOUT_S", 1.0)
     with LocalApiServer(tmp_path / "api-only") as api_only, api_only.api_client() as api:

@@ -31,7 +31,7 @@ from commands.main import invoke
 from krea_ops.console import Console
 from krea_ops.history import HISTORY_POINTS
 from krea_ops.settings import load_settings
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.apiserver.local import LocalApiServer
 from screens.app import KreaOpsApp
 from screens.fabric import FabricScreen
 from screens.node import NodeScreen

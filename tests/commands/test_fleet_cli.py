@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from commands.main import invoke
-from krea_ops.sim.world.actor import WorldConfig
-from krea_ops.sim.world.faults import inject_fault
-from krea_ops.sim.world.world import SimWorld
+from krea_ops.sim.common.actor import WorldConfig
+from krea_ops.sim.machines.faults import inject_fault
+from krea_ops.sim.world import SimWorld
 from tests.conftest import require_binary
 
 WINDOW_S = "12"

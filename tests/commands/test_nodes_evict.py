@@ -15,7 +15,7 @@ import pytest
 
 from commands.main import invoke
 from krea_ops.kube.cluster import Cluster
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.conftest import KUBECTL, Kubectl
 from tests.runbook.conftest import budget, fleet, node_obj, pod_names, pod_on
 

@@ -13,9 +13,9 @@ import yaml
 from kubernetes import client
 
 from commands.main import invoke
-from krea_ops.sim.authz import policies_from_rbac
-from krea_ops.sim.http import write_kubeconfig
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.apiserver.authz import policies_from_rbac
+from krea_ops.sim.apiserver.local import LocalApiServer
+from krea_ops.sim.common.kubeconfig import write_kubeconfig
 from tests.conftest import ROOT
 
 PODS_ONLY = {

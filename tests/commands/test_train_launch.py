@@ -17,8 +17,8 @@ import yaml
 from kubernetes import client
 
 from commands.main import invoke
-from krea_ops.sim.world.actor import WorldConfig
-from krea_ops.sim.world.world import SimWorld
+from krea_ops.sim.common.actor import WorldConfig
+from krea_ops.sim.world import SimWorld
 from tests.conftest import KUBECTL, Kubectl, wait_for
 
 PARTS = ("cluster", "kueue")

@@ -39,10 +39,10 @@ from krea_ops.queue import parse_cluster_queue, parse_local_queue
 from krea_ops.runbook.execute import execute
 from krea_ops.runbook.plan import StepKind
 from krea_ops.settings import load_settings
-from krea_ops.sim.world import burst
-from krea_ops.sim.world.actor import WorldConfig
-from krea_ops.sim.world.training import submit_training
-from krea_ops.sim.world.world import SimWorld
+from krea_ops.sim.common.actor import WorldConfig
+from krea_ops.sim.machines import burst
+from krea_ops.sim.machines.training import submit_training
+from krea_ops.sim.world import SimWorld
 from tests.burst.test_runbook_world import CHEAP, MID, NO_DEPLOYMENTS, request, vk_node
 from tests.conftest import wait_for
 from tests.runbook.test_nodes import assert_plan_was_run

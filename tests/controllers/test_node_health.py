@@ -44,7 +44,7 @@ from krea_ops.runbook.nodes import (
     reason_slug,
 )
 from krea_ops.runbook.plan import Plan, StepKind
-from krea_ops.sim.world.scheduler import node_matches_pod
+from krea_ops.sim.standins.scheduler import node_matches_pod
 from krea_ops.training.manifests import TrainingSpec, training_jobset
 from tests.kube.conftest import create, registered, set_status
 from tests.runbook.conftest import daemon_pod, node_obj, pod_on

@@ -27,8 +27,8 @@ from krea_ops.runbook.execute import execute
 from krea_ops.runbook.plan import StepKind
 from krea_ops.runbook.quota import SetNominalQuota, nominal_quota
 from krea_ops.settings import Settings, load_settings
-from krea_ops.sim.world.actor import WorldConfig
-from krea_ops.sim.world.world import SimWorld
+from krea_ops.sim.common.actor import WorldConfig
+from krea_ops.sim.world import SimWorld
 from tests.conftest import wait_for
 from tests.runbook.test_nodes import assert_plan_was_run
 

@@ -16,8 +16,8 @@ from krea_ops.health import HealthPolicy, busy_not_work
 from krea_ops.model import FleetTelemetry, Severity
 from krea_ops.queue import PodSetInfo, WorkloadInfo
 from krea_ops.settings import load_settings
+from krea_ops.sim.apiserver.local import LocalApiServer
 from krea_ops.sim.fixtures import synthetic_fleet
-from krea_ops.sim.local import LocalApiServer
 
 
 class RecordedSource:

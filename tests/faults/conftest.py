@@ -10,7 +10,7 @@ import pytest
 
 from krea_ops.kube.client import api_client
 from krea_ops.kube.cluster import Cluster
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.commands.conftest import audit
 from tests.kube.conftest import cluster, kubectl, sim
 from tests.sim.conftest import api, core

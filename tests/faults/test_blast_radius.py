@@ -35,7 +35,7 @@ from krea_ops.kube.cluster import Cluster
 from krea_ops.model import FleetTelemetry, GpuSample, IbPortSample, NodeTelemetry, NvLinkSample
 from krea_ops.runbook.audit import AuditLog
 from krea_ops.runbook.nodes import TAINT_KEY
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.conftest import EMBEDDED_ONLY, sim_on_control_plane
 from tests.controllers.conftest import Clock
 from tests.kube.conftest import Kubelets, create, registered, set_status

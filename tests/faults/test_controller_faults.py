@@ -34,7 +34,7 @@ from krea_ops.kube.times import rfc3339
 from krea_ops.kube.writes import ATTEMPTS
 from krea_ops.runbook.audit import AuditLog
 from krea_ops.runbook.nodes import TAINT_KEY
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.controllers.conftest import PROVIDER_TAINT, T0, Clock, gpu_node, virtual_node
 from tests.kube.conftest import create, set_status
 from tests.runbook.conftest import budget, events_about, node_obj

@@ -56,7 +56,7 @@ from krea_ops.controllers.loop import FencedCluster
 from krea_ops.errors import Unavailable
 from krea_ops.kube.cluster import Cluster
 from krea_ops.runbook.execute import RecordingCluster
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.controllers.conftest import T0
 from tests.kube.conftest import create
 

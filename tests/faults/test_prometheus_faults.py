@@ -43,7 +43,7 @@ from krea_ops.runbook.audit import AuditLog
 from krea_ops.runbook.execute import RunResult
 from krea_ops.runbook.nodes import TAINT_KEY
 from krea_ops.settings import Settings, load_settings
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.apiserver.local import LocalApiServer
 from krea_ops.telemetry import PrometheusSource
 from screens.app import KreaOpsApp
 from screens.widgets.heatmap import GpuHeatmap

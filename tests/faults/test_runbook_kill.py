@@ -46,9 +46,9 @@ from krea_ops.runbook.execute import execute
 from krea_ops.runbook.nodes import plan_evict, plan_restore
 from krea_ops.runbook.plan import Plan
 from krea_ops.runbook.training import jobset_path, plan_launch, plan_resume
-from krea_ops.sim.local import LocalApiServer
-from krea_ops.sim.world.actor import WorldConfig
-from krea_ops.sim.world.kueue import KUEUE_API, kueue_objects
+from krea_ops.sim.apiserver.local import LocalApiServer
+from krea_ops.sim.common.actor import WorldConfig
+from krea_ops.sim.standins.kueue import KUEUE_API, kueue_objects
 from krea_ops.training.manifests import TrainingSpec
 from tests.conftest import EMBEDDED_ONLY, KREA_OPS, api_server, sim_on_control_plane, wait_for
 from tests.faults.conftest import kubeconfig

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from kubernetes import client, watch
 
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.conftest import Kubectl
 
 NODES = [f"gpu-node-{i:03d}" for i in range(7)]

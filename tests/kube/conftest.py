@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from krea_ops.kube.cluster import Cluster
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.conftest import Kubectl
 from tests.sim import conftest as sim_conftest
 

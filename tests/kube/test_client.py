@@ -9,7 +9,7 @@ import yaml
 
 from krea_ops.errors import EXIT_FAILED, BadInput, Unavailable
 from krea_ops.kube.client import api_client, check_reachable
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.conftest import free_port
 
 

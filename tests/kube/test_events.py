@@ -17,7 +17,7 @@ from krea_ops.kube.events import (
     ObjectRef,
     redact,
 )
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.conftest import KUBECTL, Kubectl
 from tests.kube.conftest import gpu_node, running_pod
 

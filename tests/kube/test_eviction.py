@@ -17,7 +17,7 @@ from krea_ops.kube.eviction import (
     evict_all,
     evict_until,
 )
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.conftest import wait_for
 from tests.kube.conftest import create, running_pod
 

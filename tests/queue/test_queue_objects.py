@@ -18,7 +18,7 @@ from kubernetes import client
 
 from commands.main import invoke
 from krea_ops.kube.cluster import Cluster
-from krea_ops.sim.local import LocalApiServer, bundled_crds
+from krea_ops.sim.apiserver.local import LocalApiServer, bundled_crds
 
 GROUP = "kueue.x-k8s.io"
 V2 = (GROUP, "v1beta2")

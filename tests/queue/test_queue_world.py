@@ -19,9 +19,9 @@ from commands.main import invoke
 from krea_ops.kube.cluster import Cluster
 from krea_ops.model import Severity
 from krea_ops.queue import read_queues
-from krea_ops.sim.world.actor import WorldConfig
-from krea_ops.sim.world.training import submit_training
-from krea_ops.sim.world.world import SimWorld
+from krea_ops.sim.common.actor import WorldConfig
+from krea_ops.sim.machines.training import submit_training
+from krea_ops.sim.world import SimWorld
 from tests.conftest import wait_for
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")

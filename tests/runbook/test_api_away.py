@@ -21,7 +21,7 @@ import pytest
 from commands.main import invoke
 from krea_ops.kube.cluster import Cluster
 from krea_ops.runbook.execute import _gone
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.conftest import wait_for
 from tests.runbook.conftest import fleet, node_obj, pod_names, pod_on
 from tests.runbook.test_nodes import kubelet_alive

@@ -23,8 +23,8 @@ from krea_ops.kube.cluster import Cluster
 from krea_ops.runbook.execute import execute
 from krea_ops.runbook.nodes import plan_evict
 from krea_ops.runbook.plan import Severity, StepKind
-from krea_ops.sim.world.actor import WorldConfig
-from krea_ops.sim.world.world import SimWorld
+from krea_ops.sim.common.actor import WorldConfig
+from krea_ops.sim.world import SimWorld
 from krea_ops.training.checkpoints import inspect_checkpoint
 from krea_ops.training.manifests import TrainingSpec, training_jobset
 from tests.conftest import wait_for

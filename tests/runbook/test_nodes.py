@@ -28,7 +28,7 @@ from krea_ops.runbook.nodes import (
     reason_slug,
 )
 from krea_ops.runbook.plan import Plan, Severity
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.conftest import wait_for
 from tests.runbook.conftest import (
     budget,

@@ -18,7 +18,7 @@ from krea_ops.kube.cluster import Cluster
 from krea_ops.runbook.execute import execute
 from krea_ops.runbook.plan import StepKind
 from krea_ops.runbook.training import jobset_path, plan_resume
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.apiserver.local import LocalApiServer
 from krea_ops.training.manifests import TrainingSpec, spec_of, training_jobset
 from tests.kube.conftest import create, set_status
 from tests.runbook.conftest import cluster, sim

@@ -85,11 +85,11 @@ async def wait_until(pilot: Any, check: Callable[[], Any], timeout: float = 60.0
 
 def gpu_nodes(cluster: Cluster, count: int, gpus: int = 8) -> list[str]:
     """``count`` GPU nodes gpu-node-000 ... as their kubelets register them
-    (``krea_ops.sim.world.nodes.make_node``: the hostname and ``krea.ai/pool=h200`` labels,
+    (``krea_ops.sim.machines.nodes.make_node``: the hostname and ``krea.ai/pool=h200`` labels,
     capacity with ``pods``, Ready), each once it is schedulable: on the upstream control
     plane, once the node lifecycle controller has lifted the ``not-ready`` taint that
     admission puts on every new node (``tests.kube.conftest.registered``)."""
-    from krea_ops.sim.world.nodes import make_node
+    from krea_ops.sim.machines.nodes import make_node
     from tests.kube.conftest import create, registered
 
     names = []
@@ -104,20 +104,20 @@ def gpu_nodes(cluster: Cluster, count: int, gpus: int = 8) -> list[str]:
 @contextlib.contextmanager
 def cluster_actors(server: Any, control_plane: str, speed: float = 60.0) -> Iterator[None]:
     """The simulated world's cluster actors on a bare API server, on the nodes the test
-    makes (none of the world's own): every node's kubelet (``krea_ops.sim.world.kubelet``:
+    makes (none of the world's own): every node's kubelet (``krea_ops.sim.machines.kubelet``:
     it renews the node's Lease, keeps it Ready, runs the pods bound there and finishes
     their graceful deletion, as a real kubelet does; without one, a pod evicted upstream
     stays Terminating), and on the embedded control plane the scheduler and the
     DaemonSet/Deployment/ReplicaSet controllers the upstream one runs for real
-    (``krea_ops.sim.world.world.cluster_actors``, less its nodes and DaemonSets)."""
+    (``krea_ops.sim.world.cluster_actors``, less its nodes and DaemonSets)."""
     from kubernetes.client.exceptions import ApiException
 
-    from krea_ops.sim.world.actor import Actor, World, WorldConfig
-    from krea_ops.sim.world.api import Api, ClusterView
-    from krea_ops.sim.world.clock import SimClock
-    from krea_ops.sim.world.controllers import Controllers
-    from krea_ops.sim.world.kubelet import Kubelet
-    from krea_ops.sim.world.scheduler import Scheduler
+    from krea_ops.sim.common.actor import Actor, World, WorldConfig
+    from krea_ops.sim.common.api import Api, ClusterView
+    from krea_ops.sim.common.clock import SimClock
+    from krea_ops.sim.machines.kubelet import Kubelet
+    from krea_ops.sim.standins.scheduler import Scheduler
+    from krea_ops.sim.standins.workloads import Controllers
 
     client = server.api_client()
     api = Api(client)

@@ -19,7 +19,7 @@ from textual.widgets import DataTable, Sparkline, Static
 
 from krea_ops import units
 from krea_ops.sim.fixtures import FixedConsole, synthetic_fleet
-from krea_ops.sim.world.faults import inject_fault
+from krea_ops.sim.machines.faults import inject_fault
 from screens.app import KreaOpsApp
 from screens.fabric import FabricScreen
 from screens.fleet import FleetScreen

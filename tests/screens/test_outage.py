@@ -14,8 +14,8 @@ from kubernetes import client
 
 from krea_ops.console import Console
 from krea_ops.settings import load_settings
+from krea_ops.sim.apiserver.local import LocalApiServer
 from krea_ops.sim.fixtures import EPOCH, FixedConsole, synthetic_fleet
-from krea_ops.sim.local import LocalApiServer
 from screens.app import KreaOpsApp
 from tests.conftest import PROCFS_TREE
 from tests.screens.conftest import wait_until

@@ -26,7 +26,7 @@ from krea_ops import units
 from krea_ops.burst import PAUSE_TAINT_KEY, PAUSE_TAINT_VALUE, PAUSED_REASON
 from krea_ops.errors import KreaError
 from krea_ops.queue import BLOCKERS
-from krea_ops.sim.world.story import LARGE, QUEUED, SMALL
+from krea_ops.sim.machines.story import LARGE, QUEUED, SMALL
 from screens.burst import BurstScreen
 from screens.queue import QueueScreen
 from screens.text import table_cursor_key

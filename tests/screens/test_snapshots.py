@@ -17,8 +17,8 @@ from kubernetes import client
 from krea_ops.console import QueueReading
 from krea_ops.kube.cluster import Cluster
 from krea_ops.queue import read_queues, read_workloads, why
+from krea_ops.sim.apiserver.local import LocalApiServer
 from krea_ops.sim.fixtures import EPOCH, FixedConsole, synthetic_fleet
-from krea_ops.sim.local import LocalApiServer
 from screens.app import KreaOpsApp
 from tests.queue.test_queue_objects import (
     V2,

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.apiserver.local import LocalApiServer
 
 
 @dataclass

@@ -20,9 +20,9 @@ import pytest
 import yaml
 from kubernetes import client
 
-from krea_ops.sim.authz import policies_from_rbac
-from krea_ops.sim.http import write_kubeconfig
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.apiserver.authz import policies_from_rbac
+from krea_ops.sim.apiserver.local import LocalApiServer
+from krea_ops.sim.common.kubeconfig import write_kubeconfig
 from tests.conftest import ROOT, Kubectl, require_binary
 
 MERGE = "application/merge-patch+json"

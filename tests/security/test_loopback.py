@@ -17,9 +17,9 @@ import pytest
 
 from krea_ops.exporters.server import parse_listen
 from krea_ops.settings import Settings
-from krea_ops.sim.http import HttpFront
-from krea_ops.sim.local import LocalApiServer
-from krea_ops.sim.world.world import SimWorld
+from krea_ops.sim.apiserver.http import HttpFront
+from krea_ops.sim.apiserver.local import LocalApiServer
+from krea_ops.sim.world import SimWorld
 from tests.conftest import KREA_OPS, ROOT, wait_for
 
 ENV = {**os.environ, "KREA_OPS_CONFIG": "/nonexistent/krea-ops.yaml"}
@@ -171,8 +171,8 @@ def test_a_flag_that_says_otherwise_is_obeyed(spawn: list[subprocess.Popen[str]]
 def test_no_default_address_is_a_wildcard() -> None:
     assert parse_listen(":9400") == ("127.0.0.1", 9400)  # no host: loopback, not all
     assert Settings().exporter_listen == "127.0.0.1:9400"
+    from krea_ops.sim.machines.kubelet_server import KubeletServer
     from krea_ops.sim.upstream.controlplane import UpstreamControlPlane
-    from krea_ops.sim.world.kubelet_server import KubeletServer
 
     for callable_ in (
         HttpFront.__init__,

@@ -18,10 +18,10 @@ from kubernetes import client, utils
 
 from krea_ops.console import Console
 from krea_ops.settings import Settings
-from krea_ops.sim.authz import Attributes, attributes
-from krea_ops.sim.http import write_kubeconfig
-from krea_ops.sim.world.story import Story, story_config
-from krea_ops.sim.world.world import SimWorld
+from krea_ops.sim.apiserver.authz import Attributes, attributes
+from krea_ops.sim.common.kubeconfig import write_kubeconfig
+from krea_ops.sim.machines.story import Story, story_config
+from krea_ops.sim.world import SimWorld
 from tests.conftest import ROOT, wait_for
 
 READER_TOKEN = "reader-token-0123456789"

@@ -1,11 +1,11 @@
-"""The field-set algebra behind managedFields (krea_ops.sim.apply), on fieldsV1 trees.
+"""The field-set algebra behind managedFields (krea_ops.sim.apiserver.apply), on fieldsV1 trees.
 
 Semantics follow sigs.k8s.io/structured-merge-diff's fieldpath.Set (a node is a member
 when it is a leaf ``{}`` or carries ``.``) and its path printing (``fieldpath.Path``)."""
 
 from __future__ import annotations
 
-from krea_ops.sim import apply as ssa
+from krea_ops.sim.apiserver import apply as ssa
 
 POD = ssa.root_node("", "Pod", None)
 
@@ -66,9 +66,7 @@ def test_compare_marks_added_items_and_maps_as_members() -> None:
         }
     }
     _, removed = ssa.compare(new, old, POD)
-    assert removed == {
-        "f:spec": {"f:containers": {'k:{"name":"b"}': {}}, "f:nodeSelector": {}}
-    }
+    assert removed == {"f:spec": {"f:containers": {'k:{"name":"b"}': {}}, "f:nodeSelector": {}}}
 
 
 def test_paths_print_as_fieldpath_does() -> None:

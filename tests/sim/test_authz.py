@@ -13,9 +13,9 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from krea_ops.sim.authz import attributes, policies_from_rbac
-from krea_ops.sim.http import write_kubeconfig
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.apiserver.authz import attributes, policies_from_rbac
+from krea_ops.sim.apiserver.local import LocalApiServer
+from krea_ops.sim.common.kubeconfig import write_kubeconfig
 from tests.conftest import ROOT, require_binary
 
 POD_READER = {

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.conftest import FIXTURES, KUBECTL, Kubectl, wait_for
 
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")

@@ -21,8 +21,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from krea_ops.sim import logs as podlogs
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.kube.times import nano_time
+from krea_ops.sim.apiserver.local import LocalApiServer
+from krea_ops.sim.common import podlogs
 from tests.conftest import KUBECTL, Kubectl, wait_for
 
 needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
@@ -36,8 +37,13 @@ def kubectl(sim: LocalApiServer, tmp_path: Path) -> Kubectl:
     return Kubectl(sim.kubeconfig, tmp_path)
 
 
-def _status(name: str, cid: str, state: dict[str, Any], last: dict[str, Any] | None = None,
-            restarts: int = 0) -> dict[str, Any]:
+def _status(
+    name: str,
+    cid: str,
+    state: dict[str, Any],
+    last: dict[str, Any] | None = None,
+    restarts: int = 0,
+) -> dict[str, Any]:
     return {
         "name": name,
         "image": "krea/app:1",
@@ -78,9 +84,13 @@ def test_kubectl_logs_flags(sim: LocalApiServer, core: client.CoreV1Api, kubectl
     store.write(CID_OLD, [(t0 + i, f"old line {i}") for i in range(5)])
     store.write(CID_NEW, [(t0 + 50 + i, f"line {i}") for i in range(20)])
     terminated = {
-        "terminated": {"exitCode": 1, "reason": "Error", "containerID": CID_OLD,
-                       "startedAt": "2026-01-01T00:00:00Z",
-                       "finishedAt": "2026-01-01T00:10:00Z"}
+        "terminated": {
+            "exitCode": 1,
+            "reason": "Error",
+            "containerID": CID_OLD,
+            "startedAt": "2026-01-01T00:00:00Z",
+            "finishedAt": "2026-01-01T00:10:00Z",
+        }
     }
     _pod(core, "web", ["app"], [_status("app", CID_NEW, _running(), terminated, restarts=1)])
 
@@ -92,9 +102,9 @@ def test_kubectl_logs_flags(sim: LocalApiServer, core: client.CoreV1Api, kubectl
     stamped = kubectl("logs", "web", "--timestamps", "--tail=2").stdout.splitlines()
     assert len(stamped) == 2 and all(STAMP.match(x) for x in stamped)
     assert stamped[1].endswith(" line 19")
-    assert podlogs.rfc3339_nano(t0 + 69) in stamped[1]
+    assert nano_time(t0 + 69) in stamped[1]
     # --since-time: from line 15's timestamp on; --since: the last 40 s hold lines 10..19.
-    since = podlogs.rfc3339_nano(t0 + 65)
+    since = nano_time(t0 + 65)
     assert kubectl("logs", "web", f"--since-time={since}").stdout.splitlines()[0] == "line 15"
     recent = kubectl("logs", "web", "--since=40s").stdout.splitlines()
     assert recent and recent[-1] == "line 19" and "line 0" not in recent
@@ -130,9 +140,15 @@ def test_kubectl_logs_follow_streams_until_the_container_stops(
         store.write(CID_NEW, [(time.time(), "second"), (time.time(), "third")])
         wait_for(lambda: lines == ["first\n", "second\n", "third\n"], timeout=30)
         # The container stops: the stream ends, and kubectl with it.
-        done = {"terminated": {"exitCode": 0, "reason": "Completed", "containerID": CID_NEW,
-                               "startedAt": "2026-01-01T00:00:00Z",
-                               "finishedAt": "2026-01-01T00:01:00Z"}}
+        done = {
+            "terminated": {
+                "exitCode": 0,
+                "reason": "Completed",
+                "containerID": CID_NEW,
+                "startedAt": "2026-01-01T00:00:00Z",
+                "finishedAt": "2026-01-01T00:01:00Z",
+            }
+        }
         core.patch_namespaced_pod_status(
             "web", "default", {"status": {"containerStatuses": [_status("app", CID_NEW, done)]}}
         )

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from kubernetes import client, watch
 
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.conftest import KUBECTL, ROOT, Kubectl
 
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from krea_ops.sim.patch import (
+from krea_ops.sim.apiserver.patch import (
     SMP_KINDS,
     PatchError,
     json_merge_patch,

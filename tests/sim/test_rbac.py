@@ -22,8 +22,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from krea_ops.sim.http import write_kubeconfig
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.apiserver.local import LocalApiServer
+from krea_ops.sim.common.kubeconfig import write_kubeconfig
 from tests.conftest import KUBECTL, ROOT, Kubectl
 
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from krea_ops.sim.selectors import (
+from krea_ops.sim.apiserver.selectors import (
     FIELD_SELECTORS,
     FieldSelector,
     LabelSelector,

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import pytest
 import yaml
 
-from krea_ops.sim.tables import (
+from krea_ops.sim.apiserver.tables import (
     TableError,
     column_definitions,
     evaluate_jsonpath,

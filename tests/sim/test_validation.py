@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from krea_ops.sim import validation as V
-from krea_ops.sim.validation import (
+from krea_ops.sim.apiserver import validation as V
+from krea_ops.sim.apiserver.validation import (
     CrdVersion,
     FieldError,
     apply_defaults,

@@ -17,7 +17,7 @@ from kubernetes import client
 from krea_ops.errors import Unavailable
 from krea_ops.kube.client import api_client
 from krea_ops.kube.cluster import Cluster
-from krea_ops.sim.local import LocalApiServer
+from krea_ops.sim.apiserver.local import LocalApiServer
 from krea_ops.telemetry import PrometheusSource, ScrapeSource, open_source
 from tests.conftest import PROCFS_TREE, free_port
 from tests.telemetry.conftest import KreaNode, TextServer, settings, start_krea_node

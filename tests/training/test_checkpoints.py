@@ -3,7 +3,7 @@
 Each layout is what the trainer leaves behind: DCP / torchtitan step directories with the
 pickled ``.metadata`` torch writes (tests/training/dcp_fixture.py), Megatron iteration
 directories with their tracker, a torchtitan HF export, and the simulator's own checkpoints
-written by its writer (``krea_ops.sim.world.training``).
+written by its writer (``krea_ops.sim.machines.training``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 
 from commands.main import invoke
 from krea_ops.errors import BadInput
-from krea_ops.sim.world import training as sim_training
+from krea_ops.sim.machines import training as sim_training
 from krea_ops.training.checkpoints import (
     FORMAT_DCP,
     FORMAT_MEGATRON_DIST,

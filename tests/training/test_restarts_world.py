@@ -27,10 +27,10 @@ from krea_ops.health import HealthPolicy
 from krea_ops.kube.cluster import Cluster, connect
 from krea_ops.runbook.audit import AuditLog
 from krea_ops.settings import Settings
-from krea_ops.sim.world.actor import WorldConfig
-from krea_ops.sim.world.faults import inject_fault
-from krea_ops.sim.world.training import submit_training
-from krea_ops.sim.world.world import SimWorld
+from krea_ops.sim.common.actor import WorldConfig
+from krea_ops.sim.machines.faults import inject_fault
+from krea_ops.sim.machines.training import submit_training
+from krea_ops.sim.world import SimWorld
 from krea_ops.telemetry.scrape import ScrapeSource
 from tests.conftest import cli, wait_for
 
@@ -274,8 +274,10 @@ def _lemon(world: SimWorld, node_health: NodeHealthProcess) -> None:
     node_health.pass_once()
     inject_fault(world.client, "hot-gpu", lemon, gpu=2, value=86)
     wait_for(
-        lambda: node_health.pass_once()
-        and any(s[2] == 2 for s in node_health.recorder().get("signals", {}).get(lemon, [])),
+        lambda: (
+            node_health.pass_once()
+            and any(s[2] == 2 for s in node_health.recorder().get("signals", {}).get(lemon, []))
+        ),
         timeout=60,
         interval=0.5,
     )

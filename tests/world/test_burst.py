@@ -19,9 +19,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from krea_ops.sim.world import burst
-from krea_ops.sim.world.actor import Provider, WorldConfig
-from krea_ops.sim.world.world import SimWorld
+from krea_ops.sim.common.actor import Provider, WorldConfig
+from krea_ops.sim.machines import burst
+from krea_ops.sim.world import SimWorld
 
 NS = "burst-test"
 CHEAP = Provider("cheap", 1.0, 2, 0.0)

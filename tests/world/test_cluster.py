@@ -17,11 +17,12 @@ from kubernetes.client.rest import ApiException
 
 from krea_ops.kube.quantity import as_float
 from krea_ops.kube.times import parse_time, rfc3339
-from krea_ops.sim.world import objects, scheduler
-from krea_ops.sim.world.actor import WorldConfig
-from krea_ops.sim.world.kubelet import EXIT_CODE_ANNOTATION, RUN_SECONDS_ANNOTATION
-from krea_ops.sim.world.nodes import FAILED_ANNOTATION
-from krea_ops.sim.world.world import SimWorld
+from krea_ops.sim.common import objects
+from krea_ops.sim.common.actor import WorldConfig
+from krea_ops.sim.machines.kubelet import EXIT_CODE_ANNOTATION, RUN_SECONDS_ANNOTATION
+from krea_ops.sim.machines.nodes import FAILED_ANNOTATION
+from krea_ops.sim.standins import scheduler
+from krea_ops.sim.world import SimWorld
 from tests.conftest import wait_for
 
 PARTS = ("cluster",)

@@ -26,13 +26,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from krea_ops.errors import BadInput
 from krea_ops.exporters.fakenvml import FakeGpu, FakeNvml
 from krea_ops.exporters.nvml import GpuCollector
-from krea_ops.sim.world import faults as faults_module
-from krea_ops.sim.world.actor import WorldConfig
-from krea_ops.sim.world.devices import BusyHold
-from krea_ops.sim.world.fabric import IbTree
-from krea_ops.sim.world.faults import CAUSES, FailureActor, inject_fault
-from krea_ops.sim.world.thermal import GpuModel, Load
-from krea_ops.sim.world.world import SimWorld
+from krea_ops.sim.common.actor import WorldConfig
+from krea_ops.sim.machines import faults as faults_module
+from krea_ops.sim.machines.devices import BusyHold
+from krea_ops.sim.machines.fabric import IbTree
+from krea_ops.sim.machines.faults import CAUSES, FailureActor, inject_fault
+from krea_ops.sim.machines.thermal import GpuModel, Load
+from krea_ops.sim.world import SimWorld
 from tests.conftest import cli, require_binary, wait_for
 
 PARTS = ("cluster", "devices")

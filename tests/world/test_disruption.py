@@ -22,14 +22,14 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
-from krea_ops.sim.world.actor import WorldConfig
-from krea_ops.sim.world.training import (
+from krea_ops.sim.common.actor import WorldConfig
+from krea_ops.sim.machines.training import (
     RESUMED_STEP_ANNOTATION,
     latest_complete_checkpoint,
     list_checkpoints,
     submit_training,
 )
-from krea_ops.sim.world.world import SimWorld
+from krea_ops.sim.world import SimWorld
 from tests.conftest import KUBECTL, Kubectl, wait_for
 
 JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")

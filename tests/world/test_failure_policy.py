@@ -33,9 +33,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from krea_ops.sim.world.actor import WorldConfig
-from krea_ops.sim.world.kubelet import EXIT_CODE_ANNOTATION, RUN_SECONDS_ANNOTATION
-from krea_ops.sim.world.world import SimWorld
+from krea_ops.sim.common.actor import WorldConfig
+from krea_ops.sim.machines.kubelet import EXIT_CODE_ANNOTATION, RUN_SECONDS_ANNOTATION
+from krea_ops.sim.world import SimWorld
 from tests.conftest import wait_for
 
 NS = "default"

@@ -29,12 +29,13 @@ from urllib.parse import urlencode, urlsplit
 import pytest
 from kubernetes import client
 
-from krea_ops.sim import logs as podlogs
-from krea_ops.sim.local import LocalApiServer
-from krea_ops.sim.world.actor import WorldConfig
-from krea_ops.sim.world.kubelet_server import KubeletServer
-from krea_ops.sim.world.training import submit_training
-from krea_ops.sim.world.world import SimWorld
+from krea_ops.kube.times import nano_time
+from krea_ops.sim.apiserver.local import LocalApiServer
+from krea_ops.sim.common import podlogs
+from krea_ops.sim.common.actor import WorldConfig
+from krea_ops.sim.machines.kubelet_server import KubeletServer
+from krea_ops.sim.machines.training import submit_training
+from krea_ops.sim.world import SimWorld
 from tests.conftest import KUBECTL, Kubectl, wait_for
 
 STEP = re.compile(r"^\[rank0\]:\[titan\] \S+ \S+ - root - INFO - step: +(\d+)  loss: ")
@@ -336,9 +337,9 @@ def test_the_kubelets_answers(sim: LocalApiServer, core: client.CoreV1Api) -> No
         assert same(tailLines=2) == "line 18\nline 19\n"
         assert same(previous=True).splitlines() == [f"old line {i}" for i in range(5)]
         assert same(previous=True, tailLines=1, timestamps=True) == (
-            f"{podlogs.rfc3339_nano(t0 + 4)} old line 4\n"
+            f"{nano_time(t0 + 4)} old line 4\n"
         )
-        assert same(sinceTime=podlogs.rfc3339_nano(t0 + 65)).splitlines()[0] == "line 15"
+        assert same(sinceTime=nano_time(t0 + 65)).splitlines()[0] == "line 15"
         assert same(limitBytes=4) == "line"
         # the legacy "tail" parameter, and "all"
         assert get("/containerLogs/default/web/app?tail=1") == (200, "line 19\n")

@@ -16,9 +16,8 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from krea_ops.sim.world.actor import WorldConfig
-from krea_ops.sim.world.kueue import kueue_objects, quota_split
-from krea_ops.sim.world.training import (
+from krea_ops.sim.common.actor import WorldConfig
+from krea_ops.sim.machines.training import (
     RESUMED_STEP_ANNOTATION,
     checkpoint_complete,
     commit_checkpoint,
@@ -28,7 +27,8 @@ from krea_ops.sim.world.training import (
     submit_training,
     write_shard,
 )
-from krea_ops.sim.world.world import SimWorld
+from krea_ops.sim.standins.kueue import kueue_objects, quota_split
+from krea_ops.sim.world import SimWorld
 from tests.conftest import wait_for
 from tests.training.dcp_fixture import write_dcp_checkpoint
 

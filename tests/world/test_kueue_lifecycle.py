@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from krea_ops.sim.world.actor import WorldConfig
-from krea_ops.sim.world.training import submit_training
-from krea_ops.sim.world.world import SimWorld
+from krea_ops.sim.common.actor import WorldConfig
+from krea_ops.sim.machines.training import submit_training
+from krea_ops.sim.world import SimWorld
 from tests.conftest import KUBECTL, Kubectl, wait_for
 
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
@@ -95,17 +95,34 @@ def test_in_use_finalizers_pending_message_and_field_selectors(
     # The CRD's selectableFields (status.admission.clusterQueue) and metadata.name select;
     # a field it does not declare is refused.
     names = kubectl(
-        "get", "workloads", "-n", "training", "-o", "name",
-        "--field-selector", "status.admission.clusterQueue=training",
+        "get",
+        "workloads",
+        "-n",
+        "training",
+        "-o",
+        "name",
+        "--field-selector",
+        "status.admission.clusterQueue=training",
     ).stdout.split()
     assert names == [f"workload.kueue.x-k8s.io/{wl['metadata']['name']}"]
     none = kubectl(
-        "get", "workloads", "-n", "training", "-o", "name",
-        "--field-selector", "status.admission.clusterQueue=inference",
+        "get",
+        "workloads",
+        "-n",
+        "training",
+        "-o",
+        "name",
+        "--field-selector",
+        "status.admission.clusterQueue=inference",
     )
     assert none.stdout == ""
     refused = kubectl(
-        "get", "workloads", "-n", "training", "--field-selector", "spec.queueName=training",
+        "get",
+        "workloads",
+        "-n",
+        "training",
+        "--field-selector",
+        "spec.queueName=training",
         check=False,
     )
     assert refused.returncode != 0
@@ -127,8 +144,10 @@ def test_in_use_finalizers_pending_message_and_field_selectors(
         "Can't admit new workloads; clusterQueue is terminating",
     )
     wait_for(
-        lambda: _cond(_workload(kubectl, "next"), "QuotaReserved").get("message")
-        == "ClusterQueue training is inactive",
+        lambda: (
+            _cond(_workload(kubectl, "next"), "QuotaReserved").get("message")
+            == "ClusterQueue training is inactive"
+        ),
         timeout=40,
     )
     rf = _get(kubectl, "resourceflavor", "h200")

@@ -23,10 +23,10 @@ from krea_ops.health import HealthPolicy
 from krea_ops.kube.cluster import Cluster
 from krea_ops.runbook.execute import execute
 from krea_ops.settings import Settings
-from krea_ops.sim.world.actor import WorldConfig
-from krea_ops.sim.world.faults import inject_fault
-from krea_ops.sim.world.training import RESUMED_STEP_ANNOTATION, submit_training
-from krea_ops.sim.world.world import SimWorld
+from krea_ops.sim.common.actor import WorldConfig
+from krea_ops.sim.machines.faults import inject_fault
+from krea_ops.sim.machines.training import RESUMED_STEP_ANNOTATION, submit_training
+from krea_ops.sim.world import SimWorld
 from krea_ops.telemetry.scrape import ScrapeSource
 from krea_ops.training.swaps import (
     CHECKPOINT_COMPLETED_STEP,

@@ -11,41 +11,52 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 
-WORLD = ROOT / "krea_ops" / "sim" / "world"
-PACKAGE = "krea_ops.sim.world"
+SIM = ROOT / "krea_ops" / "sim"
+# The world's modules: the machines, the stand-ins of the embedded control plane, what
+# they share, and ``world.py`` that assembles them.
+PACKAGES = ("common", "machines", "standins")
 
 
 def _tree(path: Path) -> ast.Module:
     return ast.parse(path.read_text(), filename=str(path))
 
 
+def world_files() -> dict[str, Path]:
+    """``package.module`` (``world`` for world.py) -> its file."""
+    out = {"world": SIM / "world.py"}
+    for pkg in PACKAGES:
+        for p in (SIM / pkg).glob("*.py"):
+            if p.stem != "__init__":
+                out[f"{pkg}.{p.stem}"] = p
+    return out
+
+
 def world_imports(path: Path) -> set[str]:
-    """The world modules (short names) that ``path`` imports, anywhere in it."""
+    """The world modules (``package.module``) that ``path`` imports, anywhere in it."""
+    prefix = "krea_ops.sim."
     out: set[str] = set()
     for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:  # relative: from .x import y / from . import x
-                base = node.module or ""
-                names = [base] if base else [alias.name for alias in node.names]
-                names = [f"{PACKAGE}.{n}" for n in names]
-            elif node.module == PACKAGE:
-                names = [f"{PACKAGE}.{alias.name}" for alias in node.names]
-            else:
-                names = [node.module or ""]
+            assert not node.level, f"{path.name}: relative import"
+            base = node.module or ""
+            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
         else:
             continue
         for name in names:
-            if name.startswith(PACKAGE + "."):
-                out.add(name.removeprefix(PACKAGE + ".").split(".")[0])
-    out.discard(path.stem)
+            if name.startswith(prefix):
+                parts = name.removeprefix(prefix).split(".")
+                if parts[0] == "world":
+                    out.add("world")
+                elif parts[0] in PACKAGES and len(parts) > 1:
+                    out.add(f"{parts[0]}.{parts[1]}")
     return out
 
 
 def import_graph() -> dict[str, set[str]]:
-    modules = {p.stem for p in WORLD.glob("*.py")} - {"__init__"}
-    return {m: world_imports(WORLD / f"{m}.py") & modules for m in sorted(modules)}
+    files = world_files()
+    return {m: (world_imports(p) & set(files)) - {m} for m, p in sorted(files.items())}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -75,13 +86,13 @@ def test_the_cycle_finder_finds_cycles() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"a"}}) == ["a", "a"]
-    source = WORLD / "faults.py"
-    assert "actor" in world_imports(source)  # it does read the imports
+    source = SIM / "machines" / "faults.py"
+    assert "common.actor" in world_imports(source)  # it does read the imports
 
 
 def test_world_modules_import_each_other_without_cycles() -> None:
     graph = import_graph()
-    assert {"objects", "api", "nodes", "kubelet", "scheduler", "controllers"} <= set(graph)
+    assert {"common.objects", "machines.kubelet", "standins.scheduler", "world"} <= set(graph)
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
 
 
@@ -91,7 +102,7 @@ def test_only_world_py_assembles_the_actors() -> None:
     # No module hands out its own actors any more ...
     builders = {
         p.stem
-        for p in WORLD.glob("*.py")
+        for p in world_files().values()
         for node in _tree(p).body
         if isinstance(node, ast.FunctionDef) and node.name == "actors"
     }
@@ -99,12 +110,12 @@ def test_only_world_py_assembles_the_actors() -> None:
     # ... and world.py names every actor class there is.
     actor_classes = {
         node.name
-        for p in WORLD.glob("*.py")
+        for p in world_files().values()
         for node in _tree(p).body
         if isinstance(node, ast.ClassDef)
         and any(isinstance(b, ast.Name) and b.id == "Actor" for b in node.bases)
     }
-    named = {n.id for n in ast.walk(_tree(WORLD / "world.py")) if isinstance(n, ast.Name)}
+    named = {n.id for n in ast.walk(_tree(SIM / "world.py")) if isinstance(n, ast.Name)}
     assert actor_classes, "the world has actors"
     assert actor_classes - named == set()
 
@@ -115,7 +126,7 @@ def test_world_modules_use_the_products_time_and_quantity_parsers() -> None:
     own = {"strftime", "strptime", "fromisoformat"}
     offenders = sorted(
         f"{p.name}:{node.lineno} {node.attr}"
-        for p in WORLD.glob("*.py")
+        for p in world_files().values()
         for node in ast.walk(_tree(p))
         if isinstance(node, ast.Attribute) and node.attr in own
     )
@@ -123,7 +134,7 @@ def test_world_modules_use_the_products_time_and_quantity_parsers() -> None:
     copies = {"quantity", "_quantity", "parse_time", "_parse_time", "rfc3339", "_rfc3339"}
     defined = sorted(
         f"{p.name} {node.name}"
-        for p in WORLD.glob("*.py")
+        for p in world_files().values()
         for node in _tree(p).body
         if isinstance(node, ast.FunctionDef) and node.name in copies | {"micro_time", "_stamp"}
     )

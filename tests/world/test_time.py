@@ -24,8 +24,8 @@ import pytest
 from kubernetes import client
 
 from krea_ops.kube.times import parse_time
-from krea_ops.sim.world.actor import WorldConfig
-from krea_ops.sim.world.world import SimWorld
+from krea_ops.sim.common.actor import WorldConfig
+from krea_ops.sim.world import SimWorld
 from tests.conftest import wait_for
 
 SPEED = 60.0

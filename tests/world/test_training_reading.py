@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from krea_ops.sim.local import LocalApiServer
-from krea_ops.sim.world.actor import World, WorldConfig
-from krea_ops.sim.world.api import Api, ClusterView
-from krea_ops.sim.world.clock import SimClock
-from krea_ops.sim.world.training import (
+from krea_ops.sim.apiserver.local import LocalApiServer
+from krea_ops.sim.common.actor import World, WorldConfig
+from krea_ops.sim.common.api import Api, ClusterView
+from krea_ops.sim.common.clock import SimClock
+from krea_ops.sim.machines.training import (
     RESUMED_STEP_ANNOTATION,
     TrainingActor,
     dit_jobset_manifest,

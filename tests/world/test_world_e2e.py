@@ -22,10 +22,10 @@ import pytest
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from krea_ops.sim.world.actor import WorldConfig
-from krea_ops.sim.world.faults import inject_fault
-from krea_ops.sim.world.training import checkpoint_complete, submit_training
-from krea_ops.sim.world.world import SimWorld
+from krea_ops.sim.common.actor import WorldConfig
+from krea_ops.sim.machines.faults import inject_fault
+from krea_ops.sim.machines.training import checkpoint_complete, submit_training
+from krea_ops.sim.world import SimWorld
 from tests.conftest import require_binary, wait_for
 
 JOBSET = ("jobset.x-k8s.io", "v1alpha2")

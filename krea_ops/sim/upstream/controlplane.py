@@ -151,7 +151,7 @@ class UpstreamControlPlane:
         self.ca_cert = self.pki.ca.cert
         self.port = port or free_port(host)
         self.url = f"https://{host}:{self.port}"
-        from krea_ops.sim.http import write_kubeconfig
+        from krea_ops.sim.common.kubeconfig import write_kubeconfig
 
         try:
             preinstalled = self._from_template()
@@ -205,7 +205,7 @@ class UpstreamControlPlane:
         return tokens
 
     def _kubeconfig_for(self, user: str) -> Path:
-        from krea_ops.sim.http import write_kubeconfig
+        from krea_ops.sim.common.kubeconfig import write_kubeconfig
 
         return write_kubeconfig(
             self.dir / "kubeconfigs" / f"{user.replace(':', '-')}.kubeconfig",
@@ -533,7 +533,11 @@ class UpstreamControlPlane:
         def answered() -> bool:
             try:
                 api.create_cluster_custom_object(
-                    "kueue.x-k8s.io", "v1beta2", "resourceflavors", probe, dry_run="All",
+                    "kueue.x-k8s.io",
+                    "v1beta2",
+                    "resourceflavors",
+                    probe,
+                    dry_run="All",
                     _preload_content=False,
                 )
                 return True
@@ -596,7 +600,7 @@ class UpstreamControlPlane:
                     raise
 
     def api_client(self) -> Any:
-        from krea_ops.sim.http import bearer_client
+        from krea_ops.sim.common.kubeconfig import bearer_client
 
         return bearer_client(self.url, self.token, self.ca_cert)
 
