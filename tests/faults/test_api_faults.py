@@ -28,6 +28,7 @@ from krea_ops.sim.apiserver.faults import FaultSwitch, parse_text
 from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.conftest import KREA_OPS, ROOT, Kubectl
 from tests.faults.conftest import kubeconfig
+from tests.kube.conftest import Kubelets
 from tests.runbook.conftest import fleet, node_obj, pod_names, pod_on
 
 BAD = "gpu-node-001"
@@ -185,6 +186,10 @@ def test_a_429_with_retry_after_is_waited_out_and_reads_writes_and_evictions_com
                  "body": "status", "retryAfter": 1, "times": 1}])  # fmt: skip
     result = evict(product, "default", "web-0")
     assert result.outcome is Outcome.EVICTED and faults.seen("create", "pods/eviction") == 2
+    pod = product.get("pod", "/api/v1/namespaces/default/pods/web-0")
+    assert pod["metadata"]["deletionTimestamp"]  # evicted: Terminating until its kubelet ends it
+    product.request("kubelet", "DELETE", "/api/v1/namespaces/default/pods/web-0",
+                    body={"gracePeriodSeconds": 0})  # fmt: skip
     assert pod_names(product, BAD) == []
     assert waits == [1.0] * 6
     assert len(faults.injected()) == 6
@@ -241,7 +246,8 @@ def test_a_409_storm_stops_evict_with_one_line_nothing_half_written_and_a_rerun_
     assert node_obj(product, BAD) == before
     assert pod_names(product, BAD) == ["default/web-0"]
 
-    code, _, err = run(sim, capsys, "nodes", "evict", BAD, "--reason", "XID 79", "--yes")
+    with Kubelets(sim):  # the rerun drains: the node's kubelet stops the evicted pod
+        code, _, err = run(sim, capsys, "nodes", "evict", BAD, "--reason", "XID 79", "--yes")
     assert code == 0, err
     after = node_obj(product, BAD)
     assert after["spec"]["unschedulable"] is True

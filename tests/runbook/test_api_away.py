@@ -23,6 +23,7 @@ from krea_ops.kube.cluster import Cluster
 from krea_ops.runbook.execute import _gone
 from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.conftest import wait_for
+from tests.kube.conftest import Kubelets
 from tests.runbook.conftest import fleet, node_obj, pod_names, pod_on
 from tests.runbook.test_nodes import kubelet_alive
 
@@ -126,10 +127,12 @@ def test_the_api_server_going_away_mid_evict_is_one_line_and_the_audit_says_what
     assert {r["run_id"] for r in (start, *steps, end)} == {start["run_id"]}
 
     # the same state, the same address: the kubeconfig still works; the kubelet finishes
-    # web-0 meanwhile, and the same command does what is left, and only that
+    # web-0 meanwhile, and the same command does what is left, and only that (QUICK's
+    # kubelet stops web-1 once evicted)
     with (
         LocalApiServer(state, port=port, token=server.token) as again,
         again.api_client() as api,
+        Kubelets(again, lost=(SLOW,)),
     ):
         cluster = Cluster(api, timeout_s=30)
         assert node_obj(cluster, SLOW)["spec"]["unschedulable"] is True

@@ -402,8 +402,8 @@ def test_evictions_run_in_parallel_up_to_the_cap(cluster: Cluster) -> None:
 
 
 def kubelet_alive(cluster: Cluster, node_name: str) -> None:
-    """A fresh heartbeat Lease for the node: the API server then deletes its pods
-    gracefully (deletionTimestamp, grace period), leaving the kubelet to finish."""
+    """A fresh heartbeat Lease for the node (a kubelet that posts, so the drain waits for
+    its pods to go), its pods left for the test's own kubelet to finish."""
     from krea_ops.kube.times import micro_time
     from tests.kube.conftest import create
 
@@ -424,6 +424,7 @@ def kubelet_alive(cluster: Cluster, node_name: str) -> None:
     )
 
 
+@pytest.mark.kubelets(lost=(BAD,))  # the test plays it, or it is gone
 def test_an_evicted_pod_is_waited_for_until_its_kubelet_has_stopped_it(
     cluster: Cluster,
 ) -> None:
@@ -457,6 +458,7 @@ def test_an_evicted_pod_is_waited_for_until_its_kubelet_has_stopped_it(
     assert pod_names(cluster, BAD) == []
 
 
+@pytest.mark.kubelets(lost=(BAD,))  # the test plays it, or it is gone
 def test_a_pod_still_terminating_at_the_timeout_blocks(cluster: Cluster) -> None:
     fleet(cluster, 10)
     kubelet_alive(cluster, BAD)
@@ -469,6 +471,7 @@ def test_a_pod_still_terminating_at_the_timeout_blocks(cluster: Cluster) -> None
     assert pod_names(cluster, BAD) == ["default/web-0"]
 
 
+@pytest.mark.kubelets(lost=(BAD,))  # the test plays it, or it is gone
 def test_a_pod_terminating_where_the_kubelet_stopped_posting_is_not_waited_for(
     cluster: Cluster,
 ) -> None:
@@ -478,7 +481,7 @@ def test_a_pod_terminating_where_the_kubelet_stopped_posting_is_not_waited_for(
     from tests.kube.conftest import set_status
 
     fleet(cluster, 10)
-    kubelet_alive(cluster, BAD)  # the embedded server then keeps the pod Terminating
+    kubelet_alive(cluster, BAD)
     pod_on(cluster, BAD, "web-0")
     unknown = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}
     set_status(cluster, f"/api/v1/nodes/{BAD}", {"conditions": [unknown]})

@@ -671,32 +671,42 @@ def test_orphan_propagation_keeps_dependents(core: client.CoreV1Api, api: client
     assert len(pods) == 2 and all(not p.metadata.owner_references for p in pods)
 
 
-def test_graceful_pod_deletion_waits_for_a_live_kubelet(
-    core: client.CoreV1Api, api: client.ApiClient
+def test_a_pod_on_a_node_waits_for_its_kubelet_and_the_pod_gc_ends_it_out_of_service(
+    core: client.CoreV1Api,
 ) -> None:
-    from datetime import UTC, datetime
+    """As the pod strategy's CheckGracefulDelete: a pod bound to a node is deleted
+    gracefully whether or not that node's kubelet still posts (only the kubelet, the pod
+    GC or a forced delete ends it); one never scheduled, or already terminated, goes at
+    once. The pod GC's gcTerminating ends a terminating pod on a NotReady node tainted
+    ``node.kubernetes.io/out-of-service``."""
+    core.create_node({"metadata": {"name": "n1"}})
+    core.create_namespaced_pod("default", _pod("bound", node="n1"))
+    core.create_namespaced_pod("default", _pod("unbound"))
+    core.create_namespaced_pod("default", _pod("done", node="n1"))
+    core.patch_namespaced_pod_status("done", "default", {"status": {"phase": "Succeeded"}})
+    for name in ("bound", "unbound", "done"):
+        core.delete_namespaced_pod(name, "default")
+    bound = core.read_namespaced_pod("bound", "default")  # n1 has no kubelet: it stays
+    assert bound.metadata.deletion_timestamp and bound.metadata.deletion_grace_period_seconds == 30
+    for name in ("unbound", "done"):
+        with pytest.raises(ApiException) as exc:
+            core.read_namespaced_pod(name, "default")
+        assert exc.value.status == 404
+    time.sleep(2.5)  # the pod GC's sweeps leave it: nothing says the node is out of service
+    assert core.read_namespaced_pod("bound", "default").metadata.deletion_timestamp
 
-    client.CoordinationV1Api(api).create_namespaced_lease(
-        "kube-node-lease",
-        {
-            "metadata": {"name": "n1"},
-            "spec": {
-                "holderIdentity": "n1",
-                "renewTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-            },
-        },
-    )
-    core.create_namespaced_pod("default", _pod("live", node="n1"))
-    core.create_namespaced_pod("default", _pod("orphaned", node="n2"))
-    core.delete_namespaced_pod("live", "default")
-    core.delete_namespaced_pod("orphaned", "default")
-    live = core.read_namespaced_pod("live", "default")
-    assert live.metadata.deletion_timestamp and live.metadata.deletion_grace_period_seconds == 30
-    with pytest.raises(ApiException):
-        core.read_namespaced_pod("orphaned", "default")  # no kubelet there: removed at once
-    core.delete_namespaced_pod("live", "default", grace_period_seconds=0)
-    with pytest.raises(ApiException):
-        core.read_namespaced_pod("live", "default")
+    out_of_service = {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown",
+                      "effect": "NoExecute"}  # fmt: skip
+    core.patch_node("n1", {"spec": {"taints": [out_of_service]}})
+
+    def gone() -> bool:
+        try:
+            core.read_namespaced_pod("bound", "default")
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(gone, timeout=15)
 
 
 def test_namespace_deletion_empties_it(core: client.CoreV1Api) -> None:

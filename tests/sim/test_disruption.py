@@ -21,8 +21,8 @@ from tests.conftest import wait_for
 
 
 def _kubelet_lease(api: client.ApiClient, node: str) -> None:
-    """A Lease renewed now: the API server takes the node's kubelet as alive, so a pod
-    there is deleted gracefully instead of at once."""
+    """A Lease renewed now: the node's kubelet posts, as it does on a real node (the
+    server deletes a bound pod gracefully either way)."""
     client.CoordinationV1Api(api).create_namespaced_lease(
         "kube-node-lease",
         {
@@ -117,9 +117,15 @@ def test_a_dry_run_eviction_marks_nothing(core: client.CoreV1Api, api: client.Ap
     assert _disruption(pod) is None
 
 
-def test_an_evicted_pod_without_a_kubelet_goes_at_once(core: client.CoreV1Api) -> None:
+def test_an_evicted_pod_whose_kubelet_is_gone_stays_terminating_until_forced(
+    core: client.CoreV1Api,
+) -> None:
+    """As upstream: nothing but its kubelet, the pod GC or a forced delete ends it."""
     _running_pod(core, "trainer-0", "gone-node", grace=600)
     _evict(core, "trainer-0")
+    pod = _raw_pod(core, "trainer-0")
+    assert pod["metadata"]["deletionTimestamp"] and _disruption(pod) is not None
+    core.delete_namespaced_pod("trainer-0", "default", grace_period_seconds=0)
     with pytest.raises(ApiException) as exc:
         core.read_namespaced_pod("trainer-0", "default")
     assert exc.value.status == 404

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,15 @@ from kubernetes import client
 
 from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.conftest import FIXTURES, KUBECTL, Kubectl, wait_for
+from tests.kube.conftest import Kubelets
+
+
+@pytest.fixture
+def kubelets(sim: LocalApiServer) -> Iterator[Kubelets]:
+    """A kubelet on each node: it ends the pods kubectl deletes or drains, as on a node."""
+    with Kubelets(sim) as running:
+        yield running
+
 
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
 
@@ -179,6 +189,7 @@ spec:
     assert "broken" not in kubectl("get", "cq", "-o", "name").stdout
 
 
+@pytest.mark.usefixtures("kubelets")
 def test_describe_cordon_taint_label_annotate_delete(
     kubectl: Kubectl, core: client.CoreV1Api
 ) -> None:
@@ -208,6 +219,7 @@ def test_describe_cordon_taint_label_annotate_delete(
     wait_for(lambda: not core.list_namespaced_pod("default").items)
 
 
+@pytest.mark.usefixtures("kubelets")
 def test_drain_is_blocked_by_a_budget_then_allowed(
     kubectl: Kubectl, core: client.CoreV1Api, api: client.ApiClient
 ) -> None:

@@ -747,7 +747,6 @@ class ApiServer:
         token: str | None = None,
         history: int = 100_000,
         bookmark_interval_s: float = 60.0,
-        kubelet_lease_timeout_s: float = 40.0,
         clock: Any = None,
         users: Mapping[str, tuple[str, Sequence[str]]] | None = None,
         policies: Sequence[Mapping[str, Any]] | None = None,
@@ -782,7 +781,6 @@ class ApiServer:
             self.clock,
         )
         self.bookmark_interval_s = bookmark_interval_s
-        self.kubelet_lease_timeout_s = kubelet_lease_timeout_s
         self._closing = threading.Event()
         self._rng = random.Random()
         # Injected refusals, latency, hang-ups and watch ends (krea_ops.sim.apiserver.faults).
@@ -1594,12 +1592,13 @@ class ApiServer:
         )
 
     def _graceful_pending(self, rt: ResourceType, obj: dict[str, Any]) -> bool:
-        """A pod whose kubelet still has to finish its graceful termination."""
+        """A pod whose kubelet still has to finish its graceful termination: as the
+        generic registry's ``shouldDeleteDuringUpdate``, an object whose last finalizer
+        goes is deleted only when its deletion grace period is 0."""
         return (
             rt.kind == "Pod"
             and rt.group == ""
             and bool(obj["metadata"].get("deletionGracePeriodSeconds"))
-            and self._kubelet_alive(obj)
         )
 
     def _merge_update(
@@ -1837,24 +1836,6 @@ class ApiServer:
         result = self.delete(rt, ns, name, options, dry_run=self._dry_run(req))
         return self._respond(req, rt, 200, result)
 
-    def _kubelet_alive(self, pod: dict[str, Any]) -> bool:
-        node = (pod.get("spec") or {}).get("nodeName")
-        if not node:
-            return False
-        lease = self.store.get("coordination.k8s.io/leases", "kube-node-lease", node)
-        if lease is None:
-            return False
-        renew = (lease.obj.get("spec") or {}).get("renewTime")
-        if not renew:
-            return False
-        stamp = times.parse_time(str(renew))
-        if stamp is None:
-            return False
-        age = self.clock().timestamp() - stamp
-        duration = (lease.obj.get("spec") or {}).get("leaseDurationSeconds")
-        limit = float(duration) if duration else self.kubelet_lease_timeout_s
-        return age < limit
-
     def delete(
         self,
         rt: ResourceType,
@@ -1909,9 +1890,13 @@ class ApiServer:
                     requested = (obj.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
                 grace = int(requested)
                 grace = max(int(grace), 0)
+                # The pod strategy's CheckGracefulDelete (pkg/registry/core/pod/strategy.go):
+                # "if the pod is not scheduled, delete immediately", and "if the pod is
+                # already terminated, delete immediately". A pod on a node whose kubelet
+                # has stopped still waits for it (the pod GC or a forced delete ends it).
                 phase = (obj.get("status") or {}).get("phase")
-                if phase in ("Succeeded", "Failed") or not self._kubelet_alive(obj):
-                    grace = 0  # nothing is running there to stop gracefully
+                if phase in ("Succeeded", "Failed") or not (obj.get("spec") or {}).get("nodeName"):
+                    grace = 0
             if rt.kind == "Namespace" and rt.group == "":
                 finalizers = finalizers or []
             already = bool(meta.get("deletionTimestamp"))

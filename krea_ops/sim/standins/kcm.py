@@ -4,9 +4,14 @@
   deleted in the foreground wait for their dependents, orphaning strips owner refs;
 - namespace lifecycle: a deleted namespace empties itself, then goes away;
 - disruption controller: PodDisruptionBudget status follows the pods it selects;
-- pod termination: a pod whose graceful deletion nobody will finish (no kubelet
-  heartbeat for its node) is removed, as the pod GC does for pods on vanished nodes;
-  one held by finalizers that never got a node is marked Failed for their owner.
+- pod garbage collection, as the pod GC controller does it
+  (pkg/controller/podgc/gc_controller.go): a terminating pod that never got a node is
+  marked Failed for the owner its finalizers wait for (``gcUnscheduledTerminating``); a
+  pod bound to a node that no longer exists is deleted (``gcOrphaned``); a terminating
+  pod on a NotReady node tainted ``node.kubernetes.io/out-of-service`` is deleted
+  (``gcTerminating``). A pod being deleted gracefully on a node whose kubelet has stopped
+  stays Terminating, as upstream: only its kubelet, an out-of-service taint, the node's
+  deletion or a forced delete ends it.
 
 They act on the store directly from one thread, in the order changes arrived.
 """
@@ -18,6 +23,7 @@ import copy
 import queue
 import sys
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from krea_ops.sim.apiserver.errors import ApiError
@@ -28,6 +34,21 @@ if TYPE_CHECKING:
     from krea_ops.sim.apiserver.server import ApiServer
 
 SWEEP_S = 1.0
+# The pod GC's quarantine for a node it cannot find (podgc's ``quarantineTime``).
+ORPHAN_QUARANTINE_S = 40.0
+
+
+OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
+
+
+def _out_of_service(node: dict[str, Any]) -> bool:
+    """NotReady and tainted out-of-service: the pod GC's ``gcTerminating`` condition."""
+    ready = [
+        c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"
+    ]
+    not_ready = not ready or ready[0].get("status") != "True"
+    taints = (node.get("spec") or {}).get("taints") or []
+    return not_ready and any(t.get("key") == OUT_OF_SERVICE for t in taints)
 
 
 def _status_core(status: dict[str, Any] | None) -> dict[str, Any]:
@@ -48,6 +69,8 @@ class ControllerManager:
         # Pods being deleted gracefully, so the sweep does not list every pod each second;
         # None until the first sweep has looked at all pods (e.g. after a restart).
         self._terminating: set[tuple[str, str]] | None = None
+        # Pods bound to a node that is not there, and since when (monotonic seconds).
+        self._orphans: dict[tuple[str, str], float] = {}
 
     def start(self) -> None:
         self._thread.start()
@@ -114,6 +137,8 @@ class ControllerManager:
                 self._finish_pod(obj)
             elif self._terminating is not None:
                 self._terminating.discard(key)
+        if rt.group == "" and rt.kind == "Node" and (deleted or _out_of_service(obj)):
+            self._gc_pods_on(meta.get("name", ""))
         if rt.group == "policy" and rt.kind == "PodDisruptionBudget" and not deleted:
             self._sync_budgets(meta.get("namespace", ""))
         if meta.get("namespace"):
@@ -251,21 +276,20 @@ class ControllerManager:
     # -- pods and budgets ---------------------------------------------------------------
 
     def _finish_pod(self, pod: dict[str, Any]) -> None:
+        """The pod GC's verdict on a terminating pod (or any pod whose node is gone)."""
         server = self._server
         meta = pod["metadata"]
-        if server._kubelet_alive(pod):
-            return
+        node_name = (pod.get("spec") or {}).get("nodeName")
         rt = server.registry.storage("/pods")
         assert rt is not None
-        if meta.get("finalizers"):
-            # PodGC's gcUnscheduledTerminating (pkg/controller/podgc/gc_controller.go): a
-            # pod being deleted that never got a node is marked Failed (no kubelet ever
-            # will), so the owner its finalizer waits for (the Job controller) can count it
+        if not node_name:
+            if not meta.get("deletionTimestamp"):
+                return
+            # gcUnscheduledTerminating: a pod being deleted that never got a node is marked
+            # Failed (no kubelet ever will), so the owner its finalizer waits for (the Job
+            # controller) can count it.
             phase = (pod.get("status") or {}).get("phase")
-            if not (pod.get("spec") or {}).get("nodeName") and phase not in (
-                "Succeeded",
-                "Failed",
-            ):
+            if meta.get("finalizers") and phase not in ("Succeeded", "Failed"):
                 failed = copy.deepcopy(pod)
                 failed.setdefault("status", {})["phase"] = "Failed"
                 with contextlib.suppress(ApiError):
@@ -274,8 +298,27 @@ class ControllerManager:
                         status=True, dry_run=False,
                     )  # fmt: skip
             return
+        key = (meta.get("namespace", ""), meta["name"])
+        node = server.store.get("/nodes", "", node_name)
+        if node is not None:
+            self._orphans.pop(key, None)
+            if not meta.get("deletionTimestamp") or not _out_of_service(node.obj):
+                return  # its kubelet finishes it, when it comes back
+        else:
+            # gcOrphaned: a node gone for the quarantine time (it may come back: a node
+            # re-registering keeps its pods) takes its pods with it.
+            since = self._orphans.setdefault(key, time.monotonic())
+            if time.monotonic() - since < ORPHAN_QUARANTINE_S:
+                return
+            self._orphans.pop(key, None)
         with contextlib.suppress(ApiError):
             server.delete(rt, meta["namespace"], meta["name"], {"gracePeriodSeconds": 0})
+
+    def _gc_pods_on(self, node_name: str) -> None:
+        """A node was deleted, or went out of service: its pods go as the pod GC says."""
+        for entry in self._server.store.list("/pods")[0]:
+            if (entry.obj.get("spec") or {}).get("nodeName") == node_name:
+                self._finish_pod(entry.obj)
 
     def _sweep_pods(self) -> None:
         server = self._server
@@ -290,6 +333,12 @@ class ControllerManager:
             if entry is None:
                 self._terminating.discard((ns, name))
             elif entry.obj["metadata"].get("deletionTimestamp"):
+                self._finish_pod(entry.obj)
+        for ns, name in list(self._orphans):
+            entry = server.store.get("/pods", ns, name)
+            if entry is None:
+                self._orphans.pop((ns, name), None)
+            else:
                 self._finish_pod(entry.obj)
 
     def _sync_budgets(self, ns: str) -> None:
