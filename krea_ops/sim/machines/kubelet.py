@@ -41,8 +41,8 @@ are reported ``terminated`` (exit 143, phase ``Failed``) and the pod is deleted 
 grace 0; one that never started goes at once. A pod held by finalizers is left terminal
 for their owner to release.
 
-Periods and traffic of the cluster's actors (this kubelet, ``scheduler.py``,
-``controllers.py``). Periods are simulated seconds, stretched so that no actor ticks more
+Periods and traffic of the cluster's actors (this kubelet, ``standins/scheduler.py``,
+``standins/workloads.py``). Periods are simulated seconds, stretched so that no actor ticks more
 than twice a wall second: kubelet ``max(2, speed/2)``, scheduler ``max(1, speed/2)``,
 controllers ``max(2, speed/2)``. The actors share one list of pods and one of nodes
 (``api.ClusterView``, ``world.services["cluster-view"]``, relisted at most every half
