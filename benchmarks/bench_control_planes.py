@@ -72,28 +72,11 @@ def cpu_and_rss(pids: list[int]) -> tuple[float, float]:
 
 def one_run(cli: str, plane: str, nodes: int, speed: float, steady: float) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix=f"bench-cp-{plane}-") as tmp:
-        argv = [
-            cli,
-            "sim",
-            "serve",
-            "--control-plane",
-            plane,
-            "--nodes",
-            str(nodes),
-            "--speed",
-            str(speed),
-            "--state",
-            tmp,
-        ]
+        argv = [cli, "sim", "serve", "--control-plane", plane, "--nodes", str(nodes),
+                "--speed", str(speed), "--state", tmp]
         t0 = time.monotonic()
-        proc = subprocess.Popen(
-            argv,
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
         started: dict[str, float] = {}
         err_lines: list[str] = []
 
@@ -155,26 +138,19 @@ def main(argv: list[str] | None = None) -> int:
         for plane in order:
             run = one_run(cli, plane, args.nodes, args.speed, args.steady)
             results[plane].append(run)
-            print(
-                f"- {plane} run {i + 1}: " + ", ".join(f"{k} {v:.1f}" for k, v in run.items()),
-                flush=True,
-            )
+            print(f"- {plane} run {i + 1}: " + ", ".join(f"{k} {v:.1f}" for k, v in run.items()),
+                  flush=True)
     print()
-    print(
-        "| control plane | runs | up s (median) | first readings s | CPU s to start "
-        "| steady CPU % | RSS MiB | processes |"
-    )
+    print("| control plane | runs | up s (median) | first readings s | CPU s to start "
+          "| steady CPU % | RSS MiB | processes |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for plane, runs in results.items():
-
         def med(key: str, runs: list[dict[str, float]] = runs) -> float:
             return statistics.median(r[key] for r in runs)
 
-        print(
-            f"| {plane} | {len(runs)} | {med('up_s'):.1f} | {med('readings_s'):.1f} | "
-            f"{med('start_cpu_s'):.1f} | {med('steady_cpu_pct'):.0f} | {med('rss_mib'):.0f} | "
-            f"{med('processes'):.0f} |"
-        )
+        print(f"| {plane} | {len(runs)} | {med('up_s'):.1f} | {med('readings_s'):.1f} | "
+              f"{med('start_cpu_s'):.1f} | {med('steady_cpu_pct'):.0f} | {med('rss_mib'):.0f} | "
+              f"{med('processes'):.0f} |")
     return 0
 
 

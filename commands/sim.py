@@ -95,10 +95,7 @@ def serve(
         from krea_ops.sim.upstream.controlplane import UpstreamControlPlane
 
         sim = UpstreamControlPlane(
-            state or _temp_state(),
-            host=host,
-            port=port,
-            kubeconfig_out=kubeconfig_out,
+            state or _temp_state(), host=host, port=port, kubeconfig_out=kubeconfig_out,
             progress=say,
         )
         exporters: dict[str, str] = {}

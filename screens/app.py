@@ -54,7 +54,6 @@ from screens.messages import (
 if TYPE_CHECKING:
     from krea_ops.runbook.plan import Plan
 
-
 def training_loaded(console: Any) -> TrainingLoaded:
     """The runs, and what node-health recorded of their restarts: a console that cannot
     read that (no state yet is fine; an error is said) still shows the runs."""

@@ -91,12 +91,7 @@ def test_conflict_with_client_side_apply_and_force(kubectl: Kubectl) -> None:
     assert container["f:env"]['k:{"name":"MODE"}'] == {".": {}, "f:name": {}, "f:value": {}}
 
     failed = kubectl(
-        "apply",
-        "--server-side",
-        "--field-manager=other",
-        "-f",
-        "-",
-        stdin=_deployment(3),
+        "apply", "--server-side", "--field-manager=other", "-f", "-", stdin=_deployment(3),
         check=False,
     )
     assert failed.returncode != 0
@@ -129,13 +124,8 @@ def test_two_appliers_conflict_share_and_prune(kubectl: Kubectl) -> None:
     assert "f:replicas" in managed["bob/Apply"]["fieldsV1"]["f:spec"]
 
     failed = kubectl(
-        "apply",
-        "--server-side",
-        "--field-manager=bob",
-        "-f",
-        "-",
-        stdin=_deployment(5, "nginx:1.28"),
-        check=False,
+        "apply", "--server-side", "--field-manager=bob", "-f", "-",
+        stdin=_deployment(5, "nginx:1.28"), check=False,
     )
     assert failed.returncode != 0
     assert (
@@ -144,12 +134,7 @@ def test_two_appliers_conflict_share_and_prune(kubectl: Kubectl) -> None:
     ) in failed.stderr
 
     kubectl(
-        "apply",
-        "--server-side",
-        "--field-manager=bob",
-        "--force-conflicts",
-        "-f",
-        "-",
+        "apply", "--server-side", "--field-manager=bob", "--force-conflicts", "-f", "-",
         stdin=_deployment(5, "nginx:1.28"),
     )
     got = json.loads(kubectl("get", "deploy", "web", "-o", "json").stdout)
@@ -162,7 +147,6 @@ def test_two_appliers_conflict_share_and_prune(kubectl: Kubectl) -> None:
     # too, and it goes.
     no_env = _deployment(5, "nginx:1.28").replace("        env: [{name: MODE, value: serve}]\n", "")
     kubectl("apply", "--server-side", "--field-manager=alice", "-f", "-", stdin=no_env)
-
     def env() -> Any:
         got = json.loads(kubectl("get", "deploy", "web", "-o", "json").stdout)
         return got["spec"]["template"]["spec"]["containers"][0].get("env")
@@ -270,19 +254,15 @@ def test_writes_record_update_entries(api: client.ApiClient) -> None:
         'Apply failed with 2 conflicts: conflicts with "OpenAPI-Generator" using v1:\n'
         '- .data.b\nconflicts with "ops" using v1:\n- .data.a'
     )
-    assert {
-        "reason": "FieldManagerConflict",
-        "message": 'conflict with "ops" using v1',
-        "field": ".data.a",
-    } in status["details"]["causes"]
+    assert {"reason": "FieldManagerConflict", "message": 'conflict with "ops" using v1',
+            "field": ".data.a"} in status["details"]["causes"]
 
 
 def test_status_writes_are_recorded_with_their_subresource(api: client.ApiClient) -> None:
     core = client.CoreV1Api(api)
     core.create_node({"metadata": {"name": "n1"}})
     core.patch_node_status(
-        "n1",
-        {"status": {"conditions": [{"type": "Ready", "status": "True"}]}},
+        "n1", {"status": {"conditions": [{"type": "Ready", "status": "True"}]}},
         field_manager="kubelet",
     )
     raw = core.read_node("n1", _preload_content=False)
@@ -310,21 +290,15 @@ def test_kubectl_scale(kubectl: Kubectl, api: client.ApiClient) -> None:
     assert scaler["apiVersion"] == "apps/v1"
     # The applier lost replicas to the scaler; applying them again conflicts with it.
     failed = kubectl(
-        "apply",
-        "--server-side",
-        "--field-manager=deployer",
-        "-f",
-        "-",
-        stdin=_deployment(2),
+        "apply", "--server-side", "--field-manager=deployer", "-f", "-", stdin=_deployment(2),
         check=False,
     )
     assert (
         f'conflict with "{scaler["manager"]}" with subresource "scale" using apps/v1: '
         ".spec.replicas"
     ) in failed.stderr
-    stale = kubectl(
-        "scale", "deployment", "web", "--replicas=1", "--resource-version=1", check=False
-    )
+    stale = kubectl("scale", "deployment", "web", "--replicas=1", "--resource-version=1",
+                    check=False)
     assert stale.returncode != 0
     apps = client.AppsV1Api(api)
     with pytest.raises(ApiException) as err:
@@ -375,11 +349,7 @@ def test_kubectl_scale_of_a_custom_resource(kubectl: Kubectl, api: client.ApiCli
     kubectl("apply", "--server-side", "-f", "-", stdin=pool)
     custom = client.CustomObjectsApi(api)
     custom.patch_namespaced_custom_object_status(
-        "example.com",
-        "v1",
-        "default",
-        "pools",
-        "p",
+        "example.com", "v1", "default", "pools", "p",
         {"status": {"ready": 2, "selector": "app=pool"}},
     )
     kubectl("scale", "pool", "p", "--replicas=5")

@@ -66,7 +66,9 @@ def test_compare_marks_added_items_and_maps_as_members() -> None:
         }
     }
     _, removed = ssa.compare(new, old, POD)
-    assert removed == {"f:spec": {"f:containers": {'k:{"name":"b"}': {}}, "f:nodeSelector": {}}}
+    assert removed == {
+        "f:spec": {"f:containers": {'k:{"name":"b"}': {}}, "f:nodeSelector": {}}
+    }
 
 
 def test_paths_print_as_fieldpath_does() -> None:

@@ -157,69 +157,41 @@ def run_sequence(side: Side, tmp: Path) -> None:
     c.record("create cm bad name", c.call("POST", path, {"metadata": {"name": "Bad_Name"}}))
     c.record(
         "create cm unknown field (strict)",
-        c.call(
-            "POST",
-            path,
-            {"metadata": {"name": "cm-x"}, "dataa": {}},
-            query={"fieldValidation": "Strict"},
-        ),
+        c.call("POST", path, {"metadata": {"name": "cm-x"}, "dataa": {}},
+               query={"fieldValidation": "Strict"}),
     )
     c.record("get missing", c.call("GET", f"{path}/nope"))
     # patches: merge, strategic (a ConfigMap has no strategy: JSON merge semantics), JSON
     c.record(
         "merge patch",
-        c.call(
-            "PATCH",
-            f"{path}/cm-a",
-            {"data": {"k2": "v2"}},
-            content_type="application/merge-patch+json",
-        ),
+        c.call("PATCH", f"{path}/cm-a", {"data": {"k2": "v2"}},
+               content_type="application/merge-patch+json"),
         lambda b: b.get("data"),
     )
     c.record(
         "json patch",
-        c.call(
-            "PATCH",
-            f"{path}/cm-a",
-            [{"op": "remove", "path": "/data/k"}],
-            content_type="application/json-patch+json",
-        ),
+        c.call("PATCH", f"{path}/cm-a", [{"op": "remove", "path": "/data/k"}],
+               content_type="application/json-patch+json"),
         lambda b: b.get("data"),
     )
     c.record(
         "json patch test fails",
-        c.call(
-            "PATCH",
-            f"{path}/cm-a",
-            [{"op": "test", "path": "/data/k2", "value": "no"}],
-            content_type="application/json-patch+json",
-        ),
+        c.call("PATCH", f"{path}/cm-a", [{"op": "test", "path": "/data/k2", "value": "no"}],
+               content_type="application/json-patch+json"),
     )
     stale = {"metadata": {"name": "cm-a", "resourceVersion": "1"}, "data": {}}
     c.record("update with stale resourceVersion", c.call("PUT", f"{path}/cm-a", stale))
     # kubectl apply: client-side twice, then server-side with a conflict and with force
     manifest = tmp / f"{side.name}-cm.yaml"
     manifest.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": "cm-apply", "namespace": NS},
-                "data": {"a": "1"},
-            }
-        )
+        yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "cm-apply", "namespace": NS}, "data": {"a": "1"}})
     )
     c.record_kubectl("kubectl apply", k("apply", "-f", str(manifest), check=False))
     c.record_kubectl("kubectl apply again", k("apply", "-f", str(manifest), check=False))
     manifest.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": "cm-apply", "namespace": NS},
-                "data": {"a": "2"},
-            }
-        )
+        yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "cm-apply", "namespace": NS}, "data": {"a": "2"}})
     )
     c.record_kubectl(
         "kubectl apply --server-side conflict",
@@ -239,9 +211,8 @@ def run_sequence(side: Side, tmp: Path) -> None:
     names: list[list[str]] = []
     token: str | None = None
     for _ in range(5):
-        answer = c.call(
-            "GET", path, query={"labelSelector": "page=yes", "limit": 2, "continue": token}
-        )
+        answer = c.call("GET", path, query={"labelSelector": "page=yes", "limit": 2,
+                                            "continue": token})
         body = answer.body or {}
         names.append([_meta(i)["name"] for i in body.get("items") or []])
         token = _meta(body).get("continue")
@@ -255,44 +226,28 @@ def run_sequence(side: Side, tmp: Path) -> None:
     # RBAC: a service account with no grants
     c.call("POST", f"/api/v1/namespaces/{NS}/serviceaccounts", {"metadata": {"name": "nobody"}})
     token_answer = c.call(
-        "POST",
-        f"/api/v1/namespaces/{NS}/serviceaccounts/nobody/token",
+        "POST", f"/api/v1/namespaces/{NS}/serviceaccounts/nobody/token",
         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
     )
     c.record("token request", token_answer, lambda b: sorted((b.get("status") or {}).keys()))
     _as_nobody(c, str(((token_answer.body or {}).get("status") or {}).get("token")))
     c.record_kubectl(
         "kubectl auth can-i as nobody",
-        k(
-            "auth",
-            "can-i",
-            "list",
-            "pods",
-            "-n",
-            NS,
-            f"--as=system:serviceaccount:{NS}:nobody",
-            check=False,
-        ),
+        k("auth", "can-i", "list", "pods", "-n", NS, f"--as=system:serviceaccount:{NS}:nobody",
+          check=False),
     )
     # scale: a Deployment's scale subresource (spec only: the replicas the controller makes
     # differ, none run on the embedded bare server)
     deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
+        "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "web", "namespace": NS},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {
-                "metadata": {"labels": {"app": "web"}},
-                "spec": {"containers": [{"name": "c", "image": "nginx"}]},
-            },
-        },
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "c", "image": "nginx"}]}}},
     }
     c.call("POST", f"/apis/apps/v1/namespaces/{NS}/deployments", deployment)
-    c.record_kubectl(
-        "kubectl scale", k("scale", "deployment/web", "-n", NS, "--replicas=3", check=False)
-    )
+    c.record_kubectl("kubectl scale", k("scale", "deployment/web", "-n", NS, "--replicas=3",
+                                        check=False))
     c.record(
         "get scale",
         c.call("GET", f"/apis/apps/v1/namespaces/{NS}/deployments/web/scale"),
@@ -302,30 +257,17 @@ def run_sequence(side: Side, tmp: Path) -> None:
     c.call("POST", "/api/v1/nodes", _node("diff-node"))
     for name, labels in (("lone", {"app": "lone"}), ("b-0", {"app": "b"}), ("b-1", {"app": "b"})):
         c.call("POST", f"/api/v1/namespaces/{NS}/pods", _pod(name, "diff-node", labels))
-        c.call(
-            "PATCH",
-            f"/api/v1/namespaces/{NS}/pods/{name}/status",
-            {"status": RUNNING},
-            content_type="application/merge-patch+json",
-        )
-    pdb = {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": {"name": "b", "namespace": NS},
-        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "b"}}},
-    }
+        c.call("PATCH", f"/api/v1/namespaces/{NS}/pods/{name}/status", {"status": RUNNING},
+               content_type="application/merge-patch+json")
+    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+           "metadata": {"name": "b", "namespace": NS},
+           "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "b"}}}}
     c.call("POST", f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets", pdb)
 
     def evict(name: str) -> ApiAnswer:
-        return c.call(
-            "POST",
-            f"/api/v1/namespaces/{NS}/pods/{name}/eviction",
-            {
-                "apiVersion": "policy/v1",
-                "kind": "Eviction",
-                "metadata": {"name": name, "namespace": NS},
-            },
-        )
+        return c.call("POST", f"/api/v1/namespaces/{NS}/pods/{name}/eviction",
+                      {"apiVersion": "policy/v1", "kind": "Eviction",
+                       "metadata": {"name": name, "namespace": NS}})
 
     c.record("evict without a budget", evict("lone"), lambda b: b.get("kind"))
     # the budget's status as the disruption controller (or the embedded server) computes it
@@ -343,18 +285,8 @@ def run_sequence(side: Side, tmp: Path) -> None:
     c.record("evict behind a budget", evict("b-0"))
     c.record_kubectl(
         "kubectl get pods",
-        k(
-            "get",
-            "pods",
-            "-n",
-            NS,
-            "-l",
-            "app in (lone,b)",
-            "-o",
-            "custom-columns=NAME:.metadata.name",
-            "--no-headers",
-            check=False,
-        ),
+        k("get", "pods", "-n", NS, "-l", "app in (lone,b)", "-o",
+          "custom-columns=NAME:.metadata.name", "--no-headers", check=False),
     )
 
 
@@ -368,14 +300,8 @@ def _watch_events(c: Side, path: str) -> list[tuple[str, str]]:
     def watch() -> None:
         resp = api.call_api(
             *api.param_serialize(
-                "GET",
-                path,
-                query_params=[
-                    ("watch", "true"),
-                    ("labelSelector", "w=yes"),
-                    ("resourceVersion", rv),
-                    ("timeoutSeconds", "10"),
-                ],
+                "GET", path, query_params=[("watch", "true"), ("labelSelector", "w=yes"),
+                                           ("resourceVersion", rv), ("timeoutSeconds", "10")],
                 header_params={"Accept": "application/json"},
                 auth_settings=["BearerToken"],
             ),
@@ -412,9 +338,8 @@ def _as_nobody(c: Side, token: str) -> None:
         c.record("list pods as nobody", nobody.request("d", "GET", f"/api/v1/namespaces/{NS}/pods"))
         c.record(
             "create cm as nobody",
-            nobody.request(
-                "d", "POST", f"/api/v1/namespaces/{NS}/configmaps", body={"metadata": {"name": "x"}}
-            ),
+            nobody.request("d", "POST", f"/api/v1/namespaces/{NS}/configmaps",
+                           body={"metadata": {"name": "x"}}),
         )
         c.record("list nodes as nobody", nobody.request("d", "GET", "/api/v1/nodes"))
 

@@ -37,13 +37,8 @@ def kubectl(sim: LocalApiServer, tmp_path: Path) -> Kubectl:
     return Kubectl(sim.kubeconfig, tmp_path)
 
 
-def _status(
-    name: str,
-    cid: str,
-    state: dict[str, Any],
-    last: dict[str, Any] | None = None,
-    restarts: int = 0,
-) -> dict[str, Any]:
+def _status(name: str, cid: str, state: dict[str, Any], last: dict[str, Any] | None = None,
+            restarts: int = 0) -> dict[str, Any]:
     return {
         "name": name,
         "image": "krea/app:1",
@@ -84,13 +79,9 @@ def test_kubectl_logs_flags(sim: LocalApiServer, core: client.CoreV1Api, kubectl
     store.write(CID_OLD, [(t0 + i, f"old line {i}") for i in range(5)])
     store.write(CID_NEW, [(t0 + 50 + i, f"line {i}") for i in range(20)])
     terminated = {
-        "terminated": {
-            "exitCode": 1,
-            "reason": "Error",
-            "containerID": CID_OLD,
-            "startedAt": "2026-01-01T00:00:00Z",
-            "finishedAt": "2026-01-01T00:10:00Z",
-        }
+        "terminated": {"exitCode": 1, "reason": "Error", "containerID": CID_OLD,
+                       "startedAt": "2026-01-01T00:00:00Z",
+                       "finishedAt": "2026-01-01T00:10:00Z"}
     }
     _pod(core, "web", ["app"], [_status("app", CID_NEW, _running(), terminated, restarts=1)])
 
@@ -140,15 +131,9 @@ def test_kubectl_logs_follow_streams_until_the_container_stops(
         store.write(CID_NEW, [(time.time(), "second"), (time.time(), "third")])
         wait_for(lambda: lines == ["first\n", "second\n", "third\n"], timeout=30)
         # The container stops: the stream ends, and kubectl with it.
-        done = {
-            "terminated": {
-                "exitCode": 0,
-                "reason": "Completed",
-                "containerID": CID_NEW,
-                "startedAt": "2026-01-01T00:00:00Z",
-                "finishedAt": "2026-01-01T00:01:00Z",
-            }
-        }
+        done = {"terminated": {"exitCode": 0, "reason": "Completed", "containerID": CID_NEW,
+                               "startedAt": "2026-01-01T00:00:00Z",
+                               "finishedAt": "2026-01-01T00:01:00Z"}}
         core.patch_namespaced_pod_status(
             "web", "default", {"status": {"containerStatuses": [_status("app", CID_NEW, done)]}}
         )

@@ -22,11 +22,7 @@ CLI = [sys.executable, "-m", "commands"]
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*CLI, *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
+        [*CLI, *args], capture_output=True, text=True, cwd=ROOT, timeout=120,
         env={**os.environ, "KREA_OPS_CONFIG": "/nonexistent", **(env or {})},
     )
 
@@ -117,10 +113,7 @@ def test_serve_upstream_runs_the_real_versions_and_stops_everything(tmp_path: Pa
     state = tmp_path / "state"
     proc = subprocess.Popen(
         [*CLI, "sim", "serve", "--control-plane", "upstream", "--api-only", "--state", str(state)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
         env={**os.environ, "KREA_OPS_CONFIG": "/nonexistent"},
     )
     try:
@@ -142,10 +135,8 @@ def test_serve_upstream_runs_the_real_versions_and_stops_everything(tmp_path: Pa
         assert version["serverVersion"]["gitVersion"] == pins["KUBERNETES_VERSION"]
         # the project's Kueue setup is there, through Kueue's own webhooks
         queues = kubectl("get", "clusterqueues", "-o", "name").stdout.split()
-        assert queues == [
-            "clusterqueue.kueue.x-k8s.io/inference",
-            "clusterqueue.kueue.x-k8s.io/training",
-        ]
+        assert queues == ["clusterqueue.kueue.x-k8s.io/inference",
+                          "clusterqueue.kueue.x-k8s.io/training"]
         # every component listens on loopback only
         pids = _children(proc.pid)
         names = {Path(f"/proc/{p}/comm").read_text().strip() for p in pids}

@@ -125,10 +125,7 @@ def test_an_answer_in_protobuf_for_a_client_that_accepts_only_protobuf(
     core.create_namespaced_config_map("default", {"metadata": {"name": "c"}, "data": {"k": "v"}})
     conn = _connection(sim)
     code, headers, body = _request(
-        conn,
-        sim,
-        "GET",
-        "/apis/coordination.k8s.io/v1/namespaces/default/leases/none",
+        conn, sim, "GET", "/apis/coordination.k8s.io/v1/namespaces/default/leases/none",
         headers={"Accept": PROTOBUF},
     )
     assert code == 404
@@ -158,10 +155,7 @@ def test_an_answer_in_protobuf_for_a_client_that_accepts_only_protobuf(
 
     # kubectl's Accept (protobuf, then JSON) is answered in JSON
     code, headers, body = _request(
-        conn,
-        sim,
-        "GET",
-        "/api/v1/namespaces/default/configmaps/c",
+        conn, sim, "GET", "/api/v1/namespaces/default/configmaps/c",
         headers={"Accept": f"{PROTOBUF},application/json"},
     )
     assert code == 200
@@ -186,10 +180,7 @@ def test_a_protobuf_body_a_go_client_writes_is_decoded(sim: LocalApiServer) -> N
     envelope.raw = lease.SerializeToString()
     conn = _connection(sim)
     code, _, body = _request(
-        conn,
-        sim,
-        "POST",
-        "/apis/coordination.k8s.io/v1/namespaces/default/leases",
+        conn, sim, "POST", "/apis/coordination.k8s.io/v1/namespaces/default/leases",
         body=b"k8s\x00" + envelope.SerializeToString(),
         headers={"Content-Type": PROTOBUF, "Accept": "application/json"},
     )
@@ -206,12 +197,8 @@ def test_a_protobuf_body_a_go_client_writes_is_decoded(sim: LocalApiServer) -> N
 def test_a_body_in_a_format_the_server_does_not_speak_is_415(sim: LocalApiServer) -> None:
     conn = _connection(sim)
     code, _, body = _request(
-        conn,
-        sim,
-        "POST",
-        "/api/v1/namespaces",
-        body=b"name: x",
-        headers={"Content-Type": "text/plain"},
+        conn, sim, "POST", "/api/v1/namespaces",
+        body=b"name: x", headers={"Content-Type": "text/plain"},
     )
     assert code == 415
     status = json.loads(body)
@@ -223,12 +210,8 @@ def test_a_body_in_a_format_the_server_does_not_speak_is_415(sim: LocalApiServer
     )
     # custom resources have no protobuf form
     code, _, body = _request(
-        conn,
-        sim,
-        "POST",
-        "/apis/kueue.x-k8s.io/v1beta2/resourceflavors",
-        body=b"k8s\x00",
-        headers={"Content-Type": PROTOBUF},
+        conn, sim, "POST", "/apis/kueue.x-k8s.io/v1beta2/resourceflavors",
+        body=b"k8s\x00", headers={"Content-Type": PROTOBUF},
     )
     assert code == 415
     assert json.loads(body)["message"].endswith(
@@ -338,12 +321,8 @@ def test_duplicate_fields_and_the_warning_header(sim: LocalApiServer) -> None:
     conn = _connection(sim)
     body = b'{"metadata": {"name": "dup", "name": "dup"}, "data": {"a": "1"}, "bogus": 1}'
     code, _, answer = _request(
-        conn,
-        sim,
-        "POST",
-        "/api/v1/namespaces/default/configmaps?fieldValidation=Strict",
-        body=body,
-        headers={"Content-Type": "application/json"},
+        conn, sim, "POST", "/api/v1/namespaces/default/configmaps?fieldValidation=Strict",
+        body=body, headers={"Content-Type": "application/json"},
     )
     assert code == 400
     assert json.loads(answer)["message"] == (
@@ -352,12 +331,8 @@ def test_duplicate_fields_and_the_warning_header(sim: LocalApiServer) -> None:
     )
     # no fieldValidation: Warn, the real server's default (handlers/rest.go fieldValidation)
     code, headers, answer = _request(
-        conn,
-        sim,
-        "POST",
-        "/api/v1/namespaces/default/configmaps",
-        body=body,
-        headers={"Content-Type": "application/json"},
+        conn, sim, "POST", "/api/v1/namespaces/default/configmaps",
+        body=body, headers={"Content-Type": "application/json"},
     )
     assert code == 201
     assert headers["warning"] == (
@@ -388,12 +363,8 @@ def test_type_errors_name_the_go_struct_and_type(sim: LocalApiServer) -> None:
     conn = _connection(sim)
     for body, message in cases:
         code, _, answer = _request(
-            conn,
-            sim,
-            "POST",
-            "/api/v1/namespaces/default/configmaps",
-            body=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
+            conn, sim, "POST", "/api/v1/namespaces/default/configmaps",
+            body=json.dumps(body).encode(), headers={"Content-Type": "application/json"},
         )
         assert code == 400
         assert json.loads(answer)["message"] == (
@@ -406,12 +377,8 @@ def test_type_errors_name_the_go_struct_and_type(sim: LocalApiServer) -> None:
 
 def _lease(spec: dict[str, Any], name: str = "l") -> bytes:
     return json.dumps(
-        {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": name},
-            "spec": spec,
-        }
+        {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": name},
+         "spec": spec}
     ).encode()
 
 
@@ -420,19 +387,12 @@ def test_lease_micro_times_validation_and_wording(sim: LocalApiServer) -> None:
     path = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
     json_type = {"Content-Type": "application/json"}
     code, _, body = _request(
-        conn,
-        sim,
-        "POST",
-        path,
-        _lease(
-            {
-                "holderIdentity": "a",
-                "leaseDurationSeconds": 15,
-                "acquireTime": "2026-01-01T01:00:00.000001+01:00",
-                "renewTime": "2026-01-01T00:00:05.250000+00:00",
-            }
-        ),
-        json_type,
+        conn, sim, "POST", path, _lease({
+            "holderIdentity": "a",
+            "leaseDurationSeconds": 15,
+            "acquireTime": "2026-01-01T01:00:00.000001+01:00",
+            "renewTime": "2026-01-01T00:00:05.250000+00:00",
+        }), json_type,
     )
     assert code == 201, body
     spec = json.loads(body)["spec"]
@@ -551,11 +511,8 @@ def test_a_list_at_a_future_resource_version_is_504(core: client.CoreV1Api) -> N
 @needs_kubectl
 def test_kubectl_get_at_a_future_resource_version(kubectl: Kubectl) -> None:
     out = kubectl(
-        "get",
-        "--raw",
-        "/api/v1/namespaces/default/pods?resourceVersion=99999999",
-        check=False,
-        timeout=120,
+        "get", "--raw", "/api/v1/namespaces/default/pods?resourceVersion=99999999",
+        check=False, timeout=120,
     )
     assert out.returncode != 0
     assert "Timeout: Too large resource version: 99999999, current: " in out.stderr

@@ -274,10 +274,8 @@ def _lemon(world: SimWorld, node_health: NodeHealthProcess) -> None:
     node_health.pass_once()
     inject_fault(world.client, "hot-gpu", lemon, gpu=2, value=86)
     wait_for(
-        lambda: (
-            node_health.pass_once()
-            and any(s[2] == 2 for s in node_health.recorder().get("signals", {}).get(lemon, []))
-        ),
+        lambda: node_health.pass_once()
+        and any(s[2] == 2 for s in node_health.recorder().get("signals", {}).get(lemon, [])),
         timeout=60,
         interval=0.5,
     )

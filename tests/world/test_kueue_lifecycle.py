@@ -95,34 +95,17 @@ def test_in_use_finalizers_pending_message_and_field_selectors(
     # The CRD's selectableFields (status.admission.clusterQueue) and metadata.name select;
     # a field it does not declare is refused.
     names = kubectl(
-        "get",
-        "workloads",
-        "-n",
-        "training",
-        "-o",
-        "name",
-        "--field-selector",
-        "status.admission.clusterQueue=training",
+        "get", "workloads", "-n", "training", "-o", "name",
+        "--field-selector", "status.admission.clusterQueue=training",
     ).stdout.split()
     assert names == [f"workload.kueue.x-k8s.io/{wl['metadata']['name']}"]
     none = kubectl(
-        "get",
-        "workloads",
-        "-n",
-        "training",
-        "-o",
-        "name",
-        "--field-selector",
-        "status.admission.clusterQueue=inference",
+        "get", "workloads", "-n", "training", "-o", "name",
+        "--field-selector", "status.admission.clusterQueue=inference",
     )
     assert none.stdout == ""
     refused = kubectl(
-        "get",
-        "workloads",
-        "-n",
-        "training",
-        "--field-selector",
-        "spec.queueName=training",
+        "get", "workloads", "-n", "training", "--field-selector", "spec.queueName=training",
         check=False,
     )
     assert refused.returncode != 0
@@ -144,10 +127,8 @@ def test_in_use_finalizers_pending_message_and_field_selectors(
         "Can't admit new workloads; clusterQueue is terminating",
     )
     wait_for(
-        lambda: (
-            _cond(_workload(kubectl, "next"), "QuotaReserved").get("message")
-            == "ClusterQueue training is inactive"
-        ),
+        lambda: _cond(_workload(kubectl, "next"), "QuotaReserved").get("message")
+        == "ClusterQueue training is inactive",
         timeout=40,
     )
     rf = _get(kubectl, "resourceflavor", "h200")

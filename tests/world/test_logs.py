@@ -166,19 +166,15 @@ def test_a_gpu_fault_prints_the_cuda_error_and_the_peers_time_out(tmp_path: Path
     logs = TrainerLogs(_FakeWorld(tmp_path), rate=1.0, write_s=60.0)  # type: ignore[arg-type]
     js = {"metadata": {"uid": "js1", "name": "dit"}}
     failed = _trainer_pod(
-        "p1",
-        1,
-        "Failed",
-        "Node gpu-03 failed (gpu-hbm): the kubelet stopped and the pod's containers were lost",
+        "p1", 1, "Failed", "Node gpu-03 failed (gpu-hbm): the kubelet stopped and the pod's "
+        "containers were lost",
     )
     peer = _trainer_pod("p0", 0, "Running")
     logs.observe(js, [peer, failed], None, 0.0)
     store = podlogs.for_state(tmp_path)
     mine = [x.text for x in store.read("containerd://p1")]
-    assert any(
-        x.endswith(" RuntimeError: CUDA error: an illegal memory access was encountered")
-        for x in mine
-    )
+    assert any(x.endswith(" RuntimeError: CUDA error: an illegal memory access was encountered")
+               for x in mine)
     assert any("ProcessGroupNCCL.cpp" in x and x.startswith("[rank") for x in mine)
     theirs = [x.text for x in store.read("containerd://p0")]
     watchdog = [x for x in theirs if "Watchdog caught collective operation timeout" in x]
@@ -189,9 +185,8 @@ def test_a_gpu_fault_prints_the_cuda_error_and_the_peers_time_out(tmp_path: Path
         r"NumelOut=1, Timeout\(ms\)=600000\) ran for 6000\d\d milliseconds before timing out\.$",
         watchdog[3],
     )
-    assert any(
-        "To avoid data inconsistency, we are taking the entire process down." in x for x in theirs
-    )
+    assert any("To avoid data inconsistency, we are taking the entire process down." in x
+               for x in theirs)
     # Seen once: the next tick does not print it again.
     logs.observe(js, [peer, failed], None, 1.0)
     assert len([x for x in store.read("containerd://p0") if "Watchdog" in x.text]) == 8

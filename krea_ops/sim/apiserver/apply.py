@@ -202,7 +202,9 @@ def render_path(elements: list[str]) -> str:
             fields = json.loads(body)
             out.append(
                 "["
-                + ",".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in fields.items())
+                + ",".join(
+                    f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in fields.items()
+                )
                 + "]"
             )
         elif tag == "v:":
@@ -527,7 +529,8 @@ def check_keys(value: Any, node: Node, path: str = "") -> None:
         for i, item in enumerate(value):
             if not isinstance(item, dict):
                 raise TypedError(
-                    f"{path}: element {i}: associative list with keys may not have non-map elements"
+                    f"{path}: element {i}: associative list with keys may not have non-map "
+                    "elements"
                 )
             for key in node.keys:
                 if key not in item and key not in _KEY_DEFAULTS:
@@ -804,7 +807,9 @@ def apply(
     entries: list[Entry] = list(((live or {}).get("metadata") or {}).get("managedFields") or [])
     live_obj = dict(live or {})
     if live is not None:
-        live_obj["metadata"] = {k: v for k, v in live["metadata"].items() if k != "managedFields"}
+        live_obj["metadata"] = {
+            k: v for k, v in live["metadata"].items() if k != "managedFields"
+        }
     me = (manager, APPLY, subresource)
     last = next((e for e in entries if _key(e) == me), None)
     others = [e for e in entries if _key(e) != me]

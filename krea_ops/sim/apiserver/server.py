@@ -459,7 +459,8 @@ def _as_protobuf(resp: Response) -> Response:
         err = ApiError(
             406,
             "NotAcceptable",
-            "only the following media types are accepted: " + ", ".join(CUSTOM_MEDIA_TYPES),
+            "only the following media types are accepted: "
+            + ", ".join(CUSTOM_MEDIA_TYPES),
         )
         return Response.error(err)
     return Response(resp.code, body, codec.MEDIA_TYPE, resp.headers)
@@ -691,9 +692,8 @@ def _patch_options_invalid(field_path: str, detail: str, kind: str = "Required")
         {
             "group": "meta.k8s.io",
             "kind": "PatchOptions",
-            "causes": [
-                {"reason": reason, "message": message.split(": ", 1)[1], "field": field_path}
-            ],
+            "causes": [{"reason": reason, "message": message.split(": ", 1)[1],
+                        "field": field_path}],
         },
     )
 

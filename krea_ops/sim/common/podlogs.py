@@ -170,13 +170,14 @@ def banner(pod: dict[str, Any], container: str, image: str, t: float) -> list[tu
     if "k8s-device-plugin" in image:
         version = image.rpartition(":")[2] or "v0.17.0"
         lines = [
-            glog_prefix("I", t, 1) + 'main.go:235] "Starting NVIDIA Device Plugin" '
+            glog_prefix("I", t, 1) + "main.go:235] \"Starting NVIDIA Device Plugin\" "
             f"version=<\n\t{version}\n >",
             glog_prefix("I", t, 1) + "main.go:238] Starting FS watcher for "
             "/var/lib/kubelet/device-plugins",
             glog_prefix("I", t, 1) + "main.go:245] Starting OS watcher.",
             glog_prefix("I", t, 1) + "main.go:356] Retrieving plugins.",
-            glog_prefix("I", t, 1) + "server.go:195] Starting GRPC server for 'nvidia.com/gpu'",
+            glog_prefix("I", t, 1) + "server.go:195] Starting GRPC server for "
+            "'nvidia.com/gpu'",
             glog_prefix("I", t, 1) + "server.go:139] Starting to serve 'nvidia.com/gpu' on "
             "/var/lib/kubelet/device-plugins/nvidia-gpu.sock",
             glog_prefix("I", t, 1) + "server.go:146] Registered device plugin for "
@@ -275,7 +276,9 @@ def container_log(
     cuts the rendered text (and answers at once, even with ``follow``)."""
     name = str((pod.get("metadata") or {}).get("name", ""))
     status = pod.get("status") or {}
-    statuses = (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or [])
+    statuses = (status.get("containerStatuses") or []) + (
+        status.get("initContainerStatuses") or []
+    )
     cs = next((c for c in statuses if c.get("name") == container), None)
     if cs is None:
         raise ContainerLogError(f'container "{container}" in pod "{name}" is not available')

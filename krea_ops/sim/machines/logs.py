@@ -144,13 +144,8 @@ class TrainerLogs:
             seen.saving = writing.step
             for pod in gang:
                 self._write(
-                    pod,
-                    [
-                        (
-                            wall,
-                            _titan(wall, "Saving the checkpoint (or staging if async is enabled)."),
-                        )
-                    ],
+                    pod, [(wall, _titan(wall, "Saving the checkpoint (or staging if async is "
+                                              "enabled)."))]
                 )
         while seen.saved < len(run.checkpoints):
             seen.saved += 1

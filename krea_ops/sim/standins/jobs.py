@@ -300,7 +300,11 @@ class JobController:
                 snap.jobs[i] = new
         # the orphan worker: pods whose Job is gone keep no tracking finalizer
         orphans = [
-            p for uid, pods in by_job.items() if uid not in jobs for p in pods if has_finalizer(p)
+            p
+            for uid, pods in by_job.items()
+            if uid not in jobs
+            for p in pods
+            if has_finalizer(p)
         ]
         self._remove_finalizers(orphans)
 
@@ -316,7 +320,9 @@ class JobController:
                 done.append(uid)
                 continue
             ns, name = key(pod)
-            patch = {"metadata": {"$deleteFromPrimitiveList/finalizers": [JOB_TRACKING_FINALIZER]}}
+            patch = {
+                "metadata": {"$deleteFromPrimitiveList/finalizers": [JOB_TRACKING_FINALIZER]}
+            }
             self.api.wrote_pods()
             try:
                 self.api.core.patch_namespaced_pod(

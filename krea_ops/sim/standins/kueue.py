@@ -1427,14 +1427,8 @@ class Kueue:
             stop = (cq.get("spec") or {}).get("stopPolicy", "None")
             if deleting(cq):
                 # clusterqueue.go inactiveReason()
-                set_condition(
-                    conds,
-                    "Active",
-                    "False",
-                    "Terminating",
-                    "Can't admit new workloads; clusterQueue is terminating",
-                    now,
-                )
+                set_condition(conds, "Active", "False", "Terminating",
+                              "Can't admit new workloads; clusterQueue is terminating", now)
             elif missing:
                 set_condition(conds, "Active", "False", "FlavorNotFound",
                               "Can't admit new workloads: references missing ResourceFlavor(s): "

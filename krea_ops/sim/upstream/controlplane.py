@@ -533,11 +533,7 @@ class UpstreamControlPlane:
         def answered() -> bool:
             try:
                 api.create_cluster_custom_object(
-                    "kueue.x-k8s.io",
-                    "v1beta2",
-                    "resourceflavors",
-                    probe,
-                    dry_run="All",
+                    "kueue.x-k8s.io", "v1beta2", "resourceflavors", probe, dry_run="All",
                     _preload_content=False,
                 )
                 return True

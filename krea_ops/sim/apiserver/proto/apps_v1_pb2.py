@@ -6,13 +6,11 @@
 # source: krea_ops/sim/apiserver/proto/apps_v1.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-
 _runtime_version.ValidateProtobufRuntimeVersion(
     _runtime_version.Domain.PUBLIC, 7, 35, 1, "", "krea_ops/sim/apiserver/proto/apps_v1.proto"
 )
@@ -44,66 +42,66 @@ _builder.BuildTopDescriptorsAndMessages(
     DESCRIPTOR, "krea_ops.sim.apiserver.proto.apps_v1_pb2", _globals
 )
 if not _descriptor._USE_C_DESCRIPTORS:
-    _globals["DESCRIPTOR"]._loaded_options = None
-    _globals["DESCRIPTOR"]._serialized_options = b"Z\022k8s.io/api/apps/v1"
-    _globals["_CONTROLLERREVISION"]._serialized_start = 233
-    _globals["_CONTROLLERREVISION"]._serialized_end = 400
-    _globals["_CONTROLLERREVISIONLIST"]._serialized_start = 403
-    _globals["_CONTROLLERREVISIONLIST"]._serialized_end = 548
-    _globals["_DAEMONSET"]._serialized_start = 551
-    _globals["_DAEMONSET"]._serialized_end = 732
-    _globals["_DAEMONSETCONDITION"]._serialized_start = 735
-    _globals["_DAEMONSETCONDITION"]._serialized_end = 890
-    _globals["_DAEMONSETLIST"]._serialized_start = 892
-    _globals["_DAEMONSETLIST"]._serialized_end = 1019
-    _globals["_DAEMONSETSPEC"]._serialized_start = 1022
-    _globals["_DAEMONSETSPEC"]._serialized_end = 1287
-    _globals["_DAEMONSETSTATUS"]._serialized_start = 1290
-    _globals["_DAEMONSETSTATUS"]._serialized_end = 1616
-    _globals["_DAEMONSETUPDATESTRATEGY"]._serialized_start = 1618
-    _globals["_DAEMONSETUPDATESTRATEGY"]._serialized_end = 1724
-    _globals["_DEPLOYMENT"]._serialized_start = 1727
-    _globals["_DEPLOYMENT"]._serialized_end = 1911
-    _globals["_DEPLOYMENTCONDITION"]._serialized_start = 1914
-    _globals["_DEPLOYMENTCONDITION"]._serialized_end = 2138
-    _globals["_DEPLOYMENTLIST"]._serialized_start = 2141
-    _globals["_DEPLOYMENTLIST"]._serialized_end = 2270
-    _globals["_DEPLOYMENTSPEC"]._serialized_start = 2273
-    _globals["_DEPLOYMENTSPEC"]._serialized_end = 2595
-    _globals["_DEPLOYMENTSTATUS"]._serialized_start = 2598
-    _globals["_DEPLOYMENTSTATUS"]._serialized_end = 2851
-    _globals["_DEPLOYMENTSTRATEGY"]._serialized_start = 2853
-    _globals["_DEPLOYMENTSTRATEGY"]._serialized_end = 2955
-    _globals["_REPLICASET"]._serialized_start = 2958
-    _globals["_REPLICASET"]._serialized_end = 3142
-    _globals["_REPLICASETCONDITION"]._serialized_start = 3145
-    _globals["_REPLICASETCONDITION"]._serialized_end = 3301
-    _globals["_REPLICASETLIST"]._serialized_start = 3304
-    _globals["_REPLICASETLIST"]._serialized_end = 3433
-    _globals["_REPLICASETSPEC"]._serialized_start = 3436
-    _globals["_REPLICASETSPEC"]._serialized_end = 3621
-    _globals["_REPLICASETSTATUS"]._serialized_start = 3624
-    _globals["_REPLICASETSTATUS"]._serialized_end = 3829
-    _globals["_ROLLINGUPDATEDAEMONSET"]._serialized_start = 3832
-    _globals["_ROLLINGUPDATEDAEMONSET"]._serialized_end = 3998
-    _globals["_ROLLINGUPDATEDEPLOYMENT"]._serialized_start = 4001
-    _globals["_ROLLINGUPDATEDEPLOYMENT"]._serialized_end = 4168
-    _globals["_ROLLINGUPDATESTATEFULSETSTRATEGY"]._serialized_start = 4170
-    _globals["_ROLLINGUPDATESTATEFULSETSTRATEGY"]._serialized_end = 4297
-    _globals["_STATEFULSET"]._serialized_start = 4300
-    _globals["_STATEFULSET"]._serialized_end = 4487
-    _globals["_STATEFULSETCONDITION"]._serialized_start = 4490
-    _globals["_STATEFULSETCONDITION"]._serialized_end = 4647
-    _globals["_STATEFULSETLIST"]._serialized_start = 4650
-    _globals["_STATEFULSETLIST"]._serialized_end = 4781
-    _globals["_STATEFULSETORDINALS"]._serialized_start = 4783
-    _globals["_STATEFULSETORDINALS"]._serialized_end = 4819
-    _globals["_STATEFULSETPERSISTENTVOLUMECLAIMRETENTIONPOLICY"]._serialized_start = 4821
-    _globals["_STATEFULSETPERSISTENTVOLUMECLAIMRETENTIONPOLICY"]._serialized_end = 4911
-    _globals["_STATEFULSETSPEC"]._serialized_start = 4914
-    _globals["_STATEFULSETSPEC"]._serialized_end = 5498
-    _globals["_STATEFULSETSTATUS"]._serialized_start = 5501
-    _globals["_STATEFULSETSTATUS"]._serialized_end = 5801
-    _globals["_STATEFULSETUPDATESTRATEGY"]._serialized_start = 5803
-    _globals["_STATEFULSETUPDATESTRATEGY"]._serialized_end = 5921
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'Z\022k8s.io/api/apps/v1'
+  _globals['_CONTROLLERREVISION']._serialized_start=233
+  _globals['_CONTROLLERREVISION']._serialized_end=400
+  _globals['_CONTROLLERREVISIONLIST']._serialized_start=403
+  _globals['_CONTROLLERREVISIONLIST']._serialized_end=548
+  _globals['_DAEMONSET']._serialized_start=551
+  _globals['_DAEMONSET']._serialized_end=732
+  _globals['_DAEMONSETCONDITION']._serialized_start=735
+  _globals['_DAEMONSETCONDITION']._serialized_end=890
+  _globals['_DAEMONSETLIST']._serialized_start=892
+  _globals['_DAEMONSETLIST']._serialized_end=1019
+  _globals['_DAEMONSETSPEC']._serialized_start=1022
+  _globals['_DAEMONSETSPEC']._serialized_end=1287
+  _globals['_DAEMONSETSTATUS']._serialized_start=1290
+  _globals['_DAEMONSETSTATUS']._serialized_end=1616
+  _globals['_DAEMONSETUPDATESTRATEGY']._serialized_start=1618
+  _globals['_DAEMONSETUPDATESTRATEGY']._serialized_end=1724
+  _globals['_DEPLOYMENT']._serialized_start=1727
+  _globals['_DEPLOYMENT']._serialized_end=1911
+  _globals['_DEPLOYMENTCONDITION']._serialized_start=1914
+  _globals['_DEPLOYMENTCONDITION']._serialized_end=2138
+  _globals['_DEPLOYMENTLIST']._serialized_start=2141
+  _globals['_DEPLOYMENTLIST']._serialized_end=2270
+  _globals['_DEPLOYMENTSPEC']._serialized_start=2273
+  _globals['_DEPLOYMENTSPEC']._serialized_end=2595
+  _globals['_DEPLOYMENTSTATUS']._serialized_start=2598
+  _globals['_DEPLOYMENTSTATUS']._serialized_end=2851
+  _globals['_DEPLOYMENTSTRATEGY']._serialized_start=2853
+  _globals['_DEPLOYMENTSTRATEGY']._serialized_end=2955
+  _globals['_REPLICASET']._serialized_start=2958
+  _globals['_REPLICASET']._serialized_end=3142
+  _globals['_REPLICASETCONDITION']._serialized_start=3145
+  _globals['_REPLICASETCONDITION']._serialized_end=3301
+  _globals['_REPLICASETLIST']._serialized_start=3304
+  _globals['_REPLICASETLIST']._serialized_end=3433
+  _globals['_REPLICASETSPEC']._serialized_start=3436
+  _globals['_REPLICASETSPEC']._serialized_end=3621
+  _globals['_REPLICASETSTATUS']._serialized_start=3624
+  _globals['_REPLICASETSTATUS']._serialized_end=3829
+  _globals['_ROLLINGUPDATEDAEMONSET']._serialized_start=3832
+  _globals['_ROLLINGUPDATEDAEMONSET']._serialized_end=3998
+  _globals['_ROLLINGUPDATEDEPLOYMENT']._serialized_start=4001
+  _globals['_ROLLINGUPDATEDEPLOYMENT']._serialized_end=4168
+  _globals['_ROLLINGUPDATESTATEFULSETSTRATEGY']._serialized_start=4170
+  _globals['_ROLLINGUPDATESTATEFULSETSTRATEGY']._serialized_end=4297
+  _globals['_STATEFULSET']._serialized_start=4300
+  _globals['_STATEFULSET']._serialized_end=4487
+  _globals['_STATEFULSETCONDITION']._serialized_start=4490
+  _globals['_STATEFULSETCONDITION']._serialized_end=4647
+  _globals['_STATEFULSETLIST']._serialized_start=4650
+  _globals['_STATEFULSETLIST']._serialized_end=4781
+  _globals['_STATEFULSETORDINALS']._serialized_start=4783
+  _globals['_STATEFULSETORDINALS']._serialized_end=4819
+  _globals['_STATEFULSETPERSISTENTVOLUMECLAIMRETENTIONPOLICY']._serialized_start=4821
+  _globals['_STATEFULSETPERSISTENTVOLUMECLAIMRETENTIONPOLICY']._serialized_end=4911
+  _globals['_STATEFULSETSPEC']._serialized_start=4914
+  _globals['_STATEFULSETSPEC']._serialized_end=5498
+  _globals['_STATEFULSETSTATUS']._serialized_start=5501
+  _globals['_STATEFULSETSTATUS']._serialized_end=5801
+  _globals['_STATEFULSETUPDATESTRATEGY']._serialized_start=5803
+  _globals['_STATEFULSETUPDATESTRATEGY']._serialized_end=5921
 # @@protoc_insertion_point(module_scope)

@@ -6,13 +6,11 @@
 # source: krea_ops/sim/apiserver/proto/batch_v1.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-
 _runtime_version.ValidateProtobufRuntimeVersion(
     _runtime_version.Domain.PUBLIC, 7, 35, 1, "", "krea_ops/sim/apiserver/proto/batch_v1.proto"
 )
@@ -43,40 +41,40 @@ _builder.BuildTopDescriptorsAndMessages(
     DESCRIPTOR, "krea_ops.sim.apiserver.proto.batch_v1_pb2", _globals
 )
 if not _descriptor._USE_C_DESCRIPTORS:
-    _globals["DESCRIPTOR"]._loaded_options = None
-    _globals["DESCRIPTOR"]._serialized_options = b"Z\023k8s.io/api/batch/v1"
-    _globals["_CRONJOB"]._serialized_start = 202
-    _globals["_CRONJOB"]._serialized_end = 379
-    _globals["_CRONJOBLIST"]._serialized_start = 381
-    _globals["_CRONJOBLIST"]._serialized_end = 505
-    _globals["_CRONJOBSPEC"]._serialized_start = 508
-    _globals["_CRONJOBSPEC"]._serialized_end = 761
-    _globals["_CRONJOBSTATUS"]._serialized_start = 764
-    _globals["_CRONJOBSTATUS"]._serialized_end = 974
-    _globals["_JOB"]._serialized_start = 977
-    _globals["_JOB"]._serialized_end = 1142
-    _globals["_JOBCONDITION"]._serialized_start = 1145
-    _globals["_JOBCONDITION"]._serialized_end = 1361
-    _globals["_JOBLIST"]._serialized_start = 1363
-    _globals["_JOBLIST"]._serialized_end = 1479
-    _globals["_JOBSPEC"]._serialized_start = 1482
-    _globals["_JOBSPEC"]._serialized_end = 2039
-    _globals["_JOBSTATUS"]._serialized_start = 2042
-    _globals["_JOBSTATUS"]._serialized_end = 2454
-    _globals["_JOBTEMPLATESPEC"]._serialized_start = 2457
-    _globals["_JOBTEMPLATESPEC"]._serialized_end = 2586
-    _globals["_PODFAILUREPOLICY"]._serialized_start = 2588
-    _globals["_PODFAILUREPOLICY"]._serialized_end = 2664
-    _globals["_PODFAILUREPOLICYONEXITCODESREQUIREMENT"]._serialized_start = 2666
-    _globals["_PODFAILUREPOLICYONEXITCODESREQUIREMENT"]._serialized_end = 2763
-    _globals["_PODFAILUREPOLICYONPODCONDITIONSPATTERN"]._serialized_start = 2765
-    _globals["_PODFAILUREPOLICYONPODCONDITIONSPATTERN"]._serialized_end = 2835
-    _globals["_PODFAILUREPOLICYRULE"]._serialized_start = 2838
-    _globals["_PODFAILUREPOLICYRULE"]._serialized_end = 3044
-    _globals["_SUCCESSPOLICY"]._serialized_start = 3046
-    _globals["_SUCCESSPOLICY"]._serialized_end = 3116
-    _globals["_SUCCESSPOLICYRULE"]._serialized_start = 3118
-    _globals["_SUCCESSPOLICYRULE"]._serialized_end = 3187
-    _globals["_UNCOUNTEDTERMINATEDPODS"]._serialized_start = 3189
-    _globals["_UNCOUNTEDTERMINATEDPODS"]._serialized_end = 3249
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'Z\023k8s.io/api/batch/v1'
+  _globals['_CRONJOB']._serialized_start=202
+  _globals['_CRONJOB']._serialized_end=379
+  _globals['_CRONJOBLIST']._serialized_start=381
+  _globals['_CRONJOBLIST']._serialized_end=505
+  _globals['_CRONJOBSPEC']._serialized_start=508
+  _globals['_CRONJOBSPEC']._serialized_end=761
+  _globals['_CRONJOBSTATUS']._serialized_start=764
+  _globals['_CRONJOBSTATUS']._serialized_end=974
+  _globals['_JOB']._serialized_start=977
+  _globals['_JOB']._serialized_end=1142
+  _globals['_JOBCONDITION']._serialized_start=1145
+  _globals['_JOBCONDITION']._serialized_end=1361
+  _globals['_JOBLIST']._serialized_start=1363
+  _globals['_JOBLIST']._serialized_end=1479
+  _globals['_JOBSPEC']._serialized_start=1482
+  _globals['_JOBSPEC']._serialized_end=2039
+  _globals['_JOBSTATUS']._serialized_start=2042
+  _globals['_JOBSTATUS']._serialized_end=2454
+  _globals['_JOBTEMPLATESPEC']._serialized_start=2457
+  _globals['_JOBTEMPLATESPEC']._serialized_end=2586
+  _globals['_PODFAILUREPOLICY']._serialized_start=2588
+  _globals['_PODFAILUREPOLICY']._serialized_end=2664
+  _globals['_PODFAILUREPOLICYONEXITCODESREQUIREMENT']._serialized_start=2666
+  _globals['_PODFAILUREPOLICYONEXITCODESREQUIREMENT']._serialized_end=2763
+  _globals['_PODFAILUREPOLICYONPODCONDITIONSPATTERN']._serialized_start=2765
+  _globals['_PODFAILUREPOLICYONPODCONDITIONSPATTERN']._serialized_end=2835
+  _globals['_PODFAILUREPOLICYRULE']._serialized_start=2838
+  _globals['_PODFAILUREPOLICYRULE']._serialized_end=3044
+  _globals['_SUCCESSPOLICY']._serialized_start=3046
+  _globals['_SUCCESSPOLICY']._serialized_end=3116
+  _globals['_SUCCESSPOLICYRULE']._serialized_start=3118
+  _globals['_SUCCESSPOLICYRULE']._serialized_end=3187
+  _globals['_UNCOUNTEDTERMINATEDPODS']._serialized_start=3189
+  _globals['_UNCOUNTEDTERMINATEDPODS']._serialized_end=3249
 # @@protoc_insertion_point(module_scope)

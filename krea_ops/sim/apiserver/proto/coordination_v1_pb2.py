@@ -6,13 +6,11 @@
 # source: krea_ops/sim/apiserver/proto/coordination_v1.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-
 _runtime_version.ValidateProtobufRuntimeVersion(
     _runtime_version.Domain.PUBLIC,
     7,
@@ -45,12 +43,12 @@ _builder.BuildTopDescriptorsAndMessages(
     DESCRIPTOR, "krea_ops.sim.apiserver.proto.coordination_v1_pb2", _globals
 )
 if not _descriptor._USE_C_DESCRIPTORS:
-    _globals["DESCRIPTOR"]._loaded_options = None
-    _globals["DESCRIPTOR"]._serialized_options = b"Z\032k8s.io/api/coordination/v1"
-    _globals["_LEASE"]._serialized_start = 182
-    _globals["_LEASE"]._serialized_end = 310
-    _globals["_LEASELIST"]._serialized_start = 312
-    _globals["_LEASELIST"]._serialized_end = 439
-    _globals["_LEASESPEC"]._serialized_start = 442
-    _globals["_LEASESPEC"]._serialized_end = 714
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'Z\032k8s.io/api/coordination/v1'
+  _globals['_LEASE']._serialized_start=182
+  _globals['_LEASE']._serialized_end=310
+  _globals['_LEASELIST']._serialized_start=312
+  _globals['_LEASELIST']._serialized_end=439
+  _globals['_LEASESPEC']._serialized_start=442
+  _globals['_LEASESPEC']._serialized_end=714
 # @@protoc_insertion_point(module_scope)

@@ -6,13 +6,11 @@
 # source: krea_ops/sim/apiserver/proto/intstr.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-
 _runtime_version.ValidateProtobufRuntimeVersion(
     _runtime_version.Domain.PUBLIC, 7, 35, 1, "", "krea_ops/sim/apiserver/proto/intstr.proto"
 )
@@ -31,8 +29,8 @@ _builder.BuildTopDescriptorsAndMessages(
     DESCRIPTOR, "krea_ops.sim.apiserver.proto.intstr_pb2", _globals
 )
 if not _descriptor._USE_C_DESCRIPTORS:
-    _globals["DESCRIPTOR"]._loaded_options = None
-    _globals["DESCRIPTOR"]._serialized_options = b"Z#k8s.io/apimachinery/pkg/util/intstr"
-    _globals["_INTORSTRING"]._serialized_start = 72
-    _globals["_INTORSTRING"]._serialized_end = 131
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'Z#k8s.io/apimachinery/pkg/util/intstr'
+  _globals['_INTORSTRING']._serialized_start=72
+  _globals['_INTORSTRING']._serialized_end=131
 # @@protoc_insertion_point(module_scope)

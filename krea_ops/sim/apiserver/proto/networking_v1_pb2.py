@@ -6,13 +6,11 @@
 # source: krea_ops/sim/apiserver/proto/networking_v1.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-
 _runtime_version.ValidateProtobufRuntimeVersion(
     _runtime_version.Domain.PUBLIC, 7, 35, 1, "", "krea_ops/sim/apiserver/proto/networking_v1.proto"
 )
@@ -44,60 +42,60 @@ _builder.BuildTopDescriptorsAndMessages(
     DESCRIPTOR, "krea_ops.sim.apiserver.proto.networking_v1_pb2", _globals
 )
 if not _descriptor._USE_C_DESCRIPTORS:
-    _globals["DESCRIPTOR"]._loaded_options = None
-    _globals["DESCRIPTOR"]._serialized_options = b"Z\030k8s.io/api/networking/v1"
-    _globals["_HTTPINGRESSPATH"]._serialized_start = 244
-    _globals["_HTTPINGRESSPATH"]._serialized_end = 352
-    _globals["_HTTPINGRESSRULEVALUE"]._serialized_start = 354
-    _globals["_HTTPINGRESSRULEVALUE"]._serialized_end = 434
-    _globals["_IPBLOCK"]._serialized_start = 436
-    _globals["_IPBLOCK"]._serialized_end = 475
-    _globals["_INGRESS"]._serialized_start = 478
-    _globals["_INGRESS"]._serialized_end = 665
-    _globals["_INGRESSBACKEND"]._serialized_start = 668
-    _globals["_INGRESSBACKEND"]._serialized_end = 815
-    _globals["_INGRESSCLASS"]._serialized_start = 818
-    _globals["_INGRESSCLASS"]._serialized_end = 958
-    _globals["_INGRESSCLASSLIST"]._serialized_start = 961
-    _globals["_INGRESSCLASSLIST"]._serialized_end = 1100
-    _globals["_INGRESSCLASSPARAMETERSREFERENCE"]._serialized_start = 1102
-    _globals["_INGRESSCLASSPARAMETERSREFERENCE"]._serialized_end = 1215
-    _globals["_INGRESSCLASSSPEC"]._serialized_start = 1217
-    _globals["_INGRESSCLASSSPEC"]._serialized_end = 1334
-    _globals["_INGRESSLIST"]._serialized_start = 1337
-    _globals["_INGRESSLIST"]._serialized_end = 1466
-    _globals["_INGRESSLOADBALANCERINGRESS"]._serialized_start = 1468
-    _globals["_INGRESSLOADBALANCERINGRESS"]._serialized_end = 1586
-    _globals["_INGRESSLOADBALANCERSTATUS"]._serialized_start = 1588
-    _globals["_INGRESSLOADBALANCERSTATUS"]._serialized_end = 1686
-    _globals["_INGRESSPORTSTATUS"]._serialized_start = 1688
-    _globals["_INGRESSPORTSTATUS"]._serialized_end = 1754
-    _globals["_INGRESSRULE"]._serialized_start = 1756
-    _globals["_INGRESSRULE"]._serialized_end = 1853
-    _globals["_INGRESSRULEVALUE"]._serialized_start = 1855
-    _globals["_INGRESSRULEVALUE"]._serialized_end = 1935
-    _globals["_INGRESSSERVICEBACKEND"]._serialized_start = 1937
-    _globals["_INGRESSSERVICEBACKEND"]._serialized_end = 2034
-    _globals["_INGRESSSPEC"]._serialized_start = 2037
-    _globals["_INGRESSSPEC"]._serialized_end = 2247
-    _globals["_INGRESSSTATUS"]._serialized_start = 2249
-    _globals["_INGRESSSTATUS"]._serialized_end = 2339
-    _globals["_INGRESSTLS"]._serialized_start = 2341
-    _globals["_INGRESSTLS"]._serialized_end = 2388
-    _globals["_NETWORKPOLICY"]._serialized_start = 2391
-    _globals["_NETWORKPOLICY"]._serialized_end = 2533
-    _globals["_NETWORKPOLICYEGRESSRULE"]._serialized_start = 2536
-    _globals["_NETWORKPOLICYEGRESSRULE"]._serialized_end = 2678
-    _globals["_NETWORKPOLICYINGRESSRULE"]._serialized_start = 2681
-    _globals["_NETWORKPOLICYINGRESSRULE"]._serialized_end = 2826
-    _globals["_NETWORKPOLICYLIST"]._serialized_start = 2829
-    _globals["_NETWORKPOLICYLIST"]._serialized_end = 2970
-    _globals["_NETWORKPOLICYPEER"]._serialized_start = 2973
-    _globals["_NETWORKPOLICYPEER"]._serialized_end = 3198
-    _globals["_NETWORKPOLICYPORT"]._serialized_start = 3200
-    _globals["_NETWORKPOLICYPORT"]._serialized_end = 3318
-    _globals["_NETWORKPOLICYSPEC"]._serialized_start = 3321
-    _globals["_NETWORKPOLICYSPEC"]._serialized_end = 3571
-    _globals["_SERVICEBACKENDPORT"]._serialized_start = 3573
-    _globals["_SERVICEBACKENDPORT"]._serialized_end = 3623
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'Z\030k8s.io/api/networking/v1'
+  _globals['_HTTPINGRESSPATH']._serialized_start=244
+  _globals['_HTTPINGRESSPATH']._serialized_end=352
+  _globals['_HTTPINGRESSRULEVALUE']._serialized_start=354
+  _globals['_HTTPINGRESSRULEVALUE']._serialized_end=434
+  _globals['_IPBLOCK']._serialized_start=436
+  _globals['_IPBLOCK']._serialized_end=475
+  _globals['_INGRESS']._serialized_start=478
+  _globals['_INGRESS']._serialized_end=665
+  _globals['_INGRESSBACKEND']._serialized_start=668
+  _globals['_INGRESSBACKEND']._serialized_end=815
+  _globals['_INGRESSCLASS']._serialized_start=818
+  _globals['_INGRESSCLASS']._serialized_end=958
+  _globals['_INGRESSCLASSLIST']._serialized_start=961
+  _globals['_INGRESSCLASSLIST']._serialized_end=1100
+  _globals['_INGRESSCLASSPARAMETERSREFERENCE']._serialized_start=1102
+  _globals['_INGRESSCLASSPARAMETERSREFERENCE']._serialized_end=1215
+  _globals['_INGRESSCLASSSPEC']._serialized_start=1217
+  _globals['_INGRESSCLASSSPEC']._serialized_end=1334
+  _globals['_INGRESSLIST']._serialized_start=1337
+  _globals['_INGRESSLIST']._serialized_end=1466
+  _globals['_INGRESSLOADBALANCERINGRESS']._serialized_start=1468
+  _globals['_INGRESSLOADBALANCERINGRESS']._serialized_end=1586
+  _globals['_INGRESSLOADBALANCERSTATUS']._serialized_start=1588
+  _globals['_INGRESSLOADBALANCERSTATUS']._serialized_end=1686
+  _globals['_INGRESSPORTSTATUS']._serialized_start=1688
+  _globals['_INGRESSPORTSTATUS']._serialized_end=1754
+  _globals['_INGRESSRULE']._serialized_start=1756
+  _globals['_INGRESSRULE']._serialized_end=1853
+  _globals['_INGRESSRULEVALUE']._serialized_start=1855
+  _globals['_INGRESSRULEVALUE']._serialized_end=1935
+  _globals['_INGRESSSERVICEBACKEND']._serialized_start=1937
+  _globals['_INGRESSSERVICEBACKEND']._serialized_end=2034
+  _globals['_INGRESSSPEC']._serialized_start=2037
+  _globals['_INGRESSSPEC']._serialized_end=2247
+  _globals['_INGRESSSTATUS']._serialized_start=2249
+  _globals['_INGRESSSTATUS']._serialized_end=2339
+  _globals['_INGRESSTLS']._serialized_start=2341
+  _globals['_INGRESSTLS']._serialized_end=2388
+  _globals['_NETWORKPOLICY']._serialized_start=2391
+  _globals['_NETWORKPOLICY']._serialized_end=2533
+  _globals['_NETWORKPOLICYEGRESSRULE']._serialized_start=2536
+  _globals['_NETWORKPOLICYEGRESSRULE']._serialized_end=2678
+  _globals['_NETWORKPOLICYINGRESSRULE']._serialized_start=2681
+  _globals['_NETWORKPOLICYINGRESSRULE']._serialized_end=2826
+  _globals['_NETWORKPOLICYLIST']._serialized_start=2829
+  _globals['_NETWORKPOLICYLIST']._serialized_end=2970
+  _globals['_NETWORKPOLICYPEER']._serialized_start=2973
+  _globals['_NETWORKPOLICYPEER']._serialized_end=3198
+  _globals['_NETWORKPOLICYPORT']._serialized_start=3200
+  _globals['_NETWORKPOLICYPORT']._serialized_end=3318
+  _globals['_NETWORKPOLICYSPEC']._serialized_start=3321
+  _globals['_NETWORKPOLICYSPEC']._serialized_end=3571
+  _globals['_SERVICEBACKENDPORT']._serialized_start=3573
+  _globals['_SERVICEBACKENDPORT']._serialized_end=3623
 # @@protoc_insertion_point(module_scope)

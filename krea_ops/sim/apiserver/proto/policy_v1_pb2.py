@@ -6,13 +6,11 @@
 # source: krea_ops/sim/apiserver/proto/policy_v1.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-
 _runtime_version.ValidateProtobufRuntimeVersion(
     _runtime_version.Domain.PUBLIC, 7, 35, 1, "", "krea_ops/sim/apiserver/proto/policy_v1.proto"
 )
@@ -41,20 +39,20 @@ _builder.BuildTopDescriptorsAndMessages(
     DESCRIPTOR, "krea_ops.sim.apiserver.proto.policy_v1_pb2", _globals
 )
 if not _descriptor._USE_C_DESCRIPTORS:
-    _globals["DESCRIPTOR"]._loaded_options = None
-    _globals["DESCRIPTOR"]._serialized_options = b"Z\024k8s.io/api/policy/v1"
-    _globals["_PODDISRUPTIONBUDGETSTATUS_DISRUPTEDPODSENTRY"]._loaded_options = None
-    _globals["_PODDISRUPTIONBUDGETSTATUS_DISRUPTEDPODSENTRY"]._serialized_options = b"8\001"
-    _globals["_EVICTION"]._serialized_start = 203
-    _globals["_EVICTION"]._serialized_end = 357
-    _globals["_PODDISRUPTIONBUDGET"]._serialized_start = 360
-    _globals["_PODDISRUPTIONBUDGET"]._serialized_end = 575
-    _globals["_PODDISRUPTIONBUDGETLIST"]._serialized_start = 578
-    _globals["_PODDISRUPTIONBUDGETLIST"]._serialized_end = 727
-    _globals["_PODDISRUPTIONBUDGETSPEC"]._serialized_start = 730
-    _globals["_PODDISRUPTIONBUDGETSPEC"]._serialized_end = 1008
-    _globals["_PODDISRUPTIONBUDGETSTATUS"]._serialized_start = 1011
-    _globals["_PODDISRUPTIONBUDGETSTATUS"]._serialized_end = 1422
-    _globals["_PODDISRUPTIONBUDGETSTATUS_DISRUPTEDPODSENTRY"]._serialized_start = 1326
-    _globals["_PODDISRUPTIONBUDGETSTATUS_DISRUPTEDPODSENTRY"]._serialized_end = 1422
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'Z\024k8s.io/api/policy/v1'
+  _globals['_PODDISRUPTIONBUDGETSTATUS_DISRUPTEDPODSENTRY']._loaded_options = None
+  _globals['_PODDISRUPTIONBUDGETSTATUS_DISRUPTEDPODSENTRY']._serialized_options = b'8\001'
+  _globals['_EVICTION']._serialized_start=203
+  _globals['_EVICTION']._serialized_end=357
+  _globals['_PODDISRUPTIONBUDGET']._serialized_start=360
+  _globals['_PODDISRUPTIONBUDGET']._serialized_end=575
+  _globals['_PODDISRUPTIONBUDGETLIST']._serialized_start=578
+  _globals['_PODDISRUPTIONBUDGETLIST']._serialized_end=727
+  _globals['_PODDISRUPTIONBUDGETSPEC']._serialized_start=730
+  _globals['_PODDISRUPTIONBUDGETSPEC']._serialized_end=1008
+  _globals['_PODDISRUPTIONBUDGETSTATUS']._serialized_start=1011
+  _globals['_PODDISRUPTIONBUDGETSTATUS']._serialized_end=1422
+  _globals['_PODDISRUPTIONBUDGETSTATUS_DISRUPTEDPODSENTRY']._serialized_start=1326
+  _globals['_PODDISRUPTIONBUDGETSTATUS_DISRUPTEDPODSENTRY']._serialized_end=1422
 # @@protoc_insertion_point(module_scope)

@@ -6,13 +6,11 @@
 # source: krea_ops/sim/apiserver/proto/runtime.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-
 _runtime_version.ValidateProtobufRuntimeVersion(
     _runtime_version.Domain.PUBLIC, 7, 35, 1, "", "krea_ops/sim/apiserver/proto/runtime.proto"
 )
@@ -31,12 +29,12 @@ _builder.BuildTopDescriptorsAndMessages(
     DESCRIPTOR, "krea_ops.sim.apiserver.proto.runtime_pb2", _globals
 )
 if not _descriptor._USE_C_DESCRIPTORS:
-    _globals["DESCRIPTOR"]._loaded_options = None
-    _globals["DESCRIPTOR"]._serialized_options = b"Z\037k8s.io/apimachinery/pkg/runtime"
-    _globals["_RAWEXTENSION"]._serialized_start = 69
-    _globals["_RAWEXTENSION"]._serialized_end = 96
-    _globals["_TYPEMETA"]._serialized_start = 98
-    _globals["_TYPEMETA"]._serialized_end = 142
-    _globals["_UNKNOWN"]._serialized_start = 145
-    _globals["_UNKNOWN"]._serialized_end = 274
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'Z\037k8s.io/apimachinery/pkg/runtime'
+  _globals['_RAWEXTENSION']._serialized_start=69
+  _globals['_RAWEXTENSION']._serialized_end=96
+  _globals['_TYPEMETA']._serialized_start=98
+  _globals['_TYPEMETA']._serialized_end=142
+  _globals['_UNKNOWN']._serialized_start=145
+  _globals['_UNKNOWN']._serialized_end=274
 # @@protoc_insertion_point(module_scope)

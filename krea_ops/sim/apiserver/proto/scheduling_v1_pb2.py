@@ -6,13 +6,11 @@
 # source: krea_ops/sim/apiserver/proto/scheduling_v1.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-
 _runtime_version.ValidateProtobufRuntimeVersion(
     _runtime_version.Domain.PUBLIC, 7, 35, 1, "", "krea_ops/sim/apiserver/proto/scheduling_v1.proto"
 )
@@ -43,10 +41,10 @@ _builder.BuildTopDescriptorsAndMessages(
     DESCRIPTOR, "krea_ops.sim.apiserver.proto.scheduling_v1_pb2", _globals
 )
 if not _descriptor._USE_C_DESCRIPTORS:
-    _globals["DESCRIPTOR"]._loaded_options = None
-    _globals["DESCRIPTOR"]._serialized_options = b"Z\030k8s.io/api/scheduling/v1"
-    _globals["_PRIORITYCLASS"]._serialized_start = 212
-    _globals["_PRIORITYCLASS"]._serialized_end = 380
-    _globals["_PRIORITYCLASSLIST"]._serialized_start = 383
-    _globals["_PRIORITYCLASSLIST"]._serialized_end = 524
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'Z\030k8s.io/api/scheduling/v1'
+  _globals['_PRIORITYCLASS']._serialized_start=212
+  _globals['_PRIORITYCLASS']._serialized_end=380
+  _globals['_PRIORITYCLASSLIST']._serialized_start=383
+  _globals['_PRIORITYCLASSLIST']._serialized_end=524
 # @@protoc_insertion_point(module_scope)
