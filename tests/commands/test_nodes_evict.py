@@ -17,9 +17,9 @@ from commands.main import invoke
 from krea_ops.kube.cluster import Cluster
 from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.conftest import KUBECTL, Kubectl
-from tests.runbook.conftest import budget, fleet, kubelets, node_obj, pod_names, pod_on
+from tests.runbook.conftest import _kubelets, budget, fleet, kubelets, node_obj, pod_names, pod_on
 
-__all__ = ["kubelets"]  # a kubelet on every node the tests make
+__all__ = ["_kubelets", "kubelets"]  # a kubelet on every node the tests make
 
 BAD = "gpu-node-001"
 

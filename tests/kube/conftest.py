@@ -145,6 +145,18 @@ class Kubelets:
             )  # fmt: skip
 
 
+@pytest.fixture
+def kubelets(request: pytest.FixtureRequest, sim: Any) -> Iterator[Kubelets]:
+    """:class:`Kubelets` for the test's nodes while it runs: a pod evicted or deleted
+    gracefully is gone once its kubelet has stopped it, as on a real node.
+    ``@pytest.mark.kubelets(lost=(NODE, ...))`` leaves those nodes without one (their pods
+    stay Terminating), as a test that plays the kubelet itself needs."""
+    marker = request.node.get_closest_marker("kubelets")
+    lost = tuple(marker.kwargs.get("lost", ())) if marker else ()
+    with Kubelets(sim, lost=lost) as running:
+        yield running
+
+
 def gpu_node(cluster: Cluster, name: str, taints: list[dict[str, str]] | None = None) -> None:
     spec = {"taints": taints} if taints else {}
     create(cluster, "/api/v1/nodes", {"metadata": {"name": name}, "spec": spec})

@@ -3,32 +3,25 @@ drain meets), reached through the product's Cluster."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from krea_ops.kube.cluster import Cluster
 from tests.conftest import wait_for
-from tests.kube.conftest import Kubelets, cluster, create, set_status, sim
+from tests.kube.conftest import Kubelets, cluster, create, kubelets, set_status, sim
 
-__all__ = ["cluster", "kubelets", "sim"]
+__all__ = ["_kubelets", "cluster", "kubelets", "sim"]
 
 
 @pytest.fixture(autouse=True)
-def kubelets(request: pytest.FixtureRequest) -> Iterator[Kubelets | None]:
-    """The kubelets of the nodes a test makes (``tests.kube.conftest.Kubelets``): as on a
-    real cluster, a pod evicted or deleted gracefully from a node is gone only once its
-    kubelet has stopped it. ``@pytest.mark.kubelets(lost=(NODE, ...))`` leaves those nodes
-    without one (their pods stay Terminating), as a test that plays the kubelet itself
-    needs. Tests without an API server get none."""
+def _kubelets(request: pytest.FixtureRequest) -> Kubelets | None:
+    """A kubelet on every node a test with an API server makes (``kubelets``, with its
+    ``@pytest.mark.kubelets(lost=...)``); tests without one get none."""
     if "sim" not in request.fixturenames:
-        yield None
-        return
-    marker = request.node.get_closest_marker("kubelets")
-    lost = tuple(marker.kwargs.get("lost", ())) if marker else ()
-    with Kubelets(request.getfixturevalue("sim"), lost=lost) as running:
-        yield running
+        return None
+    running: Kubelets = request.getfixturevalue("kubelets")
+    return running
 
 
 PDBS = "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets"

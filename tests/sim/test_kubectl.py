@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,14 +10,9 @@ from kubernetes import client
 
 from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.conftest import FIXTURES, KUBECTL, Kubectl, wait_for
-from tests.kube.conftest import Kubelets
+from tests.kube.conftest import kubelets
 
-
-@pytest.fixture
-def kubelets(sim: LocalApiServer) -> Iterator[Kubelets]:
-    """A kubelet on each node: it ends the pods kubectl deletes or drains, as on a node."""
-    with Kubelets(sim) as running:
-        yield running
+__all__ = ["kubelets"]  # it ends the pods kubectl deletes or drains, as on a node
 
 
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from krea_ops.sim.apiserver.errors import ApiError
 from krea_ops.sim.apiserver.resources import ResourceType
 from krea_ops.sim.apiserver.store import StoreError
+from krea_ops.sim.common.objects import node_ready
 
 if TYPE_CHECKING:
     from krea_ops.sim.apiserver.server import ApiServer
@@ -43,12 +44,8 @@ OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
 
 def _out_of_service(node: dict[str, Any]) -> bool:
     """NotReady and tainted out-of-service: the pod GC's ``gcTerminating`` condition."""
-    ready = [
-        c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"
-    ]
-    not_ready = not ready or ready[0].get("status") != "True"
     taints = (node.get("spec") or {}).get("taints") or []
-    return not_ready and any(t.get("key") == OUT_OF_SERVICE for t in taints)
+    return not node_ready(node) and any(t.get("key") == OUT_OF_SERVICE for t in taints)
 
 
 def _status_core(status: dict[str, Any] | None) -> dict[str, Any]:
