@@ -228,10 +228,59 @@ def api_server(control_plane: str, state_dir: Path) -> Iterator[Any]:
         server.close()
 
 
+class _SharedUpstream:
+    """The worker's upstream control plane for :func:`sim_on_control_plane`, started on
+    first use and put back to its baseline after each test (``tests/baseline.py``)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.started = 0
+        self.server: Any = None
+        self.baseline: Any = None
+
+    def take(self) -> Any:
+        if self.server is None:
+            from krea_ops.sim.upstream.controlplane import UpstreamControlPlane
+            from tests.baseline import Baseline
+
+            self.started += 1
+            self.server = UpstreamControlPlane(self.root / f"state-{self.started}",
+                                               kueue_setup=False)  # fmt: skip
+            self.baseline = Baseline(self.server)
+        return self.server
+
+    def give_back(self) -> None:
+        try:
+            self.baseline.reset()
+        except Exception:
+            self.close()  # the next test gets a fresh control plane
+            raise
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        self.server = self.baseline = None
+
+
+@pytest.fixture(scope="session")
+def _shared_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_SharedUpstream]:
+    shared = _SharedUpstream(tmp_path_factory.mktemp("upstream"))
+    yield shared
+    shared.close()
+
+
 @pytest.fixture
-def sim_on_control_plane(tmp_path: Path, control_plane: str) -> Iterator[Any]:
-    """An API server per test (:func:`api_server`), on each control plane. A module or a
-    conftest whose tests run on both takes it as its ``sim``:
-    ``sim = sim_on_control_plane``."""
-    with api_server(control_plane, tmp_path / "state") as server:
-        yield server
+def sim_on_control_plane(
+    request: pytest.FixtureRequest, tmp_path: Path, control_plane: str
+) -> Iterator[Any]:
+    """An API server for the test (:func:`api_server`), on each control plane: a fresh
+    embedded one per test, and on upstream the worker's one control plane, emptied of
+    everything the test made when it ends. A module or a conftest whose tests run on both
+    takes it as its ``sim``: ``sim = sim_on_control_plane``."""
+    if control_plane != "upstream":
+        with api_server(control_plane, tmp_path / "state") as server:
+            yield server
+        return
+    shared: _SharedUpstream = request.getfixturevalue("_shared_upstream")
+    yield shared.take()
+    shared.give_back()

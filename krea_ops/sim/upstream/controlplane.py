@@ -163,6 +163,7 @@ class UpstreamControlPlane:
                 self.token,
                 self.ca_cert.read_bytes(),
             )
+            self._node_grace_s = node_grace_s
             self._start_kcm(node_grace_s)
             self._start_scheduler()
             self._apply_crds(apply=not preinstalled)
@@ -594,6 +595,16 @@ class UpstreamControlPlane:
                         time.sleep(0.5)
                         continue
                     raise
+
+    def restart_controller_manager(self) -> None:
+        """Stop kube-controller-manager and start a new one, as after a restart of the
+        real one: every controller's memory is gone (the node lifecycle controller's health
+        record of each node name, which it keeps even after the node is deleted, among
+        them) and each builds its state again from lists."""
+        for proc in [p for p in self.processes if p.name == "kube-controller-manager"]:
+            proc.stop()
+            self.processes.remove(proc)
+        self._start_kcm(self._node_grace_s)
 
     def api_client(self) -> Any:
         from krea_ops.sim.common.kubeconfig import bearer_client
