@@ -15,27 +15,22 @@ from commands.main import invoke
 from krea_ops.burst import ANN_PRICE, PAUSE_TAINT_KEY, VK_TAINT_KEY
 from krea_ops.kube.cluster import Cluster
 from krea_ops.sim.apiserver.local import LocalApiServer
-from tests.kube.conftest import create, set_status
+from tests.conftest import sim_on_control_plane
+from tests.kube.conftest import create, registered, set_status
 from tests.runbook.conftest import fleet, node_obj, pod_on
 
 VK = "vk-runpod"
 PROVIDER_TAINT = {"key": VK_TAINT_KEY, "value": "runpod", "effect": "NoSchedule"}
 
 
-@pytest.fixture
-def sim(tmp_path: Path) -> Iterator[LocalApiServer]:
-    server = LocalApiServer(tmp_path / "state")
-    try:
-        yield server
-    finally:
-        server.close()
+sim = sim_on_control_plane  # an API server per test, on each control plane
 
 
 @pytest.fixture
 def cluster(sim: LocalApiServer) -> Iterator[Cluster]:
     with sim.api_client() as api:
         c = Cluster(api, timeout_s=30)
-        fleet(c, 2)  # in-cluster nodes that never reported (not Ready): no GPU free there
+        fleet(c, 2)  # in-cluster nodes with no GPU allocatable: no GPU free there
         create(
             c,
             "/api/v1/nodes",
@@ -44,6 +39,9 @@ def cluster(sim: LocalApiServer) -> Iterator[Cluster]:
                 "spec": {"taints": [PROVIDER_TAINT]},
             },
         )
+        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+        set_status(c, f"/api/v1/nodes/{VK}", {"conditions": [ready]})
+        registered(c, VK)
         yield c
 
 

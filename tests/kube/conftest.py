@@ -46,6 +46,14 @@ def set_status(cluster: Cluster, path: str, status: dict[str, Any]) -> dict[str,
 
 
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+TTL_ANNOTATION = "node.alpha.kubernetes.io/ttl"
+
+
+def runs_upstream(cluster: Cluster) -> bool:
+    """Whether the cluster is the upstream control plane, whose controllers act on
+    whatever a test makes (the embedded server says ``-krea-sim`` in its version)."""
+    version = cluster.get("version", "/version")
+    return not str(version.get("gitVersion", "")).endswith("-krea-sim")
 
 
 def registered(cluster: Cluster, name: str) -> dict[str, Any]:
@@ -53,14 +61,20 @@ def registered(cluster: Cluster, name: str) -> dict[str, Any]:
     node gets: kube-apiserver's TaintNodesByCondition admission puts
     ``node.kubernetes.io/not-ready:NoSchedule`` on each node created ("Node controller will
     remove the taint when the node becomes ready", plugin/pkg/admission/nodetaint), and the
-    node lifecycle controller lifts it once it sees ``Ready=True``. The embedded server
-    puts none, so there this returns at once."""
+    node lifecycle controller lifts it once it sees ``Ready=True``; the TTL controller
+    annotates it (``node.alpha.kubernetes.io/ttl``) soon after it is made. The embedded
+    server does neither, so there this returns at once."""
     from tests.conftest import wait_for
+
+    upstream = runs_upstream(cluster)
 
     def settled() -> dict[str, Any] | None:
         node = cluster.get("node", f"/api/v1/nodes/{name}")
         taints = (node.get("spec") or {}).get("taints") or ()
-        return None if any(t.get("key") == NOT_READY_TAINT for t in taints) else node
+        if any(t.get("key") == NOT_READY_TAINT for t in taints):
+            return None
+        notes = node["metadata"].get("annotations") or {}
+        return None if upstream and TTL_ANNOTATION not in notes else node
 
     result: dict[str, Any] = wait_for(settled, timeout=30)
     return result

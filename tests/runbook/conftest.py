@@ -3,13 +3,25 @@ drain meets), reached through the product's Cluster."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
 from krea_ops.kube.cluster import Cluster
-from tests.conftest import wait_for
-from tests.kube.conftest import Kubelets, cluster, create, kubelets, set_status, sim
+from krea_ops.kube.events import CONTROLLER
+from tests.conftest import sim_on_control_plane, wait_for
+from tests.kube.conftest import (
+    Kubelets,
+    cluster,
+    create,
+    kubelets,
+    registered,
+    runs_upstream,
+    set_status,
+)
+
+sim = sim_on_control_plane  # an API server per test, on each control plane
 
 __all__ = ["_kubelets", "cluster", "kubelets", "sim"]
 
@@ -30,26 +42,76 @@ PDBS = "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets"
 def fleet(
     cluster: Cluster, count: int, taints: dict[str, list[dict[str, str]]] | None = None
 ) -> None:
-    """``count`` nodes gpu-node-000 ...; ``taints``: node -> taints it starts with."""
-    for i in range(count):
-        name = f"gpu-node-{i:03d}"
+    """``count`` Ready nodes gpu-node-000 ... (registered: the ``not-ready`` taint a new
+    node gets is lifted); ``taints``: node -> taints it starts with."""
+    names = [f"gpu-node-{i:03d}" for i in range(count)]
+    for name in names:
         spec = {"taints": (taints or {})[name]} if name in (taints or {}) else {}
         create(
             cluster,
             "/api/v1/nodes",
             {"metadata": {"name": name, "labels": {"krea.ai/pool": "h200"}}, "spec": spec},
         )
+        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+        set_status(cluster, f"/api/v1/nodes/{name}", {"conditions": [ready]})
+    for name in names:
+        registered(cluster, name)
 
 
-def owner(kind: str, name: str) -> dict[str, Any]:
-    api = "apps/v1" if kind in ("ReplicaSet", "DaemonSet", "StatefulSet") else "batch/v1"
-    return {
-        "apiVersion": api,
-        "kind": kind,
-        "name": name,
-        "uid": f"uid-{kind.lower()}-{name}",
-        "controller": True,
-    }
+OWNER_LABEL = "krea.ai/test-owner"
+HOLD = "krea.ai/test-hold"
+OWNER_API = {"ReplicaSet": "apps/v1", "DaemonSet": "apps/v1", "StatefulSet": "apps/v1",
+             "Job": "batch/v1"}  # fmt: skip
+
+
+def owner(
+    cluster: Cluster, kind: str, name: str, namespace: str = "default"
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """A controller reference to a real ``kind`` ``name`` for pods the test makes, and the
+    labels such a pod needs to stay its owner's.
+
+    An owner that exists already (a JobSet's Job, made by the JobSet controller) is taken
+    as it is: its pods carry its selector's labels, or its controller would release them.
+    Else one is made here that makes no pods of its own: made and at once deleted, held by
+    a finalizer of ours. An owner being deleted neither creates, deletes nor releases pods
+    (the ReplicaSet, DaemonSet and Job controllers skip one with a ``deletionTimestamp``)
+    and the garbage collector leaves its dependents alone until it is gone, while the pods
+    still name an owner that exists: Kueue's pod webhook refuses a pod whose owner is
+    missing, and the garbage collector deletes one."""
+    api = OWNER_API[kind]
+    path = f"/apis/{api}/namespaces/{namespace}/{kind.lower()}s"
+    found = cluster.request("owner", "GET", f"{path}/{name}")
+    if not found.ok or found.body is None:
+        labels = {OWNER_LABEL: name}
+        template = {
+            "metadata": {"labels": labels},
+            "spec": {"containers": [{"name": "c", "image": "img:1"}],
+                     **({"restartPolicy": "Never"} if kind == "Job" else {})},
+        }  # fmt: skip
+        spec: dict[str, Any] = {"template": template}
+        if kind == "Job":
+            spec["suspend"] = True
+        else:
+            spec["selector"] = {"matchLabels": labels}
+        if kind in ("ReplicaSet", "StatefulSet"):
+            spec["replicas"] = 0
+        body = {"metadata": {"name": name, "finalizers": [HOLD]}, "spec": spec}
+        made = cluster.request("owner", "POST", path, body=body)
+        if made.status == 409:  # made meanwhile by its own controller
+            return owner(cluster, kind, name, namespace)
+        assert made.ok and made.body is not None, (made.status, made.body)
+        held = cluster.request(
+            "hold", "DELETE", f"{path}/{name}", body={"propagationPolicy": "Background"}
+        )
+        assert held.ok, (held.status, held.body)
+        found = held
+    obj = found.body or {}
+    meta = obj.get("metadata") or {}
+    live = not meta.get("deletionTimestamp")
+    selector = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    ref = {"apiVersion": api, "kind": kind, "name": name, "uid": meta["uid"],
+           "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+    return ref, dict(selector) if live else {}
 
 
 def pod_on(
@@ -63,10 +125,13 @@ def pod_on(
     annotations: dict[str, str] | None = None,
     volumes: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """A Running, Ready pod bound to ``node``."""
-    meta: dict[str, Any] = {"name": name, "labels": labels or {}}
+    """A Running, Ready pod bound to ``node``, of a real owner (:func:`owner`)."""
+    meta: dict[str, Any] = {"name": name, "labels": dict(labels or {})}
+    ref = None
     if owned_by:
-        meta["ownerReferences"] = [owner(*owned_by)]
+        ref, owner_labels = owner(cluster, *owned_by, namespace=namespace)
+        meta["labels"].update(owner_labels)
+        meta["ownerReferences"] = [ref]
     if annotations:
         meta["annotations"] = annotations
     spec: dict[str, Any] = {"nodeName": node, "containers": [{"name": "c", "image": "img:1"}]}
@@ -79,7 +144,29 @@ def pod_on(
         f"{path}/{name}",
         {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
     )
+    if ref is not None and runs_upstream(cluster):
+        _keep_owner(cluster, f"{path}/{name}", ref)
     return pod
+
+
+def _keep_owner(cluster: Cluster, path: str, ref: dict[str, Any]) -> None:
+    """The owner's controller may not have seen its owner held yet when the pod comes
+    (its owners and its pods are separate watches) and release the pod, taking its
+    controller reference away; put back, that reference stays once the controller knows.
+    Waits until the pod has kept it for 0.6 s."""
+    deadline = time.monotonic() + 30
+    kept_since = time.monotonic()
+    while time.monotonic() - kept_since < 0.6:
+        assert time.monotonic() < deadline, f"{path}: its owner {ref['name']} keeps releasing it"
+        time.sleep(0.2)
+        pod = cluster.get("pod", path)
+        refs = pod["metadata"].get("ownerReferences") or []
+        if not any(r.get("uid") == ref["uid"] for r in refs):
+            version = pod["metadata"]["resourceVersion"]
+            body = {"metadata": {"ownerReferences": [ref], "resourceVersion": version}}
+            cluster.request("own", "PATCH", path, body=body,
+                            content_type="application/merge-patch+json")  # fmt: skip
+            kept_since = time.monotonic()
 
 
 def daemon_pod(cluster: Cluster, node: str, name: str, control_plane: str) -> str:
@@ -163,8 +250,54 @@ def budget(
     )
 
 
+# What the control plane's own controllers put on every node by themselves: the node
+# lifecycle controller's ``node.kubernetes.io/unschedulable`` taint while the node is
+# cordoned (TaintNodesByCondition: it follows ``spec.unschedulable``, put on and lifted
+# a moment after it) and the TTL controller's annotation. Nobody else's, and nothing a
+# runbook action writes or must keep.
+CONTROL_PLANE_TAINTS = frozenset({"node.kubernetes.io/unschedulable"})
+CONTROL_PLANE_ANNOTATIONS = frozenset({"node.alpha.kubernetes.io/ttl"})
+
+
+def cordon(cluster: Cluster, name: str) -> None:
+    """Cordon ``name`` as ``kubectl cordon`` does (another operator, not krea-ops), then
+    :func:`settle` it."""
+    answer = cluster.request(
+        "cordon", "PATCH", f"/api/v1/nodes/{name}", body={"spec": {"unschedulable": True}},
+        content_type="application/merge-patch+json",
+    )  # fmt: skip
+    assert answer.ok, (answer.status, answer.body)
+    settle(cluster, name)
+
+
+def settle(cluster: Cluster, name: str) -> None:
+    """Wait until the node lifecycle controller, where one runs, has put its
+    ``unschedulable`` taint on a cordoned ``name`` or taken it off an uncordoned one:
+    after that, nothing but the test changes the node."""
+    if not runs_upstream(cluster):
+        return
+
+    def settled() -> bool:
+        spec = cluster.get("node", f"/api/v1/nodes/{name}")["spec"]
+        tainted = any(t["key"] in CONTROL_PLANE_TAINTS for t in spec.get("taints") or ())
+        return tainted == bool(spec.get("unschedulable"))
+
+    wait_for(settled, timeout=30)
+
+
 def node_obj(cluster: Cluster, name: str) -> dict[str, Any]:
+    """Node ``name`` without what the control plane's controllers add to every node on
+    their own (``CONTROL_PLANE_TAINTS``, ``CONTROL_PLANE_ANNOTATIONS``)."""
     body: dict[str, Any] = cluster.get("node", f"/api/v1/nodes/{name}")
+    spec, meta = body.get("spec") or {}, body["metadata"]
+    if "taints" in spec:
+        spec["taints"] = [t for t in spec["taints"] if t["key"] not in CONTROL_PLANE_TAINTS]
+        if not spec["taints"]:
+            del spec["taints"]
+    if "annotations" in meta:
+        meta["annotations"] = {
+            k: v for k, v in meta["annotations"].items() if k not in CONTROL_PLANE_ANNOTATIONS
+        }
     return body
 
 
@@ -174,5 +307,11 @@ def pod_names(cluster: Cluster, node: str) -> list[str]:
 
 
 def events_about(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    """The events krea-ops reported about ``name`` (the control plane's components report
+    their own: the node controller's ``RegisteredNode``, the scheduler's, ...)."""
     body = cluster.get("events", f"/api/v1/namespaces/{namespace}/events")
-    return [e for e in body["items"] if e["involvedObject"].get("name") == name]
+    return [
+        e
+        for e in body["items"]
+        if e["involvedObject"].get("name") == name and e.get("reportingComponent") == CONTROLLER
+    ]

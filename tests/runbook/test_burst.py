@@ -21,13 +21,15 @@ from krea_ops.errors import BadInput
 from krea_ops.kube.cluster import Cluster
 from krea_ops.runbook.burst import plan_pause, plan_unpause
 from krea_ops.runbook.execute import execute
-from tests.kube.conftest import create
+from tests.kube.conftest import create, registered, set_status
 from tests.runbook.conftest import events_about, fleet, node_obj
 from tests.runbook.test_nodes import assert_plan_was_run
 
 VKS = ("vk-runpod", "vk-salad")
 PROVIDER_TAINT = {"key": VK_TAINT_KEY, "value": "runpod", "effect": "NoSchedule"}
-UNREACHABLE = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}
+# another client's NoExecute taint (not one the node lifecycle controller manages: it
+# would take an ``unreachable`` taint off a node whose kubelet answers)
+UNREACHABLE = {"key": "example.com/provider-outage", "value": "runpod", "effect": "NoExecute"}
 OTHER = {"key": "example.com/maintenance", "value": "bios", "effect": "NoSchedule"}
 OURS = {"key": PAUSE_TAINT_KEY, "value": "true", "effect": "NoSchedule"}
 REASON = "provider outage: runpod 5xx on placement"
@@ -50,6 +52,10 @@ def virtual_nodes(cluster: Cluster) -> None:
             "spec": {"taints": [{**PROVIDER_TAINT, "value": "salad"}, OTHER]},
         },
     )
+    for name in VKS:  # their kubelets report Ready, as a virtual kubelet does
+        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+        set_status(cluster, f"/api/v1/nodes/{name}", {"conditions": [ready]})
+        registered(cluster, name)
 
 
 def taints(cluster: Cluster, name: str) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ from kubernetes import client
 from krea_ops.errors import BadInput
 from krea_ops.kube.cluster import Cluster
 from krea_ops.runbook.execute import execute
-from krea_ops.runbook.nodes import plan_evict
+from krea_ops.runbook.nodes import gang_fate, plan_evict
 from krea_ops.runbook.plan import Severity, StepKind
 from krea_ops.sim.common.actor import WorldConfig
 from krea_ops.sim.world import SimWorld
@@ -46,9 +46,9 @@ def jobset(cluster: Cluster, name: str, **spec_options: Any) -> dict[str, Any]:
     return create(cluster, JOBSETS, training_jobset(spec, launched_by="someone"))
 
 
-def foreign_jobset(
-    cluster: Cluster, name: str, *, backoff: int, policy: Any, replicas: int = 1
-) -> None:
+def foreign_jobset_body(
+    name: str, *, backoff: int, policy: Any, replicas: int = 1
+) -> dict[str, Any]:
     """A JobSet made by someone else: one replicated job of ``replicas`` Jobs,
     ``backoffLimit`` ``backoff``, no podFailurePolicy, ``failurePolicy`` ``policy``
     (None: none)."""
@@ -63,8 +63,15 @@ def foreign_jobset(
                                                 "template": {"spec": job}}]}  # fmt: skip
     if policy is not None:
         spec["failurePolicy"] = policy
-    create(cluster, JOBSETS, {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-                              "metadata": {"name": name}, "spec": spec})  # fmt: skip
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": name}, "spec": spec}  # fmt: skip
+
+
+def foreign_jobset(
+    cluster: Cluster, name: str, *, backoff: int, policy: Any, replicas: int = 1
+) -> None:
+    create(cluster, JOBSETS, foreign_jobset_body(name, backoff=backoff, policy=policy,
+                                                 replicas=replicas))  # fmt: skip
 
 
 def rank(cluster: Cluster, node: str, jobset_name: str, rjob: str = "trainer") -> None:
@@ -72,8 +79,10 @@ def rank(cluster: Cluster, node: str, jobset_name: str, rjob: str = "trainer") -
         "jobset.sigs.k8s.io/jobset-name": jobset_name,
         "jobset.sigs.k8s.io/replicatedjob-name": rjob,
     }
+    # its Job is one of ours, not the JobSet controller's (which, where one runs, makes
+    # Jobs of its own with pods that wait unscheduled): the plan reads the JobSet
     pod_on(cluster, node, f"{jobset_name}-{rjob}-0-1-abcde", namespace=NS, labels=labels,
-           owned_by=("Job", f"{jobset_name}-{rjob}-0"))  # fmt: skip
+           owned_by=("Job", f"{jobset_name}-{rjob}-by-hand"))  # fmt: skip
 
 
 def gang_messages(plan: Any) -> dict[str, str]:
@@ -205,15 +214,6 @@ def test_failure_policy_rules_are_read_as_the_jobset_controller_reads_them(
 ) -> None:
     create(cluster, "/api/v1/namespaces", {"metadata": {"name": NS}})
     fleet(cluster, 10)
-    # RestartJob recreates only the failed Job: the other Job's ranks are left waiting
-    rule = {
-        "name": "per-job",
-        "action": "RestartJob",
-        "onJobFailureReasons": ["BackoffLimitExceeded"],
-    }
-    per_job = {"maxRestarts": 3, "rules": [rule]}
-    foreign_jobset(cluster, "split", backoff=0, policy=per_job, replicas=2)
-    rank(cluster, BAD, "split", rjob="workers")
     # a rule whose message pattern does not match the failure is passed over
     rule = {"name": "oom", "action": "FailJobSet", "onJobFailureMessagePatterns": ["OOMKilled"]}
     oom = {"maxRestarts": 3, "rules": [rule]}
@@ -222,17 +222,48 @@ def test_failure_policy_rules_are_read_as_the_jobset_controller_reads_them(
 
     plan = plan_evict(cluster, [BAD], reason="XID 48", user="op")
 
-    messages = gang_messages(plan)
-    assert messages["training/split"].startswith(
-        "JobSet training/split does not restart its whole gang on a disruption: its Job fails "
-        "(backoffLimit 0) and its failurePolicy rule 'per-job' restarts only that Job "
-        "(RestartJob), not the other 1"
+    assert plan.refused is None
+    assert (
+        "its failurePolicy rule 'oom' restarts the gang" not in gang_messages(plan)["training/oom"]
     )
-    assert plan.refused is not None and "training/split" in plan.refused
-    assert "training/oom" not in plan.refused
     assert (
         "its failurePolicy restarts the gang, using 1 of its 3 restarts left"
-        in (messages["training/oom"])
+        in (gang_messages(plan)["training/oom"])
+    )
+
+
+def test_a_restartjob_rule_is_refused_by_jobsets_webhook_while_its_gate_is_off(
+    cluster: Cluster,
+) -> None:
+    """``RestartJob`` (recreate only the failed Job) is behind JobSet's alpha feature gate
+    of that name, off by default: its webhook refuses such a JobSet, in these words."""
+    create(cluster, "/api/v1/namespaces", {"metadata": {"name": NS}})
+    rule = {"name": "per-job", "action": "RestartJob"}
+    answer = cluster.request("create", "POST", JOBSETS, body=foreign_jobset_body(
+        "split", backoff=0, policy={"maxRestarts": 3, "rules": [rule]}))  # fmt: skip
+    assert (answer.status, answer.reason) == (422, "Unprocessable Entity")
+    assert answer.message == (
+        'admission webhook "vjobset.kb.io" denied the request: JobSet.jobset.x-k8s.io "split" '
+        "is invalid: <nil>: Internal error: RestartJob and RestartJobAndIgnoreMaxRestarts "
+        "failure policy actions are not allowed when RestartJob feature gate is disabled"
+    )
+
+
+def test_a_restartjob_rule_restarts_only_the_failed_job_where_its_gate_is_on() -> None:
+    """Where a cluster turned the gate on, the other Jobs' ranks are left waiting: read
+    from the JobSet as its controller reads it (a JobSet this server refuses, read here)."""
+    rule = {"name": "per-job", "action": "RestartJob",
+            "onJobFailureReasons": ["BackoffLimitExceeded"]}  # fmt: skip
+    template = {"spec": {"restartPolicy": "Never", "containers": [{"name": "t", "image": "i"}]}}
+    job = {"parallelism": 2, "completions": 2, "backoffLimit": 0, "template": template}
+    jobset = {"metadata": {"name": "split", "namespace": NS}, "spec": {
+        "replicatedJobs": [{"name": "workers", "replicas": 2, "template": {"spec": job}}],
+        "failurePolicy": {"maxRestarts": 3, "rules": [rule]}}}  # fmt: skip
+    fate, why = gang_fate(jobset, "workers")
+    assert fate == "hangs"
+    assert why == (
+        "its Job fails (backoffLimit 0) and its failurePolicy rule 'per-job' restarts only "
+        "that Job (RestartJob), not the other 1"
     )
 
 

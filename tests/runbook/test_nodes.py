@@ -32,11 +32,13 @@ from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.conftest import wait_for
 from tests.runbook.conftest import (
     budget,
+    cordon,
     events_about,
     fleet,
     node_obj,
     pod_names,
     pod_on,
+    settle,
 )
 
 BAD = "gpu-node-001"
@@ -263,6 +265,7 @@ def test_restore_leaves_everything_else_and_a_second_restore_writes_nothing(
     execute(cluster, evict_plan(cluster))
 
     execute(cluster, plan_restore(cluster, [BAD], user="bob"))
+    settle(cluster, BAD)
     after = node_obj(cluster, BAD)
     version = after["metadata"]["resourceVersion"]
     again = plan_restore(cluster, [BAD], user="bob")
@@ -277,13 +280,7 @@ def test_restore_leaves_everything_else_and_a_second_restore_writes_nothing(
 
 def test_restore_refuses_a_node_someone_else_cordoned_unless_forced(cluster: Cluster) -> None:
     fleet(cluster, 10)
-    cluster.request(
-        "cordon",
-        "PATCH",
-        f"/api/v1/nodes/{BAD}",
-        body={"spec": {"unschedulable": True}},
-        content_type="application/merge-patch+json",
-    )
+    cordon(cluster, BAD)
     version = node_obj(cluster, BAD)["metadata"]["resourceVersion"]
 
     with pytest.raises(BadInput, match=f"node {BAD} was not evicted by krea-ops.*--force"):
@@ -501,13 +498,7 @@ def test_a_pod_terminating_where_the_kubelet_stopped_posting_is_not_waited_for(
 
 def test_a_cordon_someone_else_set_before_the_eviction_survives_restore(cluster: Cluster) -> None:
     fleet(cluster, 10)
-    cluster.request(
-        "cordon",
-        "PATCH",
-        f"/api/v1/nodes/{BAD}",
-        body={"spec": {"unschedulable": True}},
-        content_type="application/merge-patch+json",
-    )
+    cordon(cluster, BAD)
     execute(cluster, evict_plan(cluster))
     assert node_obj(cluster, BAD)["metadata"]["annotations"][CORDONED_BEFORE] == "true"
     assert evict_plan(cluster).steps == ()  # a re-run still writes nothing

@@ -1341,6 +1341,27 @@ class ApiServer:
                     )
         if problems:
             raise errors.invalid(rt.group, rt.kind, meta.get("name") or "", problems)
+        if rt.group == "jobset.x-k8s.io" and rt.kind == "JobSet":
+            self._jobset_webhook(rt, obj)
+
+    @staticmethod
+    def _jobset_webhook(rt: ResourceType, obj: dict[str, Any]) -> None:
+        """What JobSet's validating webhook (``vjobset.kb.io``) refuses beyond the CRD's
+        schema, as far as it matters here: the ``RestartJob`` actions while the controller's
+        alpha feature gate ``RestartJob`` is off, as it is by default
+        (pkg/webhooks/jobset_webhook.go; the API server prefixes the webhook's answer)."""
+        rules = ((obj.get("spec") or {}).get("failurePolicy") or {}).get("rules") or ()
+        gated = ("RestartJob", "RestartJobAndIgnoreMaxRestarts")
+        if not any(isinstance(r, dict) and r.get("action") in gated for r in rules):
+            return
+        message = (
+            "RestartJob and RestartJobAndIgnoreMaxRestarts failure policy actions are not "
+            "allowed when RestartJob feature gate is disabled"
+        )
+        denied = errors.invalid(rt.group, rt.kind, _meta(obj).get("name") or "",
+                                [FieldError("InternalError", "<nil>", f"Internal error: {message}")])  # fmt: skip
+        denied.message = f'admission webhook "vjobset.kb.io" denied the request: {denied.message}'
+        raise denied
 
     def _strict_fields(
         self, req: Request | None, rt: ResourceType, obj: dict[str, Any]
