@@ -37,7 +37,7 @@ from krea_ops.runbook.nodes import TAINT_KEY
 from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.controllers.conftest import PROVIDER_TAINT, T0, Clock, gpu_node, virtual_node
 from tests.kube.conftest import create, set_status
-from tests.runbook.conftest import budget, events_about, node_obj
+from tests.runbook.conftest import budget, events_about, node_obj, owner
 
 SICK = "gpu-node-002"
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
@@ -59,15 +59,7 @@ def inference_pod(cluster: Cluster, name: str) -> None:
             "metadata": {
                 "name": name,
                 "labels": {"app": "serve", "krea.ai/workload": "inference"},
-                "ownerReferences": [
-                    {
-                        "apiVersion": "apps/v1",
-                        "kind": "ReplicaSet",
-                        "name": "serve-h",
-                        "uid": "rs-serve",
-                        "controller": True,
-                    }
-                ],
+                "ownerReferences": [owner(cluster, "ReplicaSet", "serve-h", "serving")[0]],
             },
             "spec": {
                 "nodeName": "vk-0",

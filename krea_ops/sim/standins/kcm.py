@@ -1,7 +1,9 @@
 """The simulated kube-controller-manager controllers the API semantics depend on.
 
 - garbage collector: dependents of a deleted owner are deleted (background), owners
-  deleted in the foreground wait for their dependents, orphaning strips owner refs;
+  deleted in the foreground wait for their dependents, orphaning strips owner refs, and
+  an object whose owners do not exist (a made-up uid, an owner already gone) is deleted,
+  or loses the references that dangle when another owner is alive;
 - namespace lifecycle: a deleted namespace empties itself, then goes away;
 - disruption controller: PodDisruptionBudget status follows the pods it selects;
 - pod garbage collection, as the pod GC controller does it
@@ -123,6 +125,8 @@ class ControllerManager:
                 self._orphan(rt, obj)
             if "foregroundDeletion" in finalizers:
                 self._foreground(rt, obj)
+        elif meta.get("ownerReferences"):
+            self._dangling(rt, obj)
         if rt.group == "" and rt.kind == "Namespace" and meta.get("deletionTimestamp"):
             self._finish_namespace(obj)
         if rt.group == "" and rt.kind == "Pod":
@@ -163,6 +167,35 @@ class ControllerManager:
             return False
         entry = self._server.store.get(rt.key, ns if rt.namespaced else "", ref.get("name", ""))
         return entry is not None and entry.obj["metadata"].get("uid") == ref.get("uid")
+
+    def _owner_state(self, ref: dict[str, Any], ns: str) -> str:
+        """``alive``, ``dangling`` (no object of that kind, name and uid: absent, or made
+        again with another uid) or ``unknown`` (a kind this server does not serve: the
+        real collector cannot map it and leaves the dependent alone, retrying)."""
+        group = ref.get("apiVersion", "").rpartition("/")[0]
+        rt = self._server.registry.by_kind(group, ref.get("kind", ""))
+        if rt is None:
+            return "unknown"
+        return "alive" if self._owner_alive(ref, ns) else "dangling"
+
+    def _dangling(self, rt: ResourceType, obj: dict[str, Any]) -> None:
+        """An object that names owners which do not exist, as the garbage collector's
+        attemptToDeleteItem treats it (classifyReferences): with no owner left alive it is
+        deleted (in the background), else the dangling references are taken off it."""
+        meta = obj["metadata"]
+        ns = meta.get("namespace", "")
+        refs = meta.get("ownerReferences") or []
+        states = [self._owner_state(r, ns) for r in refs]
+        if "dangling" not in states:
+            return
+        if all(state == "dangling" for state in states):
+            self._server.delete(rt, ns, meta["name"], {"propagationPolicy": "Background"})
+            return
+        updated = copy.deepcopy(obj)
+        updated["metadata"]["ownerReferences"] = [
+            r for r, state in zip(refs, states, strict=True) if state != "dangling"
+        ]
+        self._server.store.update(rt.key, ns, meta["name"], updated)
 
     def _collect_dependents(self, uid: str | None) -> None:
         if not uid:
