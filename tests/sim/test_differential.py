@@ -11,6 +11,7 @@ the test (no kubelet runs), which the real scheduler leaves alone (it skips boun
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -25,11 +26,15 @@ import yaml
 
 from krea_ops.kube.cluster import ApiAnswer, Cluster
 from krea_ops.sim.apiserver.local import LocalApiServer
+from krea_ops.sim.common import podlogs
+from krea_ops.sim.machines.kubelet_server import KubeletServer
 from tests.conftest import KUBECTL, Kubectl, require_upstream
 
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
 
 NS = "diff"
+LOG_NODE = "log-node"
+CID = "containerd://" + "ab" * 32
 Obj = dict[str, Any]
 UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
@@ -42,10 +47,14 @@ def _norm_text(text: str) -> str:
 class Side:
     """One API server and what the sequence saw on it."""
 
-    def __init__(self, name: str, cluster: Cluster, kubectl: Kubectl) -> None:
+    def __init__(
+        self, name: str, cluster: Cluster, kubectl: Kubectl, state_dir: Path, kubelet_port: int
+    ) -> None:
         self.name = name
         self.cluster = cluster
         self.kubectl = kubectl
+        self.state_dir = state_dir  # where its containers' logs are kept
+        self.kubelet_port = kubelet_port  # the simulated kubelet that serves them
         self.seen: dict[str, Any] = {}
 
     def call(self, method: str, path: str, body: Any = None, **kw: Any) -> ApiAnswer:
@@ -93,13 +102,19 @@ def sides(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Side]]:
     try:
         upstream = UpstreamControlPlane(root / "upstream", kueue_setup=False)
         out = []
-        for name, server in (("embedded", embedded), ("upstream", upstream)):
-            api = server.api_client()
-            kubectl = Kubectl(server.kubeconfig, root / name)
-            out.append(Side(name, Cluster(api, timeout_s=30), kubectl))
-        yield out
-        for side in out:
-            side.cluster.api.close()
+        with contextlib.ExitStack() as kubelets:
+            for name, server in (("embedded", embedded), ("upstream", upstream)):
+                api = server.api_client()
+                kubectl = Kubectl(server.kubeconfig, root / name)
+                # the log node's kubelet: kube-apiserver proxies `kubectl logs` to it (the
+                # embedded server reads the same log store itself)
+                kubelet = kubelets.enter_context(
+                    KubeletServer(server.state_dir, api, node=LOG_NODE))
+                out.append(Side(name, Cluster(api, timeout_s=30), kubectl, server.state_dir,
+                                kubelet.port))  # fmt: skip
+            yield out
+            for side in out:
+                side.cluster.api.close()
     finally:
         embedded.close()
         if upstream is not None:
@@ -290,6 +305,42 @@ def run_sequence(side: Side, tmp: Path) -> None:
     )
 
 
+def _logs(side: Side) -> None:
+    """``kubectl logs`` and the API's ``/log`` of a Running pod on a node whose kubelet
+    serves its container's log (upstream proxies to it; the embedded server reads the
+    log store itself), with the options and the refusals a user meets."""
+    c, k = side, side.kubectl
+    node = _node(LOG_NODE)
+    c.call("POST", "/api/v1/nodes", node)
+    node_status = {
+        "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": side.kubelet_port}},
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+    }
+    c.call("PATCH", f"/api/v1/nodes/{LOG_NODE}/status", {"status": node_status},
+           content_type="application/merge-patch+json")  # fmt: skip
+    c.call("POST", f"/api/v1/namespaces/{NS}/pods", _pod("talker", LOG_NODE, {"app": "talk"}))
+    running = json.loads(json.dumps(RUNNING))
+    running["containerStatuses"][0]["containerID"] = CID
+    c.call("PATCH", f"/api/v1/namespaces/{NS}/pods/talker/status", {"status": running},
+           content_type="application/merge-patch+json")  # fmt: skip
+    t0 = 1_780_000_000.0
+    podlogs.for_state(side.state_dir).write(CID, [(t0 + i, f"step {i}") for i in range(5)])
+    log = f"/api/v1/namespaces/{NS}/pods/talker/log"
+    c.record_kubectl("kubectl logs", k("logs", "talker", "-n", NS, check=False))
+    c.record_kubectl("kubectl logs --tail", k("logs", "talker", "-n", NS, "--tail=2",
+                                              "--timestamps", check=False))  # fmt: skip
+    c.record_kubectl("kubectl logs -c missing", k("logs", "talker", "-n", NS, "-c", "nope",
+                                                  check=False))  # fmt: skip
+    c.record_kubectl("kubectl logs --previous", k("logs", "talker", "-n", NS, "--previous",
+                                                  check=False))  # fmt: skip
+    c.record("log tailLines=1", c.call("GET", log, query={"tailLines": 1}, raw=True))
+    c.seen["log tailLines=1 text"] = c.call("GET", log, query={"tailLines": 1}, raw=True).text
+    c.record("log tailLines=-1", c.call("GET", log, query={"tailLines": -1}))
+    c.record("log limitBytes=0", c.call("GET", log, query={"limitBytes": 0}))
+    c.record("log of a missing pod", c.call("GET", f"/api/v1/namespaces/{NS}/pods/none/log"))
+
+
 def _watch_events(c: Side, path: str) -> list[tuple[str, str]]:
     first = c.call("GET", path, query={"labelSelector": "w=yes"})
     rv = _meta(first.body or {}).get("resourceVersion")
@@ -347,6 +398,7 @@ def _as_nobody(c: Side, token: str) -> None:
 def test_the_same_operations_answer_the_same_on_both(sides: list[Side], tmp_path: Path) -> None:
     for side in sides:
         run_sequence(side, tmp_path)
+        _logs(side)
     embedded, upstream = sides
     differences = {
         step: {"embedded": embedded.seen.get(step), "upstream": upstream.seen.get(step)}
@@ -354,3 +406,6 @@ def test_the_same_operations_answer_the_same_on_both(sides: list[Side], tmp_path
         if embedded.seen.get(step) != upstream.seen.get(step)
     }
     assert differences == {}, json.dumps(differences, indent=1)
+    # the logs came through (the same on both, and not the same refusal)
+    assert upstream.seen["kubectl logs"]["out"].splitlines() == [f"step {i}" for i in range(5)]
+    assert upstream.seen["log tailLines=1 text"] == "step 4\n"
