@@ -31,6 +31,7 @@ from krea_ops.sim.machines.nodes import bootstrap
 from krea_ops.sim.machines.story import StoryActor
 from krea_ops.sim.machines.training import TrainingActor
 from krea_ops.sim.standins.kueue import KueueActor, kueue_objects
+from krea_ops.sim.standins.nodelifecycle import NodeLifecycle
 from krea_ops.sim.standins.scheduler import Scheduler
 from krea_ops.sim.standins.workloads import Controllers
 from krea_ops.sim.upstream.controlplane import UpstreamControlPlane
@@ -52,12 +53,12 @@ def kueue_feature_gates(config: WorldConfig) -> dict[str, bool]:
 
 
 def cluster_actors(world: World) -> list[Actor]:
-    """Kubelets, and on the embedded control plane the scheduler and the workload
-    controllers, sharing one view of pods and nodes; creates the nodes and the system
-    DaemonSets first (synchronously), so the other parts' actors find them in place when
-    they start. On the upstream control plane the kubelets' shared endpoint serves
-    ``kubectl logs`` (the API server proxies there) and the real scheduler and
-    controller-manager do the rest."""
+    """Kubelets, and on the embedded control plane the node lifecycle controller, the
+    scheduler and the workload controllers, sharing one view of pods and nodes; creates
+    the nodes and the system DaemonSets first (synchronously), so the other parts' actors
+    find them in place when they start. On the upstream control plane the kubelets'
+    shared endpoint serves ``kubectl logs`` (the API server proxies there) and the real
+    scheduler and controller-manager do the rest."""
     api = Api(world.client)
     view = ClusterView(api)
     world.services["cluster-view"] = view
@@ -72,7 +73,12 @@ def cluster_actors(world: World) -> list[Actor]:
     bootstrap(world, api, kubelet.lease_duration_s, endpoint)
     if upstream(world):
         return [kubelet]
-    return [kubelet, Scheduler(world, view, api), Controllers(world, view, api)]
+    return [
+        kubelet,
+        NodeLifecycle(world, view, api),
+        Scheduler(world, view, api),
+        Controllers(world, view, api),
+    ]
 
 
 def device_actors(world: World) -> list[Actor]:

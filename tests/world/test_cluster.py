@@ -19,8 +19,8 @@ from krea_ops.kube.quantity import as_float
 from krea_ops.kube.times import parse_time, rfc3339
 from krea_ops.sim.common import objects
 from krea_ops.sim.common.actor import WorldConfig
+from krea_ops.sim.common.objects import FAILED_ANNOTATION
 from krea_ops.sim.machines.kubelet import EXIT_CODE_ANNOTATION, RUN_SECONDS_ANNOTATION
-from krea_ops.sim.machines.nodes import FAILED_ANNOTATION
 from krea_ops.sim.standins import scheduler
 from krea_ops.sim.world import SimWorld
 from tests.conftest import wait_for

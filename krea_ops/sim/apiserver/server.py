@@ -1358,8 +1358,8 @@ class ApiServer:
             "RestartJob and RestartJobAndIgnoreMaxRestarts failure policy actions are not "
             "allowed when RestartJob feature gate is disabled"
         )
-        denied = errors.invalid(rt.group, rt.kind, _meta(obj).get("name") or "",
-                                [FieldError("InternalError", "<nil>", f"Internal error: {message}")])  # fmt: skip
+        cause = FieldError("InternalError", "<nil>", f"Internal error: {message}")
+        denied = errors.invalid(rt.group, rt.kind, _meta(obj).get("name") or "", [cause])
         denied.message = f'admission webhook "vjobset.kb.io" denied the request: {denied.message}'
         raise denied
 

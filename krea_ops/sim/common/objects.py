@@ -19,6 +19,11 @@ GPU = "nvidia.com/gpu"
 UNREACHABLE = "node.kubernetes.io/unreachable"
 NOT_READY = "node.kubernetes.io/not-ready"
 UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
+# A simulated machine that failed says so on its Node (``<cause>``): its kubelet stops,
+# and the embedded node lifecycle stand-in reads it as a kubelet gone at once.
+FAILED_ANNOTATION = "sim.krea.ai/failed"
+# The conditions a kubelet posts on its Node (Ready last).
+NODE_CONDITIONS = ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")
 
 
 def time_or(value: Any, default: float) -> float:

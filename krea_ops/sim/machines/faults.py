@@ -56,6 +56,7 @@ from typing import Any, Protocol
 from krea_ops.errors import BadInput
 from krea_ops.kube.times import parse_time, rfc3339
 from krea_ops.sim.common.actor import Actor, World
+from krea_ops.sim.common.objects import FAILED_ANNOTATION
 
 __all__ = [
     "CAUSES",
@@ -72,7 +73,6 @@ __all__ = [
 FAULT_NAMESPACE = "krea-sim"
 FAULT_KINDS = ("hot-gpu", "nvlink-errors", "ib-flap", "gpu-lost", "crash")
 FAULT_LABEL = "sim.krea.ai/fault"
-FAILED_ANNOTATION = "sim.krea.ai/failed"
 APPLIED = "sim.krea.ai/applied"
 TARGET = "sim.krea.ai/target"
 RESOLVE_AT = "sim.krea.ai/resolve-at"

@@ -1,10 +1,12 @@
-"""Every real node's kubelet, with the node lifecycle controller's part of it.
+"""Every real node's kubelet.
 
 :class:`Kubelet`, one actor for every real node (nodes labelled ``type=virtual-kubelet``
 belong to the virtual kubelet): renews Leases, heartbeats node status, runs bound pods
 through their phases, finishes graceful deletions and plays a node's failure and repair
-(annotation ``sim.krea.ai/failed``), including the node lifecycle controller's part
-(``Ready=Unknown``, the ``unreachable`` taints).
+(annotation ``sim.krea.ai/failed``: the kubelet stops renewing and posting status; what
+the node lifecycle controller then does, ``Ready=Unknown`` and the ``unreachable`` taints,
+is the real one's on the upstream control plane and ``standins/nodelifecycle.py`` on the
+embedded one).
 
 Times. Every stamp the kubelet writes (conditions, start and finish times, Lease
 ``renewTime``, node heartbeats, Events) and every stamp it compares (``startTime``,
@@ -71,8 +73,8 @@ from krea_ops.kube.times import micro_time, rfc3339
 from krea_ops.sim.common.actor import Actor, World, WorldConfig
 from krea_ops.sim.common.api import Api, ClusterView, Events
 from krea_ops.sim.common.objects import (
-    NOT_READY,
-    UNREACHABLE,
+    FAILED_ANNOTATION,
+    NODE_CONDITIONS,
     annotations_of,
     as_dict,
     condition_of,
@@ -88,9 +90,7 @@ from krea_ops.sim.common.objects import (
     whole_conditions,
 )
 from krea_ops.sim.machines.nodes import (
-    FAILED_ANNOTATION,
     HEALTHY_CONDITIONS,
-    NODE_CONDITIONS,
     healthy_node_conditions,
     is_virtual,
     lease_body,
@@ -116,7 +116,7 @@ _BIG_IMAGES = ("pytorch", "nemo", "vllm", "cuda", "tensorrt", "triton", "sglang"
 
 
 class Kubelet(Actor):
-    """Every real node's kubelet (and the node lifecycle controller's view of it)."""
+    """Every real node's kubelet."""
 
     name = "kubelet"
 
@@ -126,7 +126,6 @@ class Kubelet(Actor):
         self.view = view
         self.api = api
         self.events = Events(api, world, "kubelet")
-        self.node_events = Events(api, world, "node-controller")
         self.period_s = max(2.0, 0.5 * speed)
         # Lease and node status are the API's business: wall seconds, whatever the speed
         # (``lease_renew_s`` in ``WorldConfig.extra`` overrides the renewal: tests).
@@ -147,10 +146,6 @@ class Kubelet(Actor):
         # (the stamps stand in after a restart of the world).
         self._started: dict[str, float] = {}
         self._killing: dict[str, float] = {}
-        # On the upstream control plane the real node lifecycle controller marks a node
-        # whose Lease lapsed Unknown and taints it, and lifts the taints once it is Ready
-        # again: this kubelet then only stops (and resumes) renewing and posting status.
-        self.lifecycle = world.config.control_plane != "upstream"
 
     @staticmethod
     def renew_for(config: WorldConfig) -> float:
@@ -211,15 +206,11 @@ class Kubelet(Actor):
         name = meta_of(node)["name"]
         cause = annotations_of(node).get(FAILED_ANNOTATION)
         ready = condition_of(node, "Ready") or {}
-        taints = [as_dict(t) for t in spec_of(node).get("taints") or []]
-        ours = [t for t in taints if t.get("key") == UNREACHABLE]
-        if cause is not None:
-            if self.lifecycle and (ready.get("status") != "Unknown" or len(ours) < 2):
-                self._mark_failed(node, cause, now, taints)
+        if cause is not None:  # stopped: no Lease renewed, no status posted
             self._next_renew.pop(name, None)
             return True
-        if ready.get("status") != "True" or (ours and self.lifecycle):
-            self._mark_ready(node, now, taints)
+        if ready.get("status") != "True":
+            self._mark_ready(node, now)
             self._renew(node, now)
             return False
         if name not in self._next_renew:
@@ -283,62 +274,8 @@ class Kubelet(Actor):
             self.api.core.patch_node_status, name, {"status": {"conditions": conditions}}
         )
 
-    def _set_taints(self, node: dict[str, Any], taints: list[dict[str, Any]]) -> None:
-        meta = meta_of(node)
-        self._write(
-            self.api.core.patch_node,
-            meta["name"],
-            {
-                "metadata": {"resourceVersion": meta.get("resourceVersion")},
-                "spec": {"taints": taints},
-            },
-            _content_type="application/merge-patch+json",
-        )
-
-    def _mark_failed(
-        self, node: dict[str, Any], cause: str, now: float, taints: list[dict[str, Any]]
-    ) -> None:
-        """What the node lifecycle controller does once the kubelet stops posting status.
-
-        The taints go first: their patch carries the node's resourceVersion, which the
-        status patch would change."""
+    def _mark_ready(self, node: dict[str, Any], now: float) -> None:
         name = meta_of(node)["name"]
-        if sum(1 for t in taints if t.get("key") == UNREACHABLE) < 2:
-            kept = [t for t in taints if t.get("key") not in (UNREACHABLE, NOT_READY)]
-            stamp = rfc3339(now)
-            self._set_taints(
-                node,
-                [
-                    *kept,
-                    {"key": UNREACHABLE, "effect": "NoSchedule", "timeAdded": stamp},
-                    {"key": UNREACHABLE, "effect": "NoExecute", "timeAdded": stamp},
-                ],
-            )
-        if (condition_of(node, "Ready") or {}).get("status") == "Unknown":
-            return
-        conditions = []
-        for kind in NODE_CONDITIONS:
-            current = condition_of(node, kind) or {}
-            conditions.append(
-                {
-                    "type": kind,
-                    "status": "Unknown",
-                    "reason": "NodeStatusUnknown",
-                    "message": "Kubelet stopped posting node status.",
-                    "lastHeartbeatTime": current.get("lastHeartbeatTime") or rfc3339(now),
-                    "lastTransitionTime": rfc3339(now),
-                }
-            )
-        self._write(self.api.core.patch_node_status, name, {"status": {"conditions": conditions}})
-        self.node_events.emit(
-            node, "Node", "Normal", "NodeNotReady", f"Node {name} status is now: NodeNotReady"
-        )
-
-    def _mark_ready(self, node: dict[str, Any], now: float, taints: list[dict[str, Any]]) -> None:
-        name = meta_of(node)["name"]
-        kept = [t for t in taints if t.get("key") not in (UNREACHABLE, NOT_READY)]
-        if len(kept) != len(taints) and self.lifecycle:
-            self._set_taints(node, kept)
         if not node_ready(node):
             self._write(
                 self.api.core.patch_node_status,

@@ -19,12 +19,11 @@ from krea_ops.sim.common.actor import World
 from krea_ops.sim.common.api import Api
 from krea_ops.sim.common.objects import (
     GPU,
+    NODE_CONDITIONS,
     labels_of,
     meta_of,
     sha256_hex,
 )
-
-FAILED_ANNOTATION = "sim.krea.ai/failed"
 
 NAMESPACES = ("training", "inference", "krea-sim", "krea-ops")
 NODES_PER_RACK = 8
@@ -32,7 +31,6 @@ RACKS_PER_SPINE = 4
 NODE_PREFIX = "gpu-node-"
 VIRTUAL_KUBELET_LABEL = ("type", "virtual-kubelet")
 
-NODE_CONDITIONS = ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")
 HEALTHY_CONDITIONS = {
     "MemoryPressure": (
         "False",
