@@ -1363,6 +1363,15 @@ def test_migrate_back_with_its_own_token_evicts_an_offsite_pod_that_fits_home(
                 kubelets.remove(f"{SERVE_PATH}/serve", pods, "app=serve")
         assert not kubelets.errors, kubelets.errors
     else:
+        # the pods' ReplicaSet, for real (the garbage collector deletes a pod whose owner
+        # does not exist); no ReplicaSet controller runs on this API-only server
+        template = {"metadata": {"labels": {"app": "serve"}},
+                    "spec": {"containers": [{"name": "server", "image": "img:1"}]}}  # fmt: skip
+        rs = _make(admin, scratch, "/apis/apps/v1/namespaces/inference/replicasets", {
+            "metadata": {"name": SERVE_OWNER["name"]},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "serve"}},
+                     "template": template}})  # fmt: skip
+        SERVE_OWNER["uid"] = rs["metadata"]["uid"]
         for i in range(2):
             _make(admin, scratch, pods, _serving_pod(f"serve-{i}", "mb-vk-0"), READY)
         stop = threading.Event()
@@ -1396,7 +1405,7 @@ SERVE_OWNER: Obj = {
     "apiVersion": "apps/v1",
     "kind": "ReplicaSet",
     "name": "serve-5d8f",
-    "uid": "6f1d3c2a-0000-4000-8000-000000000001",
+    "uid": "",  # the ReplicaSet's, once the test made it
     "controller": True,
 }
 
