@@ -12,8 +12,8 @@ from krea_ops.kube.client import api_client
 from krea_ops.kube.cluster import Cluster
 from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.commands.conftest import audit
-from tests.kube.conftest import cluster, kubectl, sim
-from tests.sim.conftest import api, core
+from tests.kube.conftest import cluster, kubectl
+from tests.sim.conftest import api, core, sim
 
 __all__ = ["api", "audit", "cluster", "core", "kubectl", "sim"]
 

@@ -18,7 +18,7 @@ from krea_ops.kube.eviction import (
     evict_until,
 )
 from krea_ops.sim.apiserver.local import LocalApiServer
-from tests.conftest import wait_for
+from tests.conftest import EMBEDDED_ONLY, wait_for
 from tests.kube.conftest import create, running_pod
 
 PDBS = "/apis/policy/v1/namespaces/default/poddisruptionbudgets"
@@ -170,6 +170,7 @@ def test_jitter_spreads_retries_and_never_exceeds_the_cap() -> None:
     assert all(backoff(20, rng) <= 30 for _ in range(50))
 
 
+@EMBEDDED_ONLY  # stops the embedded server's in-process disruption controller (sim.api)
 def test_retry_after_is_waited_out_while_the_budget_is_being_processed(
     sim: LocalApiServer, cluster: Cluster
 ) -> None:

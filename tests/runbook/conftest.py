@@ -12,18 +12,33 @@ from krea_ops.kube.cluster import Cluster
 from krea_ops.kube.events import CONTROLLER
 from tests.conftest import sim_on_control_plane, wait_for
 from tests.kube.conftest import (
+    CONTROL_PLANE_ANNOTATIONS,
+    CONTROL_PLANE_TAINTS,
     Kubelets,
     cluster,
+    cordon,
     create,
     kubelets,
+    node_obj,
     registered,
     runs_upstream,
     set_status,
+    settle,
 )
 
 sim = sim_on_control_plane  # an API server per test, on each control plane
 
-__all__ = ["_kubelets", "cluster", "kubelets", "sim"]
+__all__ = [
+    "CONTROL_PLANE_ANNOTATIONS",
+    "CONTROL_PLANE_TAINTS",
+    "_kubelets",
+    "cluster",
+    "cordon",
+    "kubelets",
+    "node_obj",
+    "settle",
+    "sim",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -248,57 +263,6 @@ def budget(
             (cluster.get("pdb", f"{path}/{name}").get("status") or {}).get("expectedPods") == pods
         )
     )
-
-
-# What the control plane's own controllers put on every node by themselves: the node
-# lifecycle controller's ``node.kubernetes.io/unschedulable`` taint while the node is
-# cordoned (TaintNodesByCondition: it follows ``spec.unschedulable``, put on and lifted
-# a moment after it) and the TTL controller's annotation. Nobody else's, and nothing a
-# runbook action writes or must keep.
-CONTROL_PLANE_TAINTS = frozenset({"node.kubernetes.io/unschedulable"})
-CONTROL_PLANE_ANNOTATIONS = frozenset({"node.alpha.kubernetes.io/ttl"})
-
-
-def cordon(cluster: Cluster, name: str) -> None:
-    """Cordon ``name`` as ``kubectl cordon`` does (another operator, not krea-ops), then
-    :func:`settle` it."""
-    answer = cluster.request(
-        "cordon", "PATCH", f"/api/v1/nodes/{name}", body={"spec": {"unschedulable": True}},
-        content_type="application/merge-patch+json",
-    )  # fmt: skip
-    assert answer.ok, (answer.status, answer.body)
-    settle(cluster, name)
-
-
-def settle(cluster: Cluster, name: str) -> None:
-    """Wait until the node lifecycle controller, where one runs, has put its
-    ``unschedulable`` taint on a cordoned ``name`` or taken it off an uncordoned one:
-    after that, nothing but the test changes the node."""
-    if not runs_upstream(cluster):
-        return
-
-    def settled() -> bool:
-        spec = cluster.get("node", f"/api/v1/nodes/{name}")["spec"]
-        tainted = any(t["key"] in CONTROL_PLANE_TAINTS for t in spec.get("taints") or ())
-        return tainted == bool(spec.get("unschedulable"))
-
-    wait_for(settled, timeout=30)
-
-
-def node_obj(cluster: Cluster, name: str) -> dict[str, Any]:
-    """Node ``name`` without what the control plane's controllers add to every node on
-    their own (``CONTROL_PLANE_TAINTS``, ``CONTROL_PLANE_ANNOTATIONS``)."""
-    body: dict[str, Any] = cluster.get("node", f"/api/v1/nodes/{name}")
-    spec, meta = body.get("spec") or {}, body["metadata"]
-    if "taints" in spec:
-        spec["taints"] = [t for t in spec["taints"] if t["key"] not in CONTROL_PLANE_TAINTS]
-        if not spec["taints"]:
-            del spec["taints"]
-    if "annotations" in meta:
-        meta["annotations"] = {
-            k: v for k, v in meta["annotations"].items() if k not in CONTROL_PLANE_ANNOTATIONS
-        }
-    return body
 
 
 def pod_names(cluster: Cluster, node: str) -> list[str]:

@@ -237,9 +237,15 @@ def _default_priorityclass(obj: dict[str, Any], lookup: Lookup) -> None:
 
 
 def _default_event(obj: dict[str, Any], lookup: Lookup) -> None:
+    """What a core/v1 Event reads back as after upstream's round trip through its Go
+    type: ``source`` is a struct (``omitempty`` keeps it, ``{}``), and the three times are
+    ``metav1.Time``/``MicroTime`` structs whose zero value is written ``null``."""
     obj.setdefault("involvedObject", {})
     obj.setdefault("reportingComponent", "")
     obj.setdefault("reportingInstance", "")
+    obj.setdefault("source", {})
+    for key in ("firstTimestamp", "lastTimestamp", "eventTime"):
+        obj.setdefault(key, None)
 
 
 def _default_pdb(obj: dict[str, Any], lookup: Lookup) -> None:
