@@ -92,6 +92,24 @@ SERVER_VERSION = {
 POD_TOPOLOGY_LABELS = ("topology.kubernetes.io/zone", "topology.kubernetes.io/region")
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+TOKEN_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def token_volume_source() -> dict[str, Any]:
+    """The ServiceAccount admission's projected volume (``TokenVolumeSource``): the bound
+    token (``WarnOnlyBoundTokenExpirationSeconds``, 3607), the cluster's CA and the
+    namespace, mode 0644."""
+    return {
+        "defaultMode": 0o644,
+        "sources": [
+            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+            {"configMap": {"name": "kube-root-ca.crt",
+                           "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {
+                "apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+        ],
+    }  # fmt: skip
 PATCH_TYPES = {
     "application/json-patch+json": "json",
     "application/merge-patch+json": "merge",
@@ -1302,6 +1320,49 @@ class ApiServer:
         obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
         return obj
 
+    def _service_account_admission(self, ns: str, pod: dict[str, Any]) -> None:
+        """The ServiceAccount admission plugin on a pod being created
+        (plugin/pkg/admission/serviceaccount): ``serviceAccountName`` defaults to
+        ``default``, and unless the pod (or else its ServiceAccount) says
+        ``automountServiceAccountToken: false`` a projected volume
+        ``kube-api-access-<5 random>`` (the bound token, ``kube-root-ca.crt``'s ``ca.crt``
+        and the namespace) is mounted read-only at the token path in every container that
+        mounts nothing there. A mirror pod is left alone. Not modelled: the refusal of a
+        pod whose ServiceAccount does not exist (nothing here makes the ``default`` ones)."""
+        if MIRROR_POD_ANNOTATION in (_meta(pod).get("annotations") or {}):
+            return
+        spec = pod.setdefault("spec", {})
+        account = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
+        spec["serviceAccountName"] = account
+        spec.setdefault("serviceAccount", account)  # the deprecated alias, kept in step
+        automount = spec.get("automountServiceAccountToken")
+        if automount is None:
+            found = self.store.get("/serviceaccounts", ns, account)
+            said = found.obj.get("automountServiceAccountToken") if found else None
+            automount = said is not False
+        if not automount:
+            return
+        volumes = spec.setdefault("volumes", [])
+        name = next(
+            (str(v.get("name")) for v in volumes
+             if isinstance(v, dict) and str(v.get("name", "")).startswith("kube-api-access-")),
+            "",
+        )  # fmt: skip
+        has_volume = bool(name)
+        name = name or "kube-api-access-" + "".join(
+            self._rng.choice(GENERATE_ALPHABET) for _ in range(5)
+        )
+        mount = {"name": name, "readOnly": True, "mountPath": TOKEN_MOUNT_PATH}
+        needed = False
+        for key in ("initContainers", "containers"):
+            for container in spec.get(key) or []:
+                mounts = container.setdefault("volumeMounts", [])
+                if not any(m.get("mountPath") == TOKEN_MOUNT_PATH for m in mounts):
+                    mounts.append(dict(mount))
+                    needed = True
+        if needed and not has_volume:
+            volumes.append({"name": name, "projected": token_volume_source()})
+
     def _lookup(self, key: str, ns: str, name: str) -> dict[str, Any] | None:
         entry = self.store.get(key, ns, name)
         return entry.obj if entry else None
@@ -1452,6 +1513,8 @@ class ApiServer:
         if rt.is_custom and rt.status_schema:
             obj.pop("status", None)
         obj = self._prepare(rt, obj)
+        if rt.group == "" and rt.kind == "Pod":
+            self._service_account_admission(ns, obj)
         node_name = (obj.get("spec") or {}).get("nodeName") if rt.kind == "Pod" else None
         if rt.group == "" and node_name:  # PodTopologyLabels' admitPod: created bound
             topology = self._topology_labels(str(node_name))
