@@ -248,6 +248,7 @@ class Cluster:
                 # (connect, read): an API server that went away without refusing (a
                 # partition, a stopped VM) costs seconds to find out, not the read timeout
                 timeout = (min(CONNECT_TIMEOUT_S, self.timeout_s), self.timeout_s)
+                started = time.monotonic()
                 resp = self.api.call_api(
                     method_, url, header_params=headers_, body=payload, post_params=post,
                     _request_timeout=timeout,
@@ -256,9 +257,9 @@ class Cluster:
             except urllib3.exceptions.ProtocolError as exc:
                 if method == "GET" and attempts == 1:
                     continue  # hung up on without an answer: a GET may be asked again
-                raise self._unreachable(what, exc) from None
+                raise self._unreachable(what, exc, time.monotonic() - started) from None
             except (urllib3.exceptions.HTTPError, OSError) as exc:
-                raise self._unreachable(what, exc) from None
+                raise self._unreachable(what, exc, time.monotonic() - started) from None
             try:
                 decoded = orjson.loads(data) if data else None
             except ValueError:
@@ -344,12 +345,15 @@ class Cluster:
             return BadInput(f"{what}: {message or 'the server found the object invalid'}")
         return Unavailable(f"{what}: HTTP {status} {message or reason}")
 
-    def _unreachable(self, what: str, exc: BaseException) -> Unavailable:
+    def _unreachable(self, what: str, exc: BaseException, waited_s: float) -> Unavailable:
+        """``waited_s``: how long the attempt waited. A stalled TLS handshake times out
+        after the connect timeout, and urllib3 reports it as a read timeout too: the line
+        says how long it really waited, not the read timeout."""
         import urllib3
 
         reason: Any = getattr(exc, "reason", None) or exc
         if isinstance(exc, urllib3.exceptions.ReadTimeoutError):
-            reason = f"no answer within {self.timeout_s:g} s"
+            reason = f"no answer within {max(1, round(waited_s))} s"
         elif isinstance(exc, urllib3.exceptions.ProtocolError) and len(exc.args) > 1:
             reason = exc.args[1]  # RemoteDisconnected('Remote end closed connection ...')
         return Unavailable(

@@ -11,6 +11,7 @@ ConfigMap ``krea-sim/api-faults``."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -326,3 +327,29 @@ def test_a_get_hung_up_on_is_asked_again_once_a_write_never(
     assert faults.seen("patch", "nodes") == 1
     assert update(product, node(BAD), Cordon()).changed
     assert update(product, node(BAD), Cordon()).changed is False
+
+
+def test_a_server_that_takes_the_connection_but_never_answers_is_named_with_the_real_wait(
+    sim: LocalApiServer, tmp_path: Path
+) -> None:
+    """Found: with the API server stopped, the error said "no answer within 30 s" after 5
+    or 10 s. A server whose process is stopped still completes TCP handshakes (the
+    kernel's backlog) but never the TLS one, which times out after the connect timeout
+    and which urllib3 reports as a read timeout: the line says how long it waited."""
+    import socket as socket_
+
+    from krea_ops.kube.client import api_client
+    from krea_ops.kube.cluster import CONNECT_TIMEOUT_S
+    from krea_ops.sim.common.kubeconfig import write_kubeconfig
+
+    with socket_.socket() as stalled:
+        stalled.bind(("127.0.0.1", 0))
+        stalled.listen(8)  # never accepted, never answered
+        url = f"https://127.0.0.1:{stalled.getsockname()[1]}"
+        config = write_kubeconfig(tmp_path / "stalled", url, sim.token, sim.ca_cert.read_bytes())
+        with api_client(str(config)) as api, pytest.raises(Unavailable) as caught:
+            Cluster(api, timeout_s=30).nodes()
+    said = re.search(r"no answer within (\d+) s", str(caught.value))
+    assert said is not None, str(caught.value)
+    # the connect timeout it waited (a loaded machine may add a second), not the 30 s
+    assert CONNECT_TIMEOUT_S <= int(said.group(1)) < 30
