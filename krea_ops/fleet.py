@@ -293,6 +293,25 @@ def usable(tel: NodeTelemetry | None) -> TypeGuard[NodeTelemetry]:
     return tel is not None and not tel.stale and tel.exporter_up is not False
 
 
+def nvlink_counts(tel: NodeTelemetry) -> tuple[int, int]:
+    """(links, links up) of a node, counted the one way every screen and command counts
+    them: each GPU's own count where it gives one (a fleet-wide read has per-link rows
+    only for the links that are down), else that GPU's per-link rows."""
+    rows: dict[int, list[bool]] = {}
+    for link in tel.nvlinks:
+        rows.setdefault(link.gpu, []).append(bool(link.up))
+    total = up = 0
+    for gpu in tel.gpus:
+        if gpu.nvlinks_total is not None:
+            total += gpu.nvlinks_total
+            up += gpu.nvlinks_up or 0
+        else:
+            mine = rows.get(gpu.index, [])
+            total += len(mine)
+            up += sum(mine)
+    return total, up
+
+
 def gpu_entries(snapshot: FleetSnapshot) -> list[GpuEntry]:
     """Every GPU of every GPU node, in node order. A GPU with readings is judged by its
     own reasons; GPUs of nodes without usable telemetry are listed from the node's

@@ -330,7 +330,15 @@ class KreaOpsApp(App[None]):
         if verb in SCREENS_ORDER:
             self.go(verb)
         elif verb in ("node", "no") and args:
-            self.open_node(args[0])
+            snapshot = self.fleet_snapshot()
+            if snapshot is not None and snapshot.view(args[0]) is None:
+                # the last fleet read has no such node: say so, open nothing
+                self.notify(
+                    f"no node {args[0]} in the fleet (krea-ops nodes list shows them)",
+                    severity="warning",
+                )
+            else:
+                self.open_node(args[0])
         elif verb in ("quit", "q!", "exit"):
             self.exit()
         elif verb == "help":

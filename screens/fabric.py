@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Input, Static
 
 from krea_ops import units
-from krea_ops.fleet import FabricEntry, FleetSnapshot, fabric_entries, usable
+from krea_ops.fleet import FabricEntry, FleetSnapshot, fabric_entries, nvlink_counts, usable
 from krea_ops.health import HealthPolicy
 from krea_ops.model import Severity, Verdict
 from screens.base import DataScreen
@@ -147,8 +147,14 @@ def rank_fabric(
     picked = [e for e in entries if matches(e, terms)] if terms else list(entries)
     counts = {"ib": 0, "nvlink": 0, **{str(s): 0 for s in Severity}}
     for e in entries:
-        counts[e.kind] += 1
+        if e.kind == "ib":
+            counts["ib"] += 1
         counts[str(e.verdict.severity)] += 1
+    # links as the node screen counts them: a fleet-wide read lists only the links that
+    # are down, one per row; every GPU says how many it has
+    counts["nvlink"] = sum(
+        nvlink_counts(v.telemetry)[0] for v in snapshot.views if usable(v.telemetry)
+    )
     dark = sum(
         1
         for v in snapshot.views

@@ -22,7 +22,15 @@ from textual.widgets import DataTable, Sparkline, Static
 
 from krea_ops import units
 from krea_ops.console import NodeDetail
-from krea_ops.fleet import FabricEntry, FleetSnapshot, GpuEntry, fabric_entries, gpu_entries
+from krea_ops.fleet import (
+    FabricEntry,
+    FleetSnapshot,
+    GpuEntry,
+    fabric_entries,
+    gpu_entries,
+    nvlink_counts,
+    usable,
+)
 from krea_ops.health import HealthPolicy, busy_not_work
 from krea_ops.history import GpuHistory
 from krea_ops.model import Doubt, GpuSample, NodeView, PodInfo, Severity
@@ -257,11 +265,21 @@ def header_text(view: NodeView, snapshot: FleetSnapshot) -> Text:
     return out
 
 
-def nvlink_text(entries: Sequence[FabricEntry], gpus: Sequence[GpuEntry], window_s: float) -> Text:
+def nvlink_text(
+    entries: Sequence[FabricEntry],
+    gpus: Sequence[GpuEntry],
+    window_s: float,
+    counts: tuple[int, int] | None = None,
+) -> Text:
+    """``counts``: (links, up) as every view counts them (``fleet.nvlink_counts``)."""
     out = Text("NVLink: ", style="bold")
+    if counts is None:
+        counts = (
+            sum(e.sample.nvlinks_total or 0 for e in gpus if e.sample),
+            sum(e.sample.nvlinks_up or 0 for e in gpus if e.sample),
+        )
+    total, up = counts
     if not entries:
-        total = sum(e.sample.nvlinks_total or 0 for e in gpus if e.sample)
-        up = sum(e.sample.nvlinks_up or 0 for e in gpus if e.sample)
         if total:
             out.append(f"{up} of {total} links up", style="" if up == total else "bold red")
             out.append(" (no per-link counters)", style="dim")
@@ -270,7 +288,7 @@ def nvlink_text(entries: Sequence[FabricEntry], gpus: Sequence[GpuEntry], window
         return out
     down = sum(1 for e in entries if e.state == "DOWN")
     bad = [e for e in entries if e.verdict.severity is not Severity.OK]
-    out.append(f"{len(entries)} links, ")
+    out.append(f"{max(total, len(entries))} links, ")
     out.append(f"{down} down", style="bold red" if down else "")
     out.append(", ")
     out.append(f"{len(bad)} with problems", style="bold red" if bad else "green")
@@ -414,6 +432,10 @@ class NodeScreen(DataScreen):
         self.query_one("#node-header", Static).update(text)
         for wid in ("#gpus", "#history", "#ib", "#nvlink"):
             self.query_one(wid).set_class(True, "stale")
+        if self.view is None:  # nothing will be collected for a node that is not there
+            for note in self.query("#history-note"):
+                if isinstance(note, Static):
+                    note.update(Text("no history: the node is not in the fleet", style="dim"))
 
     def _show_node(self, detail: NodeDetail) -> None:
         if self.vanished:
@@ -439,7 +461,8 @@ class NodeScreen(DataScreen):
         if ib:
             ib_title.append(f"   {LEGEND}", style="dim not bold")
         self.query_one("#ib-title", Static).update(ib_title)
-        self.query_one("#nvlink", Static).update(nvlink_text(links, gpus, policy.window_s))
+        counts = nvlink_counts(view.telemetry) if usable(view.telemetry) else None
+        self.query_one("#nvlink", Static).update(nvlink_text(links, gpus, policy.window_s, counts))
         if not view.info.virtual:
             self._show_history(self.krea.session.history(self.node), [e.index for e in gpus])
         for wid in ("#node-header", "#gpus", "#history", "#ib", "#nvlink"):

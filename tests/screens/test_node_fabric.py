@@ -157,11 +157,23 @@ def test_enter_on_heatmap_opens_node_with_gpus_history_and_pods(dashboard_world:
             await pilot.press("escape")
             await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
 
-            # a node that is not in the fleet says so
+            # :node of a node that is not in the fleet says so and opens nothing
             app.run_command("node gpu-node-404")
+            def warning() -> Any:
+                return next((n for n in app._notifications if "404" in str(n.message)), None)
+
+            warned = await wait_until(pilot, warning)
+            assert str(warned.message) == (
+                "no node gpu-node-404 in the fleet (krea-ops nodes list shows them)"
+            )
+            assert isinstance(app.screen, FleetScreen)
+            # a node screen whose node is not (or no longer) there says so, and no part of
+            # it waits on "collecting…" (found: the history did)
+            app.open_node("gpu-node-404")
             await wait_until(pilot, lambda: isinstance(app.screen, NodeScreen))
             await wait_until(pilot, lambda: "not in the fleet" in text_of(app, "node-header"))
             assert rows(app, "gpus") == {}
+            assert "collecting" not in text_of(app, "history-note")
             await settle(pilot, app)
 
     asyncio.run(body())
@@ -208,7 +220,9 @@ def test_fabric_lists_ib_ports_filters_and_opens_a_node(dashboard_world: Any) ->
             )
             assert {r["node"] for r in fabric.values()} == {f"gpu-node-00{i}" for i in range(4)}
             assert "gpu-node-002/ib/mlx5_3/1" in fabric
-            assert "32 InfiniBand ports" in text_of(app, "summary")
+            # found: the Fabric screen said "0 NVLink links" while every node screen said
+            # 144: both count each GPU's links (18 per H200, 8 GPUs a node, 4 nodes)
+            assert "32 InfiniBand ports, 576 NVLink links" in text_of(app, "summary")
 
             await pilot.press("slash")
             await pilot.press(*"node-002")
@@ -222,6 +236,9 @@ def test_fabric_lists_ib_ports_filters_and_opens_a_node(dashboard_world: Any) ->
                 pilot, lambda: isinstance(app.screen, NodeScreen) and app.screen
             )
             assert screen.node == "gpu-node-002"
+            nvlink = await wait_until(pilot, lambda: "144" in text_of(app, "nvlink") and
+                                      text_of(app, "nvlink"))  # fmt: skip
+            assert "144 of 144 links up" in nvlink or "144 links, 0 down" in nvlink
             await pilot.press("escape")
             await wait_until(pilot, lambda: isinstance(app.screen, FabricScreen))
             await pilot.press("escape")  # clears the filter
