@@ -56,6 +56,7 @@ from krea_ops.queue import (
     HEALTHY,
     KUEUE_GROUP,
     KUEUE_VERSIONS,
+    UNKNOWN,
     flavor_selects,
     flavor_tolerations,
     node_capacity,
@@ -135,23 +136,36 @@ def _capacity(
             if obj is not None:
                 flavors.append(obj)
     fit: set[str] = set()
+    unknown: set[str] = set()  # would fit, but no telemetry judges them yet
     for node in cluster.nodes():
         for flavor in flavors:
             if not flavor_selects(flavor, node):
                 continue
             tolerations = (*flavor_tolerations(flavor), *POD_TOLERATIONS)
             cap = node_capacity(node, tolerations, node_severity)
-            if cap.state == HEALTHY and cap.gpus >= spec.gpus_per_node:
+            if cap.gpus < spec.gpus_per_node:
+                continue
+            if cap.state == HEALTHY:
                 fit.add(node.name)
+            elif cap.state == UNKNOWN:
+                unknown.add(node.name)
+    unknown -= fit
     names = ", ".join(str((f.get("metadata") or {}).get("name")) for f in flavors) or "none"
     judged = "by telemetry too" if node_severity is not None else "telemetry not read"
     have = (
         f"{len(fit)} healthy schedulable nodes with at least {spec.gpus_per_node} GPUs in "
         f"ClusterQueue {cq_name}'s GPU flavors ({names}; {judged})"
     )
+    if unknown:
+        have += (
+            f", and {len(unknown)} more whose health is not known yet (no reading from "
+            "their exporters: just started, not scraped yet, or down; krea-ops nodes list "
+            "says which)"
+        )
     if len(fit) < spec.nodes:
+        verdict = "cannot run yet" if len(fit) + len(unknown) >= spec.nodes else "cannot run"
         raise BadInput(
-            f"a gang of {spec.nodes} nodes x {spec.gpus_per_node} GPUs cannot run: {have}; "
+            f"a gang of {spec.nodes} nodes x {spec.gpus_per_node} GPUs {verdict}: {have}; "
             f"{NOTHING}"
         )
     return cq_name, [Finding("capacity", Severity.INFO, f"the gang fits: {have}")]

@@ -276,3 +276,34 @@ def test_a_missing_checkpoint_dir_or_a_file_is_refused(
         "directory; nothing was created"
     ]
     assert "dit-refused" not in jobsets(world) and not env.exists()
+
+
+def test_right_after_start_the_gang_cannot_run_yet_because_no_node_has_a_reading(
+    world: SimWorld,
+) -> None:
+    """Found: ``train launch`` right after start said the gang "cannot run: 0 healthy
+    schedulable nodes" while no telemetry had arrived: say that the nodes' health is not
+    known yet, and that the gang would fit them."""
+    from krea_ops.errors import BadInput
+    from krea_ops.kube.cluster import Cluster
+    from krea_ops.model import Severity
+    from krea_ops.runbook.training import plan_launch
+    from krea_ops.training.manifests import TrainingSpec
+
+    cluster = Cluster(world.client, timeout_s=30)
+    spec = TrainingSpec("dit-early", 2, "krea/dit:1.0", namespace="training")
+    # telemetry read, and no node in it yet: every node's verdict is UNKNOWN
+    no_reading = {n.name: Severity.UNKNOWN for n in cluster.nodes()}
+    with pytest.raises(BadInput) as refused:
+        plan_launch(cluster, spec, user="op", node_severity=no_reading)
+    assert str(refused.value) == (
+        "a gang of 2 nodes x 8 GPUs cannot run yet: 0 healthy schedulable nodes with at least "
+        "8 GPUs in ClusterQueue training's GPU flavors (h200; by telemetry too), and 4 more "
+        "whose health is not known yet (no reading from their exporters: just started, not "
+        "scraped yet, or down; krea-ops nodes list says which); nothing was created"
+    )
+    # one node read BAD, the rest not yet: the gang of 4 cannot run at all
+    one_bad = {**no_reading, "gpu-node-000": Severity.BAD}
+    spec4 = TrainingSpec("dit-early", 4, "krea/dit:1.0", namespace="training")
+    with pytest.raises(BadInput, match=r"^a gang of 4 nodes x 8 GPUs cannot run: 0 healthy"):
+        plan_launch(cluster, spec4, user="op", node_severity=one_bad)
