@@ -30,7 +30,7 @@ from krea_ops.errors import KreaError, Unavailable
 from krea_ops.fleet import FleetSnapshot, collect_ahead, load_fleet
 from krea_ops.health import HealthPolicy, severities
 from krea_ops.history import FleetHistory, GpuHistory
-from krea_ops.model import NodeView, PodInfo, Severity
+from krea_ops.model import NodeView, PodInfo, Severity, Verdict
 from krea_ops.settings import Settings
 
 if TYPE_CHECKING:
@@ -112,6 +112,7 @@ class NodeHealth:
 
     severity: Mapping[str, Severity] | None
     error: str | None = None
+    verdicts: Mapping[str, Verdict] | None = None  # with the reasons, when read
 
 
 class ConsoleReads(Protocol):
@@ -309,14 +310,14 @@ class Console:
         where Prometheus records them)."""
         last = self.last_fleet
         if last is not None and not last.telemetry_error:
-            return NodeHealth(severities(last.views))
+            return NodeHealth(severities(last.views), verdicts=_verdicts(last.views))
         source, error = self._telemetry()
         if source is None:
             return NodeHealth(None, error)
         snapshot = self.fleet(VERDICTS_ONLY)
         if snapshot.telemetry_error:
             return NodeHealth(None, snapshot.telemetry_error)
-        return NodeHealth(severities(snapshot.views))
+        return NodeHealth(severities(snapshot.views), verdicts=_verdicts(snapshot.views))
 
     # -- Kueue ------------------------------------------------------------------------
 
@@ -507,7 +508,11 @@ class Console:
         did not evict (unless ``force``)."""
         from krea_ops.runbook.nodes import plan_restore
 
-        return plan_restore(self.cluster, list(nodes), user=self.user(), force=force, reason=reason)
+        health = self.node_health()
+        return plan_restore(
+            self.cluster, list(nodes), user=self.user(), force=force, reason=reason,
+            verdicts=health.verdicts, health_error=health.error,
+        )  # fmt: skip
 
     def plan_launch(self, spec: TrainingSpec) -> tuple[Plan, dict[str, object]]:
         """The plan of ``train launch`` and the JobSet it creates; BadInput (nothing
@@ -597,7 +602,10 @@ class Console:
         from krea_ops.runbook.audit import default_path
         from krea_ops.runbook.burst import plan_migrate
 
-        return plan_migrate(
+        # pods come home only to nodes the health verdicts call healthy, as queue list
+        # counts them; without telemetry, Ready and not cordoned (said so in the plan)
+        health = self.node_health() if direction == "back" else None
+        plan = plan_migrate(
             self.cluster,
             self._virtual_nodes(),
             direction=direction,
@@ -606,7 +614,19 @@ class Console:
             selector=selector,
             timeout_s=timeout_s,
             audit_log=Path(self.settings.audit_log) if self.settings.audit_log else default_path(),
+            node_severity=health.severity if health is not None else None,
         )
+        if health is not None and health.severity is None:
+            from krea_ops.runbook.plan import Finding
+            from krea_ops.runbook.plan import Severity as PlanSeverity
+
+            unjudged = Finding(
+                "health", PlanSeverity.WARNING,
+                f"the nodes' health is not known ({health.error}): in-cluster nodes count as "
+                "healthy when Ready and not cordoned",
+            )  # fmt: skip
+            plan = dataclasses.replace(plan, findings=(*plan.findings, unjudged))
+        return plan
 
     def execute(self, plan: Plan) -> RunResult:
         """Run a plan with the one executor, audited to the ``audit_log`` file."""
@@ -619,3 +639,7 @@ class Console:
         path = Path(self.settings.audit_log) if self.settings.audit_log else default_path()
         audit = AuditLog(path, secrets=client_secrets(self.cluster))
         return execute(self.cluster, plan, audit=audit)
+
+
+def _verdicts(views: Iterable[NodeView]) -> dict[str, Verdict]:
+    return {v.info.name: v.verdict for v in views}

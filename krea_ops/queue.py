@@ -37,6 +37,7 @@ from krea_ops.kube.cluster import GPU_RESOURCE, Cluster, pod_gpus
 from krea_ops.kube.quantity import number as quantity
 from krea_ops.kube.times import parse_time
 from krea_ops.model import NodeInfo, PodInfo, Severity, Taint
+from krea_ops.units import counted
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSIONS = ("v1beta2", "v1beta1")
@@ -993,10 +994,6 @@ def _n(value: float | None) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
 def _flavor_sentence(fit: FlavorFit, wl: WorkloadInfo, cq: ClusterQueueInfo | None) -> str:
     parts = []
     if fit.nominal_gpus is not None:
@@ -1031,7 +1028,7 @@ def _flavor_sentence(fit: FlavorFit, wl: WorkloadInfo, cq: ClusterQueueInfo | No
                 quota += f" and at most {_n(fit.max_gpus)} ever"
         parts.append(quota)
     nodes = (
-        f"{fit.healthy_nodes} of {_plural(fit.nodes, 'node')} healthy, "
+        f"{fit.healthy_nodes} of {counted(fit.nodes, 'node')} healthy, "
         f"{fit.free_healthy_gpus} of their {fit.healthy_gpus} GPUs free"
     )
     if len({f.free_gpus for f in fit.free_by_node}) > 1:
@@ -1045,7 +1042,7 @@ def _flavor_sentence(fit: FlavorFit, wl: WorkloadInfo, cq: ClusterQueueInfo | No
         )
     if fit.gpu_pods:
         nodes += (
-            f"; {_plural(fit.nodes_fitting_one_pod, 'node')} can host one "
+            f"; {counted(fit.nodes_fitting_one_pod, 'node')} can host one "
             f"{wl.gpus_per_pod}-GPU pod now, {fit.gpu_pods} pods to place"
         )
     parts.append(nodes)
@@ -1241,7 +1238,7 @@ def _summary(r: WhyReport) -> str:
     if wl.state == FINISHED:
         s.append(f"It finished ({wl.finished_reason or 'no reason given'}); nothing waits.")
         return " ".join(s)
-    gang = f"Gang: {_plural(r.pods, 'pod')}"
+    gang = f"Gang: {counted(r.pods, 'pod')}"
     if r.gpus_per_pod:
         per = {ps.gpus_per_pod for ps in wl.pod_sets if ps.gpus_per_pod}
         gang += (
@@ -1261,7 +1258,7 @@ def _summary(r: WhyReport) -> str:
             verb = "has" if r.pods_unscheduled == 1 else "have"
             s.append(
                 f"Kueue admitted it, but {r.pods_unscheduled} of its "
-                f"{_plural(r.pods, 'pod')} {verb} no node yet ({r.pods_running} bound): "
+                f"{counted(r.pods, 'pod')} {verb} no node yet ({r.pods_running} bound): "
                 "the quota promised GPUs the healthy nodes do not have free."
             )
         elif r.pods_running is not None:
@@ -1276,9 +1273,9 @@ def _summary(r: WhyReport) -> str:
     elif wl.state in (PENDING, EVICTED):
         s.append("Nothing here blocks it: Kueue should admit it on its next pass.")
     if wl.evictions or wl.requeue_count:
-        hist = f"Evicted {_plural(wl.evictions, 'time')} so far"
+        hist = f"Evicted {counted(wl.evictions, 'time')} so far"
         if wl.requeue_count:
-            hist += f", requeued {_plural(wl.requeue_count, 'time')}"
+            hist += f", requeued {counted(wl.requeue_count, 'time')}"
         s.append(hist + ".")
     if r.kueue_reason or r.kueue_message:
         s.append(f'Kueue says: {r.kueue_reason or "-"} "{r.kueue_message or ""}".')

@@ -162,6 +162,11 @@ def count(n: float | None) -> str:
     return text
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 pod``, ``3 pods``, ``0 pods``: a count and its noun, agreeing."""
+    return f"{n} {noun}" if n == 1 else f"{n} {plural or noun + 's'}"
+
+
 def rate(per_s: float | None) -> str:
     """Events per second: 0/s, <0.01/s, 0.03/s, 12.5/s, 1.31k/s, 2.4M/s."""
     if _unknown(per_s):

@@ -84,11 +84,15 @@ def controllers_text(rows: list[dict[str, Any]]) -> Text:
     for row in rows:
         cap = row.get("blast_cap") if row.get("running") else None
         if isinstance(cap, dict) and cap.get("limit") is not None:
+            # automation's quarantines against its cap; operators' evicts apart (the cap
+            # does not count them)
             quarantined, limit = cap.get("quarantined_unacked", 0), cap["limit"]
             style = "bold red" if cap.get("reached") else ""
-            out.append(f"  quarantined {quarantined}/{limit}", style=style)
+            out.append(f"  node-health holds {quarantined}/{limit}", style=style)
             if cap.get("reached"):
                 out.append(" (cap reached)", style="red")
+            if cap.get("operators"):
+                out.append(f"  {units.counted(int(cap['operators']), 'node')} out by operators")
         veto = row.get("veto") if row.get("running") else None
         if isinstance(veto, dict) and veto.get("active"):
             classes = ", ".join(sorted(veto.get("classes") or {}))

@@ -119,7 +119,7 @@ def _run_demo(tmp_path: Path) -> None:
         # (their own process: it starts, imports the client and takes four Leases, which
         # on a loaded machine takes a while)
         wait_for_text(session, ["controllers: 4/4 led"], 180, seen)
-        wait_for_text(session, ["quarantined 1/1"], 180, seen)
+        wait_for_text(session, ["node-health holds 1/1"], 180, seen)
         quarantined = _quarantined(tmp_path / "state" / "kubeconfig")
         tmux("send-keys", "-t", session, "q")
         # the shell prints the demo's exit status: tmux's own (#{pane_dead_status}) was

@@ -139,6 +139,7 @@ from krea_ops.runbook.nodes import (
     EvictInputs,
     build_evict,
     build_restore,
+    evicted_again_by,
     evicted_by_us,
     node_event,
     pages,
@@ -388,11 +389,15 @@ def _is_gpu_node(info: NodeInfo) -> bool:
 
 
 def _marked_by(obj: Obj) -> str | None:
-    """Who evicted the node (its evicted-by), "" when only our taint says so, None when
-    it carries no marks of ours."""
+    """Who holds the node out: its evicted-by, or the last other user who evicted it again
+    since (an operator's evict of a node this controller quarantined makes it the
+    operator's: it is not restored automatically); "" when only our taint says so, None
+    when it carries no marks of ours."""
     if not evicted_by_us(obj):
         return None
-    return str(((obj.get("metadata") or {}).get("annotations") or {}).get(EVICTED_BY) or "")
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    first = str(annotations.get(EVICTED_BY) or "")
+    return next((by for by in reversed(evicted_again_by(annotations)) if by != first), first)
 
 
 def _annotation(obj: Obj, key: str) -> str | None:
@@ -655,6 +660,8 @@ class _Pass:
             # what `krea-ops controller status` shows
             "cap": {
                 "quarantined_unacked": quarantined,
+                # out by an operator's evict (the cap does not count them)
+                "operators": len(marked - ours),
                 "limit": cap,
                 "reached": quarantined >= cap,
                 "acked_at": rfc3339(snap.ack_at) if snap.ack_at is not None else None,

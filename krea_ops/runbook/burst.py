@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -60,6 +60,7 @@ from krea_ops.kube.cluster import GPU_RESOURCE, Cluster, pod_gpus
 from krea_ops.kube.quantity import as_int
 from krea_ops.kube.times import rfc3339
 from krea_ops.kube.writes import AddTaint, Edit, RemoveTaint, SetAnnotations
+from krea_ops.model import Severity as HealthSeverity
 from krea_ops.runbook.execute import interrupted_calls, owes_events
 from krea_ops.runbook.nodes import (
     event_call,
@@ -78,6 +79,7 @@ from krea_ops.runbook.plan import (
     Step,
     StepKind,
 )
+from krea_ops.units import counted
 
 # The burst conventions are ``krea_ops.burst``'s, the ones ``burst status`` reads. The
 # console finds the virtual nodes (``burst.status.find_virtual_nodes``) and hands their
@@ -271,10 +273,22 @@ def _active(pod: Obj) -> bool:
 
 @dataclass
 class Side:
-    """The nodes of one side (in-cluster or virtual) and the GPUs free on each."""
+    """The nodes of one side (in-cluster or virtual) and the GPUs free on each of its
+    healthy ones; ``unhealthy``: the GPU nodes left out by telemetry (node -> why)."""
 
     nodes: dict[str, Obj]
     free: dict[str, int]
+    unhealthy: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def healthy(self) -> int:
+        """The healthy nodes (``queue list``'s rule: Ready, not cordoned, not BAD or of
+        unknown health; their taints are judged per pod when a pod is placed)."""
+        return len(self.free)
+
+    @property
+    def most_free(self) -> int:
+        return max((v for v in self.free.values()), default=0)
 
     @property
     def total_free(self) -> int:
@@ -290,10 +304,17 @@ class Side:
         return None
 
 
-def read_side(cluster: Cluster, virtual: bool, virtual_names: Iterable[str]) -> Side:
+def read_side(
+    cluster: Cluster,
+    virtual: bool,
+    virtual_names: Iterable[str],
+    node_severity: Mapping[str, HealthSeverity] | None = None,
+) -> Side:
     """GPUs free per node: allocatable minus what active pods bound there ask for.
     In-cluster: GPU nodes that are Ready and not cordoned (the taints are judged per pod
-    in ``fits_node``). Virtual: the virtual nodes that are Ready."""
+    in ``fits_node``) and, with ``node_severity`` (the health verdicts ``queue list``
+    counts healthy nodes by), neither BAD nor of unknown health. Virtual: the virtual
+    nodes that are Ready."""
     names = set(virtual_names)
     nodes = {
         _meta(n).get("name", ""): n
@@ -311,13 +332,32 @@ def read_side(cluster: Cluster, virtual: bool, virtual_names: Iterable[str]) -> 
         and _ready(nodes[name])
         and not (nodes[name].get("spec") or {}).get("unschedulable")
     }
+    unhealthy: dict[str, str] = {}
+    if node_severity is not None and not virtual:
+        for name in list(free):
+            verdict = node_severity.get(name, HealthSeverity.UNKNOWN)
+            if verdict in (HealthSeverity.BAD, HealthSeverity.UNKNOWN):
+                unhealthy[name] = "BAD" if verdict is HealthSeverity.BAD else "health unknown"
+                del free[name]
     if free:
         selector = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
         for pod in pages(cluster, "list pods", "/api/v1/pods", fieldSelector=selector):
             where = (pod.get("spec") or {}).get("nodeName")
             if where in free:
                 free[where] -= pod_gpus(pod.get("spec") or {})
-    return Side(nodes, free)
+    return Side(nodes, free, unhealthy)
+
+
+def _left_out(side: Side) -> str:
+    """`` (2 more left out: 1 BAD, 1 of unknown health)``, or nothing."""
+    if not side.unhealthy:
+        return ""
+    bad = sum(1 for why in side.unhealthy.values() if why == "BAD")
+    unknown = len(side.unhealthy) - bad
+    parts = [f"{bad} BAD"] if bad else []
+    if unknown:
+        parts.append(f"{unknown} of unknown health")
+    return f"; {len(side.unhealthy)} more left out: {', '.join(parts)}"
 
 
 def controller_of(pod: Obj) -> Obj | None:
@@ -395,10 +435,13 @@ def plan_migrate(
     timeout_s: float = DEFAULT_MIGRATE_TIMEOUT_S,
     now: Callable[[], float] = time.time,
     audit_log: Path | None = None,
+    node_severity: Mapping[str, HealthSeverity] | None = None,
 ) -> Plan:
     """``audit_log``: where an interrupted run of the same command may have left an
     Event owed (``runbook.execute.owed_events``): with nothing left to move or lift, the
-    command still runs to record it, instead of being refused."""
+    command still runs to record it, instead of being refused. ``node_severity``: the
+    nodes' health verdicts, by which a BAD node or one of unknown health takes no pod
+    home (None: not judged)."""
     if direction not in (BACK, OUT):
         raise BadInput("say which way: --back (offsite pods home) or --out (in-cluster pods out)")
     if max_pods is not None and max_pods < 1:
@@ -410,7 +453,7 @@ def plan_migrate(
     virtual = tuple(vobjs)
     back = direction == BACK
     action = f"burst migrate --{direction}"
-    there = read_side(cluster, not back, virtual)  # where the pods go
+    there = read_side(cluster, not back, virtual, node_severity)  # where the pods go
     home = None if back else read_side(cluster, False, virtual)  # --out: where pods are now
     here_names = set(virtual) if home is None else set(home.nodes)
     listed = pages(
@@ -520,10 +563,22 @@ def plan_migrate(
         )
     elif budget == 0:
         refusal = f"the --max {max_pods} pods were moved by an interrupted run of this command"
-    elif free_before <= 0 or not chosen:
+    elif free_before <= 0:
         refusal = (
-            f"no {side} GPU is free ({free_before} free on {len(there.free)} healthy nodes) "
-            f"for the {len(ordered)} pods to move"
+            f"no {side} GPU is free (0 free on {counted(there.healthy, 'healthy node')}"
+            f"{_left_out(there)}) for the {counted(len(ordered), 'pod')} to move"
+        )
+    elif not chosen:
+        smallest = min(pod_gpus(p.get("spec") or {}) for p in ordered)
+        why = (
+            f"at most {there.most_free} on one node and the smallest pod asks for {smallest}"
+            if there.most_free < smallest
+            else "none of the nodes with room is one the pods' node selector and tolerations allow"
+        )
+        refusal = (
+            f"no {side} node has room for any of the {counted(len(ordered), 'pod')} to move: "
+            f"{free_before} GPUs free on {counted(there.healthy, 'healthy node')}"
+            f"{_left_out(there)}, {why}"
         )
     owed = False
     if refusal is not None and not left_steps:
@@ -562,8 +617,8 @@ def plan_migrate(
         Finding(
             "capacity",
             Severity.INFO,
-            f"{free_before} {side} GPUs free on {sum(1 for v in there.free.values() if v > 0)} "
-            f"healthy nodes; moves {len(chosen)} of {len(ordered)} pods "
+            f"{free_before} {side} GPUs free on {counted(there.healthy, 'healthy node')}"
+            f"{_left_out(there)}; moves {len(chosen)} of {counted(len(ordered), 'pod')} "
             f"({sum(pod_gpus(p.get('spec') or {}) for p, _ in chosen)} GPUs)",
         ),
     )

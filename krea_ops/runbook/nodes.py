@@ -34,6 +34,7 @@ node-health controller reads in its pass's I/O and builds in its pure decision.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
@@ -57,6 +58,8 @@ from krea_ops.kube.writes import (
     merge_patch,
     node,
 )
+from krea_ops.model import Severity as HealthSeverity
+from krea_ops.model import Verdict
 from krea_ops.runbook.plan import (
     Call,
     EventSpec,
@@ -69,6 +72,7 @@ from krea_ops.runbook.plan import (
 )
 from krea_ops.training.checkpoints import latest_complete
 from krea_ops.training.runs import CHECKPOINT_DIR_ANNOTATION, local_path
+from krea_ops.units import counted
 
 TAINT_KEY = "krea.ai/unhealthy"
 TAINT_EFFECT = "NoSchedule"
@@ -77,7 +81,10 @@ EVICTED_REASON = "krea.ai/evicted-reason"
 EVICTED_AT = "krea.ai/evicted-at"
 # set only when the node was already cordoned by someone else: restore leaves that cordon
 CORDONED_BEFORE = "krea.ai/evicted-cordoned-before"
-OUR_ANNOTATIONS = (EVICTED_BY, EVICTED_REASON, EVICTED_AT, CORDONED_BEFORE)
+# every later eviction of a node already out (who, why, when), as JSON: the first stays in
+# the three above
+EVICTED_AGAIN = "krea.ai/evicted-again"
+OUR_ANNOTATIONS = (EVICTED_BY, EVICTED_REASON, EVICTED_AT, CORDONED_BEFORE, EVICTED_AGAIN)
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 RJOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 JOBSET_PATH = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets/{name}"
@@ -409,6 +416,28 @@ def gang_fate(jobset: Obj, rjob: str | None, *, evicted: bool = True) -> tuple[s
     )
 
 
+def _health_finding(
+    name: str, verdict: Verdict | None, judged: bool, error: str | None
+) -> Finding | None:
+    """What the restore's preflight says of the node's health now, or None when it is
+    OK (or nobody asked)."""
+    if verdict is not None and verdict.severity is HealthSeverity.OK:
+        return None
+    if verdict is not None and verdict.severity in (HealthSeverity.BAD, HealthSeverity.SUSPECT):
+        label = verdict.severity.name
+        forced = " (--force)" if verdict.severity is HealthSeverity.BAD else ""
+        message = f"node {name} is {label} now ({verdict.summary}): restoring{forced} puts it "
+        return Finding("health", Severity.WARNING, message + "back in service", name)
+    if verdict is not None or judged or error:
+        why = f" ({error})" if error and not judged else ""
+        return Finding(
+            "health", Severity.WARNING,
+            f"node {name}'s health is not known{why}: nothing says it is sound",
+            name,
+        )  # fmt: skip
+    return None
+
+
 def _matches(pattern: str, message: str) -> bool:
     try:
         return re.search(pattern, message) is not None
@@ -686,17 +715,31 @@ def build_evict(
     for name in nodes:
         obj = objs[name]
         annotations = (obj.get("metadata") or {}).get("annotations") or {}
-        marks = {
-            EVICTED_BY: user,
-            EVICTED_REASON: reason,
-            # the first eviction's time stays: a re-run or a resumed run changes nothing
-            EVICTED_AT: annotations.get(EVICTED_AT) or at,
-        }
+        first = _first_eviction(annotations)
+        if first is None:
+            marks = {EVICTED_BY: user, EVICTED_REASON: reason, EVICTED_AT: at}
+            node_slug = slug
+        else:
+            # already out (node-health's quarantine, another operator's evict): who took
+            # it out first, and why, stay; this eviction is added to the ones since
+            again = _again(annotations, first, user, reason, at)
+            marks = {EVICTED_AGAIN: again} if again is not None else {}
+            node_slug = _our_taint_value(obj) or slug
+            by, why, when = first
+            if (by, why) != (user, reason):
+                findings.append(
+                    Finding(
+                        "already-out", Severity.WARNING,
+                        f"node {name} was already taken out by {by} at {when}: {why}; that "
+                        "stays the first reason, and this one is added to it",
+                        name,
+                    )
+                )  # fmt: skip
         if (obj.get("spec") or {}).get("unschedulable") and not evicted_by_us(obj):
             marks[CORDONED_BEFORE] = "true"  # someone else's cordon: restore keeps it
         edits: tuple[Edit, ...] = (
             Cordon(),
-            AddTaint(TAINT_KEY, slug, TAINT_EFFECT),
+            AddTaint(TAINT_KEY, node_slug, TAINT_EFFECT),
             SetAnnotations(marks),
         )
         step = update_step(name, obj, edits, "take the node out of scheduling")
@@ -843,12 +886,61 @@ def _drain_step(
     verb = "delete" if force else "evict"
     return Step(
         kind,
-        f"{verb} {len(node_pods)} pods from node {name}" + (f" {what}" if what else ""),
+        f"{verb} {counted(len(node_pods), 'pod')} from node {name}" + (f" {what}" if what else ""),
         tuple(calls),
         parallel=True,
         node=name,
         pods=node_pods,
     )
+
+
+def _first_eviction(annotations: Mapping[str, str]) -> tuple[str, str, str] | None:
+    """(who, why, when) of the eviction that took the node out, or None."""
+    if EVICTED_BY not in annotations:
+        return None
+    return (
+        annotations[EVICTED_BY],
+        annotations.get(EVICTED_REASON, ""),
+        annotations.get(EVICTED_AT, ""),
+    )
+
+
+def _again(
+    annotations: Mapping[str, str], first: tuple[str, str, str], user: str, reason: str, at: str
+) -> str | None:
+    """``EVICTED_AGAIN`` with this eviction added; None when it is the first one or one
+    already there by the same user for the same reason (a re-run writes nothing)."""
+    try:
+        since = json.loads(annotations.get(EVICTED_AGAIN) or "[]")
+    except ValueError:
+        since = []
+    if not isinstance(since, list):
+        since = []
+    seen = {(first[0], first[1])} | {
+        (str(e.get("by")), str(e.get("reason"))) for e in since if isinstance(e, dict)
+    }
+    if (user, reason) in seen:
+        return None
+    since.append({"by": user, "reason": reason, "at": at})
+    return json.dumps(since, separators=(",", ":"), ensure_ascii=False)
+
+
+def evicted_again_by(annotations: Mapping[str, str]) -> list[str]:
+    """Who evicted a node already out again since, oldest first (``EVICTED_AGAIN``)."""
+    try:
+        since = json.loads(annotations.get(EVICTED_AGAIN) or "[]")
+    except ValueError:
+        return []
+    if not isinstance(since, list):
+        return []
+    return [str(e.get("by")) for e in since if isinstance(e, dict) and e.get("by")]
+
+
+def _our_taint_value(obj: Obj) -> str | None:
+    for taint in (obj.get("spec") or {}).get("taints") or ():
+        if taint.get("key") == TAINT_KEY and taint.get("effect") == TAINT_EFFECT:
+            return str(taint.get("value") or "")
+    return None
 
 
 def evicted_by_us(obj: Obj) -> bool:
@@ -865,9 +957,14 @@ def plan_restore(
     user: str,
     force: bool = False,
     reason: str | None = None,
+    verdicts: Mapping[str, Verdict] | None = None,
+    health_error: str | None = None,
 ) -> Plan:
     nodes = _unique(names)
-    return build_restore(read_nodes(cluster, nodes), nodes, user=user, force=force, reason=reason)
+    return build_restore(
+        read_nodes(cluster, nodes), nodes, user=user, force=force, reason=reason,
+        verdicts=verdicts, health_error=health_error,
+    )  # fmt: skip
 
 
 def build_restore(
@@ -877,11 +974,19 @@ def build_restore(
     user: str,
     force: bool = False,
     reason: str | None = None,
+    verdicts: Mapping[str, Verdict] | None = None,
+    health_error: str | None = None,
 ) -> Plan:
-    """The restore plan of the named nodes from ``objs`` (each node as read): pure."""
+    """The restore plan of the named nodes from ``objs`` (each node as read): pure.
+
+    ``verdicts``: the nodes' health verdicts now (None: not judged; ``health_error`` says
+    why, when the caller tried). A node the verdicts call BAD is refused unless ``force``
+    (and then restored with a warning naming the reasons); a SUSPECT one, or one whose
+    health is not known, is restored with a warning saying so."""
     nodes = _unique(names)
     findings: list[Finding] = []
     refused: list[str] = []
+    bad: list[str] = []
     steps: list[Step] = []
     for name in nodes:
         obj = objs[name]
@@ -908,6 +1013,14 @@ def build_restore(
                 Finding("already", Severity.INFO, f"node {name} is already restored", name)
             )
             continue
+        # its health now, only for a node this restore changes
+        verdict = verdicts.get(name) if verdicts is not None else None
+        if verdict is not None and verdict.severity is HealthSeverity.BAD and not force:
+            bad.append(f"node {name} is BAD now ({verdict.summary})")
+            continue
+        finding = _health_finding(name, verdict, verdicts is not None, health_error)
+        if finding is not None:
+            findings.append(finding)
         if not evicted_by_us(obj):
             if not force:
                 refused.append(name)
@@ -925,6 +1038,11 @@ def build_restore(
         note = f"restored (uncordoned, {TAINT_KEY} removed) by {user}"
         note += f": {reason}" if reason else ""
         steps.append(node_event(name, obj, "Restore", "Restored", note))
+    if bad:
+        raise BadInput(
+            f"{'; '.join(bad)}: restoring puts it back in service; pass --force to restore "
+            "it anyway; nothing was changed"
+        )
     if refused:
         raise BadInput(
             f"node {', '.join(refused)} was not evicted by krea-ops (no {EVICTED_BY} "

@@ -128,7 +128,7 @@ def test_migrate_back_with_no_free_in_cluster_gpu_exits_2_with_one_line(
     code, _, err = run(sim, capsys, "migrate", "--back", "--yes")
     assert code == 2
     assert err.strip() == (
-        "error: no in-cluster GPU is free (0 free on 0 healthy nodes) for the 1 pods to move; "
+        "error: no in-cluster GPU is free (0 free on 0 healthy nodes) for the 1 pod to move; "
         "nothing was changed"
     )
     assert version(cluster) == before and not audit.exists()
@@ -173,7 +173,7 @@ def test_migrate_back_dry_run_lists_the_pods_in_order_with_the_preflight(
     assert moved == ["pod default/serve-b", "pod default/serve-c"]  # the dearest first
     assert plan["steps"][2]["calls"][0]["path"].endswith("/pods/serve-b/eviction")
     findings = {f["kind"]: f["message"] for f in plan["findings"]}
-    assert findings["capacity"].startswith("8 in-cluster GPUs free on 1 healthy nodes")
+    assert findings["capacity"].startswith("8 in-cluster GPUs free on 1 healthy node")
     assert "ReplicaSet default/web: 3 Ready; drops to 2 Ready" in findings["drops"]
     assert "default/serve-a (--max 2)" in findings["stays"]
     assert "paused (krea.ai/burst-paused) while pods move" in findings["steer"]

@@ -40,6 +40,7 @@ from krea_ops.runbook.nodes import (
     EVICTED_REASON,
     TAINT_KEY,
     EvictInputs,
+    build_evict,
     build_restore,
     reason_slug,
 )
@@ -654,3 +655,26 @@ def test_nodes_attributed_two_restarts_are_labelled_lemons_no_more_than_the_cap(
     fleet.ack_at = T0 + 2 * MINUTE
     (plan,) = fleet.step(T0 + 3 * MINUTE).plans
     assert plan.nodes == (b,)
+
+
+def test_a_node_an_operator_evicted_again_is_the_operators_not_restored_and_not_capped() -> None:
+    """Found: ``e`` on a node node-health had quarantined replaced its reason and owner.
+    Now the operator's evict is added to the controller's: the node stays out until an
+    operator restores it, and the header shows it apart from the cap."""
+    fleet = Fleet(64)
+    fleet.verdicts[name_of(7)] = hot()
+    fleet.run(T0, T0 + 10 * MINUTE)
+    assert fleet.quarantined() == [name_of(7)]
+    obj = fleet.objs[name_of(7)]
+    inputs = EvictInputs(nodes=(name_of(7),), objs={name_of(7): obj}, fleet=64,
+                         pods={name_of(7): ()})  # fmt: skip
+    fleet.apply(build_evict(inputs, reason="RMA ticket 4411", user="alice", now=T0 + 11 * MINUTE))
+    notes = fleet.objs[name_of(7)]["metadata"]["annotations"]
+    assert notes[EVICTED_BY] == USER  # who took it out first stays
+    fleet.verdicts[name_of(7)] = OK_VERDICT
+
+    decisions = fleet.run(T0 + 12 * MINUTE, T0 + 4 * 60 * MINUTE)
+
+    assert all_of(decisions, restored) == []  # an operator holds it now
+    cap = decisions[-1].state["cap"]
+    assert (cap["quarantined_unacked"], cap["operators"]) == (0, 1)

@@ -139,8 +139,11 @@ def pod_on(
     owned_by: tuple[str, str] | None = ("ReplicaSet", "web"),
     annotations: dict[str, str] | None = None,
     volumes: list[dict[str, Any]] | None = None,
+    gpus: int = 0,
+    tolerations: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """A Running, Ready pod bound to ``node``, of a real owner (:func:`owner`)."""
+    """A Running, Ready pod bound to ``node``, of a real owner (:func:`owner`), with a
+    limit of ``gpus`` GPUs."""
     meta: dict[str, Any] = {"name": name, "labels": dict(labels or {})}
     ref = None
     if owned_by:
@@ -149,9 +152,14 @@ def pod_on(
         meta["ownerReferences"] = [ref]
     if annotations:
         meta["annotations"] = annotations
-    spec: dict[str, Any] = {"nodeName": node, "containers": [{"name": "c", "image": "img:1"}]}
+    container: dict[str, Any] = {"name": "c", "image": "img:1"}
+    if gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    spec: dict[str, Any] = {"nodeName": node, "containers": [container]}
     if volumes:
         spec["volumes"] = volumes
+    if tolerations:
+        spec["tolerations"] = tolerations
     path = f"/api/v1/namespaces/{namespace}/pods"
     pod = create(cluster, path, {"metadata": meta, "spec": spec})
     set_status(

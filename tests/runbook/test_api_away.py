@@ -104,9 +104,9 @@ def test_the_api_server_going_away_mid_evict_is_one_line_and_the_audit_says_what
         f"record Event Cordoned on node {QUICK}",
     ]
     assert planned[4:] == [
-        f"evict 1 pods from node {SLOW}",
+        f"evict 1 pod from node {SLOW}",
         f"record Event Drained on node {SLOW} (DrainBlocked if pods are left)",
-        f"evict 1 pods from node {QUICK}",
+        f"evict 1 pod from node {QUICK}",
         f"record Event Drained on node {QUICK} (DrainBlocked if pods are left)",
     ]
     assert [(s["step"], s["status"]) for s in steps] == [
@@ -121,7 +121,7 @@ def test_the_api_server_going_away_mid_evict_is_one_line_and_the_audit_says_what
     assert end["status"] == "failed"
     assert [(s["step"], s["description"]) for s in end["not_run"]] == [
         (6, f"record Event Drained on node {SLOW} (DrainBlocked if pods are left)"),
-        (7, f"evict 1 pods from node {QUICK}"),
+        (7, f"evict 1 pod from node {QUICK}"),
         (8, f"record Event Drained on node {QUICK} (DrainBlocked if pods are left)"),
     ]
     assert {r["run_id"] for r in (start, *steps, end)} == {start["run_id"]}
@@ -144,7 +144,7 @@ def test_the_api_server_going_away_mid_evict_is_one_line_and_the_audit_says_what
         assert pod_names(cluster, SLOW) == [] and pod_names(cluster, QUICK) == []
         rerun = [r for r in records(log) if r["run_id"] != start["run_id"]]
         assert [s["description"] for s in rerun[0]["plan"]["steps"]] == [
-            f"evict 1 pods from node {QUICK}",
+            f"evict 1 pod from node {QUICK}",
             f"record Event Drained on node {QUICK} (DrainBlocked if pods are left)",
         ]
         assert rerun[-1]["status"] == "done" and rerun[-1]["not_run"] == []

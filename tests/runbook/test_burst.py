@@ -19,10 +19,12 @@ from krea_ops.burst import (
 from krea_ops.burst.status import burst_status, find_virtual_nodes
 from krea_ops.errors import BadInput
 from krea_ops.kube.cluster import Cluster
-from krea_ops.runbook.burst import plan_pause, plan_unpause
+from krea_ops.model import Severity as HealthSeverity
+from krea_ops.runbook.burst import plan_migrate, plan_pause, plan_unpause
 from krea_ops.runbook.execute import execute
+from krea_ops.runbook.plan import StepKind
 from tests.kube.conftest import create, registered, set_status
-from tests.runbook.conftest import events_about, fleet, node_obj
+from tests.runbook.conftest import events_about, fleet, node_obj, pod_on
 from tests.runbook.test_nodes import assert_plan_was_run
 
 VKS = ("vk-runpod", "vk-salad")
@@ -129,3 +131,65 @@ def test_pause_refuses_without_reason_or_virtual_nodes(cluster: Cluster) -> None
     virtual_nodes(cluster)
     with pytest.raises(BadInput, match="--reason"):
         plan_pause(cluster, VKS, reason="  ", user="alice")
+
+
+SERVE = {"krea.ai/workload": "inference", "app": "serve"}
+# the provider's taint, and the other client's NoExecute one on vk-runpod (the taint
+# eviction controller would otherwise delete the pod)
+TOLERATE_VK = [
+    {"key": VK_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"},
+    {"key": UNREACHABLE["key"], "operator": "Exists", "effect": "NoExecute"},
+]
+
+
+def gpu_nodes(cluster: Cluster, used: dict[str, int]) -> None:
+    """gpu-node-000 ... with 8 GPUs each, ``used`` of them taken by a running pod."""
+    fleet(cluster, len(used))
+    gpus = {"nvidia.com/gpu": "8"}
+    for name, taken in used.items():
+        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+        set_status(cluster, f"/api/v1/nodes/{name}",
+                   {"capacity": gpus, "allocatable": gpus, "conditions": [ready]})  # fmt: skip
+        if taken:
+            pod_on(cluster, name, f"train-{name[-3:]}", gpus=taken, owned_by=None)
+
+
+def test_migrate_back_says_why_no_node_takes_a_pod_when_gpus_are_free(cluster: Cluster) -> None:
+    """Found: "no in-cluster GPU is free (49 free on 63 healthy nodes)". GPUs are free,
+    but no node has as many free as the pod asks for: say that."""
+    gpu_nodes(cluster, {"gpu-node-000": 4, "gpu-node-001": 6})
+    virtual_nodes(cluster)
+    pod_on(cluster, VKS[0], "serve-0", labels=SERVE, gpus=8, tolerations=TOLERATE_VK)
+
+    with pytest.raises(BadInput) as refused:
+        plan_migrate(cluster, VKS, direction="back", user="alice")
+
+    assert str(refused.value).startswith(
+        "no in-cluster node has room for any of the 1 pod to move: 6 GPUs free on 2 healthy "
+        "nodes, at most 4 on one node and the smallest pod asks for 8"
+    )
+
+
+def test_migrate_back_sends_no_pod_to_a_node_queue_list_calls_unhealthy(
+    cluster: Cluster,
+) -> None:
+    """Found: ``burst migrate --back --dry-run`` counted 16 healthy nodes while ``queue
+    list`` counted 15. Both count by the nodes' health verdicts now: a BAD node, or one
+    whose health is not known, takes no pod home and is said to be left out."""
+    gpu_nodes(cluster, {"gpu-node-000": 0, "gpu-node-001": 0, "gpu-node-002": 0})
+    virtual_nodes(cluster)
+    pod_on(cluster, VKS[0], "serve-0", labels=SERVE, gpus=8, tolerations=TOLERATE_VK)
+    verdicts = {"gpu-node-000": HealthSeverity.BAD, "gpu-node-001": HealthSeverity.OK}
+
+    plan = plan_migrate(cluster, VKS, direction="back", user="alice", node_severity=verdicts)
+
+    [move] = [s for s in plan.steps if s.kind is StepKind.MIGRATE]
+    assert "gpu-node-001" in move.description
+    found = {f.kind: f.message for f in plan.findings}
+    assert found["capacity"].startswith(
+        "8 in-cluster GPUs free on 1 healthy node; 2 more left out: 1 BAD, 1 of unknown "
+        "health; moves 1 of 1 pod"
+    )
+    every = {name: HealthSeverity.BAD for name in ("gpu-node-000", "gpu-node-001", "gpu-node-002")}
+    with pytest.raises(BadInput, match=r"0 free on 0 healthy nodes; 3 more left out: 3 BAD\)"):
+        plan_migrate(cluster, VKS, direction="back", user="alice", node_severity=every)

@@ -107,7 +107,7 @@ def test_a_gang_of_ours_is_evicted_first_and_restarts_from_the_checkpoint_named(
     assert [str(s.kind) for s in plan.steps] == ["update", "event", "evict", "evict", "event"]
     gang_step, rest = plan.steps[2], plan.steps[3]
     assert gang_step.description == (
-        f"evict 1 pods from node {BAD} of JobSet training/dit first (the gang restarts at once)"
+        f"evict 1 pod from node {BAD} of JobSet training/dit first (the gang restarts at once)"
     )
     assert [c.about for c in gang_step.calls if c.method == "POST" and "eviction" in c.path] == [
         "pod training/dit-trainer-0-1-abcde"

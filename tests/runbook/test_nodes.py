@@ -15,10 +15,13 @@ import pytest
 from krea_ops.errors import BadInput, KreaError
 from krea_ops.kube.cluster import Cluster
 from krea_ops.kube.writes import AddTaint, node, update
+from krea_ops.model import OK_VERDICT, Reason, Verdict
+from krea_ops.model import Severity as HealthSeverity
 from krea_ops.runbook.audit import AuditLog
 from krea_ops.runbook.execute import RunResult, execute
 from krea_ops.runbook.nodes import (
     CORDONED_BEFORE,
+    EVICTED_AGAIN,
     EVICTED_AT,
     EVICTED_BY,
     EVICTED_REASON,
@@ -511,3 +514,89 @@ def test_a_cordon_someone_else_set_before_the_eviction_survives_restore(cluster:
     assert after["spec"]["unschedulable"] is True  # theirs
     assert "taints" not in after["spec"]
     assert not any(k.startswith("krea.ai/") for k in after["metadata"].get("annotations") or {})
+
+
+def _verdict(severity: HealthSeverity, message: str) -> Verdict:
+    return Verdict.of([Reason(severity, "test", message)])
+
+
+def test_restoring_a_node_that_is_bad_now_is_refused_unless_forced_and_says_why(
+    cluster: Cluster,
+) -> None:
+    """Found: ``nodes restore`` put a BAD node (an uncorrectable ECC error and XID 95)
+    back in service with no warning in its plan."""
+    fleet(cluster, 10)
+    execute(cluster, evict_plan(cluster))
+    settle(cluster, BAD)
+    version = node_obj(cluster, BAD)["metadata"]["resourceVersion"]
+    bad = {BAD: _verdict(HealthSeverity.BAD, "GPU 3: XID 95 (uncontained ECC error)")}
+
+    with pytest.raises(BadInput) as refused:
+        plan_restore(cluster, [BAD], user="bob", verdicts=bad)
+    assert str(refused.value) == (
+        f"node {BAD} is BAD now (GPU 3: XID 95 (uncontained ECC error)): restoring puts it "
+        "back in service; pass --force to restore it anyway; nothing was changed"
+    )
+    assert node_obj(cluster, BAD)["metadata"]["resourceVersion"] == version
+
+    forced = plan_restore(cluster, [BAD], user="bob", verdicts=bad, force=True)
+    [health] = [f for f in forced.findings if f.kind == "health"]
+    assert health.severity is Severity.WARNING and health.message == (
+        f"node {BAD} is BAD now (GPU 3: XID 95 (uncontained ECC error)): restoring (--force) "
+        "puts it back in service"
+    )
+
+
+def test_restoring_a_suspect_node_or_one_of_unknown_health_warns_in_the_preflight(
+    cluster: Cluster,
+) -> None:
+    fleet(cluster, 10)
+    execute(cluster, evict_plan(cluster))
+    suspect = {BAD: _verdict(HealthSeverity.SUSPECT, "GPU 1 at 81 °C")}
+
+    plan = plan_restore(cluster, [BAD], user="bob", verdicts=suspect)
+    assert [(f.kind, f.message) for f in plan.findings if f.kind == "health"] == [
+        ("health", f"node {BAD} is SUSPECT now (GPU 1 at 81 °C): restoring puts it back in service")
+    ]
+    unknown = plan_restore(cluster, [BAD], user="bob", health_error="Prometheus not reachable")
+    assert [f.message for f in unknown.findings if f.kind == "health"] == [
+        f"node {BAD}'s health is not known (Prometheus not reachable): nothing says it is sound"
+    ]
+    ok = plan_restore(cluster, [BAD], user="bob", verdicts={BAD: OK_VERDICT})
+    assert not [f for f in ok.findings if f.kind == "health"]
+    # an OK node's restore runs as before
+    assert execute(cluster, ok).status == "done"
+
+
+def test_evicting_a_node_already_out_keeps_who_took_it_out_first_and_adds_this_reason(
+    cluster: Cluster,
+) -> None:
+    """Found: ``e`` on a node node-health had already quarantined did not say so, replaced
+    the controller's reason and recorded only the operator."""
+    fleet(cluster, 10)
+    first = plan_evict(cluster, [BAD], reason="GPU 3 at 81 °C", user="krea-ops-node-health")
+    execute(cluster, first)
+    settle(cluster, BAD)
+
+    plan = evict_plan(cluster)  # alice, REASON
+
+    [out] = [f for f in plan.findings if f.kind == "already-out"]
+    assert out.severity is Severity.WARNING
+    assert out.message.startswith(
+        f"node {BAD} was already taken out by krea-ops-node-health at "
+    ) and out.message.endswith(": GPU 3 at 81 °C; that stays the first reason, and this "
+                               "one is added to it")  # fmt: skip
+    assert execute(cluster, plan).status == "done"
+    settle(cluster, BAD)
+    notes = node_obj(cluster, BAD)["metadata"]["annotations"]
+    assert (notes[EVICTED_BY], notes[EVICTED_REASON]) == ("krea-ops-node-health", "GPU 3 at 81 °C")
+    again = json.loads(notes[EVICTED_AGAIN])
+    assert [(e["by"], e["reason"]) for e in again] == [("alice", REASON)]
+    taint = next(t for t in node_obj(cluster, BAD)["spec"]["taints"] if t["key"] == TAINT_KEY)
+    assert taint["value"] == reason_slug("GPU 3 at 81 °C")  # the first reason's
+    assert evict_plan(cluster).steps == ()  # a re-run writes nothing
+
+    execute(cluster, plan_restore(cluster, [BAD], user="bob"))
+    settle(cluster, BAD)
+    left = node_obj(cluster, BAD)["metadata"].get("annotations") or {}
+    assert not set(left) & {EVICTED_BY, EVICTED_REASON, EVICTED_AT, EVICTED_AGAIN}

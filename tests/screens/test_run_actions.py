@@ -345,7 +345,9 @@ def test_header_shows_the_controllers_and_a_reached_blast_cap(
             },
         },
     )
-    state = {"cap": {"quarantined_unacked": 1, "limit": 1, "reached": True},
+    # node-health holds one node (its cap), operators evicted two more: found, the header
+    # read "quarantined 2/1 (cap reached)" after a manual evict
+    state = {"cap": {"quarantined_unacked": 1, "operators": 2, "limit": 1, "reached": True},
              "veto": {"active": False, "classes": {}}}  # fmt: skip
     create(
         cluster,
@@ -367,7 +369,7 @@ def test_header_shows_the_controllers_and_a_reached_blast_cap(
                 lambda: header_with("controllers:"),
             )
             assert "controllers: 1/4 led" in header
-            assert "quarantined 1/1 (cap reached)" in header
+            assert "node-health holds 1/1 (cap reached)  2 nodes out by operators" in header
 
             # the leader stopped renewing 20 s ago: its Lease has expired
             old = rfc3339(time.time() - 20).replace("Z", ".000000Z")
