@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from commands.common import OutputOption
+from commands.common import OutputOption, settings_from
 from commands.output import OutputFormat, emit, render
 from commands.plans import PlanFormat, PlanOutput, run_plan
 from krea_ops import units
@@ -107,10 +107,12 @@ def _checkpoint_table(found: list[Checkpoint], root: str, now: float) -> str:
 
 @app.command("checkpoints")
 def checkpoints(
+    ctx: typer.Context,
     path: str = typer.Argument(
         ...,
         help="a checkpoint directory, a run's checkpoint folder, a torchtitan dump folder "
-        "or a Megatron --save directory",
+        "or a Megatron --save directory; the pods' path (as the dashboard and train status "
+        "show it) is read where training_checkpoint_mount says it is mounted here",
     ),
     output: OutputFormat = OutputOption,
 ) -> None:
@@ -123,6 +125,7 @@ def checkpoints(
     """
     from krea_ops.training.checkpoints import discover
 
+    path = _here(ctx, path)
     found = discover(path)
     if output is OutputFormat.table:
         now = time.time()
@@ -137,6 +140,32 @@ def checkpoints(
         return
     rows = [checkpoint_row(cp) for cp in found]
     emit(render(rows, output, columns=CHECKPOINT_COLUMNS, wide_columns=CHECKPOINT_WIDE))
+
+
+def _here(ctx: typer.Context, path: str) -> str:
+    """``path`` on this machine: as given when it is here; a pods' path (the one the
+    dashboard shows, ``/checkpoints/NS/RUN``) mapped by ``training_checkpoint_mount``;
+    else BadInput saying where it would have to be mounted."""
+    from krea_ops.errors import BadInput
+    from krea_ops.training.manifests import default_checkpoint_dir
+    from krea_ops.training.runs import local_path, parse_mount
+
+    if os.path.exists(os.path.expanduser(path)):
+        return path
+    mount_text = settings_from(ctx).training_checkpoint_mount
+    mount = parse_mount(mount_text)
+    local = local_path(path, mount)
+    if local is not None:
+        return str(local)
+    pods_root = default_checkpoint_dir("NS", "RUN").split("/NS/")[0]  # /checkpoints
+    if mount is None and (path == pods_root or path.startswith(pods_root + "/")):
+        shown = path.encode("unicode_escape").decode("ascii")
+        raise BadInput(
+            f"{shown}: no such directory here; it is the pods' checkpoint path: say where "
+            "their volume is mounted on this machine with training_checkpoint_mount "
+            f"(KREA_OPS_TRAINING_CHECKPOINT_MOUNT={pods_root}=/mnt/checkpoints, say)"
+        )
+    return path
 
 
 # -- train restarts --------------------------------------------------------------------

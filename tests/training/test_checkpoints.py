@@ -443,3 +443,25 @@ def test_real_torch_dcp_save_when_torch_is_installed(tmp_path: Path) -> None:
     shard = next(step.glob("*.distcp"))
     shard.write_bytes(shard.read_bytes()[:10])
     assert inspect_checkpoint(step).reason.startswith(f"shard {shard.name} is 10 bytes")  # type: ignore[union-attr]
+
+
+def test_the_pods_checkpoint_path_is_read_where_it_is_mounted_here(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found: the checkpoint path the dashboard shows (the pods' path) did not work with
+    ``train checkpoints`` on the machine the CLI runs on."""
+    monkeypatch.setenv("KREA_OPS_CONFIG", str(tmp_path / "no-config.yaml"))
+    monkeypatch.delenv("KREA_OPS_TRAINING_CHECKPOINT_MOUNT", raising=False)
+    pods = "/checkpoints/training/dit-xl"
+    assert invoke(["train", "checkpoints", pods]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"error: {pods}: no such directory here; it is the pods' checkpoint path: say where "
+        "their volume is mounted on this machine with training_checkpoint_mount "
+        "(KREA_OPS_TRAINING_CHECKPOINT_MOUNT=/checkpoints=/mnt/checkpoints, say)"
+    )
+    write_dcp_checkpoint(tmp_path / "mnt" / "training" / "dit-xl" / "step-100")
+    monkeypatch.setenv("KREA_OPS_TRAINING_CHECKPOINT_MOUNT", f"/checkpoints={tmp_path / 'mnt'}")
+    assert invoke(["train", "checkpoints", pods, "-o", "json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert row["step"] == 100 and row["complete"] is True
