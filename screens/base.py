@@ -15,6 +15,8 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Input
 
+from krea_ops.model import Severity
+
 if TYPE_CHECKING:
     from screens.app import KreaOpsApp
     from screens.messages import Loaded
@@ -124,7 +126,32 @@ class DataScreen(Screen[None]):
                 )
 
         if self.krea.can_act(f"evict {node}"):
-            self.app.push_screen(ReasonScreen(f"Evict {node}"), reasoned)
+            question, value = self._evict_prompt(node)
+            self.app.push_screen(ReasonScreen(f"Evict {node}", **question, value=value), reasoned)
+
+    def _evict_prompt(self, node: str) -> tuple[dict[str, str], str]:
+        """The reason box of ``e``: filled with what the screen already calls the node
+        (a BAD or SUSPECT verdict's reasons), and, when the node is already out (its
+        evicted-by), who took it out, when and why, before anything is planned."""
+        from krea_ops.runbook.nodes import EVICTED_AT, EVICTED_BY, EVICTED_REASON
+
+        snapshot = self.krea.fleet_snapshot()
+        view = snapshot.view(node) if snapshot is not None else None
+        if view is None:
+            return {}, ""
+        value = ""
+        if view.verdict.severity in (Severity.BAD, Severity.SUSPECT) and view.verdict.reasons:
+            value = view.verdict.reasons[0].message
+        notes = view.info.annotations
+        if EVICTED_BY not in notes:
+            return {}, value
+        question = (
+            f"{node} is already out: taken out by {notes[EVICTED_BY]} at "
+            f"{notes.get(EVICTED_AT, '?')}: {notes.get(EVICTED_REASON, '?')}. That stays the "
+            "first reason; why evict it again? (added to it in the audit log, the node's "
+            "annotations and Events)"
+        )
+        return {"question": question}, value
 
     def action_restore(self) -> None:
         node = self.action_node()

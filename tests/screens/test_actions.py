@@ -153,6 +153,21 @@ def test_evict_from_the_node_screen_asks_why_shows_the_plan_then_runs_it(
             assert records and {r.get("reason") for r in records if "reason" in r} == {"hot gpu"}
             await pilot.press("escape")
 
+            # e again on the node now out says who took it out, when and why, before any
+            # plan (found: it did not, and replaced the first reason)
+            def seen_out() -> bool:
+                snapshot = app.fleet_snapshot()
+                view = snapshot.view(NODE) if snapshot is not None else None
+                return view is not None and "krea.ai/evicted-by" in view.info.annotations
+
+            await wait_until(pilot, seen_out, timeout=60)
+            await pilot.press("e")
+            await wait_until(pilot, lambda: isinstance(app.screen, ReasonScreen))
+            asked = dialog_text(app)
+            assert f"{NODE} is already out: taken out by krea-sim-admin at " in asked
+            assert ": hot gpu. That stays the first reason" in asked
+            await pilot.press("escape")
+
             # R restores: the same dialog, then our taint and cordon are gone
             await pilot.press("R")
             confirm = await wait_until(pilot, lambda: plan_dialog(app))
