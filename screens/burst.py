@@ -171,10 +171,10 @@ class BurstScreen(DataScreen):
         ("P", "unpause bursting: our taint off, nothing else"),
     )
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("b", "migrate('back')", "Migrate back", show=False),
-        Binding("o", "migrate('out')", "Migrate out", show=False),
-        Binding("p", "pause", "Pause bursting", show=False),
-        Binding("P", "unpause", "Unpause", show=False),
+        Binding("b", "migrate('back')", "Migrate back"),
+        Binding("o", "migrate('out')", "Migrate out"),
+        Binding("p", "pause", "Pause bursting"),
+        Binding("P", "unpause", "Unpause"),
     ]
 
     def __init__(self) -> None:

@@ -98,8 +98,8 @@ class FleetScreen(DataScreen):
         ("R", "restore the node under the cursor"),
     )
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("e", "evict", "Evict", show=False),
-        Binding("R", "restore", "Restore", show=False),
+        Binding("e", "evict", "Evict"),
+        Binding("R", "restore", "Restore"),
         Binding("t", "metric('temperature')", "Temperature"),
         Binding("a", "metric('tensor')", "Tensor activity"),
         Binding("u", "metric('util')", "Busy time"),

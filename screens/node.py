@@ -344,8 +344,8 @@ class NodeScreen(DataScreen):
         ("R", "restore this node: undo our evict"),
     )
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("e", "evict", "Evict", show=False),
-        Binding("R", "restore", "Restore", show=False),
+        Binding("e", "evict", "Evict"),
+        Binding("R", "restore", "Restore"),
         Binding("g", "focus_table('gpus')", "GPUs"),
         Binding("i", "focus_table('ib')", "InfiniBand"),
         Binding("p", "focus_table('pods')", "Pods"),

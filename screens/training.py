@@ -228,8 +228,8 @@ class TrainingScreen(DataScreen):
         ("S", "resume the selected finished run from its newest complete checkpoint"),
     )
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("L", "launch_again", "Launch again", show=False),
-        Binding("S", "resume", "Resume", show=False),
+        Binding("L", "launch_again", "Launch again"),
+        Binding("S", "resume", "Resume"),
     ]
 
     def __init__(self) -> None:
