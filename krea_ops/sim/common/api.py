@@ -20,7 +20,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from krea_ops.kube.times import rfc3339
-from krea_ops.sim.common.actor import World
+from krea_ops.sim.common.actor import Actor, World
 from krea_ops.sim.common.objects import meta_of
 
 VIEW_TTL_WALL_S = 0.5
@@ -172,3 +172,23 @@ class Events:
             message,
             api_version=api_version or str(obj.get("apiVersion", "v1")),
         )
+
+
+class ViewActor(Actor):
+    """An actor that reads pods and nodes through the shared :class:`ClusterView` and
+    writes through :class:`Api`: its writes counted, and the time of its last one kept
+    (``_wrote``), so that its next read of the view is one listed after it."""
+
+    def __init__(self, world: World, view: ClusterView, api: Api) -> None:
+        super().__init__(world)
+        self.view = view
+        self.api = api
+        self.writes = 0
+        self._wrote = 0.0
+
+    def _write(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        self.writes += 1
+        try:
+            return self.api.quiet(fn, *args, **kwargs)
+        finally:
+            self._wrote = time.monotonic()

@@ -62,16 +62,14 @@ seconds. At 64 nodes that is 6.4 Lease and 0.2 node-status writes a wall second.
 from __future__ import annotations
 
 import math
-import time
 from collections import defaultdict
-from collections.abc import Callable
 from typing import Any
 
 from kubernetes.client.rest import ApiException
 
 from krea_ops.kube.times import micro_time, rfc3339
-from krea_ops.sim.common.actor import Actor, World, WorldConfig
-from krea_ops.sim.common.api import Api, ClusterView, Events
+from krea_ops.sim.common.actor import World, WorldConfig
+from krea_ops.sim.common.api import Api, ClusterView, Events, ViewActor
 from krea_ops.sim.common.objects import (
     FAILED_ANNOTATION,
     NODE_CONDITIONS,
@@ -115,16 +113,14 @@ DEFAULT_START_S = 4.0
 _BIG_IMAGES = ("pytorch", "nemo", "vllm", "cuda", "tensorrt", "triton", "sglang")
 
 
-class Kubelet(Actor):
+class Kubelet(ViewActor):
     """Every real node's kubelet."""
 
     name = "kubelet"
 
     def __init__(self, world: World, view: ClusterView, api: Api) -> None:
-        super().__init__(world)
+        super().__init__(world, view, api)
         speed = world.config.speed
-        self.view = view
-        self.api = api
         self.events = Events(api, world, "kubelet")
         self.period_s = max(2.0, 0.5 * speed)
         # Lease and node status are the API's business: wall seconds, whatever the speed
@@ -132,8 +128,6 @@ class Kubelet(Actor):
         self.renew_s = self.renew_for(world.config)
         self.lease_duration_s = self.lease_duration_for(world.config)
         self.status_s = max(NODE_STATUS_REPORT_S, 5 * self.renew_s)
-        self.writes = 0
-        self._wrote = 0.0
         # All times kept here are wall times, like the API stamps they are compared with.
         self._next_renew: dict[str, float] = {}
         self._next_status: dict[str, float] = {}
@@ -191,13 +185,6 @@ class Kubelet(Actor):
         for memo in (self._due, self._ready_at, self._started, self._killing):
             for uid in [u for u in memo if u not in live]:
                 del memo[uid]
-
-    def _write(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        self.writes += 1
-        try:
-            return self.api.quiet(fn, *args, **kwargs)
-        finally:
-            self._wrote = time.monotonic()
 
     # -- nodes --------------------------------------------------------------------------
 

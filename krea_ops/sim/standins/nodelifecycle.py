@@ -20,13 +20,11 @@ Leases the kubelets stopped renewing; this stand-in does not run there.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 from krea_ops.kube.times import rfc3339
-from krea_ops.sim.common.actor import Actor, World
-from krea_ops.sim.common.api import Api, ClusterView, Events
+from krea_ops.sim.common.actor import World
+from krea_ops.sim.common.api import Api, ClusterView, Events, ViewActor
 from krea_ops.sim.common.objects import (
     FAILED_ANNOTATION,
     NODE_CONDITIONS,
@@ -40,27 +38,16 @@ from krea_ops.sim.common.objects import (
 )
 
 
-class NodeLifecycle(Actor):
+class NodeLifecycle(ViewActor):
     """Marks a failed node's conditions ``Unknown`` and taints it ``unreachable``; lifts
     the ``unreachable`` and ``not-ready`` taints once its kubelet reports Ready."""
 
     name = "node-lifecycle"
 
     def __init__(self, world: World, view: ClusterView, api: Api) -> None:
-        super().__init__(world)
-        self.view = view
-        self.api = api
+        super().__init__(world, view, api)
         self.events = Events(api, world, "node-controller")
         self.period_s = max(2.0, 0.5 * world.config.speed)
-        self.writes = 0
-        self._wrote = 0.0
-
-    def _write(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        self.writes += 1
-        try:
-            return self.api.quiet(fn, *args, **kwargs)
-        finally:
-            self._wrote = time.monotonic()
 
     def tick(self) -> None:
         now = self.clock.wall()

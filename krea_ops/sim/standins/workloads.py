@@ -22,8 +22,8 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from krea_ops.kube.times import rfc3339
-from krea_ops.sim.common.actor import Actor, World
-from krea_ops.sim.common.api import Api, ClusterView, Events
+from krea_ops.sim.common.actor import World
+from krea_ops.sim.common.api import Api, ClusterView, Events, ViewActor
 from krea_ops.sim.common.objects import (
     NOT_READY,
     UNREACHABLE,
@@ -87,30 +87,19 @@ def _pod_rank(pod: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
-class Controllers(Actor):
+class Controllers(ViewActor):
     """The DaemonSet, Deployment and ReplicaSet controllers and the taint manager."""
 
     name = "controllers"
 
     def __init__(self, world: World, view: ClusterView, api: Api) -> None:
-        super().__init__(world)
-        self.view = view
-        self.api = api
+        super().__init__(world, view, api)
         self.period_s = max(2.0, 0.5 * world.config.speed)
         self.ds_events = Events(api, world, "daemonset-controller")
         self.rs_events = Events(api, world, "replicaset-controller")
         self.deploy_events = Events(api, world, "deployment-controller")
         self.taint_events = Events(api, world, "taint-eviction-controller")
-        self.writes = 0
-        self._wrote = 0.0
         self._evicted: set[str] = set()
-
-    def _write(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        self.writes += 1
-        try:
-            return self.api.quiet(fn, *args, **kwargs)
-        finally:
-            self._wrote = time.monotonic()
 
     def tick(self) -> None:
         now = self.clock.wall()
