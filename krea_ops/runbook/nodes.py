@@ -910,30 +910,26 @@ def _again(
 ) -> str | None:
     """``EVICTED_AGAIN`` with this eviction added; None when it is the first one or one
     already there by the same user for the same reason (a re-run writes nothing)."""
-    try:
-        since = json.loads(annotations.get(EVICTED_AGAIN) or "[]")
-    except ValueError:
-        since = []
-    if not isinstance(since, list):
-        since = []
-    seen = {(first[0], first[1])} | {
-        (str(e.get("by")), str(e.get("reason"))) for e in since if isinstance(e, dict)
-    }
+    since = _evicted_again(annotations)
+    seen = {(first[0], first[1])} | {(str(e.get("by")), str(e.get("reason"))) for e in since}
     if (user, reason) in seen:
         return None
     since.append({"by": user, "reason": reason, "at": at})
     return json.dumps(since, separators=(",", ":"), ensure_ascii=False)
 
 
-def evicted_again_by(annotations: Mapping[str, str]) -> list[str]:
-    """Who evicted a node already out again since, oldest first (``EVICTED_AGAIN``)."""
+def _evicted_again(annotations: Mapping[str, str]) -> list[dict[str, Any]]:
+    """``EVICTED_AGAIN``'s entries (who, why, when), oldest first; none when unreadable."""
     try:
         since = json.loads(annotations.get(EVICTED_AGAIN) or "[]")
     except ValueError:
         return []
-    if not isinstance(since, list):
-        return []
-    return [str(e.get("by")) for e in since if isinstance(e, dict) and e.get("by")]
+    return [e for e in since if isinstance(e, dict)] if isinstance(since, list) else []
+
+
+def evicted_again_by(annotations: Mapping[str, str]) -> list[str]:
+    """Who evicted a node already out again since, oldest first (``EVICTED_AGAIN``)."""
+    return [str(e["by"]) for e in _evicted_again(annotations) if e.get("by")]
 
 
 def _our_taint_value(obj: Obj) -> str | None:

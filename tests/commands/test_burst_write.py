@@ -16,7 +16,7 @@ from krea_ops.burst import ANN_PRICE, PAUSE_TAINT_KEY, VK_TAINT_KEY
 from krea_ops.kube.cluster import Cluster
 from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.conftest import sim_on_control_plane
-from tests.kube.conftest import create, registered, set_status
+from tests.kube.conftest import create, report_ready, set_status
 from tests.runbook.conftest import fleet, node_obj, pod_on
 
 VK = "vk-runpod"
@@ -39,9 +39,7 @@ def cluster(sim: LocalApiServer) -> Iterator[Cluster]:
                 "spec": {"taints": [PROVIDER_TAINT]},
             },
         )
-        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
-        set_status(c, f"/api/v1/nodes/{VK}", {"conditions": [ready]})
-        registered(c, VK)
+        report_ready(c, VK)
         yield c
 
 

@@ -171,13 +171,22 @@ def kubelets(request: pytest.FixtureRequest, sim: Any) -> Iterator[Kubelets]:
         yield running
 
 
+READY = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+
+
+def report_ready(cluster: Cluster, name: str, *, wait: bool = True, **status: Any) -> None:
+    """Node ``name``'s kubelet reports it Ready (with ``status``: capacity...); ``wait``:
+    and it is :func:`registered`."""
+    set_status(cluster, f"/api/v1/nodes/{name}", {**status, "conditions": [READY]})
+    if wait:
+        registered(cluster, name)
+
+
 def gpu_node(cluster: Cluster, name: str, taints: list[dict[str, str]] | None = None) -> None:
     """Node ``name`` with ``taints``, Ready and :func:`registered`."""
     spec = {"taints": taints} if taints else {}
     create(cluster, "/api/v1/nodes", {"metadata": {"name": name}, "spec": spec})
-    ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
-    set_status(cluster, f"/api/v1/nodes/{name}", {"conditions": [ready]})
-    registered(cluster, name)
+    report_ready(cluster, name)
 
 
 def running_pod(

@@ -21,6 +21,7 @@ from tests.kube.conftest import (
     kubelets,
     node_obj,
     registered,
+    report_ready,
     runs_upstream,
     set_status,
     settle,
@@ -67,8 +68,7 @@ def fleet(
             "/api/v1/nodes",
             {"metadata": {"name": name, "labels": {"krea.ai/pool": "h200"}}, "spec": spec},
         )
-        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
-        set_status(cluster, f"/api/v1/nodes/{name}", {"conditions": [ready]})
+        report_ready(cluster, name, wait=False)
     for name in names:
         registered(cluster, name)
 

@@ -23,7 +23,7 @@ from krea_ops.model import Severity as HealthSeverity
 from krea_ops.runbook.burst import plan_migrate, plan_pause, plan_unpause
 from krea_ops.runbook.execute import execute
 from krea_ops.runbook.plan import StepKind
-from tests.kube.conftest import create, registered, set_status
+from tests.kube.conftest import create, report_ready
 from tests.runbook.conftest import events_about, fleet, node_obj, pod_on
 from tests.runbook.test_nodes import assert_plan_was_run
 
@@ -55,9 +55,7 @@ def virtual_nodes(cluster: Cluster) -> None:
         },
     )
     for name in VKS:  # their kubelets report Ready, as a virtual kubelet does
-        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
-        set_status(cluster, f"/api/v1/nodes/{name}", {"conditions": [ready]})
-        registered(cluster, name)
+        report_ready(cluster, name)
 
 
 def taints(cluster: Cluster, name: str) -> list[dict[str, Any]]:
@@ -147,9 +145,7 @@ def gpu_nodes(cluster: Cluster, used: dict[str, int]) -> None:
     fleet(cluster, len(used))
     gpus = {"nvidia.com/gpu": "8"}
     for name, taken in used.items():
-        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
-        set_status(cluster, f"/api/v1/nodes/{name}",
-                   {"capacity": gpus, "allocatable": gpus, "conditions": [ready]})  # fmt: skip
+        report_ready(cluster, name, capacity=gpus, allocatable=gpus)
         if taken:
             pod_on(cluster, name, f"train-{name[-3:]}", gpus=taken, owned_by=None)
 
