@@ -770,7 +770,6 @@ def reaction(args: argparse.Namespace, cli: str) -> None:
         failure_multiplier=0.0,
         extra={
             "scrape_interval_s": args.scrape,
-            "summary_window_s": args.window,
             "slow_burners": False,
         },
     )

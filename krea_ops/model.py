@@ -95,6 +95,36 @@ class Doubt:
 # NVLink error counters that mean a fault (replay alone is the link layer's routine retry)
 NVLINK_FAULT_COUNTERS = ("recovery", "crc_flit", "crc_data")
 
+# Per-node folds of a node's own readings that our exporter publishes with every scrape
+# (krea_ops/exporters/folds.py), so that a verdicts-only read over thousands of nodes
+# (``nodes list``, node-health) reads one series per node and reading instead of one per
+# GPU, port and counter, from the same scrape as the readings themselves
+# (krea_ops/telemetry/summary.py): summary key -> series name. ``_total`` ones are
+# counters (sums of the per-GPU or per-port counters), the others gauges; the uniform ones
+# exist only where every GPU of the node reports the same value.
+NODE_FOLDS: dict[str, str] = {
+    "gpus": "krea_node_gpus",
+    "gpus_up_min": "krea_node_gpus_up_min",
+    "temperature_max": "krea_node_gpu_temperature_max_celsius",
+    "margin_min": "krea_node_gpu_slowdown_margin_min_celsius",
+    "clock_masks": "krea_node_gpu_clock_event_masks",
+    "slowdown_gpus": "krea_node_gpus_slowed_down",
+    "xid_last_max": "krea_node_gpu_xid_last_max",
+    "xids": "krea_node_gpu_xid_errors_total",
+    "ecc_uncorrected": "krea_node_gpu_ecc_uncorrected_errors_total",
+    "row_remap_max": "krea_node_gpu_row_remap_max",
+    "nvlink_faults": "krea_node_nvlink_fault_errors_total",
+    "nvlink_fault_gpus": "krea_node_nvlink_fault_counter_gpus",
+    "nvlink_gpus": "krea_node_nvlink_gpus",
+    "nvlinks_down": "krea_node_nvlinks_down",
+    "ib_ports_not_active": "krea_node_ib_ports_not_active",
+    "ib_errors": "krea_node_ib_errors_total",
+    "ib_saturated_max": "krea_node_ib_counters_saturated_max",
+    "memory_total_uniform": "krea_node_gpu_memory_total_bytes",
+    "power_limit_uniform": "krea_node_gpu_power_limit_watts",
+    "xid_monitored_uniform": "krea_node_gpu_xid_monitored",
+}
+
 
 def window_increase(rate_per_s: float, total: float | None, window_s: float) -> float:
     """A counter's increase over the window, from its rate over the window, and at most

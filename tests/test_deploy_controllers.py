@@ -182,7 +182,6 @@ def test_operator_overlay_adds_only_monitoring(base: list[Obj]) -> None:
         ("PodMonitor", NAMESPACE, "krea-ops-controllers"),
         ("PrometheusRule", NAMESPACE, "krea-ops-rules"),
         ("PrometheusRule", NAMESPACE, "krea-ops-controllers-rules"),
-        ("PrometheusRule", NAMESPACE, "krea-ops-node-summary"),
     }
     # and everything else is the base, unchanged
     assert [d for d in overlay if key(d) not in added] == base
@@ -194,7 +193,7 @@ def test_operator_overlay_adds_only_monitoring(base: list[Obj]) -> None:
     assert port in {p["name"] for p in pods["spec"]["containers"][0]["ports"]}
 
 
-RULE_FILES = ("krea-ops-rules", "krea-ops-controllers-rules", "krea-ops-node-summary")
+RULE_FILES = ("krea-ops-rules", "krea-ops-controllers-rules")
 
 
 def test_controller_alert_rules_are_valid_and_fire_as_tested() -> None:
@@ -761,7 +760,6 @@ def test_the_operator_overlay_applies_once_the_operators_crds_are_there(
         "podmonitor.monitoring.coreos.com/krea-ops-controllers",
         "prometheusrule.monitoring.coreos.com/krea-ops-rules",
         "prometheusrule.monitoring.coreos.com/krea-ops-controllers-rules",
-        "prometheusrule.monitoring.coreos.com/krea-ops-node-summary",
     }, first
     again = kubectl("apply", "-k", str(overlay), timeout=120).stdout
     assert " created" not in again, again
@@ -840,8 +838,7 @@ def prometheus_rules_text() -> str:
             }
         )
     head = (
-        "# Generated from deploy/prometheus/{krea-ops-rules,krea-ops-controllers-rules,\n"
-        "# krea-ops-node-summary}.yaml"
+        "# Generated from deploy/prometheus/{krea-ops-rules,krea-ops-controllers-rules}.yaml"
         " by `python -m tests.test_deploy_controllers`; edit those, then run that.\n"
         "# Your Prometheus' ruleSelector must match these labels (kube-prometheus-stack selects\n"
         "# release: <its release name> unless ruleSelectorNilUsesHelmValues is false).\n"

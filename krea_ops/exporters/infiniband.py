@@ -816,3 +816,9 @@ class InfinibandCollector:
             metric.samples = samples
             families.append(metric)
         return families
+
+
+def counter_metric(counter: str) -> str:
+    """The sample name this exporter serves a PMA counter (sysfs file name) under:
+    ``symbol_error`` -> ``krea_ib_symbol_error_total``."""
+    return _COUNTERS[counter][0] + "_total"

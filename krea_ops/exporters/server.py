@@ -29,6 +29,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 import krea_ops
 from krea_ops.errors import BadInput
 from krea_ops.exporters.exposition import CONTENT_TYPE, CachedTextRenderer
+from krea_ops.exporters.folds import node_fold_metrics
 from krea_ops.serving import ConnectionTrackingServer
 from krea_ops.settings import GPU_BACKENDS, Settings
 
@@ -66,6 +67,7 @@ class _SelfMetrics:
             "1 if the collector finished this scrape without an error, else 0.",
             labels=["node", "collector"],
         )
+        served: list[Metric] = []
         for collector in self._collectors:
             start = time.perf_counter()
             try:
@@ -81,7 +83,10 @@ class _SelfMetrics:
             # Measured before yielding: the time to render text is not the collector's.
             duration.add_metric([self._node, collector.name], time.perf_counter() - start)
             success.add_metric([self._node, collector.name], ok)
+            served += families
             yield from families
+        # the per-node folds of this very scrape (krea_ops/exporters/folds.py)
+        yield from node_fold_metrics(self._node, served)
         yield duration
         yield success
         build = GaugeMetricFamily(

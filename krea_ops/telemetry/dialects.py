@@ -149,7 +149,7 @@ class Spelling:
     ) -> str:
         """The PromQL series selector of this spelling, plus regex matchers ``extra``
         (label -> regex) and negative ones ``exclude``: what the read queries and the
-        node-summary rules fold."""
+        node summaries fold."""
         matchers = [f"{k}={quote(v)}" for k, v in self.match]
         matchers += [f"{k}=~{quote('|'.join(map(re.escape, vs)))}" for k, vs in self.match_in]
         matchers += [f"{k}=~{quote(v)}" for k, v in (extra or {}).items()]

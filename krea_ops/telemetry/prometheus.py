@@ -23,7 +23,7 @@ an exporter without the sums), an older exporter's per-reason clock events
 (``Family.fallback_of``), exact presence masks. Asking for at most ``DETAIL_NODES`` nodes
 reads every link of those nodes in the first round.
 
-Where Prometheus records krea-ops' node summaries (``summary.py``), a verdicts-only read
+Where our exporters publish their node summaries (``summary.py``), a verdicts-only read
 of the fleet reads them instead of every GPU (``_collect_summarized``), and any other
 fleet-wide read asks for the readings they prove empty on a node (``PROVEN_EMPTY``) or
 give the value of (``PROVEN_VALUE``) only of the other nodes (``_collect_detail``).
@@ -137,8 +137,6 @@ class _SummaryUnreadable(Exception):
 class _Asked:
     """The node-summary queries of one read, in flight (``_ask_summaries``)."""
 
-    mark: Future[list[Row] | Values]
-    unhealthy: Future[str | None]
     values: Mapping[str, Future[list[Row] | Values]]
     stamp: Future[list[Row] | Values]
 
@@ -421,30 +419,6 @@ class PrometheusSource(TelemetrySource):
         data = response.json().get("data") or {}
         return list(data.get("activeTargets") or [])
 
-    def _rules_unhealthy(self, window: float) -> str | None:
-        """Why the node-summary rules cannot be trusted now, or None. Most summaries have
-        no series on a healthy fleet, so a rule that fails to evaluate (its series then
-        vanish) would read as "nothing wrong": each must be loaded and healthy
-        (``GET /api/v1/rules``; a Prometheus-compatible API without it: not trusted).
-        How recent they are is each node's ``timestamp()`` of its GPU count."""
-        try:
-            response = self._session.get(
-                f"{self.url}/api/v1/rules", params={"type": "record"}, timeout=self.timeout_s
-            )
-            if response.status_code != 200:
-                return f"the rules API answered HTTP {response.status_code}"
-            groups = (json.loads(response.content).get("data") or {}).get("groups") or []
-        except (requests.RequestException, ValueError, AttributeError) as exc:
-            return f"the rules API failed ({self._reason(exc)})"
-        loaded = {r.get("name"): r for g in groups for r in (g.get("rules") or [])}
-        for name in (*summary.recorded(window), summary.sentinel(window)):
-            rule = loaded.get(name)
-            if rule is None:
-                return f"rule {name} is not loaded"
-            if rule.get("health") != "ok":
-                return f"rule {name} is failing: {rule.get('lastError') or rule.get('health')}"
-        return None
-
     def _names(self, at: float) -> frozenset[str] | None:
         """Every metric name with samples in the lookback before ``at`` (one index read,
         milliseconds), so that each family is queried only for the spellings that exist:
@@ -519,7 +493,7 @@ class PrometheusSource(TelemetrySource):
             try:
                 return self._collect_summarized(nodes, groups, names, at, targets)
             except _SummaryUnreadable:
-                pass  # read every GPU and port, as without the rules
+                pass  # read every GPU and port, as without the summaries
         return self._collect_detail(nodes, groups, names, at, targets)
 
     # -- a verdicts-only read from the node summaries (telemetry/summary.py) ------------
@@ -530,15 +504,15 @@ class PrometheusSource(TelemetrySource):
         groups: Collection[str] | None,
         names: frozenset[str] | None,
     ) -> bool:
-        """A verdicts-only read of more than a few nodes, where our exporter alone serves
-        what the rules read (the summaries fold only our series). Whether Prometheus
-        records them for our window is for ``_collect_summarized`` to find out."""
+        """A verdicts-only read of more than a few nodes, where our exporters publish
+        node summaries and alone serve what the health rules read (the summaries fold
+        only our series)."""
         if not self.use_summaries or names is None or groups is None:
             return False
         if set(groups) != {VERDICTS} or (nodes is not None and len(nodes) <= DETAIL_NODES):
             return False
-        # (whether the rules are recorded is asked of their checksum series itself, a
-        # millisecond: the names API may leave out recent rule results)
+        if summary.STAMP not in names:
+            return False
         return all(
             s.dialect == KREA
             for f in select(self.families, groups)
@@ -561,7 +535,7 @@ class PrometheusSource(TelemetrySource):
         fresh = self.served(fresh, names)
         asked = self._ask_summaries(at, summary.JUDGED)
         fresh_rows = self._pool.submit(self._run, fresh.key, self._builder.query(fresh), at)
-        values, recorded_at = self._read_summaries(asked)
+        values, taken_at = self._read_summaries(asked)
         try:
             rows = fresh_rows.result()
         except Exception as exc:
@@ -579,7 +553,7 @@ class PrometheusSource(TelemetrySource):
         for node in sorted(set(values) | set(base.nodes)):
             if nodes is not None and node not in nodes:
                 continue
-            tel, mine, when = base.nodes.get(node), values.get(node), recorded_at.get(node)
+            tel, mine, when = base.nodes.get(node), values.get(node), taken_at.get(node)
             why: str | None
             if node in down:
                 why = "its exporter is not being scraped"
@@ -587,8 +561,10 @@ class PrometheusSource(TelemetrySource):
                 why = "no freshness series"
             elif mine is None or when is None:
                 why = "no summary"
+            elif when + 0.001 < tel.last_sample_at:
+                why = "no summary in its newest scrape"
             elif at - when > stale_s:
-                why = f"summary recorded {units.age(at - when)} ago"
+                why = f"summary taken {units.age(at - when)} ago"
             else:
                 why = summary.unclean(mine, policy)
             if why is None and tel is not None and mine is not None:
@@ -616,51 +592,40 @@ class PrometheusSource(TelemetrySource):
         )
 
     def _ask_summaries(self, at: float, whats: Iterable[str]) -> _Asked:
-        """The queries of these summaries (names of ``summary.expressions``), their
-        recording time and the checks that they can be trusted, started on the pool
-        (milliseconds: a few thousand rows at most)."""
-        window = self.settings.telemetry_window_s
-        recorded = summary.names(window)
+        """The queries of these summaries (names of ``summary.expressions``) and of when
+        each node's were taken, started on the pool (milliseconds: one row per node)."""
+        expressions = summary.expressions(self.settings.telemetry_window_s)
         submit = self._pool.submit
         return _Asked(
-            # the rules Prometheus runs are the ones this version writes (fingerprint)
-            mark=submit(self._run, "summary:rules", summary.sentinel(window), at),
-            unhealthy=submit(self._rules_unhealthy, window),
             values={
-                w: submit(self._run, f"summary:{w}", recorded[w], at, ("__name__", "node"))
+                w: submit(self._run, f"summary:{w}", expressions[w], at, ("__name__", "node"))
                 for w in whats
             },
             stamp=submit(
-                self._run, "summary:recorded_at", f"timestamp({recorded['gpus']})", at, ("node",)
+                self._run,
+                "summary:taken_at",
+                f"max by (node) (timestamp({summary.STAMP}))",
+                at,
+                ("node",),
             ),
         )
 
     def _read_summaries(
         self, asked: _Asked
     ) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
-        """({node: {summary: value}}, {node: when its summaries were recorded}), or
-        ``_SummaryUnreadable``: no rules for this window, another version's, a rule
-        failing, a query failing."""
-        window = self.settings.telemetry_window_s
+        """({node: {summary: value}}, {node: when its summaries were taken}), or
+        ``_SummaryUnreadable``: no exporter publishes them, a query failed."""
         values: dict[str, dict[str, float]] = {}
         try:
-            mark = asked.mark.result()
-            if not isinstance(mark, list) or not mark:
-                raise _SummaryUnreadable("no node-summary rules for this window")
-            if [v for _, v in mark] != [summary.fingerprint(window)]:
-                raise _SummaryUnreadable("the node-summary rules are not this version's")
-            unhealthy = asked.unhealthy.result()
-            if unhealthy:
-                raise _SummaryUnreadable(unhealthy)
             for what, future in asked.values.items():
                 for node, value in _by_node(future.result()):
                     values.setdefault(node, {})[what] = value
-            recorded_at = dict(_by_node(asked.stamp.result()))
-        except _SummaryUnreadable:
-            raise
+            taken_at = dict(_by_node(asked.stamp.result()))
         except Exception as exc:
             raise _SummaryUnreadable(str(exc)) from exc
-        return values, recorded_at
+        if not taken_at:
+            raise _SummaryUnreadable("no exporter publishes node summaries")
+        return values, taken_at
 
     def _prunable(self, family: Family) -> bool:
         """Whether a read may skip ``family`` on the nodes whose summaries give it
@@ -680,14 +645,14 @@ class PrometheusSource(TelemetrySource):
         self, asked: _Asked, at: float, keys: Iterable[str]
     ) -> tuple[dict[str, frozenset[str]], dict[str, dict[str, float]]]:
         """({family: the nodes whose summaries give it: empty, or one value on every
-        GPU}, {node: its summaries}), from summaries recorded within
+        GPU}, {node: its summaries}), from summaries taken within
         ``telemetry_stale_s``; raises _SummaryUnreadable."""
-        values, recorded_at = self._read_summaries(asked)
+        values, taken_at = self._read_summaries(asked)
         stale_s = self.settings.telemetry_stale_s
         usable = {
             node: v
             for node, v in values.items()
-            if "gpus" in v and node in recorded_at and at - recorded_at[node] <= stale_s
+            if "gpus" in v and node in taken_at and at - taken_at[node] <= stale_s
         }
         proven: dict[str, frozenset[str]] = {}
         for key in keys:
@@ -712,7 +677,7 @@ class PrometheusSource(TelemetrySource):
         prune: bool = True,
     ) -> FleetTelemetry:
         """``restrict``: our spellings are asked for these nodes only (a node=~ list).
-        ``prune``: where the node summaries are recorded, readings they prove empty on a
+        ``prune``: where the exporters publish node summaries, readings they prove empty on a
         node, or give the one value of for all its GPUs (summary.PROVEN_EMPTY,
         PROVEN_VALUE), are not asked of that node; ``FleetTelemetry.skipped`` says where."""
         asm = Assembler(
@@ -746,7 +711,14 @@ class PrometheusSource(TelemetrySource):
         pruned: list[Family] = []
         asked: _Asked | None = None
         skipped: dict[str, frozenset[str]] = {}
-        if prune and self.use_summaries and names is not None and not few and restrict is None:
+        if (
+            prune
+            and self.use_summaries
+            and names is not None
+            and summary.STAMP in names
+            and not few
+            and restrict is None
+        ):
             pruned = [f for f in first if self._prunable(f)]
             if pruned:
                 asked = self._ask_summaries(at, summary.PROVING)
@@ -766,7 +738,7 @@ class PrometheusSource(TelemetrySource):
             try:
                 empty, known = self._proven(asked, at, [f.key for f in pruned])
             except _SummaryUnreadable:
-                empty, known = {}, {}  # asked of every node, as without the rules
+                empty, known = {}, {}  # asked of every node, as without the summaries
             skipped = {k: v for k, v in empty.items() if v}
             # every node with a series of ours has a freshness row (the same scrape, the
             # same lookback): the others are known by name once that read is in

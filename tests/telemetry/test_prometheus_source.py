@@ -12,23 +12,21 @@ One Prometheus (1 s scrape interval, 10 s window) scrapes:
 * a dcgm-exporter started with ``--no-hostname`` (no node label: the instance's host);
 * ``node-b``: our exporter, healthy, one GPU whose NVLink ``crc_data`` counter is not
   supported on any link (so its per-GPU sum is absent: unknown, not 0);
-* ``old-node``: our exporter's text without the per-GPU NVLink sums and the clock event
-  bitmask (an older exporter), one link counting replays, one GPU in thermal slowdown.
+* ``old-node``: our exporter's text without the per-GPU NVLink sums, the clock event
+  bitmask and the node summaries (an older exporter), one link counting replays, one
+  GPU in thermal slowdown.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import time
-import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 import pynvml
 import pytest
-import yaml
 
 from krea_ops.exporters.infiniband import InfinibandCollector
 from krea_ops.exporters.server import Exporter, HttpEndpoint
@@ -36,10 +34,9 @@ from krea_ops.health import HealthPolicy, node_verdict
 from krea_ops.model import FleetTelemetry, GpuSample, NodeInfo, NodeTelemetry, Severity
 from krea_ops.telemetry import PrometheusSource
 from krea_ops.telemetry.dialects import FAMILY_BY_KEY, Family
-from krea_ops.telemetry.summary import record_name, rule_group, rule_text
+from krea_ops.telemetry.summary import expressions
 from tests.conftest import NODE_EXPORTER_TREE, PROCFS_TREE, wait_for
 from tests.telemetry.conftest import (
-    SCRAPE_INTERVAL_S,
     KreaNode,
     Prometheus,
     Target,
@@ -71,9 +68,9 @@ class World:
 
 
 def without_sums(text: str) -> str:
-    """Our exporter's text as an exporter from before the per-GPU NVLink series and the
-    clock event bitmask."""
-    newer = ("krea_gpu_nvlink_", "krea_gpu_clock_event_reasons")
+    """Our exporter's text as an exporter from before the per-GPU NVLink series, the
+    clock event bitmask and the node summaries."""
+    newer = ("krea_gpu_nvlink_", "krea_gpu_clock_event_reasons", "krea_node_")
     return "".join(line + "\n" for line in text.splitlines() if not any(n in line for n in newer))
 
 
@@ -140,8 +137,7 @@ def world() -> Iterator[World]:
         Target(node_b.address, "krea"),
         Target(servers[5].address, "krea"),
     ]
-    # the node summaries a deployment records (deploy/prometheus), for this window
-    prom = Prometheus(targets, rules=rule_text(settings().telemetry_window_s, SCRAPE_INTERVAL_S))
+    prom = Prometheus(targets)
     try:
         for job in ("krea", "dcgm", "node-exporter", "mixed"):
             prom.wait_scrapes(job, 1)
@@ -155,13 +151,14 @@ def world() -> Iterator[World]:
         gpus[6].add_ecc_errors(uncorrected=2)
         assert krea.nvml.inject_xid(5, 79) == 1
 
-        # Pin the reads once Prometheus holds the events: scraped, and folded by the rules
-        # (on a loaded machine a few scrape intervals are not always enough)
+        # Pin the reads once Prometheus holds the events (on a loaded machine a few
+        # scrape intervals are not always enough)
         window = settings().telemetry_window_s
+        summaries = expressions(window)
 
         def recorded(what: str, node: str) -> bool:
-            rows = prom.query(f'{record_name(what, window)}{{node="{node}"}} > 0')
-            return bool(rows)
+            rows = prom.query(f"({summaries[what]}) > 0")
+            return any(r["metric"].get("node") == node for r in rows)
 
         wait_for(
             lambda: (
@@ -541,7 +538,7 @@ def test_a_view_reads_rule_only_readings_sparse_and_judges_gpus_alike(world: Wor
 
 
 def test_node_summaries_skip_only_the_nodes_no_rule_can_fire_on(world: World) -> None:
-    """With the node-summary rules recorded (deploy/prometheus), a verdicts-only read of
+    """Where the exporters publish node summaries, a verdicts-only read of
     the fleet reads GPU by GPU only the nodes whose summary leaves a rule a chance, and
     gives every node the verdict the full read gives."""
     with PrometheusSource(world.prom.url, settings(), families=OURS, clock=world.clock) as source:
@@ -557,9 +554,7 @@ def test_node_summaries_skip_only_the_nodes_no_rule_can_fire_on(world: World) ->
     # the others are read one GPU at a time, each for a reason a user can check
     a = summarized.nodes["node-a"]
     assert a.detail_reason == "a GPU is not answering NVML" and len(a.gpus) == 8
-    assert summarized.nodes["old-node"].detail_reason == (
-        "not every GPU serves the clock-event bitmask"
-    )
+    assert summarized.nodes["old-node"].detail_reason == "no summary"  # an older exporter
     assert summarized.nodes["ib-krea"].detail_reason == "no summary"  # no GPUs: none
     codes = {r[1] for rs in verdicts(summarized).values() for r in rs}
     assert {"gpu_hot", "gpu_lost", "gpu_hw_thermal", "nvlink_down", "xid_bus"} <= codes, codes
@@ -572,19 +567,34 @@ def test_node_summaries_skip_only_the_nodes_no_rule_can_fire_on(world: World) ->
     assert "only 8 of 9" in missing.reasons[0].message
 
 
-def test_node_summaries_of_other_rules_are_not_used(
-    world: World, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Rules from another krea-ops version (another fingerprint) might fold other
-    readings: the read then reads every GPU, as without them."""
-    monkeypatch.setattr("krea_ops.telemetry.summary.fingerprint", lambda window_s: 12345)
-    with PrometheusSource(world.prom.url, settings(), families=OURS, clock=world.clock) as source:
-        fleet = source.collect(families={"verdicts"})
-        assert all(t.detail_reason is None for t in fleet.nodes.values())
-        assert len(fleet.nodes["node-b"].gpus) == 8 and fleet.nodes["node-b"].gpu_count is None
-        view = source.collect(families={"gpu"})
-        assert view.skipped == {}  # every reading asked of every node
-    assert view.nodes["node-b"].gpus[0].nvlink_fault_increase == 0.0
+def test_a_summary_is_of_the_scrape_the_readings_are_of(world: World) -> None:
+    """At the very instant of the first scrape that shows a GPU's uncorrectable ECC
+    errors and its XID 95, the node-summary read calls the node what the full read does
+    (BAD), never "clean by its summary": the summaries come with the readings, in the
+    same scrape. (Recording rules folded them up to one evaluation interval later.)"""
+    node = start_krea_node("sudden", PROCFS_TREE, seed=4)
+    prom = Prometheus([Target(node.address, "krea")])
+    try:
+        prom.wait_scrapes("krea", 3)
+        node.nvml.gpus[1].add_ecc_errors(uncorrected=3)
+        assert node.nvml.inject_xid(1, 95) == 1
+        ecc = (
+            'krea_gpu_ecc_errors_total{node="sudden",error_type="uncorrected",'
+            'counter_type="volatile"} > 0'
+        )
+        rows = wait_for(lambda: prom.query(f"timestamp({ecc})"), timeout=20)
+        first = float(rows[0]["value"][1])  # the scrape that first saw them
+        with PrometheusSource(prom.url, settings(), families=OURS, clock=lambda: first) as src:
+            full = src.collect()
+            lean = src.collect(families={"verdicts"})
+        assert verdicts(lean) == verdicts(full)
+        sudden = lean.nodes["sudden"]
+        assert sudden.detail_reason is not None and len(sudden.gpus) == 8
+        codes = {r[1] for r in verdicts(lean)["sudden"]}
+        assert "gpu_ecc_uncorrected" in codes, codes
+    finally:
+        prom.stop()
+        node.stop()
 
 
 def _shape(value: object) -> object:
@@ -672,45 +682,6 @@ def test_a_view_skips_readings_the_node_summaries_prove_empty(
     assert a[2].nvlink_fault_increase is not None and a[2].nvlink_fault_increase > 0
     assert a[5].xid_last == 79 and a[5].xid_increase and a[5].xid_increase[79] > 0
     assert a[6].ecc_uncorrected_increase is not None and a[6].ecc_uncorrected_increase > 0
-
-
-def test_node_summaries_are_not_used_while_a_rule_fails() -> None:
-    """Most summaries have no series on a healthy fleet, so a rule that fails to evaluate
-    would read as "nothing wrong". Here the links-down rule fails on every evaluation
-    (many-to-many matching) on a node with a link down: the read must not trust the
-    summaries, and finds the link as the full read does."""
-    node = start_krea_node("lonely", PROCFS_TREE, seed=3)
-    node.nvml.gpus[2].nvlinks[4].active = False
-    window = settings().telemetry_window_s
-    group = rule_group(window, SCRAPE_INTERVAL_S)
-    for rule in group["groups"][0]["rules"]:  # type: ignore[index]
-        if rule["record"] == f"krea_node:nvlinks_down:{window:g}s":
-            rule["expr"] = (
-                "sum by (node) (krea_gpu_nvlink_links - on (node) krea_gpu_nvlink_links_up)"
-            )
-    prom = Prometheus([Target(node.address, "krea")], rules=yaml.safe_dump(group))
-    try:
-        prom.wait_scrapes("krea", 3)
-
-        def evaluated() -> list[dict[str, Any]] | None:
-            url = f"{prom.url}/api/v1/rules?type=record"
-            with urllib.request.urlopen(url, timeout=5) as response:
-                rules = json.load(response)["data"]["groups"][0]["rules"]
-            return rules if all(r["health"] != "unknown" for r in rules) else None
-
-        rules = wait_for(evaluated, timeout=20)
-        failing = [r["name"] for r in rules if r["health"] != "ok"]
-        assert failing == [f"krea_node:nvlinks_down:{window:g}s"], failing
-        with PrometheusSource(prom.url, settings(), families=OURS) as source:
-            full = source.collect()
-            lean = source.collect(families={"verdicts"})
-        lonely = lean.nodes["lonely"]
-        assert lonely.gpu_count is None and lonely.detail_reason is None  # not summarized
-        assert verdicts(lean) == verdicts(full)
-        assert (3, "nvlink_down", 2, "gpu2/link4") in verdicts(lean)["lonely"]
-    finally:
-        prom.stop()
-        node.stop()
 
 
 def test_a_reading_proven_empty_on_every_node_read_is_not_asked_for(

@@ -3,19 +3,13 @@ fire on it (krea_ops/telemetry/summary.py)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from krea_ops.health import HealthPolicy
-from krea_ops.telemetry.summary import (
-    JUDGED,
-    PROVEN_EMPTY,
-    PROVING,
-    fingerprint,
-    names,
-    rule_group,
-    sentinel,
-    unclean,
-)
+from krea_ops.model import NODE_FOLDS
+from krea_ops.telemetry.summary import JUDGED, PROVEN_EMPTY, PROVING, expressions, unclean
 
 POLICY = HealthPolicy(hot_c=78.0, warm_c=75.0, slowdown_margin_c=5.0, xmit_wait_ratio_suspect=0.2)
 
@@ -80,7 +74,7 @@ def test_each_summary_a_rule_could_fire_on_makes_the_node_read(
 def test_a_clean_node_proves_every_skippable_reading_empty() -> None:
     full = {**CLEAN, "nvlink_fault_gpus": 8.0}
     assert all(proves(full) for proves in PROVEN_EMPTY.values())
-    assert set(PROVING) <= set(names(300.0))
+    assert set(PROVING) <= set(expressions(300.0))
 
 
 @pytest.mark.parametrize(
@@ -109,7 +103,7 @@ def test_a_summary_above_zero_keeps_its_reading_read(
 
 def test_unclean_judges_by_the_judged_summaries_and_every_summary_is_read() -> None:
     """``nodes list`` asks Prometheus for ``JUDGED`` only: ``unclean()`` must read nothing
-    else, and every recorded summary serves one read or the other."""
+    else, and every summary serves one read or the other."""
 
     class Spy(dict[str, float]):
         def __init__(self, values: dict[str, float]) -> None:
@@ -127,7 +121,20 @@ def test_unclean_judges_by_the_judged_summaries_and_every_summary_is_read() -> N
     values = Spy(CLEAN)
     assert unclean(values, POLICY) is None  # a clean node: every check is made
     assert values.seen <= set(JUDGED), values.seen - set(JUDGED)
-    assert set(JUDGED) | set(PROVING) == set(names(300.0))
+    assert set(JUDGED) | set(PROVING) == set(expressions(300.0))
+
+
+def test_the_summaries_read_the_exporters_node_series_for_the_window() -> None:
+    """Every summary but the congestion rate (a rate per port) is one series per node our
+    exporter publishes; the counters are asked whether they changed in the window."""
+    read = expressions(45.0)
+    used = {n for e in read.values() for n in re.findall(r"\bkrea_node_[a-z_]+", e)}
+    assert used == set(NODE_FOLDS.values())
+    assert (
+        "changes(krea_node_gpu_ecc_uncorrected_errors_total[45s])" in (read["ecc_uncorrected_rate"])
+    )
+    assert "offset 45s" in read["xids_new"] and "[45s]" in read["ib_congestion_max"]
+    assert [w for w, e in read.items() if "krea_node_" not in e] == ["ib_congestion_max"]
 
 
 def test_thresholds_are_the_policys() -> None:
@@ -137,44 +144,3 @@ def test_thresholds_are_the_policys() -> None:
     at_zero = HealthPolicy(slowdown_margin_c=0.0)
     assert unclean({**CLEAN, "margin_min": 0.0}, at_zero) is not None
     assert unclean({**CLEAN, "temperature_max": 76.0}, HealthPolicy(warm_c=80.0)) is None
-
-
-def test_the_rule_group_names_its_window_and_fingerprint() -> None:
-    group = rule_group(300.0)["groups"][0]  # type: ignore[index]
-    records = {r["record"]: r["expr"] for r in group["rules"]}
-    intermediate = "krea_gpu:nvlink_fault_rate:5m"
-    assert set(names(300.0).values()) | {sentinel(300.0), intermediate} == set(records)
-    assert records[sentinel(300.0)] == f"vector({fingerprint(300.0)})"
-    assert all(r.endswith(":5m") for r in records)
-    # the per-GPU fault rate is computed once, first, and folded by two summaries after it
-    assert "[5m]" in records[intermediate] and group["rules"][0]["record"] == intermediate
-    assert records["krea_node:nvlink_faults_rate:5m"] == f"sum by (node) ({intermediate})"
-    assert records["krea_node:nvlink_fault_gpus:5m"] == f"count by (node) ({intermediate})"
-    # another window: other names, other expressions, another fingerprint
-    assert sentinel(600.0) == "krea_node:rules:10m" and fingerprint(600.0) != fingerprint(300.0)
-    assert names(45.0)["xids_new"] == "krea_node:xids_new:45s"
-
-
-def test_the_rules_module_prints_a_loadable_group_and_refuses_bad_input(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    """``python -m krea_ops.telemetry.rules``: the rules for another window, or one line
-    and exit 2."""
-    import yaml
-
-    from krea_ops.telemetry.rules import main
-
-    assert main(["--window", "600", "--interval", "15"]) == 0
-    text = capsys.readouterr().out
-    assert text.startswith("# Per-node summaries")
-    group = yaml.safe_load(text)["groups"][0]
-    assert group["name"] == "krea-ops-node-summary-10m" and group["interval"] == "15s"
-    assert {"record": "krea_node:rules:10m", "expr": f"vector({fingerprint(600.0)})"} in (
-        group["rules"]
-    )
-    for bad in (["--window", "0"], ["--window", "abc"], ["--bogus"]):
-        with pytest.raises(SystemExit) as exc:
-            main(bad)
-        assert exc.value.code == 2
-        err = capsys.readouterr().err
-        assert err.startswith("error: ") and err.count("\n") == 1, err

@@ -31,9 +31,7 @@ Published in ConfigMap ``krea-ops-config`` (namespace ``krea-ops``):
   ``node``, ``honor_labels``) every ``extra["scrape_interval_s"]`` wall seconds (default
   15, Prometheus' own default: at 64 nodes a 5 s interval costs ~12 % of a core in
   scrapes), keeps its data under ``<state>/prometheus``, listens on loopback only, and stops
-  with the world. It records the node summaries (deploy/prometheus/krea-ops-node-summary.yaml)
-  for ``extra["summary_window_s"]`` (default: the default ``telemetry_window_s``), as a
-  deployment does, so that ``nodes list`` reads it the way it reads a real cluster.
+  with the world.
 
 Actors (periods in simulated seconds):
 
@@ -88,7 +86,6 @@ from pathlib import Path
 from typing import Any
 
 from krea_ops.exporters.fakenvml import FakeGpu, FakeNvml, fake_h200_node
-from krea_ops.settings import Settings
 from krea_ops.sim.common.actor import Actor, World
 from krea_ops.sim.machines.fabric import NDR_BYTES_PER_S, IbPort, IbTree
 from krea_ops.sim.machines.faults import (
@@ -100,7 +97,6 @@ from krea_ops.sim.machines.faults import (
     repair_time,
 )
 from krea_ops.sim.machines.thermal import IDLE, GpuModel, Load
-from krea_ops.telemetry.summary import rule_text
 
 __all__ = ["BusyHold", "DeviceActor", "DeviceService", "NodeDevices"]
 
@@ -588,11 +584,8 @@ class Prometheus:
         binary: str,
         directory: Path,
         scrape_interval_s: float,
-        summary_window_s: float | None = None,
     ) -> None:
         self.binary = binary
-        # the window of the node-summary rules it records (deploy/prometheus's default)
-        self.summary_window_s = summary_window_s or Settings().telemetry_window_s
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
         self.targets_file = self.dir / "targets.json"
@@ -631,9 +624,6 @@ class Prometheus:
             f"  scrape_interval: {interval}\n"
             f"  scrape_timeout: {timeout}\n"
             f"  evaluation_interval: {interval}\n"
-            # the node summaries a deployment records (deploy/prometheus), for the
-            # default window, evaluated every scrape
-            f"rule_files: [{json.dumps(str(self.dir / 'node-summary.yaml'))}]\n"
             "scrape_configs:\n"
             "  - job_name: krea-exporter\n"
             "    honor_labels: true\n"
@@ -641,8 +631,6 @@ class Prometheus:
             f"      - files: [{json.dumps(str(self.targets_file))}]\n"
             "        refresh_interval: 5s\n"
         )
-        rules = rule_text(self.summary_window_s, self.interval)
-        (self.dir / "node-summary.yaml").write_text(rules)
         (self.dir / "prometheus.yml").write_text(config)
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -808,7 +796,6 @@ class DeviceService:
                 binary,
                 self.world.state_dir / "prometheus",
                 float(cfg.extra.get("scrape_interval_s", 15.0)),
-                cfg.extra.get("summary_window_s"),
             )
             self.prometheus.start(self.exporter_urls())
 
