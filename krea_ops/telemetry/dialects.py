@@ -620,7 +620,6 @@ NOT_VERDICT = frozenset(
         "link_total",
         "ib_rx",
         "ib_tx",
-        "ib_error_total",
         "ib_error_present",
     }
 )
@@ -631,6 +630,11 @@ VERDICT_KEEP = {
     "row_remap_failed": ">0",
     "nvlink_fault_rate": ">0",
 }
+# Detail readings a verdict needs: the IB error totals cap a port's count in the window
+# (``model.window_increase``), which the reasons say ("12 link errors in the last 5 min");
+# without them a verdicts-only read said 13 where ``nodes show`` said 12. Sparse: only
+# the counters that have counted anything.
+CAPS = frozenset({"ib_error_total"})
 # Readings only the health rules read: no table or screen shows their values, so any read
 # for a view (a caller naming its groups) asks for them like a verdicts-only read does.
 RULES_ONLY = frozenset({"ecc_uncorrected_rate", "row_remap_pending", "row_remap_failed"})
@@ -656,7 +660,7 @@ def select(families: Sequence[Family], groups: Collection[str] | None) -> tuple[
     for f in families:
         if f.group in groups or f.group == "fresh":
             out.append(f)
-        elif VERDICTS in groups and f.verdict and f.group in (GPU, NVLINK, IB):
+        elif VERDICTS in groups and f.verdict and (f.group in (GPU, NVLINK, IB) or f.key in CAPS):
             out.append(f)  # (a Prometheus read may leave its zeros out: verdict_keep)
     return tuple(out)
 
