@@ -40,7 +40,6 @@ from krea_ops.console import Console
 from krea_ops.controllers.base import Inputs
 from krea_ops.controllers.node_health import NodeHealth
 from krea_ops.health import HealthPolicy
-from krea_ops.kube.cluster import connect
 from krea_ops.settings import load_settings
 from krea_ops.sim.common.actor import WorldConfig
 from krea_ops.sim.machines.faults import inject_fault
@@ -200,12 +199,10 @@ def disagreements(seen: dict[str, dict[Any, Any]]) -> list[str]:
     """Each way two surfaces differ on one node, GPU or port, with both readings."""
     out: list[str] = []
 
-    def same(a: str, b: str, *, reasons: bool = True) -> None:
+    def same(a: str, b: str) -> None:
         for key in sorted(set(seen[a]) | set(seen[b]), key=str):
             x, y = seen[a].get(key), seen[b].get(key)
-            if x is None or y is None:
-                out.append(f"{key}: {a} {x!r}, {b} {y!r}")
-            elif x[0] != y[0] or (reasons and _since(x[1]) != _since(y[1])):
+            if x is None or y is None or x[0] != y[0] or _since(x[1]) != _since(y[1]):
                 out.append(f"{key}: {a} {x!r}, {b} {y!r}")
 
     same("nodes list", "nodes show")
