@@ -340,7 +340,10 @@ def node_capacity(
     for taint in node.taints:
         if taint.effect in ("NoSchedule", "NoExecute") and not _tolerates(tolerations, taint):
             return NodeCapacity(node.name, gpus, TAINTED, str(taint))
-    severity = (node_severity or {}).get(node.name)
+    # a judged fleet without this node (new since its read) is of unknown health, as
+    # burst migrate and train launch count it; no judgement at all (telemetry
+    # unavailable) leaves the API's view, with the reason beside it (health_error)
+    severity = None if node_severity is None else node_severity.get(node.name, Severity.UNKNOWN)
     # the state says it ("bad", "unknown"); the reasons are the nodes view's to give
     if severity is Severity.BAD:
         return NodeCapacity(node.name, gpus, BAD, None)

@@ -493,3 +493,18 @@ def test_why_sees_kueue_preempting_for_a_workload_with_or_without_its_gate(
         pending_message=message,
     )
     assert ("preempting" in _blockers(wl, None, True, (), None)) is preempting
+
+
+def test_a_node_the_health_read_did_not_judge_is_of_unknown_health() -> None:
+    """A node that joined after the fleet was judged is not counted healthy: queue list
+    counts it as burst migrate and train launch do (unknown). Without any judgement
+    (telemetry unavailable) the API's view stands, with the reason given beside it."""
+    from krea_ops.model import NodeInfo, Severity
+    from krea_ops.queue import node_capacity
+
+    node = NodeInfo(name="new-node", ready=True, gpu_allocatable=8)
+    judged = {"old-node": Severity.OK}
+    assert node_capacity(node, (), judged).state == "unknown"
+    assert node_capacity(node, (), {**judged, "new-node": Severity.SUSPECT}).state == "healthy"
+    assert node_capacity(node, (), {"new-node": Severity.BAD}).state == "bad"
+    assert node_capacity(node, (), None).state == "healthy"
