@@ -202,7 +202,10 @@ def restart_row(row: RestartRow) -> dict[str, Any]:
         "last_step": row.last_step,
         "resumed_step": row.resumed_step,
         "gpus": row.gpus,
-        "attributed_to": a.target if a is not None else "pending",
+        "attributed_to": (
+            "pending" if a is None else f"{a.target} (provisional)" if row.provisional else a.target
+        ),
+        "provisional": row.provisional,
         "node": a.node if a is not None else None,
         "gpu": a.gpu if a is not None else None,
         "port": a.port if a is not None else None,
@@ -252,6 +255,11 @@ def restarts_text(got: RunRestarts, rows: list[dict[str, Any]], table: str) -> s
         if r["attributed_to"] == "pending":
             evidence.append(f"#{r['number']}: attributed at {r['attributed_at']} (window open)")
             continue
+        if r["provisional"]:
+            evidence.append(
+                f"#{r['number']}: provisional, from the findings so far; final at "
+                f"{r['attributed_at']}, when the window after the restart closes"
+            )
         first = r["evidence"][:2]
         evidence.extend(f"#{r['number']}: {e}" for e in first)
         if not r["at_exact"]:

@@ -405,6 +405,7 @@ class Console:
             name,
             restarts,
             after_s=self.settings.attribution_after_s,
+            before_s=self.settings.attribution_before_s,
         )
         if not found and not got.rows:
             raise BadInput(
@@ -430,6 +431,7 @@ class Console:
                 r.name,
                 r.restarts,
                 after_s=self.settings.attribution_after_s,
+                before_s=self.settings.attribution_before_s,
             )
             for r in runs
         }

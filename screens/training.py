@@ -104,6 +104,9 @@ def restart_cells(row: RestartRow, now: float) -> tuple[Any, ...]:
         lost += f", {row.lost_gpu_hours:,.1f} GPU-h"
     if a is None:
         target = Text("window open", style="dim")
+    elif row.provisional:
+        left = units.duration(row.attributed_at - now) if row.attributed_at is not None else "?"
+        target = Text(f"{a.target} (provisional, final in {left})", style="dim italic")
     elif a.attributed:
         target = Text(a.target, style="bold")
     else:

@@ -725,8 +725,9 @@ def attributed_restarts(state: Mapping[str, Any]) -> list[tuple[str, float]]:
 
 @dataclass(frozen=True)
 class RestartRow:
-    """One restart of a run as recorded (``pending``: its window has not closed yet, so
-    it is not attributed; ``attribution`` is then None)."""
+    """One restart of a run as recorded. ``provisional``: its window has not closed yet
+    (``attributed_at`` says when it will), and ``attribution`` is what the findings seen
+    so far attribute it to; the final one may differ."""
 
     number: int
     at: float
@@ -739,6 +740,7 @@ class RestartRow:
     gpus: int | None = None
     failed: tuple[FailedPod, ...] = ()
     attributed_at: float | None = None  # when the window closes, for a pending one
+    provisional: bool = False
 
 
 @dataclass(frozen=True)
@@ -781,24 +783,38 @@ def run_restarts(
     name: str,
     restarts: int | None,
     after_s: float = WINDOW_AFTER_S,
+    before_s: float = WINDOW_BEFORE_S,
 ) -> RunRestarts:
     """``recorder``: node-health's ``recorder`` state (None: never written);
-    ``restarts``: the JobSet's ``status.restarts`` (None: no such JobSet)."""
+    ``restarts``: the JobSet's ``status.restarts`` (None: no such JobSet). A restart
+    whose window is still open is attributed provisionally, by the same rule over the
+    findings recorded so far."""
     key = f"{namespace}/{name}"
     rec = sane_state(recorder) if recorder is not None else {}
     rows = [_row(r) for r in (rec.get("log") or {}).get(key) or () if isinstance(r, Mapping)]
+    signals = signals_of(rec)
     for p in rec.get("pending") or ():
         if isinstance(p, Mapping) and p.get("run") == key:
             at = float(p.get("at") or 0.0)
+            restart = Restart(
+                namespace=namespace,
+                run=name,
+                number=int(p.get("number") or 0),
+                at=at,
+                nodes=tuple(p.get("nodes") or ()),
+                failed=tuple(f for f in map(_failed_of, p.get("failed") or ()) if f),
+                gpus=p.get("gpus") if isinstance(p.get("gpus"), int) else None,
+            )
             rows.append(
                 RestartRow(
-                    number=int(p.get("number") or 0),
+                    number=restart.number,
                     at=at,
                     at_exact=bool(p.get("at_exact")),
-                    attribution=None,
-                    gpus=p.get("gpus") if isinstance(p.get("gpus"), int) else None,
-                    failed=tuple(f for f in map(_failed_of, p.get("failed") or ()) if f),
+                    attribution=attribute(restart, signals, before_s=before_s, after_s=after_s),
+                    gpus=restart.gpus,
+                    failed=restart.failed,
                     attributed_at=at + after_s,
+                    provisional=True,
                 )
             )
     rows.sort(key=lambda r: r.number)

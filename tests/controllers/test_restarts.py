@@ -106,6 +106,18 @@ def test_a_restart_is_pending_for_its_window_then_attributed_with_the_work_lost(
     assert gauges["restarts_pending"] == 1 and p.log() == []
     (pending,) = p.state["pending"]
     assert pending["at"] == T0 + 100 and pending["at_exact"] and pending["nodes"] == ["n1", "n2"]
+    # while the window is open, train restarts shows what the findings so far say, and
+    # when that becomes final (not "window open" with nothing for five minutes)
+    (row,) = run_restarts(p.state, "training", "dit", 1).rows
+    assert row.provisional and row.attributed_at == T0 + 100 + 300
+    assert row.attribution is not None
+    assert (row.attribution.node, row.attribution.gpu) == ("n2", 5)
+    from commands.train import restart_row, restarts_text
+
+    shown = restart_row(row)
+    assert shown["attributed_to"].endswith("(provisional)") and shown["provisional"]
+    text = restarts_text(run_restarts(p.state, "training", "dit", 1), [shown], "")
+    assert "#1: provisional, from the findings so far; final at " in text
     # the window closes 300 s after it; the new attempt has said what it loaded by then
     head = ("[rank0]:[titan] x - root - INFO - Loading the checkpoint at step 200.",)
     p.run(T0 + 401, jobset(1), again, {}, heads={"training/dit-0b": head})
