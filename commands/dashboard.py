@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -95,7 +97,10 @@ def register(app: typer.Typer) -> None:
             state_dir = Path(world.sim.state_dir)
             window_s = demo_window_s(speed)
             if not no_controllers:
-                controllers = DemoControllers(world.kubeconfig, state_dir, speed=speed)
+                # their logs outlive a temporary state directory: the path shown at the
+                # start must still be there after quit
+                logs = state_dir if tmp is None else Path(tempfile.mkdtemp(prefix="krea-ops-demo-"))
+                controllers = DemoControllers(world.kubeconfig, logs, speed=speed)
                 controllers.start()
             base = dict(ctx.obj or {}) if isinstance(ctx.obj, dict) else {}
             base.update(
@@ -112,12 +117,31 @@ def register(app: typer.Typer) -> None:
             run_dashboard(settings, title=f"demo: {nodes} simulated nodes at {speed:g}x")
         finally:
             if controllers is not None:
-                print("stopping the controllers…", file=sys.stderr, flush=True)
-                controllers.stop()
-            print("stopping the simulator…", file=sys.stderr, flush=True)
-            world.close()
+                _timed(
+                    "stopping the controllers (each finishes its pass and releases its "
+                    f"Lease; at most {CONTROLLERS_GRACE_S:g} s)",
+                    controllers.stop,
+                )
+            _timed(
+                "stopping the simulator (its machines, exporters, Prometheus and control plane)",
+                world.close,
+            )
             if tmp is not None:
                 tmp.cleanup()
+            if controllers is not None:
+                print(
+                    f"the controllers' log and audit log: {controllers.log_path.parent}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+
+def _timed(what: str, step: Callable[[], object]) -> None:
+    """Says what quitting waits for, and how long it took."""
+    print(f"{what}…", file=sys.stderr, flush=True)
+    start = time.monotonic()
+    step()
+    print(f"  done in {time.monotonic() - start:.1f} s", file=sys.stderr, flush=True)
 
 
 def start_demo_world(
@@ -170,6 +194,8 @@ def start_demo_world(
 DEMO_INTERVAL_S = 5.0  # seconds between the controllers' passes
 DEMO_SCRAPE_S = 5.0  # the demo world's Prometheus scrape interval (start_demo_world)
 CONTROLLERS_LOG = "controllers.log"
+# SIGTERM to SIGKILL: a pass takes ~1 s on the demo's world, releasing four Leases less
+CONTROLLERS_GRACE_S = 10.0
 CONTROLLERS_AUDIT = "controllers-audit.jsonl"
 
 
@@ -321,7 +347,7 @@ class DemoControllers:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def stop(self, grace_s: float = 30.0) -> int | None:
+    def stop(self, grace_s: float = CONTROLLERS_GRACE_S) -> int | None:
         """SIGTERM, then wait for the pass to end and the Leases to be released; SIGKILL
         after ``grace_s``. The exit status (None when it was never started)."""
         proc, self.proc = self.proc, None

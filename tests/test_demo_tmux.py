@@ -145,6 +145,10 @@ def _run_demo(tmp_path: Path) -> None:
         assert not shown, f"{needle} on screen:\n{shown[0]}"
     assert "stopping the controllers" in final
     assert "stopping the simulator" in final
+    # each step says how long it took; the whole quit takes seconds, not half a minute
+    took = [float(t) for t in re.findall(r"done in ([0-9.]+) s", final)]
+    assert len(took) == 2 and sum(took) < 25, final
+    assert "the controllers' log and audit log:" in final
     hot_node, nodes = quarantined
     assert nodes == [hot_node], f"quarantined {nodes}; the story made {hot_node} hot"
 

@@ -340,7 +340,13 @@ class NodeDevices:
 
     @property
     def url(self) -> str | None:
-        return None if self.endpoint is None else str(self.endpoint.url)
+        """Where its exporter is scraped. A host that is down keeps its address: as a pod
+        on a NotReady node stays in Prometheus' discovery (``kubernetes_sd``'s pod and
+        endpoints roles list it until the pod is deleted), its target stays and reads
+        down ("connection refused"), rather than vanishing from the targets."""
+        if self.endpoint is not None:
+            return str(self.endpoint.url)
+        return f"http://127.0.0.1:{self.port}/metrics" if self.port and self.host_down else None
 
     def host_failed(self, down: bool) -> None:
         """The host went down (its exporter stops answering) or came back."""
