@@ -6,6 +6,7 @@ burst actions (``pause``, ``unpause``, ``migrate``), plans printed, confirmed an
 from __future__ import annotations
 
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -233,6 +234,12 @@ def status_tables(report: BurstStatus, fmt: OutputFormat) -> str:
                 f"{n.pause_reason or 'no reason given'} "
                 "(no new placements; running pods stay; krea-ops burst unpause lifts it)"
             )
+    from krea_ops.burst.status import cost_notes
+
+    notes.extend(
+        textwrap.fill(n, 80, subsequent_indent="  ", break_long_words=False)
+        for n in cost_notes(report)
+    )
     notes.append(f"inference pods pending with no node: {report.pending_inference_pods}")
     return "\n".join(parts) + "\n" + "\n".join(notes) + "\n"
 

@@ -18,7 +18,7 @@ from textual.css.query import NoMatches
 from textual.widgets import DataTable, Input, Static
 
 from krea_ops import units
-from krea_ops.burst.status import BurstPod, BurstStatus, BurstTaint, VirtualNode
+from krea_ops.burst.status import BurstPod, BurstStatus, BurstTaint, VirtualNode, cost_notes
 from screens.base import DataScreen
 from screens.messages import BurstLoaded, Loaded
 from screens.text import sync_table
@@ -151,6 +151,8 @@ def summary_text(status: BurstStatus) -> Text:
         out.append(" (bursting is paused)", style="red")
     elif pending:
         out.append(" (waiting to burst or for room)", style="dim")
+    for note in cost_notes(status):
+        out.append("\n" + note, style="dim")
     return out
 
 

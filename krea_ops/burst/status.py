@@ -373,6 +373,38 @@ def provider_totals(
     return tuple(out)
 
 
+def cost_notes(report: BurstStatus) -> list[str]:
+    """Where a provider's cost (from its usage annotation) is not the sum of the pods
+    listed under it, why: the provider counts pods that have left and writes its usage
+    now and then; one line per such provider, for ``burst status`` and the dashboard."""
+    from krea_ops import units
+
+    out: list[str] = []
+    for node in report.nodes:
+        for t in node.providers:
+            if t.source != SOURCE_USAGE or t.cost_usd is None:
+                continue
+            mine = [p for p in node.pods if p.provider == t.provider]
+            costs = [p.cost_usd for p in mine]
+            if any(c is None for c in costs):
+                listed = "unknown for the pods listed (a price or start time missing)"
+            else:
+                total = sum(c for c in costs if c is not None)
+                if abs(total - t.cost_usd) < 0.01:
+                    continue
+                listed = f"{units.usd(total)} for the {units.counted(len(mine), 'pod')} listed"
+            when = (
+                f"as of {time.strftime('%H:%M:%S', time.gmtime(node.usage_updated_at))} UTC; "
+                if node.usage_updated_at is not None
+                else ""
+            )
+            out.append(
+                f"{node.name}/{t.provider}: {units.usd(t.cost_usd)} by the provider's usage "
+                f"({when}it counts pods that have left too), {listed}"
+            )
+    return out
+
+
 # -- helpers ------------------------------------------------------------------------------
 
 

@@ -453,3 +453,31 @@ def test_other_virtual_kubelet_conventions(tmp_path: Path) -> None:
     assert totals.gpu_hours == pytest.approx(6.0) and totals.cost_usd is None
     assert interlink.pods == () and interlink.providers == ()
     assert report.pending_inference_pods == 0
+
+
+def test_a_providers_cost_that_is_not_its_rows_sum_says_why() -> None:
+    """The provider's own usage counts pods that have left and is written now and then:
+    where it differs from the pods listed, burst status and the dashboard say both."""
+    from dataclasses import replace
+
+    from krea_ops.burst.status import (
+        SOURCE_USAGE,
+        BurstPod,
+        BurstStatus,
+        ProviderTotals,
+        VirtualNode,
+        cost_notes,
+    )
+
+    pod = BurstPod("inference", "p-1", None, "Running", 1, "cheap", 1.0, 0.0, None, 2.0, 2.0, 1.0)
+    totals = ProviderTotals("cheap", 1, 1, 5.0, 5.0, 1.0, 2, SOURCE_USAGE)
+    node = VirtualNode(
+        "burst-vk", "type=virtual-kubelet", "burst", True, None, False, 2, 2, (), False,
+        None, (totals,), (pod,), 3600.0,
+    )  # fmt: skip
+    report = BurstStatus(nodes=(node,), pending_inference_pods=0, collected_at=4000.0)
+    (note,) = cost_notes(report)
+    assert note.startswith("burst-vk/cheap: $5.00 by the provider's usage (as of 01:00:00 UTC")
+    assert note.endswith("$2.00 for the 1 pod listed")
+    agreeing = replace(node, providers=(replace(totals, cost_usd=2.0),))
+    assert cost_notes(replace(report, nodes=(agreeing,))) == []
