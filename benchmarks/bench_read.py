@@ -9,11 +9,20 @@
    serves for the families krea-ops reads (listed in the output), with samples every
    ``--interval`` s from a window before the start until ``--horizon`` s *after* it, so
    instant queries at "now" find fresh samples for the whole run; a few nodes are sick
-   (NVLink errors rising, a link down, a hot GPU, IB symbol errors rising);
+   (NVLink replays rising, a link down, a hot GPU, IB symbol errors rising, NVLink CRC
+   errors rising, uncorrectable ECC errors rising). These are the exporters from before
+   the node summaries: no ``krea_node_*`` series, so every read reads every GPU;
 3. backfills it with ``promtool tsdb create-blocks-from openmetrics`` and starts
    ``prometheus`` on that data directory;
 4. times ``--repeat`` runs of each command as a subprocess (start-up included, like
-   kubectl's) and prints a markdown table: median / min / max seconds, output bytes, rows.
+   kubectl's) and prints a markdown table: median / min / max seconds, output bytes, rows;
+5. (``--summaries publish``) adds the ``krea_node_*`` series today's exporter publishes
+   with every scrape, for every node and sample time: ``fold()`` of
+   krea_ops/exporters/folds.py over the same synthesized readings. They are backfilled as
+   more blocks into the same data directory and Prometheus is restarted on it; then
+   kubectl, ``gpus`` and ``nodes list`` are timed again, and the script checks that
+   ``nodes list`` gives every node the same verdict and reasons, and ``gpus`` every GPU
+   the same row, as the full read of phase 4.
 
     .venv/bin/python benchmarks/bench_read.py --nodes 512 --repeat 3   # quick
     .venv/bin/python benchmarks/bench_read.py                          # 4,096 nodes
@@ -40,7 +49,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,6 +98,8 @@ IB_ERRORS = (
     "krea_ib_excessive_buffer_overrun_errors",
 )
 HDR_RATE = 50e9  # NDR 400 Gb/s in bytes/s
+# (family name, type, [(labels, value per sample time: None where no sample)])
+Family = tuple[str, str, list[tuple[str, Sequence[float | None]]]]
 
 
 # ---------------------------------------------------------------------------------------
@@ -105,7 +116,10 @@ class Fleet:
         self.link_down = {i for i in range(5, nodes, stride * 2)}
         self.hot = {i for i in range(7, nodes, stride * 2)}
         self.ib_errors = {i for i in range(11, nodes, stride)}
-        sick_links = self.nvlink_errors | self.link_down
+        # fault counters rising: NVLink CRC errors on one link, uncorrectable ECC errors
+        self.nvlink_faults = {i for i in range(13, nodes, stride * 2)}
+        self.ecc_errors = {i for i in range(17, nodes, stride * 2)}
+        sick_links = self.nvlink_errors | self.link_down | self.nvlink_faults
         self.per_link = set(range(nodes)) if per_link == "all" else sick_links
 
     def labels(self, i: int, gpu: int) -> str:
@@ -128,18 +142,22 @@ def instance(i: int) -> str:
 
 
 def families(
-    fleet: Fleet, times: list[float], t0: float
-) -> Iterator[tuple[str, str, list[tuple[str, list[float]]]]]:
-    """(family name, type, [(labels, value per time)]) of the whole fleet, family by family
-    (OpenMetrics keeps a family's samples together)."""
-    n = fleet.nodes
+    fleet: Fleet, times: list[float], t0: float, only: list[int] | None = None
+) -> Iterator[Family]:
+    """(family name, type, [(labels, value per time)]) of the whole fleet, or of the
+    nodes ``only`` names, family by family (OpenMetrics keeps a family's samples
+    together). The readings of the exporters from before the node summaries: no
+    ``krea_node_*`` series (``node_summaries`` computes those)."""
+    nodes = range(fleet.nodes) if only is None else only
+    linked = sorted(fleet.per_link) if only is None else [i for i in only if i in fleet.per_link]
     k = len(times)
     since = [t - times[0] for t in times]  # seconds since the first sample
     ones, zeros = [1.0] * k, [0.0] * k
+    steps = [float(j) for j in range(k)]  # a fault counter rising one every sample
 
-    def gpu_gauge(name: str, value: Any) -> tuple[str, str, list[tuple[str, list[float]]]]:
+    def gpu_gauge(name: str, value: Any) -> Family:
         rows = []
-        for i in range(n):
+        for i in nodes:
             for g in range(GPUS):
                 v = value(i, g) if callable(value) else value
                 rows.append((fleet.labels(i, g), v if isinstance(v, list) else [float(v)] * k))
@@ -156,7 +174,7 @@ def families(
                 f'node="{node_name(i)}",version="0.1.0",job="krea-exporter",instance="{instance(i)}"',
                 ones,
             )
-            for i in range(n)
+            for i in nodes
         ],
     )
     yield gpu_gauge("krea_gpu_up", 1)
@@ -180,7 +198,7 @@ def families(
         lambda i, g: LINKS - 1 if i in fleet.link_down and g == 1 else LINKS,
     )
     rows = []
-    for i in range(n):
+    for i in nodes:
         for g in range(GPUS):
             for reason in CLOCK_REASONS:
                 on = reason == "gpu_idle" and (i + g) % 5 == 0
@@ -189,51 +207,56 @@ def families(
     # the same as one bitmask per GPU (gpu_idle is bit 0x1)
     yield gpu_gauge("krea_gpu_clock_event_reasons", lambda i, g: 0 if (i + g) % 5 else 1)
     rows = []
-    for i in range(n):
+    for i in nodes:
         for g in range(GPUS):
             for error_type, counter_type in ECC:
                 labels = (
                     f'{fleet.labels(i, g)},error_type="{error_type}",counter_type="{counter_type}"'
                 )
-                rows.append((labels, zeros))
+                rising = i in fleet.ecc_errors and g == 6 and error_type == "uncorrected"
+                rows.append((labels, steps if rising else zeros))
     yield "krea_gpu_ecc_errors", "counter", rows
 
     def replays(i: int, g: int) -> list[float]:
-        """replay count of link 5 of GPU 2 on the NVLink-sick nodes: rising 1 per second."""
+        """replay count of link 5 of GPU 2 on the NVLink-sick nodes: rising 1 per second
+        (replays alone are the link layer's routine retries: no rule judges them)."""
         if i in fleet.nvlink_errors and g == 2:
             return [100.0 + s for s in since]
         return zeros
 
+    def crc(i: int, g: int) -> list[float]:
+        """CRC flit errors of link 7 of GPU 4 on the NVLink-fault nodes, one more a sample."""
+        return steps if i in fleet.nvlink_faults and g == 4 else zeros
+
+    def nvlink_count(i: int, g: int, c: str) -> list[float]:
+        return replays(i, g) if c == "replay" else crc(i, g) if c == "crc_flit" else zeros
+
     rows = []
-    for i in range(n):
+    for i in nodes:
         for g in range(GPUS):
             for c in NVLINK_COUNTERS:
-                rows.append(
-                    (
-                        f'{fleet.labels(i, g)},counter="{c}"',
-                        replays(i, g) if c == "replay" else zeros,
-                    )
-                )
+                rows.append((f'{fleet.labels(i, g)},counter="{c}"', nvlink_count(i, g, c)))
     yield "krea_gpu_nvlink_errors", "counter", rows
     rows = []
-    for i in sorted(fleet.per_link):
+    for i in linked:
         for g in range(GPUS):
             for link in range(LINKS):
                 down = i in fleet.link_down and g == 1 and link == 0
                 rows.append((f'{fleet.labels(i, g)},link="{link}"', zeros if down else ones))
     yield "krea_nvlink_state", "gauge", rows
     rows = []
-    for i in sorted(fleet.per_link):
+    for i in linked:
         for g in range(GPUS):
             for link in range(LINKS):
                 for c in NVLINK_COUNTERS:
-                    v = replays(i, g) if c == "replay" and link == 5 else zeros
+                    on = link == (5 if c == "replay" else 7)
+                    v = nvlink_count(i, g, c) if on else zeros
                     rows.append((f'{fleet.labels(i, g)},link="{link}",counter="{c}"', v))
     yield "krea_nvlink_errors", "counter", rows
 
     def port_series(value: Any) -> list[tuple[str, list[float]]]:
         out = []
-        for i in range(n):
+        for i in nodes:
             for h in range(HCAS):
                 v = value(i, h) if callable(value) else value
                 out.append((fleet.port_labels(i, h), v if isinstance(v, list) else [float(v)] * k))
@@ -269,33 +292,132 @@ def families(
             yield name, "counter", port_series(0)
     rows = [
         (f'{fleet.port_labels(i, h)},counter="port_xmit_wait"', zeros)
-        for i in range(n)
+        for i in nodes
         for h in range(HCAS)
     ]
     yield "krea_ib_port_counters_saturated", "gauge", rows
     _ = t0
 
 
-def write_openmetrics(path: Path, fleet: Fleet, times: list[float], t0: float) -> tuple[int, int]:
+def write_openmetrics(path: Path, fams: Iterable[Family], times: list[float]) -> tuple[int, int]:
     """Writes the file; returns (series, samples)."""
     stamps = [f"{t:.3f}" for t in times]
     series = samples = 0
     with path.open("w", buffering=1 << 22) as out:
-        for name, kind, rows in families(fleet, times, t0):
+        for name, kind, rows in fams:
             sample = f"{name}_total" if kind == "counter" else name
             out.write(f"# TYPE {name} {kind}\n")
             chunk: list[str] = []
             for labels, values in rows:
                 head = f"{sample}{{{labels}}} "
-                chunk.extend(f"{head}{v!r} {ts}\n" for v, ts in zip(values, stamps, strict=True))
+                chunk.extend(
+                    f"{head}{v!r} {ts}\n"
+                    for v, ts in zip(values, stamps, strict=True)
+                    if v is not None
+                )
+                samples += sum(1 for v in values if v is not None)
                 if len(chunk) > 200_000:
                     out.write("".join(chunk))
                     chunk.clear()
             out.write("".join(chunk))
             series += len(rows)
-            samples += len(rows) * len(times)
         out.write("# EOF\n")
     return series, samples
+
+
+# ---------------------------------------------------------------------------------------
+# The node summaries the exporters publish with every scrape (krea_node_*)
+
+
+def node_summaries(fleet: Fleet, times: list[float], t0: float) -> list[Family]:
+    """The ``krea_node_*`` series the exporter of each node would have served beside the
+    readings ``families`` synthesizes: at every sample time, ``fold()`` of
+    krea_ops/exporters/folds.py itself over that node's readings of that time, handed over
+    as the exporter hands them (prometheus_client families, counters' samples named
+    ``*_total``), one series per node and fold (``model.NODE_FOLDS``), labelled as
+    Prometheus stores the exporter's series (node, job, instance). A fold a scrape leaves
+    out has no sample at that time."""
+    from prometheus_client.core import Metric
+    from prometheus_client.samples import Sample
+
+    from krea_ops.exporters.folds import fold
+    from krea_ops.model import NODE_FOLDS
+
+    k = len(times)
+    out: dict[str, list[tuple[str, Sequence[float | None]]]] = {key: [] for key in NODE_FOLDS}
+    for i in range(fleet.nodes):
+        served = [
+            (name, kind, f"{name}_total" if kind == "counter" else name, rows)
+            for name, kind, rows in families(fleet, times, t0, only=[i])
+            if name != "krea_exporter_build_info"  # (served after the folds, not folded)
+        ]
+        parsed = [
+            (name, kind, sample, [(dict(_LABEL.findall(lb)), v) for lb, v in rows])
+            for name, kind, sample, rows in served
+        ]
+        values: dict[str, list[float | None]] = {key: [None] * k for key in NODE_FOLDS}
+        for j in range(k):
+            scrape = []
+            for name, kind, sample, rows in parsed:
+                family = Metric(name, "", kind)
+                family.samples = [Sample(sample, labels, v[j]) for labels, v in rows]
+                scrape.append(family)
+            for key, value in fold(scrape).items():
+                values[key][j] = value
+        labels = f'node="{node_name(i)}",job="krea-exporter",instance="{instance(i)}"'
+        for key, per_time in values.items():
+            if any(v is not None for v in per_time):
+                out[key].append((labels, per_time))
+    return [
+        (name.removesuffix("_total"), "counter", out[key])
+        if name.endswith("_total")
+        else (name, "gauge", out[key])
+        for key, name in NODE_FOLDS.items()
+        if out[key]
+    ]
+
+
+# PromQL folds of the synthesized readings that each node series must equal (a check of
+# the series above against what the readings say, independent of fold()'s code)
+NODE_CHECKS = {
+    "krea_node_gpus": "count by (node) (krea_gpu_up)",
+    "krea_node_gpu_temperature_max_celsius": "max by (node) (krea_gpu_temperature_celsius)",
+    "krea_node_gpu_slowdown_margin_min_celsius": (
+        "min by (node) (krea_gpu_slowdown_margin_celsius)"
+    ),
+    "krea_node_nvlinks_down": ("sum by (node) (krea_gpu_nvlink_links - krea_gpu_nvlink_links_up)"),
+    "krea_node_nvlink_fault_errors_total": (
+        'sum by (node) (krea_gpu_nvlink_errors_total{counter=~"recovery|crc_flit|crc_data"})'
+    ),
+    "krea_node_gpu_ecc_uncorrected_errors_total": (
+        "sum by (node) (krea_gpu_ecc_errors_total"
+        '{error_type="uncorrected",counter_type="volatile"})'
+    ),
+    "krea_node_ib_errors_total": (
+        'sum by (node) ({__name__=~"krea_ib_(symbol_error|link_downed|link_error_recovery'
+        "|port_errors_received|port_receive_remote_physical_errors"
+        '|local_link_integrity_errors|excessive_buffer_overrun_errors)_total"})'
+    ),
+}
+
+
+def check_node_series(prom: Prometheus, nodes: int) -> str:
+    """Counts, at "now", the nodes whose series are missing or differ from the PromQL
+    fold of their readings (NODE_CHECKS)."""
+    bad: list[str] = []
+    for series, promql in NODE_CHECKS.items():
+        have = prom.query(f"count({series})")
+        n = int(have[0]["value"][1]) if have else 0  # type: ignore[index]
+        differ = prom.query(f"count({series} != on (node) ({promql}))")
+        d = int(differ[0]["value"][1]) if differ else 0  # type: ignore[index]
+        if n != nodes or d:
+            bad.append(f"{series}: {n:,} series, {d:,} differ from {promql}")
+    if bad:
+        return "NODE SERIES WRONG: " + "; ".join(bad)
+    return (
+        f"node series at 'now': {len(NODE_CHECKS)} checked against PromQL folds of the"
+        f" readings, equal for all {nodes:,} nodes"
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -338,8 +460,8 @@ def _snappy_literal(data: bytes) -> bytes:
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
 
 
-def remote_write(url: str, fleet: Fleet, times: list[float], t0: float) -> tuple[int, int]:
-    """Sends the whole fleet's samples to Prometheus' remote-write receiver (prompb
+def remote_write(url: str, fams: Iterable[Family], times: list[float]) -> tuple[int, int]:
+    """Sends these families' samples to Prometheus' remote-write receiver (prompb
     WriteRequest, hand-encoded), so they sit in the head block in memory as a scraping
     Prometheus holds its last hours, rather than in backfilled blocks on disk. Returns
     (series, samples)."""
@@ -347,17 +469,18 @@ def remote_write(url: str, fleet: Fleet, times: list[float], t0: float) -> tuple
     stamps = [_varint(int(t * 1000)) for t in times]
     sample_cache: dict[float, bytes] = {}
 
-    def samples(values: list[float]) -> bytes:
+    def samples(values: Sequence[float | None]) -> bytes:
         first = values[0]
-        if all(v == first for v in values):
+        if first is not None and all(v == first for v in values):
             cached = sample_cache.get(first)
             if cached is not None:
                 return cached
         body = b"".join(
             _field(2, b"\x09" + struct.pack("<d", v) + b"\x10" + ts)
             for v, ts in zip(values, stamps, strict=True)
+            if v is not None
         )
-        if all(v == first for v in values) and len(sample_cache) < 10_000:
+        if first is not None and all(v == first for v in values) and len(sample_cache) < 10_000:
             sample_cache[first] = body
         return body
 
@@ -383,7 +506,7 @@ def remote_write(url: str, fleet: Fleet, times: list[float], t0: float) -> tuple
     series = count = 0
     batch: list[bytes] = []
     size = 0
-    for name, kind, rows in families(fleet, times, t0):
+    for name, kind, rows in fams:
         sample_name = f"{name}_total" if kind == "counter" else name
         for labels, values in rows:
             pairs = sorted([("__name__", sample_name), *_LABEL.findall(labels)])
@@ -394,7 +517,7 @@ def remote_write(url: str, fleet: Fleet, times: list[float], t0: float) -> tuple
             batch.append(item)
             size += len(item)
             series += 1
-            count += len(values)
+            count += sum(1 for v in values if v is not None)
             if size > 4 << 20:
                 work.put(b"".join(batch))
                 batch, size = [], 0
@@ -414,14 +537,8 @@ def remote_write(url: str, fleet: Fleet, times: list[float], t0: float) -> tuple
 
 
 class Prometheus:
-    def __init__(self, data: Path, config: Path, port: int, rules: Path | None = None) -> None:
-        text = "global:\n  scrape_interval: 60s\nscrape_configs: []\n"
-        if rules is not None:
-            # the backfilled blocks reach past "now" (--horizon): without an out-of-order
-            # window the rules' results at "now" would be refused as out of bounds
-            text += f"rule_files: [{json.dumps(str(rules))}]\n"
-            text += "storage:\n  tsdb:\n    out_of_order_time_window: 1d\n"
-        config.write_text(text)
+    def __init__(self, data: Path, config: Path, port: int) -> None:
+        config.write_text("global:\n  scrape_interval: 60s\nscrape_configs: []\n")
         self.url = f"http://127.0.0.1:{port}"
         self.proc = subprocess.Popen(
             [
@@ -459,40 +576,84 @@ class Prometheus:
                 self.proc.kill()
 
 
-def load_summaries(prom: Prometheus, data: Path, tmp: Path, window: float) -> Prometheus:
-    """Restarts Prometheus on the same data with the node-summary rules loaded, as a
-    deployment runs them (evaluated live, every 30 s, over the backfilled samples), and
-    waits for their first evaluation. Prints what one evaluation costs."""
-    from krea_ops.telemetry.summary import DEFAULT_INTERVAL_S, rule_text
+def overlapping_blocks(data: Path) -> int:
+    """How many of the TSDB's blocks overlap another's time range."""
+    spans = []
+    for meta in data.glob("*/meta.json"):
+        try:
+            m = json.loads(meta.read_text())
+        except (OSError, ValueError):
+            continue  # (a block being written or deleted)
+        spans.append((m["minTime"], m["maxTime"]))
+    return sum(1 for a in spans if any(b is not a and a[0] < b[1] and b[0] < a[1] for b in spans))
 
-    rules = tmp / "node-summary.yaml"
-    rules.write_text(rule_text(window))
-    t0 = time.perf_counter()
-    prom.stop()
-    prom = Prometheus(data, tmp / "prometheus.yml", free_port(), rules=rules)
-    deadline = time.monotonic() + 180  # (the first evaluation comes within an interval)
-    group: dict[str, object] = {}
-    while time.monotonic() < deadline:
-        url = f"{prom.url}/api/v1/rules?type=record"
-        with urllib.request.urlopen(url, timeout=30) as r:
-            groups = json.load(r)["data"]["groups"]
-        if groups and all(rule["health"] == "ok" for rule in groups[0]["rules"]):
-            group = groups[0]
-            break
-        time.sleep(0.5)
-    else:
-        prom.stop()  # (the caller holds the old one: this one would outlive the script)
-        states = {
-            rule["name"]: (rule["health"], rule.get("lastError"))
-            for g in groups
-            for rule in g["rules"]
-        }
-        raise RuntimeError(f"the node-summary rules did not evaluate: {states}")
+
+def publish_summaries(
+    prom: Prometheus,
+    data: Path,
+    tmp: Path,
+    load: str,
+    fleet: Fleet,
+    times: list[float],
+    t0: float,
+) -> Prometheus:
+    """Adds the ``krea_node_*`` series the exporters would have published with every
+    scrape (``node_summaries``) to the same Prometheus: backfilled as more blocks into the
+    same data directory, then Prometheus restarted on it to load them (and waited for
+    while it merges the overlapping blocks, as it does within a minute of starting, so
+    that the merge's CPU lands on no timed run); or remote-written into its head
+    (``--load head``). Prints what each step took."""
+    g0 = time.perf_counter()
+    summaries = node_summaries(fleet, times, t0)
+    generated = time.perf_counter() - g0
+    if load == "head":
+        w0 = time.perf_counter()
+        series, samples = remote_write(prom.url, summaries, times)
+        print(
+            f"- node summaries: fold() of each node's readings at each of the {len(times)}"
+            f" sample times in {generated:.0f} s; remote-wrote {series:,} series,"
+            f" {samples:,} samples in {time.perf_counter() - w0:.0f} s",
+            flush=True,
+        )
+        return prom
+    om = tmp / "node-summaries.om"
+    w0 = time.perf_counter()
+    series, samples = write_openmetrics(om, summaries, times)
     print(
-        f"- Prometheus restarted with the node-summary rules; first evaluation done"
-        f" {time.perf_counter() - t0:.0f} s later; one evaluation takes"
-        f" {float(group['evaluationTime']):.1f} s (Prometheus' evaluationTime), every"  # type: ignore[arg-type]
-        f" {DEFAULT_INTERVAL_S:g} s",
+        f"- node summaries: fold() of each node's readings at each of the {len(times)}"
+        f" sample times in {generated:.0f} s; {series:,} series, {samples:,} samples"
+        f" ({om.stat().st_size / 2**20:.0f} MiB OpenMetrics) written in"
+        f" {time.perf_counter() - w0:.0f} s",
+        flush=True,
+    )
+    prom.stop()
+    b0 = time.perf_counter()
+    subprocess.run(
+        [
+            shutil.which("promtool") or "promtool",
+            *("tsdb", "create-blocks-from", "openmetrics", str(om), str(data)),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    om.unlink()
+    backfilled = time.perf_counter() - b0
+    p0 = time.perf_counter()
+    prom = Prometheus(data, tmp / "prometheus.yml", free_port())
+    ready = time.perf_counter() - p0
+    # Prometheus merges overlapping blocks (vertical compaction) in its first compaction,
+    # a minute after it starts: a run of the whole backfill's CPU, not to be timed
+    overlapping = overlapping_blocks(data)
+    deadline = time.monotonic() + 900
+    while overlapping_blocks(data) and time.monotonic() < deadline:
+        time.sleep(2)
+    left = overlapping_blocks(data)
+    print(
+        f"- promtool backfill of the node summaries into the same data directory:"
+        f" {backfilled:.0f} s; Prometheus restarted, ready in {ready:.0f} s;"
+        f" {overlapping} overlapping blocks merged by it"
+        + (f" (NOT done, {left} left)" if left else "")
+        + f" {time.perf_counter() - p0:.0f} s after the restart",
         flush=True,
     )
     return prom
@@ -672,11 +833,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--summaries",
-        choices=("record", "none"),
-        default="record",
-        help="record: after the first runs, restart Prometheus with the node-summary rules "
-        "(deploy/prometheus/krea-ops-node-summary.yaml) loaded and time `nodes list` "
-        "again, as a deployment with the rules reads it",
+        choices=("publish", "none"),
+        default="publish",
+        help="publish: after the first runs (exporters from before the node summaries), add "
+        "the krea_node_* series the exporters publish with every scrape, folded from the "
+        "same readings (backfilled into the same data directory, Prometheus restarted on "
+        "it), and time kubectl, `gpus` and `nodes list` again, comparing their output",
     )
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--hold", type=float, default=0, help="keep serving this long, s")
@@ -730,7 +892,7 @@ def main(argv: list[str] | None = None) -> int:
             p0 = time.perf_counter()
             if args.load == "head":
                 prom = Prometheus(data, tmp / "prometheus.yml", free_port())
-                series, samples = remote_write(prom.url, fleet, times, t0)
+                series, samples = remote_write(prom.url, families(fleet, times, t0), times)
                 print(
                     f"- remote-wrote {series:,} series x {count} samples = {samples:,} samples"
                     f" into the head in {time.perf_counter() - p0:.0f} s; {span}",
@@ -738,7 +900,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             else:
                 om = tmp / "fleet.om"
-                series, samples = write_openmetrics(om, fleet, times, t0)
+                series, samples = write_openmetrics(om, families(fleet, times, t0), times)
                 print(
                     f"- synthesized {series:,} series x {count} samples = {samples:,} samples"
                     f" ({om.stat().st_size / 2**30:.2f} GiB OpenMetrics) in"
@@ -759,9 +921,12 @@ def main(argv: list[str] | None = None) -> int:
                 p0 = time.perf_counter()
                 prom = Prometheus(data, tmp / "prometheus.yml", free_port())
             up = prom.query("count(krea_gpu_up)")
+            folded = prom.query("count(krea_node_gpus)")
             print(
                 f"- prometheus {prom.url} ready in {time.perf_counter() - p0:.0f} s;"
-                f" count(krea_gpu_up) = {up[0]['value'][1] if up else 0}",  # type: ignore[index]
+                f" count(krea_gpu_up) = {up[0]['value'][1] if up else 0}"  # type: ignore[index]
+                f"; count(krea_node_gpus) = {folded[0]['value'][1] if folded else 0}"  # type: ignore[index]
+                " (exporters from before the node summaries: the reads read every GPU)",
                 flush=True,
             )
             env = {
@@ -800,28 +965,31 @@ def main(argv: list[str] | None = None) -> int:
                 return out
 
             plain = timed(runs)
-            if args.summaries == "record":
-                prom = load_summaries(prom, data, tmp, window)
+            if args.summaries == "publish":
+                prom = publish_summaries(prom, data, tmp, args.load, fleet, times, t0)
+                print(f"  {check_node_series(prom, args.nodes)}", flush=True)
                 ko = [cli, *kc, "--prometheus", prom.url]
-                again = [*ko, "nodes", "list", "-o", "json"]
-                # kubectl again, side by side: Prometheus now evaluates the rules every
-                # 30 s, whoever's run that lands on pays for it
+                listing = [*ko, "nodes", "list", "-o", "json"]
+                showing = [*ko, "gpus", "-o", "json"]
+                # kubectl again, side by side, on the restarted Prometheus
                 _, gpus, listed = timed(
                     [
-                        ("kubectl get nodes -o json (rules loaded)", runs[0][1]),
-                        ("krea-ops gpus -o json (node summaries)", [*ko, "gpus", "-o", "json"]),
-                        ("krea-ops nodes list -o json (node summaries)", again),
+                        ("kubectl get nodes -o json (node summaries published)", runs[0][1]),
+                        ("krea-ops gpus -o json (node summaries)", showing),
+                        ("krea-ops nodes list -o json (node summaries)", listing),
                     ]
                 )
                 print(f"  {same_verdicts(plain[2].out, listed.out)}", flush=True)
                 print(f"  {same_gpus(plain[1].out, gpus.out)}", flush=True)
-                table_run = subprocess.run(again[:-2], env=env, capture_output=True, cwd=ROOT)
-                said = [
-                    line
-                    for line in table_run.stdout.decode(errors="replace").splitlines()
-                    if line.startswith("node summaries:")
-                ]
-                print(f"  the table says: {said[0] if said else 'no node-summary line'}")
+                for what, argv in (("nodes list", listing[:-2]), ("gpus", showing[:-2])):
+                    table_run = subprocess.run(argv, env=env, capture_output=True, cwd=ROOT)
+                    said = [
+                        line
+                        for line in table_run.stdout.decode(errors="replace").splitlines()
+                        if line.startswith("node summaries:")
+                    ]
+                    line = said[0] if said else "no node-summary line"
+                    print(f"  the {what} table says: {line}", flush=True)
             if args.hold:
                 print(
                     f"holding {args.hold:g} s: KUBECONFIG={server.target.kubeconfig} "
@@ -889,7 +1057,9 @@ def main(argv: list[str] | None = None) -> int:
             "krea_nvlink_errors_total{counter} x4; per HCA port krea_ib_{state_id, "
             "physical_state_id, rate_bytes_per_second, port_data_received_bytes_total, "
             "port_data_transmitted_bytes_total, port_transmit_wait_total}, the 8 IB error "
-            "counters, krea_ib_port_counters_saturated. Not synthesized: series krea-ops "
+            "counters, krea_ib_port_counters_saturated; and, in the second phase, the "
+            "exporter's per-node folds krea_node_* (model.NODE_FOLDS) of those readings. "
+            "Not synthesized: series krea-ops "
             "never queries (GPM sub-ratios, energy, clocks other than SM, thresholds, IB "
             "packet counters, the exporter's own metrics): the real exporter serves ~1,700 "
             "series per node, these are fewer."
