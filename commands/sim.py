@@ -68,7 +68,7 @@ def serve(
         raise BadInput("--faults is the embedded API server's fault switch: not with upstream")
     fault_rules = None
     if faults is not None:
-        from krea_ops.sim.apiserver.faults import parse_text
+        from krea_ops.sim.apiserver.fault_switch import parse_text
 
         try:
             text = faults.read_text()

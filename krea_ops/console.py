@@ -105,7 +105,7 @@ class QueueReading:
 
 
 @dataclass(frozen=True)
-class NodeHealth:
+class HealthReading:
     """Node name -> severity for the queue's drift and ``why``; None (with the reason in
     ``error``) when telemetry could not be read: nodes are then judged by Ready, cordon and
     taints only."""
@@ -304,20 +304,20 @@ class Console:
     def history(self, node: str) -> GpuHistory | None:
         return self._history.of(node) if self._history is not None else None
 
-    def node_health(self) -> NodeHealth:
+    def node_health(self) -> HealthReading:
         """Every node's severity: from the last whole-fleet read when it could judge (the
         dashboard reads the fleet anyway), else from a verdicts-only read (node summaries
         where Prometheus records them)."""
         last = self.last_fleet
         if last is not None and not last.telemetry_error:
-            return NodeHealth(severities(last.views), verdicts=_verdicts(last.views))
+            return HealthReading(severities(last.views), verdicts=_verdicts(last.views))
         source, error = self._telemetry()
         if source is None:
-            return NodeHealth(None, error)
+            return HealthReading(None, error)
         snapshot = self.fleet(VERDICTS_ONLY)
         if snapshot.telemetry_error:
-            return NodeHealth(None, snapshot.telemetry_error)
-        return NodeHealth(severities(snapshot.views), verdicts=_verdicts(snapshot.views))
+            return HealthReading(None, snapshot.telemetry_error)
+        return HealthReading(severities(snapshot.views), verdicts=_verdicts(snapshot.views))
 
     # -- Kueue ------------------------------------------------------------------------
 
@@ -326,7 +326,7 @@ class Console:
         nodes (``health_error`` says why node health is missing, when it is)."""
         from krea_ops.queue import read_queues
 
-        health: list[NodeHealth] = []
+        health: list[HealthReading] = []
         snapshot = read_queues(self.cluster, lambda: self._judge(health))
         error = health[-1].error if health else None
         return dataclasses.replace(snapshot, health_error=error) if error else snapshot
@@ -346,12 +346,12 @@ class Console:
         once the workload is found (a bad name is one line, not a telemetry read)."""
         from krea_ops.queue import why
 
-        health: list[NodeHealth] = []
+        health: list[HealthReading] = []
         report = why(self.cluster, name, namespace, lambda: self._judge(health))
         error = health[-1].error if health else None
         return dataclasses.replace(report, health_error=error) if error else report
 
-    def _judge(self, into: list[NodeHealth]) -> Mapping[str, Severity] | None:
+    def _judge(self, into: list[HealthReading]) -> Mapping[str, Severity] | None:
         into.append(self.node_health())
         return into[-1].severity
 
@@ -620,7 +620,7 @@ class Console:
         )
         if health is not None and health.severity is None:
             from krea_ops.runbook.plan import Finding
-            from krea_ops.runbook.plan import Severity as PlanSeverity
+            from krea_ops.runbook.plan import FindingSeverity as PlanSeverity
 
             unjudged = Finding(
                 "health", PlanSeverity.WARNING,

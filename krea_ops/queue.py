@@ -35,8 +35,9 @@ from typing import Any
 from krea_ops.errors import BadInput, KreaError
 from krea_ops.kube.cluster import GPU_RESOURCE, Cluster, pod_gpus
 from krea_ops.kube.quantity import number as quantity
+from krea_ops.kube.rules import controller_text, labels_match, tolerates
 from krea_ops.kube.times import parse_time
-from krea_ops.model import NodeInfo, PodInfo, Severity, Taint
+from krea_ops.model import NodeInfo, PodInfo, Severity
 from krea_ops.units import counted
 
 KUEUE_GROUP = "kueue.x-k8s.io"
@@ -288,20 +289,6 @@ def parse_cluster_queue(obj: Obj, local_queues: Sequence[LocalQueueInfo] = ()) -
     )
 
 
-def _tolerates(tolerations: Iterable[Obj], taint: Taint) -> bool:
-    for t in tolerations:
-        effect = t.get("effect")
-        if effect and effect != taint.effect:
-            continue
-        key = t.get("key")
-        if t.get("operator", "Equal") == "Exists":
-            if not key or key == taint.key:
-                return True
-        elif key == taint.key and (t.get("value") or "") == (taint.value or ""):
-            return True
-    return False
-
-
 def flavor_tolerations(flavor: Obj) -> tuple[Obj, ...]:
     """What pods admitted on the flavor tolerate: its ``tolerations``, and its
     ``nodeTaints`` (taints its nodes are known to carry; Kueue requires the workload to
@@ -321,8 +308,7 @@ def flavor_tolerations(flavor: Obj) -> tuple[Obj, ...]:
 
 
 def flavor_selects(flavor: Obj, node: NodeInfo) -> bool:
-    labels = (flavor.get("spec") or {}).get("nodeLabels") or {}
-    return all(node.labels.get(k) == v for k, v in labels.items())
+    return labels_match((flavor.get("spec") or {}).get("nodeLabels"), node.labels)
 
 
 def node_capacity(
@@ -338,7 +324,8 @@ def node_capacity(
     if node.unschedulable:
         return NodeCapacity(node.name, gpus, CORDONED, None)
     for taint in node.taints:
-        if taint.effect in ("NoSchedule", "NoExecute") and not _tolerates(tolerations, taint):
+        as_obj = {"key": taint.key, "value": taint.value, "effect": taint.effect}
+        if taint.effect in ("NoSchedule", "NoExecute") and not tolerates(tolerations, as_obj):
             return NodeCapacity(node.name, gpus, TAINTED, str(taint))
     # a judged fleet without this node (new since its read) is of unknown health, as
     # burst migrate and train launch count it; no judgement at all (telemetry
@@ -595,14 +582,7 @@ def parse_workload(obj: Obj, lq_to_cq: Mapping[tuple[str, str], str | None]) -> 
                 flavor=assigned.get(name),
             )
         )
-    owner = next(
-        (
-            f"{o.get('kind')}/{o.get('name')}"
-            for o in meta.get("ownerReferences") or ()
-            if o.get("controller")
-        ),
-        None,
-    )
+    owner = controller_text(obj)
     ref = spec.get("priorityClassRef") or {}
     state, holding = workload_state(obj)
     cq = admission.get("clusterQueue") or (lq_to_cq.get((ns, queue)) if queue else None)

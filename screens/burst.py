@@ -18,7 +18,7 @@ from textual.css.query import NoMatches
 from textual.widgets import DataTable, Input, Static
 
 from krea_ops import units
-from krea_ops.burst.status import BurstPod, BurstStatus, BurstTaint, VirtualNode, cost_notes
+from krea_ops.burst.status import BurstPod, BurstStatus, VirtualNode, VirtualNodeTaint, cost_notes
 from screens.base import DataScreen
 from screens.messages import BurstLoaded, Loaded
 from screens.text import sync_table
@@ -59,7 +59,7 @@ READY = {True: ("Ready", "green"), False: ("NotReady", "bold red"), None: ("Unkn
 PHASE_STYLE = {"Running": "green", "Pending": "yellow", "Failed": "bold red", "Succeeded": "dim"}
 
 
-def taint_text(taints: tuple[BurstTaint, ...]) -> str:
+def taint_text(taints: tuple[VirtualNodeTaint, ...]) -> str:
     if not taints:
         return "-"
     return ", ".join(

@@ -95,3 +95,39 @@ def test_importing_the_core_loads_no_ui_library() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_runbook_and_the_cluster_access_layer_import_in_no_circle() -> None:
+    """The move spec lives with the plan, the audit log's replay with the audit log, and
+    the object rules (controller of a pod, tolerations, Ready, selectors) in
+    ``kube.rules``: no module of the runbook or of ``kube`` reaches itself through
+    another, lazily or not."""
+    import grimp
+
+    graph = grimp.build_graph("krea_ops")
+    mods = sorted(
+        m for m in graph.modules if m.startswith(("krea_ops.runbook.", "krea_ops.kube."))
+    )
+    circles = [
+        (a, b)
+        for a in mods
+        for b in graph.find_modules_directly_imported_by(a)
+        if b in mods and b != a and graph.chain_exists(importer=b, imported=a)
+    ]
+    assert circles == []
+
+
+def test_no_two_classes_of_the_product_share_a_name() -> None:
+    """A name says one thing: the console's health reading is not the node-health
+    controller, a plan finding's severity is not a node's, the simulator's JobSet client
+    is not its core client. (Private helpers, ``_Handler`` and the like, aside.)"""
+    seen: dict[str, list[str]] = {}
+    for root in ("krea_ops", "commands", "screens"):
+        for path in sorted((ROOT / root).rglob("*.py")):
+            for node in ast.parse(path.read_text()).body:
+                if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                    seen.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    assert {name: where for name, where in seen.items() if len(where) > 1} == {}
+    # the module names the issue found twice
+    faults = [p for p in (ROOT / "krea_ops").rglob("faults.py")]
+    assert len(faults) == 1, faults

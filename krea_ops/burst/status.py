@@ -67,7 +67,7 @@ PROVIDER_LABELS = ("virtual-kubelet.io/provider", "alpha.virtual-kubelet.io/prov
 
 
 @dataclass(frozen=True)
-class BurstTaint:
+class VirtualNodeTaint:
     """A taint on a virtual node and whose it is: ``krea`` (``krea.ai/*``, ours: the
     pause switch), ``kubernetes`` (``node.kubernetes.io/*``: unreachable, not-ready,
     unschedulable) or ``provider`` (everything else, e.g. ``virtual-kubelet.io/provider``)."""
@@ -125,7 +125,7 @@ class VirtualNode:
     cordoned: bool
     gpu_capacity: int | None
     gpu_allocatable: int | None
-    taints: tuple[BurstTaint, ...]
+    taints: tuple[VirtualNodeTaint, ...]
     paused: bool  # our krea.ai/burst-paused taint is on it
     # why: annotation krea.ai/burst-paused-reason (``burst pause``), else the taint's value
     # when it is not just "true" (a pause set by hand); None when not paused or not said
@@ -139,11 +139,11 @@ class VirtualNode:
     paused_at: float | None = None
 
     @property
-    def our_taints(self) -> tuple[BurstTaint, ...]:
+    def our_taints(self) -> tuple[VirtualNodeTaint, ...]:
         return tuple(t for t in self.taints if t.owner == "krea")
 
     @property
-    def provider_taints(self) -> tuple[BurstTaint, ...]:
+    def provider_taints(self) -> tuple[VirtualNodeTaint, ...]:
         return tuple(t for t in self.taints if t.owner != "krea")
 
 
@@ -211,7 +211,9 @@ def virtual_node(
         )
     )
     usage = read_usage(node.annotations)
-    taints = tuple(BurstTaint(t.key, t.value, t.effect, taint_owner(t.key)) for t in node.taints)
+    taints = tuple(
+        VirtualNodeTaint(t.key, t.value, t.effect, taint_owner(t.key)) for t in node.taints
+    )
     pause = next((t for t in taints if t.key == PAUSE_TAINT_KEY), None)
     return VirtualNode(
         name=node.name,
@@ -233,7 +235,7 @@ def virtual_node(
     )
 
 
-def _pause_why(pause: BurstTaint | None, annotations: Mapping[str, str]) -> str | None:
+def _pause_why(pause: VirtualNodeTaint | None, annotations: Mapping[str, str]) -> str | None:
     if pause is None:
         return None
     said = annotations.get(PAUSED_REASON)

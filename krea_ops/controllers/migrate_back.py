@@ -76,6 +76,8 @@ from krea_ops.errors import BadInput
 from krea_ops.fleet import judged_error, load_fleet
 from krea_ops.health import severities
 from krea_ops.kube.cluster import MissingCrd, node_info, pod_gpus
+from krea_ops.kube.rules import controller_of, is_active, is_ready, selector_matches
+from krea_ops.kube.rules import meta as _meta
 from krea_ops.model import NodeInfo, Severity
 from krea_ops.queue import (
     KUEUE_GROUP,
@@ -87,15 +89,13 @@ from krea_ops.queue import (
 )
 from krea_ops.runbook.burst import (
     Side,
-    controller_of,
     move_step,
     order_back,
     read_side,
     workload_name,
 )
-from krea_ops.runbook.nodes import pages, selector_matches
-from krea_ops.runbook.plan import Finding, Plan, PodRef, Step
-from krea_ops.runbook.plan import Severity as FindingSeverity
+from krea_ops.runbook.nodes import pages
+from krea_ops.runbook.plan import Finding, FindingSeverity, Plan, PodRef, Step
 from krea_ops.settings import Settings
 
 NAME = "migrate-back"
@@ -394,24 +394,8 @@ def _closed(node: NodeInfo) -> bool:
 # -- small pure helpers ----------------------------------------------------------------------
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
 def _what(pod: Mapping[str, Any]) -> str:
     return f"{_meta(pod).get('namespace')}/{_meta(pod).get('name')}"
-
-
-def _ready(pod: Mapping[str, Any]) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (pod.get("status") or {}).get("conditions") or ()
-    )
-
-
-def _active(pod: Mapping[str, Any]) -> bool:
-    phase = (pod.get("status") or {}).get("phase")
-    return phase not in ("Succeeded", "Failed") and not _meta(pod).get("deletionTimestamp")
 
 
 def _budgets_of(pod: Mapping[str, Any], budgets: Iterable[Obj]) -> list[Obj]:
@@ -606,7 +590,7 @@ class MigrateBack:
             for p in snapshot.pods
             if (p.get("spec") or {}).get("nodeName") in virtual_names
             and (p.get("status") or {}).get("phase") == "Running"
-            and _active(p)
+            and is_active(p)
         ]
         gauges["offsite_pods"] = float(len(offsite))
         room = _room(snapshot, config.count_unknown)
@@ -663,7 +647,7 @@ class MigrateBack:
         ready_by_name: dict[str, int] = {}
         for pod in snapshot.pods:
             owner = controller_of(pod)
-            if owner is None or not _active(pod) or not _ready(pod):
+            if owner is None or not is_active(pod) or not is_ready(pod):
                 continue
             uid = str(owner.get("uid"))
             ready_by_uid[uid] = ready_by_uid.get(uid, 0) + 1

@@ -21,6 +21,7 @@ import orjson
 
 from krea_ops.errors import BadInput, Unavailable
 from krea_ops.kube.quantity import as_int
+from krea_ops.kube.rules import controller_text
 from krea_ops.kube.times import parse_time
 from krea_ops.model import NodeInfo, PodInfo, Taint
 from krea_ops.settings import check_url
@@ -97,14 +98,7 @@ def pod_info(obj: dict[str, Any]) -> PodInfo:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
-    owner = next(
-        (
-            f"{o.get('kind')}/{o.get('name')}"
-            for o in meta.get("ownerReferences") or ()
-            if o.get("controller")
-        ),
-        None,
-    )
+    owner = controller_text(obj)
     return PodInfo(
         namespace=meta.get("namespace", ""),
         name=meta.get("name", ""),

@@ -22,7 +22,7 @@ from __future__ import annotations
 import getpass
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ import orjson
 
 from krea_ops.errors import Unavailable
 from krea_ops.kube.events import redact
+from krea_ops.runbook.plan import Plan, StepKind
 
 
 def default_path(env: Mapping[str, str] | None = None) -> Path:
@@ -113,3 +114,163 @@ class AuditLog:
                     f"cannot write the audit log {self.path}: {exc.strerror or exc}; "
                     "set KREA_OPS_AUDIT_LOG to a writable file"
                 ) from None
+
+
+# -- replay: what earlier runs of a command did, from the log's tail ------------------
+
+# how much of the audit log's end is read for Events an interrupted run owes: a rerun
+# follows the run it finishes, and a bounded read keeps a long-lived log cheap (a
+# controller runs a plan most passes)
+OWED_LOOKBACK_BYTES = 256 << 10
+
+
+def tail_records(path: Path, action: str, limit: int = OWED_LOOKBACK_BYTES) -> list[dict[str, Any]]:
+    """The whole records of ``action`` among the last ``limit`` bytes of the audit log (a
+    line cut by the window or by a crash is skipped; only lines naming the action are
+    parsed); none when the log cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            start = max(0, size - limit)
+            f.seek(start)
+            data = f.read()
+    except OSError:
+        return []
+    lines = data.split(b"\n")
+    if start:
+        lines = lines[1:]  # the window's first line is a part of one
+    named = b'"action":' + orjson.dumps(action)  # every record carries its run's action
+    out = []
+    for line in lines:
+        if named not in line:
+            continue
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out
+
+
+def _same_command(plan: Plan, other: Any) -> bool:
+    if not isinstance(other, dict):
+        return False
+    nodes = other.get("nodes")
+    return (
+        other.get("action") == plan.action
+        and other.get("subject") == plan.subject
+        and isinstance(nodes, list)
+        and sorted(map(str, nodes)) == sorted(plan.nodes)
+    )
+
+
+def _event_key(regarding: dict[str, Any], reason: Any) -> tuple[str, str, str, str]:
+    return (
+        str(regarding.get("kind", "")),
+        str(regarding.get("namespace", "")),
+        str(regarding.get("name", "")),
+        str(reason),
+    )
+
+
+def owed_events(
+    plan: Plan, records: list[dict[str, Any]]
+) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """The Events that earlier runs of the same command made the change for and never
+    recorded: (run_id, the Event's content, its planned call), in the order owed.
+
+    A run owes the Event step right after its last recorded step when that step ended
+    ``done`` or ``unchanged`` (the change is made) and the Event step never ran: the run
+    was killed or stopped in between. A later run that records that Event (a step of its
+    own, or a repayment) pays it."""
+    starts: dict[str, dict[str, Any]] = {}
+    ran: dict[str, dict[int, str]] = {}
+    order: list[str] = []
+    for record in records:
+        run_id = str(record.get("run_id") or "")
+        kind = record.get("record")
+        if kind == "start" and record.get("action") == plan.action:
+            if _same_command(plan, record.get("plan")):
+                starts[run_id], ran[run_id] = record, {}
+                order.append(run_id)
+        elif kind == "step" and run_id in ran:
+            try:
+                ran[run_id][int(record.get("step") or 0)] = str(record.get("status"))
+            except (TypeError, ValueError):
+                continue
+    owed: dict[tuple[str, str, str, str], tuple[str, dict[str, Any], dict[str, Any]]] = {}
+    for run_id in order:
+        start = starts[run_id]
+        steps = (start.get("plan") or {}).get("steps") or []
+        specs = {}
+        for spec in start.get("events") or ():
+            if isinstance(spec, dict) and isinstance(spec.get("regarding"), dict):
+                specs[int(spec.get("step") or 0)] = spec
+        done = ran[run_id]
+        for index, spec in specs.items():
+            if index in done:  # recorded (or tried: Events are best effort) by this run
+                owed.pop(_event_key(spec["regarding"], spec.get("reason")), None)
+        if not done:
+            continue
+        last = max(done)
+        spec = specs.get(last + 1)
+        if spec is None or done[last] not in ("done", "unchanged") or len(steps) <= last:
+            continue
+        calls = steps[last].get("calls") or []
+        if calls and isinstance(calls[0], dict):
+            owed[_event_key(spec["regarding"], spec.get("reason"))] = (run_id, spec, calls[0])
+    planned = {
+        _event_key(s.event.regarding.as_dict(), s.event.reason)
+        for s in plan.steps
+        if s.kind is StepKind.EVENT and s.event is not None
+    }
+    return [v for k, v in owed.items() if k not in planned]
+
+
+def interrupted_calls(
+    plan: Plan, audit_log: Path | None, path_suffix: str, options: Sequence[str] = ()
+) -> int:
+    """How many calls whose path ends with ``path_suffix`` (``/eviction``) the runs of
+    ``plan``'s command (same action, subject, nodes, and ``options`` keys) made with
+    success since one last ran to its end, from the audit log's tail: what a rerun of a
+    killed command must not do again beyond its own bound (``burst migrate --max``)."""
+    if audit_log is None:
+        return 0
+    records = tail_records(audit_log, plan.action)
+    same = {
+        str(r.get("run_id"))
+        for r in records
+        if r.get("record") == "start"
+        and _same_command(plan, r.get("plan"))
+        and all(
+            ((r.get("plan") or {}).get("options") or {}).get(k) == plan.options.get(k)
+            for k in options
+        )
+    }
+    count = 0
+    for r in records:  # in the order written
+        run_id = str(r.get("run_id"))
+        if run_id not in same:
+            continue
+        if r.get("record") == "end":
+            count = 0  # the command ran to its end: what came before was its own
+            continue
+        if r.get("record") != "step":
+            continue
+        for call in r.get("calls") or ():
+            if not isinstance(call, dict):
+                continue
+            status = call.get("http_status")
+            ok = isinstance(status, int) and 200 <= status < 300
+            if ok and str(call.get("path", "")).endswith(path_suffix):
+                count += 1
+    return count
+
+
+def owes_events(plan: Plan, audit_log: Path | None) -> bool:
+    """Whether an interrupted run of ``plan``'s command owes an Event (``owed_events``):
+    a command with nothing else left to do still runs, to record it."""
+    if audit_log is None:
+        return False
+    return bool(owed_events(plan, tail_records(audit_log, plan.action)))

@@ -58,24 +58,35 @@ from krea_ops.burst import (
 from krea_ops.errors import BadInput
 from krea_ops.kube.cluster import GPU_RESOURCE, Cluster, pod_gpus
 from krea_ops.kube.quantity import as_int
+from krea_ops.kube.rules import (
+    controller_of,
+    is_active,
+    is_ready,
+    labels_match,
+    selector_matches,
+    tolerates,
+)
+from krea_ops.kube.rules import (
+    meta as _meta,
+)
 from krea_ops.kube.times import rfc3339
 from krea_ops.kube.writes import AddTaint, Edit, RemoveTaint, SetAnnotations
 from krea_ops.model import Severity as HealthSeverity
-from krea_ops.runbook.execute import interrupted_calls, owes_events
+from krea_ops.runbook.audit import interrupted_calls, owes_events
 from krea_ops.runbook.nodes import (
     event_call,
     node_event,
     pages,
     read_nodes,
-    selector_matches,
     update_step,
 )
 from krea_ops.runbook.plan import (
     Call,
     Finding,
+    FindingSeverity,
+    MoveSpec,
     Plan,
     PodRef,
-    Severity,
     Step,
     StepKind,
 )
@@ -172,7 +183,7 @@ def plan_pause(
     findings = [
         Finding(
             "already",
-            Severity.INFO,
+            FindingSeverity.INFO,
             f"node {name} is already paused by {user} with that reason",
             name,
         )
@@ -182,7 +193,7 @@ def plan_pause(
     findings.append(
         Finding(
             "running",
-            Severity.INFO,
+            FindingSeverity.INFO,
             "pods running offsite keep running (NoSchedule); burst migrate --back moves them",
         )
     )
@@ -204,7 +215,7 @@ def plan_unpause(
     objs = _virtual_objs(cluster, virtual_nodes)
     steps = _unpause_steps(objs, user, reason)
     findings = [
-        Finding("already", Severity.INFO, f"node {name} is not paused", name)
+        Finding("already", FindingSeverity.INFO, f"node {name} is not paused", name)
         for name in objs
         if not any(s.node == name for s in steps)
     ]
@@ -222,53 +233,18 @@ def plan_unpause(
 # -- capacity --------------------------------------------------------------------------
 
 
-def _meta(obj: Obj) -> Obj:
-    return obj.get("metadata") or {}
-
-
-def _ready(obj: Obj) -> bool:
-    for cond in (obj.get("status") or {}).get("conditions") or ():
-        if cond.get("type") == "Ready":
-            return bool(cond.get("status") == "True")
-    return False
-
-
-def tolerates(tolerations: Iterable[Obj], taint: Obj) -> bool:
-    """Whether one of ``tolerations`` tolerates ``taint`` (the rules of
-    ``k8s.io/api/core/v1/toleration.go`` ``ToleratesTaint``)."""
-    for tol in tolerations:
-        if tol.get("effect") and tol.get("effect") != taint.get("effect"):
-            continue
-        key = tol.get("key") or ""
-        if key and key != taint.get("key"):
-            continue
-        if tol.get("operator") == "Exists":
-            return True
-        if not key:  # an empty key goes with Exists only
-            continue
-        if (tol.get("value") or "") == (taint.get("value") or ""):
-            return True
-    return False
-
-
 def fits_node(pod: Obj, node: Obj) -> bool:
     """A healthy node the pod may be scheduled on: Ready, not cordoned, no taint of
     effect NoSchedule or NoExecute it does not tolerate, its nodeSelector matched."""
     spec = node.get("spec") or {}
-    if not _ready(node) or spec.get("unschedulable"):
+    if not is_ready(node) or spec.get("unschedulable"):
         return False
     tolerations = (pod.get("spec") or {}).get("tolerations") or ()
     for taint in spec.get("taints") or ():
         if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
             return False
-    labels = _meta(node).get("labels") or {}
-    wanted = (pod.get("spec") or {}).get("nodeSelector") or {}
-    return all(labels.get(k) == v for k, v in wanted.items())
-
-
-def _active(pod: Obj) -> bool:
-    phase = (pod.get("status") or {}).get("phase")
-    return phase not in ("Succeeded", "Failed") and not _meta(pod).get("deletionTimestamp")
+    wanted = (pod.get("spec") or {}).get("nodeSelector")
+    return labels_match(wanted, _meta(node).get("labels") or {})
 
 
 @dataclass
@@ -329,7 +305,7 @@ def read_side(
         name: gpus
         for name, gpus in allocatable.items()
         if gpus > 0
-        and _ready(nodes[name])
+        and is_ready(nodes[name])
         and not (nodes[name].get("spec") or {}).get("unschedulable")
     }
     unhealthy: dict[str, str] = {}
@@ -360,13 +336,6 @@ def _left_out(side: Side) -> str:
     return f"; {len(side.unhealthy)} more left out: {', '.join(parts)}"
 
 
-def controller_of(pod: Obj) -> Obj | None:
-    for owner in _meta(pod).get("ownerReferences") or ():
-        if owner.get("controller"):
-            return dict(owner)
-    return None
-
-
 def workload_name(pod: Obj) -> str:
     """``Deployment ns/x`` for a pod of a Deployment's ReplicaSet, else the controller's
     kind and name."""
@@ -381,26 +350,6 @@ def workload_name(pod: Obj) -> str:
 
 
 # -- migrate ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MoveSpec:
-    """What the executor needs to pace one move: the pod's workload (its controller's
-    UID and a selector to list its pods), the nodes of the side it goes to (``to``:
-    ``in-cluster`` or ``virtual``), the Ready count the workload must not fall below,
-    and the GPUs it needs there. ``node_selector``: the nodeSelector its replacement
-    will have, where it differs from the pod's (Kueue admits the replacement anew and
-    gives it its flavor's node labels); None: the pod's own."""
-
-    namespace: str
-    controller_uid: str
-    workload: str
-    label_selector: str
-    to: str
-    virtual_nodes: tuple[str, ...]
-    ready_floor: int
-    gpus: int
-    node_selector: tuple[tuple[str, str], ...] | None = None
 
 
 def order_back(pods: list[Obj]) -> list[Obj]:
@@ -467,7 +416,7 @@ def plan_migrate(
     candidates: list[Obj] = []
     for pod in listed:
         where = (pod.get("spec") or {}).get("nodeName")
-        if where not in here_names or not _active(pod):
+        if where not in here_names or not is_active(pod):
             continue
         what = f"{_meta(pod).get('namespace')}/{_meta(pod).get('name')}"
         owner = controller_of(pod)
@@ -475,7 +424,11 @@ def plan_migrate(
             why = "no controller: nothing recreates it" if owner is None else "a DaemonSet pod"
             findings.append(
                 Finding(
-                    "stays", Severity.INFO, f"pod {what} on {where} stays: {why}", where, (what,)
+                    "stays",
+                    FindingSeverity.INFO,
+                    f"pod {what} on {where} stays: {why}",
+                    where,
+                    (what,),
                 )
             )
             continue
@@ -493,7 +446,7 @@ def plan_migrate(
                 findings.append(
                     Finding(
                         "stays",
-                        Severity.INFO,
+                        FindingSeverity.INFO,
                         f"pod {what} on {where} stays: it does not tolerate {VK_TAINT_KEY}",
                         where,
                         (what,),
@@ -540,7 +493,7 @@ def plan_migrate(
             findings.append(
                 Finding(
                     "already-moved",
-                    Severity.INFO,
+                    FindingSeverity.INFO,
                     f"an interrupted run of this command moved {moved} of its --max "
                     f"{max_pods} pods: this run moves at most {budget}",
                 )
@@ -594,12 +547,12 @@ def plan_migrate(
             user=user,
             steps=tuple(left_steps),
             findings=(
-                Finding("nothing-to-move", Severity.INFO, f"{refusal}: nothing is moved"),
+                Finding("nothing-to-move", FindingSeverity.INFO, f"{refusal}: nothing is moved"),
                 _left_finding(back, left_names)
                 if not owed
                 else Finding(
                     "owed-event",
-                    Severity.INFO,
+                    FindingSeverity.INFO,
                     "an interrupted run of this command made a change and stopped before "
                     "its Event: this run records it",
                 ),
@@ -616,7 +569,7 @@ def plan_migrate(
         0,
         Finding(
             "capacity",
-            Severity.INFO,
+            FindingSeverity.INFO,
             f"{free_before} {side} GPUs free on {counted(there.healthy, 'healthy node')}"
             f"{_left_out(there)}; moves {len(chosen)} of {counted(len(ordered), 'pod')} "
             f"({sum(pod_gpus(p.get('spec') or {}) for p, _ in chosen)} GPUs)",
@@ -626,7 +579,7 @@ def plan_migrate(
         findings.append(
             Finding(
                 "stays",
-                Severity.INFO,
+                FindingSeverity.INFO,
                 f"{len(left_over)} pods stay: {', '.join(left_over)}",
                 None,
                 tuple(x.split(" ", 1)[0] for x in left_over),
@@ -638,10 +591,10 @@ def plan_migrate(
     by_uid: dict[str, list[Obj]] = {}
     for pod in listed:
         owner = controller_of(pod)
-        if owner is not None and _active(pod):
+        if owner is not None and is_active(pod):
             by_uid.setdefault(str(owner.get("uid")), []).append(pod)
     for uid, pods in by_uid.items():
-        ready_now[uid] = sum(1 for p in pods if _ready(p))
+        ready_now[uid] = sum(1 for p in pods if is_ready(p))
     budgets = pages(cluster, "list poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets")
     moving: dict[str, list[str]] = {}
     for pod, _ in chosen:
@@ -653,7 +606,7 @@ def plan_migrate(
         findings.append(
             Finding(
                 "drops",
-                Severity.WARNING if ready <= 1 else Severity.INFO,
+                FindingSeverity.WARNING if ready <= 1 else FindingSeverity.INFO,
                 f"{workload}: {ready} Ready; drops to {ready - 1} Ready while each of its "
                 f"{len(names)} moving pods is replaced (one at a time)",
                 None,
@@ -670,7 +623,7 @@ def plan_migrate(
                 findings.append(
                     Finding(
                         "budget",
-                        Severity.BLOCKING,
+                        FindingSeverity.BLOCKING,
                         f"{workload}: PodDisruptionBudget {_meta(pdb).get('namespace')}/"
                         f"{_meta(pdb).get('name')} allows 0 disruptions now; its moves wait "
                         f"up to --timeout {timeout_s:g}s",
@@ -705,7 +658,7 @@ def plan_migrate(
             findings.append(
                 Finding(
                     "steer",
-                    Severity.INFO,
+                    FindingSeverity.INFO,
                     "the virtual nodes are paused already: replacements go in-cluster; "
                     "they stay paused after the move",
                 )
@@ -714,7 +667,7 @@ def plan_migrate(
             findings.append(
                 Finding(
                     "steer",
-                    Severity.INFO,
+                    FindingSeverity.INFO,
                     f"the virtual nodes are paused ({PAUSE_TAINT_KEY}) while pods move, so "
                     "replacements land in-cluster; the last step lifts that pause (a run "
                     "stopped half-way leaves it: krea-ops burst unpause)",
@@ -760,7 +713,7 @@ def plan_migrate(
         findings.append(
             Finding(
                 "steer",
-                Severity.INFO,
+                FindingSeverity.INFO,
                 f"the nodes the pods leave and those with room for them "
                 f"({', '.join(srcs)}) are tainted "
                 f"{OUT_TAINT_KEY}={OUT_TAINT_VALUE}:NoSchedule while pods move, so replacements "
@@ -816,7 +769,7 @@ def _left_finding(back: bool, names: Sequence[str]) -> Finding:
     )
     return Finding(
         "interrupted",
-        Severity.WARNING,
+        FindingSeverity.WARNING,
         f"an earlier burst migrate --{BACK if back else OUT} stopped before lifting its {what}: "
         "this run lifts it at its end",
     )
@@ -917,7 +870,7 @@ def _workload_ready(cluster: Cluster, move: MoveSpec) -> tuple[int, int]:
     total = there = 0
     for pod in pods:
         owner = controller_of(pod) or {}
-        if str(owner.get("uid")) != move.controller_uid or not _active(pod) or not _ready(pod):
+        if str(owner.get("uid")) != move.controller_uid or not is_active(pod) or not is_ready(pod):
             continue
         total += 1
         offsite = (pod.get("spec") or {}).get("nodeName") in move.virtual_nodes
@@ -954,7 +907,7 @@ def run_move(
     path = f"/api/v1/namespaces/{quote(pod.namespace)}/pods/{quote(pod.name)}"
     answer = cluster.request(f"get pod {pod.what}", "GET", path)
     current = answer.body if answer.ok else None
-    if current is None or _meta(current).get("uid") != pod.uid or not _active(current):
+    if current is None or _meta(current).get("uid") != pod.uid or not is_active(current):
         return "unchanged", [f"pod {pod.what} is gone already: nothing to move"], None
 
     counts: list[tuple[int, int]] = []

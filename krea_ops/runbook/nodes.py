@@ -47,6 +47,7 @@ from urllib.parse import quote
 from krea_ops.errors import BadInput
 from krea_ops.kube.cluster import PAGE_SIZE, VIRTUAL_NODE_LABEL, Cluster
 from krea_ops.kube.events import ObjectRef
+from krea_ops.kube.rules import controller_of, selector_matches
 from krea_ops.kube.times import rfc3339
 from krea_ops.kube.writes import (
     AddTaint,
@@ -64,9 +65,9 @@ from krea_ops.runbook.plan import (
     Call,
     EventSpec,
     Finding,
+    FindingSeverity,
     Plan,
     PodRef,
-    Severity,
     Step,
     StepKind,
 )
@@ -224,47 +225,17 @@ def node_event(
 # -- preflight ------------------------------------------------------------------------
 
 
-def _controller(pod: Obj) -> Obj | None:
-    for owner in (pod.get("metadata") or {}).get("ownerReferences") or ():
-        if owner.get("controller"):
-            return dict(owner)
-    return None
-
-
 def _stays(pod: Obj) -> str | None:
     """Why a pod is not evicted (DaemonSet, mirror, already terminating), or None."""
     meta = pod.get("metadata") or {}
     if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
         return "mirror pod (the kubelet runs it from a file)"
-    owner = _controller(pod)
+    owner = controller_of(pod)
     if owner is not None and owner.get("kind") == "DaemonSet":
         return f"DaemonSet {owner.get('name')}"
     if meta.get("deletionTimestamp"):
         return "already terminating"
     return None
-
-
-def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
-    """A LabelSelector (matchLabels and matchExpressions) against labels. ``None``
-    matches nothing and ``{}`` everything, as a policy/v1 PodDisruptionBudget's does."""
-    if selector is None:
-        return False
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    for expr in selector.get("matchExpressions") or ():
-        key, op = expr.get("key"), expr.get("operator")
-        values = set(expr.get("values") or ())
-        present = key in labels
-        if op == "In" and not (present and labels[key] in values):
-            return False
-        if op == "NotIn" and present and labels[key] in values:
-            return False
-        if op == "Exists" and not present:
-            return False
-        if op == "DoesNotExist" and present:
-            return False
-    return True
 
 
 def _preflight(
@@ -292,18 +263,18 @@ def _preflight(
                     findings.append(
                         Finding(
                             "budget",
-                            Severity.BLOCKING,
+                            FindingSeverity.BLOCKING,
                             f"pod {ns}/{name} on {node_name}: PodDisruptionBudget "
                             f"{ns}/{pmeta.get('name')} allows 0 disruptions now; {then}",
                             node_name,
                             (f"{ns}/{name}", f"{ns}/{pmeta.get('name')}"),
                         )
                     )
-            if _controller(pod) is None:
+            if controller_of(pod) is None:
                 findings.append(
                     Finding(
                         "unmanaged",
-                        Severity.WARNING,
+                        FindingSeverity.WARNING,
                         f"pod {ns}/{name} on {node_name} has no controller: nothing recreates it",
                         node_name,
                         (f"{ns}/{name}",),
@@ -318,7 +289,7 @@ def _preflight(
                 findings.append(
                     Finding(
                         "emptydir",
-                        Severity.WARNING,
+                        FindingSeverity.WARNING,
                         f"pod {ns}/{name} on {node_name}: the data of emptyDir "
                         f"{', '.join(volumes)} is deleted with it",
                         node_name,
@@ -427,11 +398,11 @@ def _health_finding(
         label = verdict.severity.name
         forced = " (--force)" if verdict.severity is HealthSeverity.BAD else ""
         message = f"node {name} is {label} now ({verdict.summary}): restoring{forced} puts it "
-        return Finding("health", Severity.WARNING, message + "back in service", name)
+        return Finding("health", FindingSeverity.WARNING, message + "back in service", name)
     if verdict is not None or judged or error:
         why = f" ({error})" if error and not judged else ""
         return Finding(
-            "health", Severity.WARNING,
+            "health", FindingSeverity.WARNING,
             f"node {name}'s health is not known{why}: nothing says it is sound",
             name,
         )  # fmt: skip
@@ -487,7 +458,7 @@ def _gangs(
             findings.append(
                 Finding(
                     "gang",
-                    Severity.WARNING,
+                    FindingSeverity.WARNING,
                     f"JobSet {ns}/{name} could not be read ({why}): what its gang does is "
                     f"unknown; {evicting}",
                     None,
@@ -501,7 +472,7 @@ def _gangs(
             findings.append(
                 Finding(
                     "gang",
-                    Severity.WARNING,
+                    FindingSeverity.WARNING,
                     f"JobSet {ns}/{name} restarts its whole gang at once, from "
                     f"{read.checkpoint}: {why}; {evicting}",
                     None,
@@ -512,7 +483,7 @@ def _gangs(
             findings.append(
                 Finding(
                     "gang",
-                    Severity.WARNING,
+                    FindingSeverity.WARNING,
                     f"JobSet {ns}/{name} will fail: {why}; {evicting} (krea-ops train resume "
                     "relaunches a run of ours from its newest complete checkpoint)",
                     None,
@@ -531,7 +502,9 @@ def _gangs(
                 else "refused without --force: suspend the JobSet first, evict, then "
                 "resume it (docs/operations.md, Evicting a training gang)"
             )
-            findings.append(Finding("gang", Severity.WARNING, f"{hang}; {then}", None, objects))
+            findings.append(
+                Finding("gang", FindingSeverity.WARNING, f"{hang}; {then}", None, objects)
+            )
             if not force:
                 hanging.append(f"JobSet {ns}/{name}")
     refused = None
@@ -650,7 +623,7 @@ def read_evict(
                 stays.append(
                     Finding(
                         "stays",
-                        Severity.INFO,
+                        FindingSeverity.INFO,
                         f"pod {meta['namespace']}/{meta['name']} on {name} stays: {why}",
                         name,
                         (f"{meta['namespace']}/{meta['name']}",),
@@ -697,7 +670,7 @@ def build_evict(
     findings: list[Finding] = [
         Finding(
             "fleet-share",
-            Severity.INFO,
+            FindingSeverity.INFO,
             f"takes {len(offline)} of {fleet} nodes offline "
             f"({100 * len(offline) / max(fleet, 1):.0f}%; --max-share {max_share:g} allows "
             f"{limit})",
@@ -709,7 +682,7 @@ def build_evict(
             f"{len(offline)} nodes is more than --max-share {max_share:g} of the fleet "
             f"({limit} of {fleet} nodes); raise --max-share to do this"
         )
-        findings.append(Finding("fleet-share", Severity.BLOCKING, refused))
+        findings.append(Finding("fleet-share", FindingSeverity.BLOCKING, refused))
 
     cordon: list[Step] = []
     for name in nodes:
@@ -729,7 +702,7 @@ def build_evict(
             if (by, why) != (user, reason):
                 findings.append(
                     Finding(
-                        "already-out", Severity.WARNING,
+                        "already-out", FindingSeverity.WARNING,
                         f"node {name} was already taken out by {by} at {when}: {why}; that "
                         "stays the first reason, and this one is added to it",
                         name,
@@ -747,7 +720,7 @@ def build_evict(
             findings.append(
                 Finding(
                     "already",
-                    Severity.INFO,
+                    FindingSeverity.INFO,
                     f"node {name} is already cordoned, tainted and annotated",
                     name,
                 )
@@ -764,7 +737,7 @@ def build_evict(
     findings.extend(f for f in inputs.stays if f.node in nodes)
     if hangs and refused is None:
         refused = hangs
-        findings.append(Finding("gang", Severity.BLOCKING, hangs))
+        findings.append(Finding("gang", FindingSeverity.BLOCKING, hangs))
 
     # every gang's pods first, on every node: its JobSet restarts the whole gang at once
     # and its new pods cannot land on a node of this action (all cordoned above)
@@ -997,7 +970,7 @@ def build_restore(
             findings.append(
                 Finding(
                     "cordoned-before",
-                    Severity.WARNING,
+                    FindingSeverity.WARNING,
                     f"node {name} was cordoned before krea-ops evicted it: it stays cordoned "
                     "(kubectl uncordon, or restore --force, lifts that)",
                     name,
@@ -1006,7 +979,7 @@ def build_restore(
         step = update_step(name, obj, edits, "undo nodes evict")
         if step is None:
             findings.append(
-                Finding("already", Severity.INFO, f"node {name} is already restored", name)
+                Finding("already", FindingSeverity.INFO, f"node {name} is already restored", name)
             )
             continue
         # its health now, only for a node this restore changes
@@ -1024,7 +997,7 @@ def build_restore(
             findings.append(
                 Finding(
                     "not-ours",
-                    Severity.WARNING,
+                    FindingSeverity.WARNING,
                     f"node {name} was not evicted by krea-ops (no {EVICTED_BY}); "
                     "--force uncordons it anyway",
                     name,

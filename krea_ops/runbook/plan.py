@@ -18,13 +18,30 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from krea_ops.kube.events import ObjectRef
 from krea_ops.kube.writes import Edit, Target
 
-if TYPE_CHECKING:
-    from krea_ops.runbook.burst import MoveSpec
+
+@dataclass(frozen=True)
+class MoveSpec:
+    """What the executor needs to pace one move: the pod's workload (its controller's
+    UID and a selector to list its pods), the nodes of the side it goes to (``to``:
+    ``in-cluster`` or ``virtual``), the Ready count the workload must not fall below,
+    and the GPUs it needs there. ``node_selector``: the nodeSelector its replacement
+    will have, where it differs from the pod's (Kueue admits the replacement anew and
+    gives it its flavor's node labels); None: the pod's own."""
+
+    namespace: str
+    controller_uid: str
+    workload: str
+    label_selector: str
+    to: str
+    virtual_nodes: tuple[str, ...]
+    ready_floor: int
+    gpus: int
+    node_selector: tuple[tuple[str, str], ...] | None = None
 
 
 class StepKind(enum.StrEnum):
@@ -118,7 +135,7 @@ class Step:
         }
 
 
-class Severity(enum.StrEnum):
+class FindingSeverity(enum.StrEnum):
     INFO = "info"
     WARNING = "warning"  # the operator should decide knowing this
     BLOCKING = "blocking"  # a step will wait on it (a budget) or the plan is refused
@@ -127,7 +144,7 @@ class Severity(enum.StrEnum):
 @dataclass(frozen=True)
 class Finding:
     kind: str  # budget, unmanaged, emptydir, gang, fleet-share, already, not-ours
-    severity: Severity
+    severity: FindingSeverity
     message: str
     node: str | None = None
     objects: tuple[str, ...] = ()  # pod ns/name, pdb ns/name, jobset ns/name

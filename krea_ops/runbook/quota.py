@@ -31,7 +31,7 @@ from krea_ops.kube.quantity import number
 from krea_ops.kube.writes import Target, custom_object, merge_patch
 from krea_ops.runbook.execute import about
 from krea_ops.runbook.nodes import EVENTS_OF_NODES
-from krea_ops.runbook.plan import Call, EventSpec, Finding, Plan, Severity, Step, StepKind
+from krea_ops.runbook.plan import Call, EventSpec, Finding, FindingSeverity, Plan, Step, StepKind
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 ACTION = "quota-sync"
@@ -129,7 +129,9 @@ def plan_quota(
         obj = cluster_queues.get(name)
         if obj is None:
             findings.append(
-                Finding("missing", Severity.INFO, f"ClusterQueue {name} does not exist", None)
+                Finding(
+                    "missing", FindingSeverity.INFO, f"ClusterQueue {name} does not exist", None
+                )
             )
             continue
         edits = tuple(SetNominalQuota(c.flavor, c.quota, resource) for c in by_cq[name])
@@ -153,7 +155,7 @@ def plan_quota(
                 findings.append(
                     Finding(
                         "over-quota",
-                        Severity.INFO,
+                        FindingSeverity.INFO,
                         f"ClusterQueue {name} holds {_n(reserved)} {resource} on "
                         f"{change.flavor}, above its new quota {change.quota}: Kueue evicts "
                         "nothing, admitted work keeps running (counted as borrowed) and new "

@@ -61,7 +61,7 @@ from krea_ops.queue import (
     flavor_tolerations,
     node_capacity,
 )
-from krea_ops.runbook.plan import Call, EventSpec, Finding, Plan, Severity, Step, StepKind
+from krea_ops.runbook.plan import Call, EventSpec, Finding, FindingSeverity, Plan, Step, StepKind
 from krea_ops.training.checkpoints import inspect_checkpoint, latest_complete
 from krea_ops.training.manifests import (
     JOBSET_PATH,
@@ -165,10 +165,9 @@ def _capacity(
     if len(fit) < spec.nodes:
         verdict = "cannot run yet" if len(fit) + len(unknown) >= spec.nodes else "cannot run"
         raise BadInput(
-            f"a gang of {spec.nodes} nodes x {spec.gpus_per_node} GPUs {verdict}: {have}; "
-            f"{NOTHING}"
+            f"a gang of {spec.nodes} nodes x {spec.gpus_per_node} GPUs {verdict}: {have}; {NOTHING}"
         )
-    return cq_name, [Finding("capacity", Severity.INFO, f"the gang fits: {have}")]
+    return cq_name, [Finding("capacity", FindingSeverity.INFO, f"the gang fits: {have}")]
 
 
 def _local(pod_path: str, mount: tuple[str, Path] | None) -> Path | None:
@@ -181,7 +180,7 @@ def _check_dir(spec: TrainingSpec, mount: tuple[str, Path] | None) -> list[Findi
         return [
             Finding(
                 "checkpoint-dir",
-                Severity.WARNING,
+                FindingSeverity.WARNING,
                 f"checkpoint directory {spec.checkpoints} is not mounted here "
                 "(setting training_checkpoint_mount): not checked",
             )
@@ -197,7 +196,11 @@ def _check_dir(spec: TrainingSpec, mount: tuple[str, Path] | None) -> list[Findi
                 f"--checkpoint-dir {spec.checkpoint_dir}: {where} is not a directory; {NOTHING}"
             )
     return [
-        Finding("checkpoint-dir", Severity.INFO, f"checkpoints go to {spec.checkpoints} ({where})")
+        Finding(
+            "checkpoint-dir",
+            FindingSeverity.INFO,
+            f"checkpoints go to {spec.checkpoints} ({where})",
+        )
     ]
 
 
@@ -231,7 +234,7 @@ def resolve_checkpoint(
             )
         chosen = _pod_path(spec, root, newest.path)
         message = f"resumes from {chosen}, the newest complete checkpoint (step {newest.step})"
-        return chosen, Finding("checkpoint", Severity.INFO, message)
+        return chosen, Finding("checkpoint", FindingSeverity.INFO, message)
     here = _local(wanted, mount)
     pod = wanted
     if here is None:  # a path of this machine under the mount's local root
@@ -249,7 +252,7 @@ def resolve_checkpoint(
     if not cp.complete:
         raise BadInput(f"{flag} {wanted}: the checkpoint is incomplete: {cp.reason}; {nothing}")
     message = f"resumes from {pod} (step {cp.step}, complete)"
-    return pod, Finding("checkpoint", Severity.INFO, message)
+    return pod, Finding("checkpoint", FindingSeverity.INFO, message)
 
 
 def _create_step(spec: TrainingSpec, manifest: Obj, why: str) -> Step:
@@ -285,7 +288,9 @@ def plan_launch(
     if existing is None:
         steps = (_create_step(spec, manifest, "the gang, suspended for Kueue to admit"),)
     elif launch_hash(existing) == launch_hash(manifest):
-        findings.append(Finding("already", Severity.INFO, f"{what} exists, launched as asked"))
+        findings.append(
+            Finding("already", FindingSeverity.INFO, f"{what} exists, launched as asked")
+        )
     else:
         raise BadInput(
             f"{what} exists and was not launched with these options (krea-ops train resume "
@@ -386,7 +391,7 @@ def plan_resume(
         found,
         Finding(
             "gang",
-            Severity.INFO,
+            FindingSeverity.INFO,
             f"{what} is {state} after {(old.get('status') or {}).get('restarts', 0)} restarts; "
             "Kueue queues the new gang like any other",
         ),
@@ -464,7 +469,7 @@ def _finish_resume(
     what = f"JobSet {namespace}/{name}"
     finding = Finding(
         "interrupted",
-        Severity.WARNING,
+        FindingSeverity.WARNING,
         f"{what} was deleted by the resume begun at {interrupted.time} (run "
         f"{interrupted.run_id[:12]}), which stopped before creating it again: this creates "
         f"it as that resume planned, resuming from {chosen}",
@@ -551,7 +556,7 @@ def build_checkpoint_request(
         findings=(
             Finding(
                 "checkpoint-request",
-                Severity.INFO,
+                FindingSeverity.INFO,
                 f"the trainer's launcher answers with krea.ai/checkpoint-completed-at and "
                 f"-step once the checkpoint is committed (requested at {stamp})",
                 objects=(f"{namespace}/{name}",),

@@ -4,9 +4,10 @@ node stops ``nodes evict`` with one line and nothing half-written, and running i
 converges; a list answered 500/503 is one line and exit 1, never an empty fleet; a stalled
 call costs one timeout, not four; a GET hung up on is asked again once, a write never.
 
-The faults come from the simulated API server's fault switch (``krea_ops.sim.apiserver.faults``),
-set per test through ``LocalApiServer.api.faults``, by ``sim serve --faults`` and by the
-ConfigMap ``krea-sim/api-faults``."""
+The faults come from the simulated API server's fault switch
+(``krea_ops.sim.apiserver.fault_switch``), set per test through
+``LocalApiServer.api.faults``, by ``sim serve --faults`` and by the ConfigMap
+``krea-sim/api-faults``."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from krea_ops.kube.cluster import MAX_RETRY_AFTER_S, Cluster
 from krea_ops.kube.eviction import Outcome, evict
 from krea_ops.kube.writes import ATTEMPTS, Cordon, node, update
 from krea_ops.runbook.nodes import EVICTED_REASON, TAINT_KEY
-from krea_ops.sim.apiserver.faults import FaultSwitch, parse_text
+from krea_ops.sim.apiserver.fault_switch import FaultSwitch, parse_text
 from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.conftest import KREA_OPS, ROOT, Kubectl
 from tests.faults.conftest import kubeconfig

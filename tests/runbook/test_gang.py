@@ -22,7 +22,7 @@ from krea_ops.errors import BadInput
 from krea_ops.kube.cluster import Cluster
 from krea_ops.runbook.execute import execute
 from krea_ops.runbook.nodes import gang_fate, plan_evict
-from krea_ops.runbook.plan import Severity, StepKind
+from krea_ops.runbook.plan import FindingSeverity, StepKind
 from krea_ops.sim.common.actor import WorldConfig
 from krea_ops.sim.world import SimWorld
 from krea_ops.training.checkpoints import inspect_checkpoint
@@ -170,7 +170,7 @@ def test_a_gang_without_a_disruption_policy_would_hang_and_is_refused_unless_for
     assert plan.refused is not None and plan.refused.startswith(
         "JobSet training/theirs would hang until the NCCL timeout"
     )
-    assert any(f.severity is Severity.BLOCKING and f.kind == "gang" for f in plan.findings)
+    assert any(f.severity is FindingSeverity.BLOCKING and f.kind == "gang" for f in plan.findings)
     with pytest.raises(BadInput, match=r"would hang until the NCCL timeout.*nothing was changed"):
         execute(cluster, plan)
     assert "unschedulable" not in cluster.get("node", f"/api/v1/nodes/{BAD}")["spec"]

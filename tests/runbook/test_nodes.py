@@ -30,7 +30,7 @@ from krea_ops.runbook.nodes import (
     plan_restore,
     reason_slug,
 )
-from krea_ops.runbook.plan import Plan, Severity
+from krea_ops.runbook.plan import FindingSeverity, Plan
 from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.conftest import wait_for
 from tests.runbook.conftest import (
@@ -176,7 +176,7 @@ def test_a_budget_allowing_nothing_blocks_names_pod_and_budget_and_keeps_the_cor
     budget(cluster, "inference", {"app": "inference"}, pods=2, minAvailable=2)
 
     plan = evict_plan(cluster, timeout_s=1.5)
-    blocking = [f for f in plan.findings if f.severity is Severity.BLOCKING]
+    blocking = [f for f in plan.findings if f.severity is FindingSeverity.BLOCKING]
     assert [f.objects for f in blocking] == [("default/inf-0", "default/inference")]
     assert "allows 0 disruptions" in blocking[0].message
 
@@ -541,7 +541,7 @@ def test_restoring_a_node_that_is_bad_now_is_refused_unless_forced_and_says_why(
 
     forced = plan_restore(cluster, [BAD], user="bob", verdicts=bad, force=True)
     [health] = [f for f in forced.findings if f.kind == "health"]
-    assert health.severity is Severity.WARNING and health.message == (
+    assert health.severity is FindingSeverity.WARNING and health.message == (
         f"node {BAD} is BAD now (GPU 3: XID 95 (uncontained ECC error)): restoring (--force) "
         "puts it back in service"
     )
@@ -581,7 +581,7 @@ def test_evicting_a_node_already_out_keeps_who_took_it_out_first_and_adds_this_r
     plan = evict_plan(cluster)  # alice, REASON
 
     [out] = [f for f in plan.findings if f.kind == "already-out"]
-    assert out.severity is Severity.WARNING
+    assert out.severity is FindingSeverity.WARNING
     assert out.message.startswith(
         f"node {BAD} was already taken out by krea-ops-node-health at "
     ) and out.message.endswith(": GPU 3 at 81 °C; that stays the first reason, and this "

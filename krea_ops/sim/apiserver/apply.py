@@ -694,7 +694,7 @@ def _cap_updaters(entries: list[Entry]) -> list[Entry]:
 
 
 @dataclass
-class Conflict:
+class FieldConflict:
     manager: Entry
     path: list[str]
 
@@ -723,7 +723,7 @@ def _identifier(entry: Entry) -> str:
     return json.dumps(ident, separators=(",", ":"))
 
 
-def conflict_message(conflicts: list[Conflict]) -> str:
+def conflict_message(conflicts: list[FieldConflict]) -> str:
     """getConflictMessage in k8s.io/apiserver .../fieldmanager/internal/conflict.go."""
     if len(conflicts) == 1:
         c = conflicts[0]
@@ -744,7 +744,7 @@ def conflict_message(conflicts: list[Conflict]) -> str:
 
 
 class ApplyConflict(Exception):
-    def __init__(self, conflicts: list[Conflict]) -> None:
+    def __init__(self, conflicts: list[FieldConflict]) -> None:
         super().__init__(conflict_message(conflicts))
         self.conflicts = conflicts
 
@@ -825,7 +825,7 @@ def apply(
     changed, removed = compare(
         scoped(live_obj, subresource, has_status), scoped(merged, subresource, has_status), node
     )
-    conflicts: list[Conflict] = []
+    conflicts: list[FieldConflict] = []
     kept: list[Entry] = []
     for e in others:
         fields = e.get("fieldsV1")
@@ -833,7 +833,7 @@ def apply(
             kept.append(e)
             continue
         clash = member_paths(fields, changed)
-        conflicts.extend(Conflict(e, p) for p in clash)
+        conflicts.extend(FieldConflict(e, p) for p in clash)
         left = without_subtrees(difference(fields, changed) if clash else fields, removed or None)
         if left:
             kept.append(e if left is fields else {**e, "fieldsV1": left})

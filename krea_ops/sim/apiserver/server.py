@@ -38,7 +38,7 @@ from krea_ops.sim.apiserver import apply as ssa
 from krea_ops.sim.apiserver import builtins, errors
 from krea_ops.sim.apiserver.authz import ADMIN, ANONYMOUS, UserInfo
 from krea_ops.sim.apiserver.errors import ApiError
-from krea_ops.sim.apiserver.faults import (
+from krea_ops.sim.apiserver.fault_switch import (
     CONFIGMAP_KEY,
     CONFIGMAP_NAME,
     CONFIGMAP_NAMESPACE,
@@ -801,7 +801,7 @@ class ApiServer:
         self.bookmark_interval_s = bookmark_interval_s
         self._closing = threading.Event()
         self._rng = random.Random()
-        # Injected refusals, latency, hang-ups and watch ends (krea_ops.sim.apiserver.faults).
+        # Injected refusals, latency, hang-ups and watch ends (krea_ops.sim.apiserver.fault_switch).
         self.faults = FaultSwitch()
         from krea_ops.sim.standins.kcm import ControllerManager
 
@@ -893,7 +893,7 @@ class ApiServer:
                 result = _as_protobuf(result)
         return result
 
-    # -- the fault switch (krea_ops.sim.apiserver.faults) ---------------------------------------
+    # -- the fault switch (krea_ops.sim.apiserver.fault_switch) ----------------------------
 
     def _fault(self, req: Request) -> Any:
         from krea_ops.sim.apiserver.authz import attributes
@@ -912,7 +912,11 @@ class ApiServer:
     def _fault_answer(self, req: Request, fault: Any) -> Response:
         """The injected answer, worded as the real server words it (sim/faults.py)."""
         from krea_ops.sim.apiserver.authz import attributes
-        from krea_ops.sim.apiserver.faults import INTERNAL_DETAIL, TOO_MANY_REQUESTS, UNAVAILABLE
+        from krea_ops.sim.apiserver.fault_switch import (
+            INTERNAL_DETAIL,
+            TOO_MANY_REQUESTS,
+            UNAVAILABLE,
+        )
 
         if fault.drop:
             return Response(0, b"", drop=True)
@@ -1391,7 +1395,7 @@ class ApiServer:
                 problems += validate_lease(obj)
             if self._is_fault_configmap(rt, obj):
                 # like a validating webhook: a switch that cannot be read is refused
-                from krea_ops.sim.apiserver.faults import parse_text
+                from krea_ops.sim.apiserver.fault_switch import parse_text
 
                 text = (obj.get("data") or {}).get(CONFIGMAP_KEY) or ""
                 try:

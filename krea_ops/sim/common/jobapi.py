@@ -143,7 +143,7 @@ def pod_requests(spec: Obj) -> dict[str, Decimal]:
 # -- API access ------------------------------------------------------------------------
 
 
-class Api:
+class JobApi:
     """Raw-JSON access through the official client (no model deserialization)."""
 
     def __init__(self, api_client: Any) -> None:

@@ -126,9 +126,9 @@ class StoryActor(Actor):
         self.started = time.monotonic()
         self.beats: dict[str, str] = {}
         self.hot_node: str | None = None
-        from krea_ops.sim.common.jobapi import Api
+        from krea_ops.sim.common.jobapi import JobApi
 
-        self.api = Api(world.client)
+        self.api = JobApi(world.client)
 
     # -- bookkeeping ------------------------------------------------------------------
 

@@ -63,7 +63,7 @@ from krea_ops.sim.common.jobapi import (
     JOBSET_VERSION,
     JS_NAME,
     JS_RESTART,
-    Api,
+    JobApi,
     Obj,
     annots,
     deleting,
@@ -317,7 +317,7 @@ class TrainingActor(Actor):
         self.rate = float(extra.get("training_steps_per_s", 1.0))
         self.shard_size = int(extra.get("checkpoint_shard_bytes", 1024))
         self.keep = max(int(extra.get("checkpoint_keep", 5)), 1)
-        self.api = Api(world.client)
+        self.api = JobApi(world.client)
         self.recorder = Events(self.api, world, COMPONENT)
         self.runs: dict[str, Run] = {}
         self._ignored: dict[str, str] = {}  # JobSet uid -> the bad request value warned of

@@ -43,7 +43,7 @@ from krea_ops.sim.common.jobapi import (
     JS_RESTART,
     JS_RJOB,
     JS_RJOB_REPLICAS,
-    Api,
+    JobApi,
     Obj,
     annots,
     condition,
@@ -275,7 +275,7 @@ class JobController:
 
     component = "job-controller"
 
-    def __init__(self, api: Api, world: World, now: Callable[[], str]) -> None:
+    def __init__(self, api: JobApi, world: World, now: Callable[[], str]) -> None:
         self.api = api
         self.recorder = Events(api, world, self.component)
         self.now = now
@@ -640,7 +640,7 @@ class JobSetController:
 
     component = "jobset-controller"
 
-    def __init__(self, api: Api, world: World, now: Callable[[], str]) -> None:
+    def __init__(self, api: JobApi, world: World, now: Callable[[], str]) -> None:
         self.api = api
         self.recorder = Events(api, world, self.component)
         self.now = now

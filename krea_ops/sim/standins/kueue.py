@@ -54,7 +54,7 @@ from krea_ops.sim.common.jobapi import (
     JOBSET_VERSION,
     JS_RESTART,
     QUEUE_LABEL,
-    Api,
+    JobApi,
     Obj,
     annots,
     condition,
@@ -228,7 +228,7 @@ _PLURALS = {
 }
 
 
-def install(api: Api, objects: list[Obj]) -> None:
+def install(api: JobApi, objects: list[Obj]) -> None:
     """Create the objects; those that exist are left as they are (409)."""
     from kubernetes.client.rest import ApiException
 
@@ -476,7 +476,7 @@ def _selector_fits(template: Obj, flavor: Obj) -> bool:
 class Kueue:
     """Kueue's scheduler, workload controller and Job/JobSet/Pod integrations."""
 
-    def __init__(self, api: Api, world: World, now: Callable[[], str]) -> None:
+    def __init__(self, api: JobApi, world: World, now: Callable[[], str]) -> None:
         self.api = api
         self.recorder = Events(api, world, COMPONENT)
         self.now = now
@@ -1565,7 +1565,7 @@ class KueueActor(Actor):
         super().__init__(world)
         default = max(self.period_s, 0.5 * world.config.speed)
         self.period_s = float(world.config.extra.get("kueue_period_s", default))
-        self.api = Api(world.client)
+        self.api = JobApi(world.client)
         self.kueue = Kueue(self.api, world, world.clock.rfc3339)
         self.jobsets = JobSetController(self.api, world, world.clock.rfc3339)
         self.jobs = JobController(self.api, world, world.clock.rfc3339)

@@ -212,7 +212,7 @@ class FaultRule:
 
 
 @dataclass(frozen=True)
-class Fault:
+class FaultMatch:
     """What the switch decided for one request: the rule's actions."""
 
     rule: FaultRule
@@ -327,7 +327,7 @@ class FaultSwitch:
 
     def decide(
         self, verb: str, group: str, plural: str, subresource: str, namespace: str, name: str
-    ) -> Fault | None:
+    ) -> FaultMatch | None:
         """The fault for this request, or None. Each matching rule counts the request;
         the first whose ``after``, ``times`` and ``rate`` let it fire, fires."""
         if not self._sources:
@@ -355,7 +355,7 @@ class FaultSwitch:
                     self._injected.append(
                         Injection(verb, resource, namespace, name, rule.describe(), source_name)
                     )
-                    return Fault(rule, source_name)
+                    return FaultMatch(rule, source_name)
         return None
 
     def injected(self, verb: str | None = None, resource: str | None = None) -> list[Injection]:

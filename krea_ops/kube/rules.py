@@ -1,0 +1,98 @@
+"""The rules of Kubernetes objects that the reads, the runbook and the controllers share,
+each written once: who controls a pod, whether tolerations tolerate a taint, whether a
+node or pod is Ready, whether a pod still holds its resources, and label selectors.
+
+Each follows the upstream rule it names, so that krea-ops judges an object as the
+API server, the scheduler and the controllers do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+Obj = Mapping[str, Any]
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def meta(obj: Obj) -> Obj:
+    return obj.get("metadata") or {}
+
+
+def controller_of(obj: Obj) -> dict[str, Any] | None:
+    """The owner reference with ``controller: true`` (``metav1.GetControllerOf``)."""
+    for owner in meta(obj).get("ownerReferences") or ():
+        if owner.get("controller"):
+            return dict(owner)
+    return None
+
+
+def controller_text(obj: Obj) -> str | None:
+    """``Kind/name`` of the object's controller, or None."""
+    owner = controller_of(obj)
+    return None if owner is None else f"{owner.get('kind')}/{owner.get('name')}"
+
+
+def tolerates(tolerations: Iterable[Obj], taint: Obj) -> bool:
+    """Whether one of ``tolerations`` tolerates ``taint`` (``key``, ``value``,
+    ``effect``): the rules of ``k8s.io/api/core/v1/toleration.go`` ``ToleratesTaint``."""
+    for tol in tolerations:
+        if tol.get("effect") and tol.get("effect") != taint.get("effect"):
+            continue
+        key = tol.get("key") or ""
+        if key and key != taint.get("key"):
+            continue
+        if tol.get("operator") == "Exists":
+            return True
+        if not key:  # an empty key goes with Exists only
+            continue
+        if (tol.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+def condition_true(obj: Obj, kind: str) -> bool:
+    """Whether the object's status condition ``kind`` is ``"True"``."""
+    return any(
+        c.get("type") == kind and c.get("status") == "True"
+        for c in (obj.get("status") or {}).get("conditions") or ()
+    )
+
+
+def is_ready(obj: Obj) -> bool:
+    """A node's or a pod's Ready condition is True (missing or Unknown: not Ready)."""
+    return condition_true(obj, "Ready")
+
+
+def is_active(pod: Obj) -> bool:
+    """Not finished and not being deleted: it holds (or is about to hold) its node's
+    resources, as the scheduler and ``kubectl drain`` count it."""
+    phase = (pod.get("status") or {}).get("phase")
+    return phase not in TERMINAL_PHASES and not meta(pod).get("deletionTimestamp")
+
+
+def labels_match(wanted: Mapping[str, str] | None, labels: Mapping[str, str]) -> bool:
+    """A nodeSelector or a flavor's ``nodeLabels``: every key with that value."""
+    return all(labels.get(k) == v for k, v in (wanted or {}).items())
+
+
+def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """A LabelSelector (matchLabels and matchExpressions) against labels. ``None``
+    matches nothing and ``{}`` everything, as a policy/v1 PodDisruptionBudget's does."""
+    if selector is None:
+        return False
+    if not labels_match(selector.get("matchLabels"), labels):
+        return False
+    for expr in selector.get("matchExpressions") or ():
+        key, op = expr.get("key"), expr.get("operator")
+        values = set(expr.get("values") or ())
+        present = key in labels
+        if op == "In" and not (present and labels[key] in values):
+            return False
+        if op == "NotIn" and present and labels[key] in values:
+            return False
+        if op == "Exists" and not present:
+            return False
+        if op == "DoesNotExist" and present:
+            return False
+    return True
