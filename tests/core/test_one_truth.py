@@ -264,10 +264,11 @@ def test_every_surface_gives_every_node_the_same_verdict_at_each_moment(world: S
     samples: list[tuple[str, dict[str, dict[Any, Any]]]] = []
 
     async def sample(label: str, pilot: Any) -> None:
-        for _ in range(5):
+        for _ in range(8):
             INSTANT.at = time.time() - 2.5  # every scrape before it is in
-            await _wait_for_instant(console, pilot)
+            # (before the dashboard reads: its read is part of the moment too)
             before = await asyncio.to_thread(node_state, world)
+            await _wait_for_instant(console, pilot)
             seen = await asyncio.to_thread(take, world, app)
             if await asyncio.to_thread(node_state, world) == before:
                 samples.append((label, seen))
