@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -112,7 +113,8 @@ def checkpoints(
         ...,
         help="a checkpoint directory, a run's checkpoint folder, a torchtitan dump folder "
         "or a Megatron --save directory; the pods' path (as the dashboard and train status "
-        "show it) is read where training_checkpoint_mount says it is mounted here",
+        "show it) is read where training_checkpoint_mount says it is mounted here; a "
+        "training run's NAME or NAMESPACE/NAME, its JobSet's checkpoint directory",
     ),
     output: OutputFormat = OutputOption,
 ) -> None:
@@ -154,6 +156,8 @@ def _here(ctx: typer.Context, path: str) -> str:
         return path
     mount_text = settings_from(ctx).training_checkpoint_mount
     mount = parse_mount(mount_text)
+    if RUN_NAME.fullmatch(path):
+        path = _run_checkpoints(ctx, path)
     local = local_path(path, mount)
     if local is not None:
         return str(local)
@@ -166,6 +170,39 @@ def _here(ctx: typer.Context, path: str) -> str:
             f"(KREA_OPS_TRAINING_CHECKPOINT_MOUNT={pods_root}=/mnt/checkpoints, say)"
         )
     return path
+
+
+# a run as the dashboard and train status name it: NAME or NAMESPACE/NAME (DNS labels)
+RUN_NAME = re.compile(r"(?:[a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def _run_checkpoints(ctx: typer.Context, name: str) -> str:
+    """The pods' checkpoint path of the training run ``[NAMESPACE/]NAME`` (its JobSet's
+    ``krea.ai/checkpoint-dir``), for a PATH that is no directory here but names a run;
+    BadInput when no run, or more than one, has that name."""
+    from commands.common import console_of
+    from krea_ops.errors import BadInput, Unavailable
+
+    namespace, _, run = name.rpartition("/")
+    try:
+        every = console_of(ctx).training()
+    except Unavailable as exc:
+        raise BadInput(
+            f"{name}: no such directory here, and the training runs could not be read to "
+            f"look it up as one ({exc})"
+        ) from exc
+    runs = [r for r in every if r.name == run and (not namespace or r.namespace == namespace)]
+    if not runs:
+        raise BadInput(
+            f"{name}: no such directory here, and no training run of that name (the "
+            "dashboard's training screen and train status list them)"
+        )
+    if len(runs) > 1:
+        spaces = ", ".join(sorted(f"{r.namespace}/{r.name}" for r in runs))
+        raise BadInput(f"{name}: more than one training run of that name ({spaces}): say which")
+    if runs[0].checkpoint_dir is None:
+        raise BadInput(f"{name}: its JobSet names no checkpoint directory (krea.ai/checkpoint-dir)")
+    return runs[0].checkpoint_dir
 
 
 # -- train restarts --------------------------------------------------------------------

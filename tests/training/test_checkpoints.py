@@ -465,3 +465,41 @@ def test_the_pods_checkpoint_path_is_read_where_it_is_mounted_here(
     assert invoke(["train", "checkpoints", pods, "-o", "json"]) == 0
     [row] = json.loads(capsys.readouterr().out)
     assert row["step"] == 100 and row["complete"] is True
+
+
+def test_a_run_is_resolved_by_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``train checkpoints NAME`` (or NAMESPACE/NAME) reads the checkpoints of the run of
+    that name, where its JobSet says they go; a name no run has is one line, exit 2."""
+    from kubernetes import client
+
+    from krea_ops.sim.apiserver.local import LocalApiServer
+    from krea_ops.training.runs import CHECKPOINT_DIR_ANNOTATION
+
+    monkeypatch.setenv("KREA_OPS_CONFIG", str(tmp_path / "no-config.yaml"))
+    monkeypatch.setenv("KREA_OPS_TRAINING_CHECKPOINT_MOUNT", f"/checkpoints={tmp_path / 'mnt'}")
+    write_dcp_checkpoint(tmp_path / "mnt" / "training" / "dit-xl" / "step-200")
+    with LocalApiServer(tmp_path / "api") as server, server.api_client() as api:
+        client.CoreV1Api(api).create_namespace({"metadata": {"name": "training"}})
+        jobset = {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {
+                "name": "dit-xl",
+                "labels": {"krea.ai/workload": "training"},
+                "annotations": {CHECKPOINT_DIR_ANNOTATION: "/checkpoints/training/dit-xl"},
+            },
+            "spec": {"replicatedJobs": []},
+        }
+        client.CustomObjectsApi(api).create_namespaced_custom_object(
+            "jobset.x-k8s.io", "v1alpha2", "training", "jobsets", jobset
+        )
+        kc = ["--kubeconfig", str(server.kubeconfig)]
+        for name in ("dit-xl", "training/dit-xl"):
+            assert invoke([*kc, "train", "checkpoints", name, "-o", "json"]) == 0
+            [row] = json.loads(capsys.readouterr().out)
+            assert row["step"] == 200 and row["complete"] is True
+        assert invoke([*kc, "train", "checkpoints", "no-such-run"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "no training run of that name" in err
