@@ -99,7 +99,9 @@ IB_ERRORS = (
 )
 HDR_RATE = 50e9  # NDR 400 Gb/s in bytes/s
 # (family name, type, [(labels, value per sample time: None where no sample)])
-Family = tuple[str, str, list[tuple[str, Sequence[float | None]]]]
+Family = tuple[str, str, Sequence[tuple[str, Sequence[float | None]]]]
+# the same, of the synthesized readings (a sample at every time)
+Readings = tuple[str, str, list[tuple[str, list[float]]]]
 
 
 # ---------------------------------------------------------------------------------------
@@ -143,7 +145,7 @@ def instance(i: int) -> str:
 
 def families(
     fleet: Fleet, times: list[float], t0: float, only: list[int] | None = None
-) -> Iterator[Family]:
+) -> Iterator[Readings]:
     """(family name, type, [(labels, value per time)]) of the whole fleet, or of the
     nodes ``only`` names, family by family (OpenMetrics keeps a family's samples
     together). The readings of the exporters from before the node summaries: no
@@ -155,7 +157,7 @@ def families(
     ones, zeros = [1.0] * k, [0.0] * k
     steps = [float(j) for j in range(k)]  # a fault counter rising one every sample
 
-    def gpu_gauge(name: str, value: Any) -> Family:
+    def gpu_gauge(name: str, value: Any) -> Readings:
         rows = []
         for i in nodes:
             for g in range(GPUS):
