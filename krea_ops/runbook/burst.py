@@ -56,8 +56,7 @@ from krea_ops.burst import (
     VK_TAINT_KEY,
 )
 from krea_ops.errors import BadInput
-from krea_ops.kube.cluster import GPU_RESOURCE, Cluster, pod_gpus
-from krea_ops.kube.quantity import as_int
+from krea_ops.kube.cluster import Cluster, node_info, pod_gpus
 from krea_ops.kube.rules import (
     controller_of,
     is_active,
@@ -72,6 +71,9 @@ from krea_ops.kube.rules import (
 from krea_ops.kube.times import rfc3339
 from krea_ops.kube.writes import AddTaint, Edit, RemoveTaint, SetAnnotations
 from krea_ops.model import Severity as HealthSeverity
+from krea_ops.queue import BAD as CAPACITY_BAD
+from krea_ops.queue import HEALTHY, node_capacity
+from krea_ops.queue import UNKNOWN as CAPACITY_UNKNOWN
 from krea_ops.runbook.audit import interrupted_calls, owes_events
 from krea_ops.runbook.nodes import (
     event_call,
@@ -280,6 +282,9 @@ class Side:
         return None
 
 
+ANY_TAINT: tuple[Obj, ...] = ({"operator": "Exists"},)
+
+
 def read_side(
     cluster: Cluster,
     virtual: bool,
@@ -297,24 +302,18 @@ def read_side(
         for n in pages(cluster, "list nodes", "/api/v1/nodes")
         if (_meta(n).get("name") in names) == virtual
     }
-    allocatable = {
-        name: as_int(((n.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE)) or 0
-        for name, n in nodes.items()
-    }
-    free = {
-        name: gpus
-        for name, gpus in allocatable.items()
-        if gpus > 0
-        and is_ready(nodes[name])
-        and not (nodes[name].get("spec") or {}).get("unschedulable")
-    }
+    # queue list's rule, the one healthy-node count (queue.node_capacity); every taint
+    # tolerated here, as a pod's own tolerations are judged when it is placed (fits_node)
+    free: dict[str, int] = {}
     unhealthy: dict[str, str] = {}
-    if node_severity is not None and not virtual:
-        for name in list(free):
-            verdict = node_severity.get(name, HealthSeverity.UNKNOWN)
-            if verdict in (HealthSeverity.BAD, HealthSeverity.UNKNOWN):
-                unhealthy[name] = "BAD" if verdict is HealthSeverity.BAD else "health unknown"
-                del free[name]
+    for name, obj in nodes.items():
+        cap = node_capacity(node_info(obj), ANY_TAINT, None if virtual else node_severity)
+        if cap.gpus <= 0:
+            continue
+        if cap.state == HEALTHY:
+            free[name] = cap.gpus
+        elif cap.state in (CAPACITY_BAD, CAPACITY_UNKNOWN):
+            unhealthy[name] = "BAD" if cap.state == CAPACITY_BAD else "health unknown"
     if free:
         selector = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
         for pod in pages(cluster, "list pods", "/api/v1/pods", fieldSelector=selector):
