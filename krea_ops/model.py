@@ -114,7 +114,7 @@ NODE_FOLDS: dict[str, str] = {
     "ecc_uncorrected": "krea_node_gpu_ecc_uncorrected_errors_total",
     "row_remap_max": "krea_node_gpu_row_remap_max",
     "nvlink_faults": "krea_node_nvlink_fault_errors_total",
-    "nvlink_fault_gpus": "krea_node_nvlink_fault_counter_gpus",
+    "nvlink_fault_gpus": "krea_node_nvlink_fault_gpus",
     "nvlink_gpus": "krea_node_nvlink_gpus",
     "nvlinks_down": "krea_node_nvlinks_down",
     "ib_ports_not_active": "krea_node_ib_ports_not_active",

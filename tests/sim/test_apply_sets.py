@@ -140,16 +140,16 @@ def test_conflict_message_lists_managers_in_identifier_order() -> None:
     kcm = {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "apps/v1"}
     scaler = {"manager": "kubectl", "operation": "Update", "apiVersion": "apps/v1",
               "subresource": "scale"}  # fmt: skip
-    one = ssa.conflict_message([ssa.Conflict(scaler, ["f:spec", "f:replicas"])])
+    one = ssa.conflict_message([ssa.FieldConflict(scaler, ["f:spec", "f:replicas"])])
     assert one == (
         'Apply failed with 1 conflict: conflict with "kubectl" with subresource "scale" '
         "using apps/v1: .spec.replicas"
     )
     many = ssa.conflict_message(
         [
-            ssa.Conflict(kcm, ["f:spec", "f:replicas"]),
-            ssa.Conflict(alice, ["f:spec", "f:template"]),
-            ssa.Conflict(alice, ["f:spec", "f:paused"]),
+            ssa.FieldConflict(kcm, ["f:spec", "f:replicas"]),
+            ssa.FieldConflict(alice, ["f:spec", "f:template"]),
+            ssa.FieldConflict(alice, ["f:spec", "f:paused"]),
         ]
     )
     assert many == (
