@@ -257,8 +257,9 @@ def disagreements(seen: dict[str, dict[Any, Any]]) -> list[str]:
         expected = {"BAD": "bad", "UNKNOWN": "unknown"}.get(listed[name][0], "healthy")
         if state in ("healthy", "bad", "unknown") and state != expected:
             out.append(f"{name}: queue list {state}, nodes list {listed[name]!r}")
-    # every GPU's node: its worst GPU is at most as bad as the node
-    order = ["OK", "SUSPECT", "BAD", "UNKNOWN"]
+    # every GPU's node: its worst GPU is at most as bad as the node (a GPU of unknown
+    # health, silent in the newest scrape, leaves its node UNKNOWN or worse: BAD)
+    order = ["OK", "SUSPECT", "UNKNOWN", "BAD"]
     for (name, index), (verdict, reasons) in seen["gpus"].items():
         node = listed[name][0]
         if node != "UNKNOWN" and order.index(verdict) > order.index(node):
