@@ -301,6 +301,20 @@ def families(
     _ = t0
 
 
+def backfill(om: Path, data: Path) -> None:
+    """``promtool tsdb create-blocks-from openmetrics`` of ``om`` into ``data``; ``om`` is
+    removed after."""
+    subprocess.run(
+        [
+            shutil.which("promtool") or "promtool",
+            *("tsdb", "create-blocks-from", "openmetrics", str(om), str(data)),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    om.unlink()
+
+
 def write_openmetrics(path: Path, fams: Iterable[Family], times: list[float]) -> tuple[int, int]:
     """Writes the file; returns (series, samples)."""
     stamps = [f"{t:.3f}" for t in times]
@@ -630,15 +644,7 @@ def publish_summaries(
     )
     prom.stop()
     b0 = time.perf_counter()
-    subprocess.run(
-        [
-            shutil.which("promtool") or "promtool",
-            *("tsdb", "create-blocks-from", "openmetrics", str(om), str(data)),
-        ],
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    om.unlink()
+    backfill(om, data)
     backfilled = time.perf_counter() - b0
     p0 = time.perf_counter()
     prom = Prometheus(data, tmp / "prometheus.yml", free_port())
@@ -910,15 +916,7 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
                 b0 = time.perf_counter()
-                subprocess.run(
-                    [
-                        shutil.which("promtool") or "promtool",
-                        *("tsdb", "create-blocks-from", "openmetrics", str(om), str(data)),
-                    ],
-                    check=True,
-                    stdout=subprocess.DEVNULL,
-                )
-                om.unlink()
+                backfill(om, data)
                 print(f"- promtool backfill: {time.perf_counter() - b0:.0f} s", flush=True)
                 p0 = time.perf_counter()
                 prom = Prometheus(data, tmp / "prometheus.yml", free_port())

@@ -55,6 +55,7 @@ from screens.node import NodeScreen
 from screens.queue import QueueScreen
 from screens.widgets.heatmap import GpuHeatmap
 from tests.conftest import require_binary
+from tests.screens.conftest import wait_until
 
 NODES = [f"gpu-node-{i:03d}" for i in range(6)]
 WINDOW_S = 20.0
@@ -274,16 +275,6 @@ def disagreements(seen: dict[str, dict[Any, Any]]) -> list[str]:
     return out
 
 
-async def _until(pilot: Any, check: Any, what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        await pilot.pause(0.1)
-    raise AssertionError(f"the dashboard did not show {what} within {timeout:g} s")
-
-
 async def dashboard_screens(
     app: KreaOpsApp, pilot: Any, nodes: list[str], since: float
 ) -> dict[str, dict[Any, Any]]:
@@ -303,7 +294,7 @@ async def dashboard_screens(
                 return None
             return str(screen.query_one("#node-header", Static).render())
 
-        header = (await _until(pilot, drawn, f"node {name}")).splitlines()
+        header = (await wait_until(pilot, drawn, timeout=30.0)).splitlines()
         verdict = header[0].split()[1]
         reasons = [line.removeprefix("  • ") for line in header if line.startswith("  • ")]
         seen["dashboard node"][name] = (verdict, reasons)
@@ -317,13 +308,13 @@ async def dashboard_screens(
             return None
         return snap
 
-    snap = await _until(pilot, queued, "the queue screen")
+    snap = await wait_until(pilot, queued, timeout=30.0)
     cap = snap.flavors["h200"]
     states = {n: "healthy" for n in NODES}
     states.update({c.node: c.state for c in cap.not_healthy})
     seen["dashboard queue"] = {n: (state, None) for n, state in states.items()}
     app.go("fleet")
-    await _until(pilot, lambda: isinstance(app.screen, FleetScreen), "the fleet screen")
+    await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen), timeout=30.0)
     return seen
 
 
