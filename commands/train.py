@@ -235,6 +235,7 @@ def restart_row(row: RestartRow) -> dict[str, Any]:
         "at_unix_s": round(row.at, 3),
         "at_exact": row.at_exact,
         "lost_steps": row.lost_steps,
+        "lost_steps_at_least": row.lost_at_least,
         "lost_gpu_hours": row.lost_gpu_hours,
         "last_step": row.last_step,
         "resumed_step": row.resumed_step,

@@ -99,7 +99,8 @@ def run_cells(run: TrainingRun, now: float) -> tuple[Any, ...]:
 
 def restart_cells(row: RestartRow, now: float) -> tuple[Any, ...]:
     a = row.attribution
-    lost = "?" if row.lost_steps is None else f"{row.lost_steps:,} steps"
+    floor = "≥" if row.lost_at_least else ""
+    lost = "?" if row.lost_steps is None else f"{floor}{row.lost_steps:,} steps"
     if row.lost_gpu_hours is not None:
         lost += f", {row.lost_gpu_hours:,.1f} GPU-h"
     if a is None:

@@ -491,7 +491,13 @@ def _lost(entry: Mapping[str, Any], resumed: int | None) -> dict[str, Any]:
     if resumed is None or last is None:
         out.update(lost_steps=None, lost_gpu_hours=None)
         return out
-    out["lost_steps"] = max(0, last - resumed)
+    if last < resumed:
+        # the checkpoint the new attempt loaded was written by this one, which so logged
+        # steps after the last pass read its log: it reached the resumed step at least,
+        # and how far past it is not known, so the loss is a floor
+        last = resumed
+        out.update(last_step=last, lost_at_least=True)
+    out["lost_steps"] = last - resumed
     # when the resumed step was first logged (from scratch: when the attempt began)
     reached = _steps_at(steps, resumed) if resumed > 0 else (steps[0][0] if steps else None)
     gpus = entry.get("gpus")
@@ -741,6 +747,7 @@ class RestartRow:
     failed: tuple[FailedPod, ...] = ()
     attributed_at: float | None = None  # when the window closes, for a pending one
     provisional: bool = False
+    lost_at_least: bool = False  # the last step logged is not known: ``lost_steps`` is a floor
 
 
 @dataclass(frozen=True)
@@ -774,6 +781,7 @@ def _row(rec: Mapping[str, Any]) -> RestartRow:
         resumed_step=opt_int("resumed_step"),
         gpus=opt_int("gpus"),
         failed=tuple(f for f in map(_failed_of, rec.get("failed") or ()) if f),
+        lost_at_least=bool(rec.get("lost_at_least")),
     )
 
 

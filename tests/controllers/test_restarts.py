@@ -147,6 +147,26 @@ def test_the_lost_work_is_filled_in_once_the_next_attempt_says() -> None:
     assert "steps" not in rec
 
 
+def test_a_checkpoint_past_the_last_step_read_makes_the_loss_a_floor() -> None:
+    # the last pass read step 240; the attempt then logged on, saved step 244 and crashed
+    # before the next pass: the loss is at least 0 steps, not 240 - 244
+    p = Passes()
+    running = [pod("dit-0", "n1", 0), pod("dit-1", "n2", 0)]
+    p.run(T0, jobset(0), running, {}, tails={"training/dit-0": steps(240)})
+    again = [pod("dit-0b", "n1", 1), pod("dit-1b", "n2", 1)]
+    head = ("[rank0]:[titan] x - root - INFO - Loading the checkpoint at step 244.",)
+    p.run(T0 + 30, jobset(1), again, {}, heads={"training/dit-0b": head})
+    p.run(T0 + 400, jobset(1), again, {}, heads={"training/dit-0b": head})
+    (rec,) = p.log()
+    assert (rec["last_step"], rec["resumed_step"], rec["lost_steps"]) == (244, 244, 0)
+    assert rec["lost_at_least"] and rec["lost_gpu_hours"] is None
+    (row,) = run_restarts(p.state, "training", "dit", 1).rows
+    assert row.lost_at_least
+    from screens.training import restart_cells
+
+    assert str(restart_cells(row, T0 + 400)[2]).startswith("≥0 steps")
+
+
 def test_restarts_before_the_recorder_and_a_new_run_of_the_same_name_are_not_mixed() -> None:
     p = Passes()
     p.run(T0, jobset(3), [pod("dit-0", "n1", 3)], {})

@@ -132,10 +132,15 @@ def test_enter_on_heatmap_opens_node_with_gpus_history_and_pods(dashboard_world:
             assert "Ready: yes" in header and "cordoned: no" in header
 
             # the node's DaemonSet pods, exactly the ones the API has on it
-            await wait_until(pilot, lambda: rows(app, "pods"))
-            on_node = app.session.cluster.pods_on_node(node)
-            pods = rows(app, "pods")
-            assert set(pods) == {f"{p.namespace}/{p.name}" for p in on_node}
+            # (pods come and go as the world runs: the screen, refreshing, catches up with
+            # the API's list of the same moment)
+            def agrees() -> Any:
+                on = app.session.cluster.pods_on_node(node)
+                shown = rows(app, "pods")
+                same = shown and set(shown) == {f"{p.namespace}/{p.name}" for p in on}
+                return same and (on, shown)
+
+            on_node, pods = await wait_until(pilot, agrees)
             daemons = [r for r in pods.values() if r["owner"].startswith("DaemonSet/")]
             assert daemons and all(r["namespace"] == "kube-system" for r in daemons)
             # their ages count from their start on the wall clock, which the simulator's
@@ -159,6 +164,7 @@ def test_enter_on_heatmap_opens_node_with_gpus_history_and_pods(dashboard_world:
 
             # :node of a node that is not in the fleet says so and opens nothing
             app.run_command("node gpu-node-404")
+
             def warning() -> Any:
                 return next((n for n in app._notifications if "404" in str(n.message)), None)
 
