@@ -158,6 +158,7 @@ class GpuSample:
     power_w: float | None = None
     power_limit_w: float | None = None
     sm_clock_hz: float | None = None
+    sm_clock_max_hz: float | None = None  # its maximum (NVML max clock info)
     util_ratio: float | None = None  # NVML "GPU utilization": busy time, not efficiency
     tensor_active_ratio: float | None = None
     sm_active_ratio: float | None = None

@@ -771,6 +771,16 @@ class FakeNvml:
         raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
 
     @_api(device=True)
+    def nvmlDeviceGetMaxClockInfo(self, handle: FakeGpu, type: int) -> int:
+        if type in (pynvml.NVML_CLOCK_GRAPHICS, pynvml.NVML_CLOCK_SM):
+            return H200_SM_CLOCK_MAX_MHZ
+        if type == pynvml.NVML_CLOCK_MEM:
+            return H200_MEM_CLOCK_MHZ
+        if type == pynvml.NVML_CLOCK_VIDEO:
+            return 1755
+        raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+
+    @_api(device=True)
     def nvmlDeviceGetUtilizationRates(self, handle: FakeGpu) -> pynvml.c_nvmlUtilization_t:
         util = pynvml.c_nvmlUtilization_t()
         busy, memory = handle._utilization()

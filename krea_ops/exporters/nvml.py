@@ -106,6 +106,7 @@ NVML_FUNCTIONS: tuple[str, ...] = (
     "nvmlDeviceGetEnforcedPowerLimit",
     "nvmlDeviceGetTotalEnergyConsumption",
     "nvmlDeviceGetClockInfo",
+    "nvmlDeviceGetMaxClockInfo",
     "nvmlDeviceGetUtilizationRates",
     "nvmlDeviceGetMemoryInfo",
     "nvmlDeviceGetCurrentClocksEventReasons",
@@ -240,6 +241,12 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         (),
     ),
     "krea_gpu_sm_clock_hertz": (GAUGE, "Current SM clock.", ()),
+    "krea_gpu_sm_clock_max_hertz": (
+        GAUGE,
+        "Maximum SM clock (nvmlDeviceGetMaxClockInfo): a busy GPU well below it, with a "
+        "clock event reason, runs slow.",
+        (),
+    ),
     "krea_gpu_memory_clock_hertz": (GAUGE, "Current memory clock.", ()),
     "krea_gpu_utilization_ratio": (
         GAUGE,
@@ -985,6 +992,8 @@ class GpuCollector:
 
         sm = self._call(g, ("clock", CLOCK_SM), "nvmlDeviceGetClockInfo", h, CLOCK_SM)
         put("krea_gpu_sm_clock_hertz", None if sm is None else sm * 1e6)
+        top = self._call(g, ("max_clock", CLOCK_SM), "nvmlDeviceGetMaxClockInfo", h, CLOCK_SM)
+        put("krea_gpu_sm_clock_max_hertz", None if top is None else top * 1e6)
         mem = self._call(g, ("clock", CLOCK_MEM), "nvmlDeviceGetClockInfo", h, CLOCK_MEM)
         put("krea_gpu_memory_clock_hertz", None if mem is None else mem * 1e6)
 

@@ -677,6 +677,7 @@ class Assembler:
                 "power_w": p.get("power"),
                 "power_limit_w": p.get("power_limit"),
                 "sm_clock_hz": p.get("sm_clock"),
+                "sm_clock_max_hz": p.get("sm_clock_max"),
                 "util_ratio": p.get("util"),
                 "tensor_active_ratio": p.get("tensor_active"),
                 "sm_active_ratio": p.get("sm_active"),

@@ -325,6 +325,12 @@ FAMILIES: tuple[Family, ...] = (
         group=GPU_DETAIL,
     ),
     _gpu(
+        "sm_clock_max",
+        _s("krea_gpu_sm_clock_max_hertz", KREA),
+        _s("DCGM_FI_DEV_MAX_SM_CLOCK", DCGM, 1e6),
+        group=GPU_DETAIL,
+    ),
+    _gpu(
         "util",
         _s("krea_gpu_utilization_ratio", KREA),
         _s("DCGM_FI_DEV_GPU_UTIL", DCGM, 0.01),
@@ -613,6 +619,7 @@ NOT_VERDICT = frozenset(
         "memory_total",
         "xid_monitored",
         "sm_clock",
+        "sm_clock_max",
         "nvlink_sum_total",
         "nvlink_sum_rate",
         "nvlink_sum_present",

@@ -19,6 +19,12 @@ FIELDS = {
         "gauge",
         "SM clock frequency (in MHz).",
     ),
+    "sm_clock_max": (
+        "DCGM_FI_DEV_MAX_SM_CLOCK",
+        "DCGM_FI_DEV_MAX_SM_CLOCK",
+        "gauge",
+        "Maximum supported SM clock for the device (in MHz).",
+    ),
     "mem_temp": (
         "DCGM_FI_DEV_MEMORY_TEMP",
         "DCGM_FI_DEV_MEMORY_TEMP_CELSIUS",
@@ -155,6 +161,7 @@ def dcgm_text(gpus: list[DcgmGpu], *, new_names: bool, host: str | None, t0: flo
 
     values = {
         "sm_clock": lambda g: 1980,
+        "sm_clock_max": lambda g: 1980,
         "mem_temp": lambda g: g.temp + 5,
         "temp": lambda g: g.temp,
         "margin": lambda g: 89 - g.temp,

@@ -213,7 +213,7 @@ def test_our_exporter_gives_the_simulated_gpus_values(world: World, fleet: Fleet
         assert g.slowdown_margin_c == f.slowdown_temp_c - f.temperature_c
         assert g.power_w == pytest.approx(f.power_w)
         assert g.power_limit_w == 700.0
-        assert g.sm_clock_hz == f.sm_clock_mhz * 1e6
+        assert g.sm_clock_hz == f.sm_clock_mhz * 1e6 and g.sm_clock_max_hz == 1980e6
         assert g.util_ratio == 1.0
         assert g.tensor_active_ratio == pytest.approx(f.tensor_active, abs=0.01)
         assert g.memory_used_bytes == f.memory_used_bytes
@@ -346,7 +346,7 @@ def test_dcgm_old_and_new_names_give_the_same_readings(world: World, fleet: Flee
         assert g.util_ratio == pytest.approx(d.util_percent / 100)  # percent -> ratio
         assert g.memory_used_bytes == d.fb_used_mib * MIB  # MiB -> bytes
         assert g.memory_total_bytes == 143771 * MIB
-        assert g.sm_clock_hz == 1980e6  # MHz -> Hz
+        assert g.sm_clock_hz == g.sm_clock_max_hz == 1980e6  # MHz -> Hz
         assert g.tensor_active_ratio == d.tensor and g.sm_active_ratio == d.sm_active
         assert g.slowdown_margin_c == 89 - d.temp
         assert g.up is None  # DCGM has no up series: unknown
