@@ -21,6 +21,7 @@ from krea_ops import units
 if TYPE_CHECKING:  # (imported by the commands that use them: start-up of every command)
     from krea_ops.console import Console
     from krea_ops.controllers.restarts import RestartRow, RunRestarts
+    from krea_ops.gangstatus import GangStatus
     from krea_ops.runbook.plan import Plan
     from krea_ops.training.advice import Advice, IntervalCost
     from krea_ops.training.checkpoints import Checkpoint
@@ -331,6 +332,161 @@ def restarts_cmd(
         headers=RESTART_HEADERS,
     )
     emit(restarts_text(got, rows, table))
+
+
+# -- train status ----------------------------------------------------------------------
+
+STATUS_COLUMNS = ("node", "gpu", "busy", "tensor", "sm_clock_mhz", "temperature_c", "stands_out")
+STATUS_WIDE = (*STATUS_COLUMNS, "sm_clock_max_mhz", "clock_events", "evidence")
+STATUS_HEADERS = {
+    "busy": "BUSY",
+    "tensor": "TENSOR",
+    "sm_clock_mhz": "SM MHZ",
+    "sm_clock_max_mhz": "MAX MHZ",
+    "temperature_c": "°C",
+    "stands_out": "STANDS OUT",
+    "clock_events": "CLOCK EVENTS",
+}
+
+
+def _pct(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.0%}"
+
+
+def _num(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.0f}"
+
+
+STATUS_FORMATS = {
+    "busy": _pct,
+    "tensor": _pct,
+    "sm_clock_mhz": _num,
+    "sm_clock_max_mhz": _num,
+    "temperature_c": _num,
+}
+
+
+def status_rows(got: GangStatus) -> list[dict[str, Any]]:
+    """Every GPU of the gang (``stands_out``: how, for those that do)."""
+    marks = {(s.node, s.gpu): s for s in got.judgement.standouts}
+    rows = []
+    for r in got.judgement.gpus:
+        mark = marks.get((r.node, r.index)) or marks.get((r.node, None))
+        rows.append(
+            {
+                "node": r.node,
+                "gpu": r.index,
+                "busy": r.busy,
+                "tensor": r.tensor,
+                "sm_clock_mhz": r.sm_clock_mhz,
+                "sm_clock_max_mhz": r.sm_clock_max_mhz,
+                "temperature_c": r.temperature_c,
+                "clock_events": list(r.events),
+                "stands_out": mark.kind if mark is not None else None,
+                "evidence": mark.message if mark is not None else None,
+            }
+        )
+    return rows
+
+
+def status_json(got: GangStatus, now: float) -> dict[str, Any]:
+    p, j = got.progress, got.judgement
+    return {
+        "run": got.key,
+        "state": j.state,
+        "reasons": list(j.reasons),
+        "node": j.node,
+        "gpu": j.gpu,
+        "restarts": got.restarts,
+        "nodes": list(got.nodes),
+        "last_step": p.last_step,
+        "last_step_at": _iso(p.last_step_at),
+        "last_step_age_s": None if p.age(now) is None else round(p.age(now) or 0.0, 1),
+        "started_at": _iso(p.started_at),
+        "step_time_s": None if p.step_time_s is None else round(p.step_time_s, 3),
+        "baseline_step_time_s": None if p.baseline_s is None else round(p.baseline_s, 3),
+        "busy": None if j.busy is None else round(j.busy, 3),
+        "tensor": None if j.tensor is None else round(j.tensor, 3),
+        "standouts": [
+            {"node": s.node, "gpu": s.gpu, "kind": s.kind, "evidence": s.message}
+            for s in j.standouts
+        ],
+        "telemetry_error": got.telemetry_error,
+        "log_error": got.log_error,
+        "gpus": status_rows(got),
+    }
+
+
+def status_text(got: GangStatus, now: float, table: str) -> str:
+    p, j = got.progress, got.judgement
+    gpus = len(j.gpus)
+    lines = [
+        f"{got.key}: {j.state} (restarts {got.restarts}, {len(got.nodes)} nodes"
+        + (f", {gpus} GPUs read)" if gpus else ")")
+    ]
+    if p.last_step is not None:
+        age = p.age(now) or 0.0
+        step = f"  progress: step {p.last_step:,}, {units.duration(age)} ago"
+        if p.step_time_s is not None:
+            step += f"; step time {p.step_time_s:.2f} s"
+        if p.baseline_s is not None:
+            step += f" (baseline {p.baseline_s:.2f} s)"
+        lines.append(step)
+    if j.busy is not None:
+        lines.append(f"  GPUs: {j.busy:.0%} busy, tensor activity {j.tensor or 0:.2f}")
+    if got.telemetry_error:
+        lines.append(f"  GPUs not read: {got.telemetry_error}")
+    if got.log_error:
+        lines.append(f"  rank 0's log not read: {got.log_error}")
+    lines.append("  why:")
+    lines.extend(f"    {r}" for r in j.reasons)
+    if j.standouts:
+        lines.append("  stands out:")
+        lines.extend(
+            f"    {s.node}" + (f" GPU {s.gpu}" if s.gpu is not None else "") + f": {s.message}"
+            for s in j.standouts
+        )
+    return "\n".join(lines) + "\n" + (table if table else "")
+
+
+@app.command("status")
+def status_cmd(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="the training run (its JobSet's name)"),
+    namespace: str = typer.Option(
+        None, "--namespace", "-n", help="the run's namespace (default: any, if one has it)"
+    ),
+    output: OutputFormat = OutputOption,
+) -> None:
+    """A run's progress and state: its last step and how long ago, its step time against
+    its baseline, its GPUs' busy time and tensor activity, and its state (RUNNING,
+    STARTING, SLOW, STRAGGLER, STALLED, HUNG, PENDING, UNKNOWN) with the reasons and the
+    nodes and GPUs that stand out. -o wide lists every GPU of the gang."""
+    from commands.common import console_of
+
+    got = console_of(ctx).train_status(name, namespace=namespace)
+    now = time.time()
+    if output in (OutputFormat.json, OutputFormat.yaml):
+        emit(render([status_json(got, now)], output))  # one row, as nodes show
+        return
+    rows = status_rows(got)
+    if output is OutputFormat.csv:
+        emit(render(rows, output, columns=STATUS_COLUMNS, wide_columns=STATUS_WIDE))
+        return
+    shown = rows if output is OutputFormat.wide else [r for r in rows if r["stands_out"]]
+    table = (
+        render(
+            shown,
+            output,
+            columns=STATUS_COLUMNS,
+            wide_columns=STATUS_WIDE,
+            headers=STATUS_HEADERS,
+            formats=STATUS_FORMATS,
+        )
+        if shown
+        else ""
+    )
+    emit(status_text(got, now, table))
 
 
 # -- train advise ----------------------------------------------------------------------

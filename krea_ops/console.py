@@ -36,6 +36,7 @@ from krea_ops.settings import Settings
 if TYPE_CHECKING:
     from krea_ops.burst.status import BurstStatus
     from krea_ops.controllers.restarts import LemonRow, RunRestarts
+    from krea_ops.gangstatus import GangStatus
     from krea_ops.kube.cluster import Cluster
     from krea_ops.queue import QueueSnapshot, WhyReport, WorkloadInfo
     from krea_ops.runbook.execute import RunResult
@@ -372,6 +373,42 @@ class Console:
                 checkpoint_seconds=self.settings.training_checkpoint_seconds,
                 failures_per_1000_node_days=self.settings.training_failures_per_1000_node_days,
             )
+        )
+
+    def train_status(self, name: str, namespace: str | None = None) -> GangStatus:
+        """One run's progress, state and standing-out GPUs (``train status``): its gang,
+        rank 0's log, the telemetry of its nodes alone. BadInput when there is no such
+        run (or, without ``namespace``, more than one of that name)."""
+        from krea_ops.errors import BadInput
+        from krea_ops.gangstatus import read_status
+        from krea_ops.kube.cluster import MissingCrd
+        from krea_ops.training.gangs import read_gangs
+        from krea_ops.training.stalls import StallConfig
+
+        try:
+            gangs = read_gangs(self.cluster)
+        except MissingCrd:
+            gangs = []
+        found = [g for g in gangs if g.name == name and namespace in (None, g.namespace)]
+        if not found:
+            where = f" in namespace {namespace}" if namespace else ""
+            raise BadInput(
+                f"no training run {name}{where} (krea-ops train restarts and the dashboard's "
+                "training screen list the runs)"
+            )
+        if len(found) > 1:
+            spaces = ", ".join(sorted(g.key for g in found))
+            raise BadInput(f"{name}: more than one training run of that name ({spaces}): say which")
+        source, error = self._telemetry()
+        return read_status(
+            self.cluster,
+            source,
+            self.policy,
+            found[0],
+            time.time(),
+            StallConfig.from_settings(self.settings),
+            list(self.cluster.nodes()),
+            source_error=error,
         )
 
     def restarts(self, name: str, namespace: str = "training") -> RunRestarts:

@@ -94,6 +94,7 @@ def load_fleet(
     source_error: str | None = None,
     families: Collection[str] | None = None,
     ahead: _Ahead | None = None,
+    only_nodes: bool = False,
 ) -> FleetSnapshot:
     """``source`` is a telemetry source (``krea_ops.telemetry``) or None when none could be
     opened (``source_error`` says why). ``nodes`` skips the node list (the caller has it).
@@ -101,14 +102,15 @@ def load_fleet(
 
     Without a selector the telemetry read does not need the node list, so it runs on a
     thread while the nodes are listed (two servers working at once); ``ahead`` is that
-    read, already started by the caller (``collect_ahead``)."""
+    read, already started by the caller (``collect_ahead``). ``only_nodes``: read the
+    telemetry of ``nodes`` alone (a gang's), not of the whole fleet."""
     if ahead is None and nodes is None:
         ahead = collect_ahead(source, node=node, selector=selector, families=families)
     infos = nodes if nodes is not None else select_nodes(cluster, node=node, selector=selector)
     fleet: FleetTelemetry | None = None
     error = source_error
     wanted: Collection[str] | None = None
-    if node or selector:
+    if node or selector or (only_nodes and nodes is not None):
         wanted = {n.name for n in infos}
     if source is not None:
         try:

@@ -104,6 +104,47 @@ class Settings:
     training_failures_per_1000_node_days: float = field(
         default=6.5, metadata=_doc("failure rate for the interval advice (Llama 3: 6.5)")
     )
+    training_grace_s: float = field(
+        default=300.0,
+        metadata=_doc("a run is not judged HUNG or STRAGGLER this long after a start or resume, s"),
+    )
+    training_hang_floor_s: float = field(
+        default=180.0,
+        metadata=_doc("HUNG: no new step for at least this long (and training_hang_steps), s"),
+    )
+    training_hang_steps: float = field(
+        default=10.0,
+        metadata=_doc("HUNG: no new step for this many times the run's step time (and the floor)"),
+    )
+    training_hang_busy_min: float = field(
+        default=0.9, metadata=_doc("HUNG: the gang's GPUs at least this busy on average, 0-1")
+    )
+    training_hang_tensor_max: float = field(
+        default=0.1,
+        metadata=_doc("HUNG: the gang's tensor activity at most this on average, 0-1"),
+    )
+    training_straggler_ratio: float = field(
+        default=1.2,
+        metadata=_doc("STRAGGLER/SLOW: step time now at least this times the run's baseline"),
+    )
+    training_clock_ratio: float = field(
+        default=0.85,
+        metadata=_doc(
+            "a busy GPU under this share of its maximum SM clock and of the gang's median "
+            "stands out"
+        ),
+    )
+    training_hot_margin_c: float = field(
+        default=8.0,
+        metadata=_doc("a GPU this many °C above its gang's median temperature stands out"),
+    )
+    training_recent_s: float = field(
+        default=120.0, metadata=_doc("the step time now is measured over this long, seconds")
+    )
+    training_baseline_window_s: float = field(
+        default=1800.0,
+        metadata=_doc("a run's baseline step time: the median over this long before now, s"),
+    )
     # --- dashboard (screens/) ---
     dashboard_refresh_s: float = field(
         default=5.0, metadata=_doc("dashboard refresh interval, seconds")
@@ -237,6 +278,24 @@ class Settings:
         metadata=_doc(
             "node-health: planned swaps, a node of a running training gang SUSPECT with a "
             "slow-burning finding is evicted right after a checkpoint it asks the trainer for"
+        ),
+    )
+    node_health_hang_restarts: bool = field(
+        default=True,
+        metadata=_doc(
+            "node-health: restart a training gang HUNG for node_health_hang_restart_after_s "
+            "(evict the likely node, else rank 0's pod)"
+        ),
+    )
+    node_health_hang_restart_after_s: float = field(
+        default=120.0,
+        metadata=_doc("node-health: how long a run is HUNG before it is restarted, seconds"),
+    )
+    node_health_straggler_swaps: bool = field(
+        default=True,
+        metadata=_doc(
+            "node-health: the node a STRAGGLER run names goes through a planned swap "
+            "(checkpoint, then evicted)"
         ),
     )
     node_health_swap_timeout_s: float = field(

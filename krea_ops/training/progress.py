@@ -12,7 +12,8 @@ show:
   baseline: the median step time of the intervals before that, within ``window_s``, in
   the current attempt, leaving out its first ``grace_s`` (a resumed run compiles, loads
   and warms up; its first steps are slow);
-* when the attempt began (the ``Training starts at step N.`` line, else its first point).
+* when the attempt began (the ``Training starts at step N.`` line, else rank 0's pod's
+  start, else its first point).
 
 A run's history is kept per attempt: a restart (the JobSet's ``status.restarts`` moving
 on) or a step going backwards (a resume from an older checkpoint) starts it again.
@@ -71,10 +72,12 @@ def remember(
     head: Sequence[str] = (),
     *,
     keep_s: float,
+    began: float | None = None,
 ) -> dict[str, Any]:
     """A run's history after this pass (JSON): ``uid``, ``attempt``, ``start`` (the attempt's
     start on the trainer's clock, or None) and ``points`` (``[time, step]``, oldest first,
-    within ``keep_s`` of the newest). ``prev``: the last pass's history of the run."""
+    within ``keep_s`` of the newest). ``prev``: the last pass's history of the run;
+    ``began``: when rank 0's pod started, the start where the log does not say it."""
     same = isinstance(prev, Mapping) and prev.get("uid") == uid and prev.get("attempt") == attempt
     kept: list[list[float]] = []
     start = None
@@ -90,6 +93,8 @@ def remember(
     if said is not None and (start is None or said[0] > start):
         start = said[0]
         kept = [p for p in kept if p[0] >= start]
+    if start is None and began is not None:
+        start = began
     for t, step in points(lines):
         if kept and step < kept[-1][1] and t > kept[-1][0]:
             kept = []  # back to an older step, later: a resume within the attempt

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from krea_ops.model import GpuSample, Reason, Severity, Verdict
+from krea_ops.settings import Settings
 from krea_ops.training.progress import Progress
 
 HUNG, STALLED, STRAGGLER, SLOW = "HUNG", "STALLED", "STRAGGLER", "SLOW"
@@ -64,8 +65,8 @@ _FABRIC_PREFIXES = ("ib_", "nvlink", "xid", "gpu_lost", "node_not_ready")
 
 @dataclass(frozen=True)
 class StallConfig:
-    """Thresholds (settings ``training_*``, docs/operations.md "Hung and straggling
-    runs")."""
+    """Thresholds (settings ``training_*`` and ``node_health_hang_restart_after_s``,
+    docs/operations.md "Hung and straggling runs")."""
 
     grace_s: float = 300.0
     hang_floor_s: float = 180.0
@@ -82,6 +83,22 @@ class StallConfig:
     def hang_after(self, step_time_s: float | None) -> float:
         """Seconds without a step after which a run is HUNG (or STALLED)."""
         return max(self.hang_floor_s, self.hang_steps * (step_time_s or 0.0))
+
+    @staticmethod
+    def from_settings(settings: Settings) -> StallConfig:
+        return StallConfig(
+            grace_s=settings.training_grace_s,
+            hang_floor_s=settings.training_hang_floor_s,
+            hang_steps=settings.training_hang_steps,
+            hang_busy_min=settings.training_hang_busy_min,
+            hang_tensor_max=settings.training_hang_tensor_max,
+            hang_restart_after_s=settings.node_health_hang_restart_after_s,
+            straggler_ratio=settings.training_straggler_ratio,
+            clock_ratio=settings.training_clock_ratio,
+            hot_margin_c=settings.training_hot_margin_c,
+            recent_s=settings.training_recent_s,
+            window_s=settings.training_baseline_window_s,
+        )
 
     @staticmethod
     def from_mapping(values: Mapping[str, Any] | None) -> StallConfig:
