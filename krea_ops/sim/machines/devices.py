@@ -17,7 +17,7 @@ The devices of the configured nodes exist from the moment ``actors(world)`` retu
 hardware is there before its kubelet registers), so ``sim serve`` can print the exporter
 addresses at once. ``world.services["devices"]`` is the ``DeviceService``:
 ``exporter_urls()``, ``prometheus_url``, ``gpu(node, index)``, ``ib_port(node, hca)``,
-``assignment(node)``, ``slow_burners()``, ``close()``.
+``assignment(node)``, ``gang_pace(pods, now)``, ``slow_burners()``, ``close()``.
 
 Published in ConfigMap ``krea-ops-config`` (namespace ``krea-ops``):
 
@@ -41,9 +41,20 @@ Actors (periods in simulated seconds):
   (``training`` | ``inference``; any other GPU pod counts as inference) and its
   ``nvidia.com/gpu`` limits; then every GPU and HCA port advances by the elapsed time.
   A training job (pods sharing ``krea.ai/training``, ``jobset.sigs.k8s.io/jobset-name``,
-  ``job-name`` or ``app``) has input-bound phases (about 12 % of 15-minute windows) in
-  which all its GPUs read ~100 % busy but ~0.05 tensor activity; annotation
-  ``sim.krea.ai/input-bound: "true"`` on a pod forces it.
+  ``job-name`` or ``app``) is one gang: its GPUs all run at the gang's pace
+  (``GangPace``, ``gang_pace(pods, now)``), the one the simulated trainers step at
+  (``training.py``), so the devices and the steps always agree:
+
+  * input-bound phases (about 12 % of 15-minute windows, decided per job; annotation
+    ``sim.krea.ai/input-bound: "true"`` on any pod of the job forces one, ``"false"``
+    rules them out): every GPU reads ~100 % busy but ~0.05 tensor activity, and the
+    steps run at ``INPUT_BOUND_PACE`` (a tenth, ``thermal.py``);
+  * a straggler fault on one of its GPUs (slowdown F): the steps run at 1/F; the slow
+    GPU computes all the time at 1/F of its clock, the others wait in NCCL for it
+    (tensor activity ~1/F of normal), and every HCA of the gang moves 1/F of its data;
+  * a hang fault: pace 0 from the stall on; every GPU spins in NCCL (busy, tensor 0, SM
+    ~0.08, idle + ~80 W) and the gang's HCAs fall to ~50 kB/s. The stall ends when any
+    pod of the stalled attempt stops running, and the fault is then resolved.
 ``faults`` every ``max(2, speed / 4)`` s: applies fault ConfigMaps (see ``faults.py``).
 ``failures`` every ``max(60, speed)`` s: random failures at the published rate.
 
@@ -80,7 +91,7 @@ import threading
 import time
 import urllib.request
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,9 +107,16 @@ from krea_ops.sim.machines.faults import (
     ensure_namespace,
     repair_time,
 )
-from krea_ops.sim.machines.thermal import IDLE, GpuModel, Load
+from krea_ops.sim.machines.thermal import (
+    HW_POWER_BRAKE,
+    HW_SLOWDOWN,
+    IDLE,
+    INPUT_BOUND_PACE,
+    GpuModel,
+    Load,
+)
 
-__all__ = ["BusyHold", "DeviceActor", "DeviceService", "NodeDevices"]
+__all__ = ["BusyHold", "DeviceActor", "DeviceService", "GangPace", "NodeDevices", "Stall"]
 
 OPS_NAMESPACE = "krea-ops"
 OPS_CONFIGMAP = "krea-ops-config"
@@ -113,6 +131,45 @@ _INPUT_BOUND_WINDOW_S = 900.0
 _INPUT_BOUND_SHARE = 0.12
 _HOT_DEFAULT_C = 84.0
 _FLAP_DEFAULT_S = 180.0
+STRAGGLER_DEFAULT_SLOWDOWN = 1.5
+STRAGGLER_REASONS = {
+    "power-brake": HW_POWER_BRAKE | HW_SLOWDOWN,
+    "hw-slowdown": HW_SLOWDOWN,
+}
+# IB bytes a second a rank of a hung gang still moves (NCCL's proxy thread polling, no
+# payload): almost nothing next to the ~21 GB/s of a training step.
+_HUNG_IB_BYTES_PER_S = 5e4
+
+
+@dataclass(frozen=True)
+class GangPace:
+    """How fast a training gang's steps go now, as its devices decide it.
+
+    ``factor``: 1 normal, ``INPUT_BOUND_PACE`` in an input-bound phase, 1/F while one of
+    its GPUs is a straggler with slowdown F (the lower of the two), 0 while the gang is
+    hung. ``why``: None, ``input-bound``, ``straggler`` or ``hang``. ``stalled_since``:
+    the simulated time its collective stalled (a hang), else None. ``input_bound``: the
+    phase decision (its GPUs read low tensor activity together)."""
+
+    factor: float = 1.0
+    why: str | None = None
+    stalled_since: float | None = None
+    input_bound: bool = False
+
+
+FULL_PACE = GangPace()
+
+
+@dataclass
+class Stall:
+    """A ``hang`` fault: the NCCL collective of gang ``pods`` (pod uids, ``job``) stalled
+    at simulated time ``since``; ``ended`` once that attempt is over."""
+
+    fault: str
+    job: str
+    pods: frozenset[str]
+    since: float
+    ended: bool = False
 
 
 def _h(*parts: object) -> float:
@@ -196,6 +253,15 @@ class PodLoad:
     job: str
     input_bound: bool | None
     start: str
+
+
+def input_bound_phase(seed: int, job: str, forced: bool | None, now: float) -> bool:
+    """Whether training ``job`` is in an input-bound phase at simulated ``now``: forced by
+    the pods' annotation, else about ``_INPUT_BOUND_SHARE`` of its 15-minute windows."""
+    if forced is not None:
+        return forced
+    window = math.floor(now / _INPUT_BOUND_WINDOW_S)
+    return _h(seed, job, window, "input") < _INPUT_BOUND_SHARE
 
 
 def parse_pods(items: list[dict[str, Any]], nodes: set[str]) -> dict[str, list[PodLoad]]:
@@ -402,16 +468,18 @@ class NodeDevices:
                 self.owners[i] = p.key
             self.assigned[p.key] = take
 
-    def load_of(self, pod: PodLoad, now: float) -> Load:
+    def load_of(self, pod: PodLoad, now: float, pace: GangPace | None = None) -> Load:
+        """The load of ``pod``; a training pod's at its gang's ``pace`` (default: the
+        pod's own input-bound decision, no straggler, no hang)."""
         seed = self.seed
         if pod.kind == "training":
-            window = math.floor(now / _INPUT_BOUND_WINDOW_S)
-            bound = pod.input_bound
-            if bound is None:
-                bound = _h(seed, pod.job, window, "input") < _INPUT_BOUND_SHARE
+            if pace is None:
+                bound = input_bound_phase(seed, pod.job, pod.input_bound, now)
+                pace = GangPace(INPUT_BOUND_PACE, "input-bound", None, True) if bound else None
             return Load(
                 kind="training",
-                input_bound=bound,
+                input_bound=pace is not None and pace.input_bound,
+                pace=pace.factor if pace is not None else 1.0,
                 intensity=0.94 + 0.12 * _h(seed, pod.job, "intensity"),
                 tensor=0.5 + 0.2 * _h(seed, pod.job, "tensor"),
                 memory_gib=118.0 + 16.0 * _h(seed, pod.job, "memory"),
@@ -435,10 +503,13 @@ class NodeDevices:
         noise: Callable[[], float],
         congestion: float,
         flush: bool,
+        paces: dict[str, GangPace] | None = None,
     ) -> None:
-        """Advance every GPU and HCA port by ``dt``; write the IB files if ``flush``."""
+        """Advance every GPU and HCA port by ``dt``; write the IB files if ``flush``.
+        ``paces``: training job -> its gang's pace (``DeviceService.gang_pace``)."""
         self.assign(pods)
-        loads: dict[str, Load] = {p.key: self.load_of(p, now) for p in pods}
+        paces = paces or {}
+        loads: dict[str, Load] = {p.key: self.load_of(p, now, paces.get(p.job)) for p in pods}
         gpu_loads: list[Load] = []
         for i, gpu in enumerate(self.gpus):
             owner = self.owners[i]
@@ -492,8 +563,11 @@ class NodeDevices:
                 continue
             load = gpu_loads[h % n_gpus]
             if load.kind == "training":
-                rate = (1.2e9 if load.input_bound else 21e9) * load.intensity
+                # the whole gang moves data at its pace: 1/F behind a straggler, ~0 hung
+                pace = 1.0 if load.input_bound else load.pace
+                rate = (1.2e9 if load.input_bound else 21e9) * load.intensity * pace
                 rate *= self.models[h % n_gpus].throttle
+                rate = max(rate, _HUNG_IB_BYTES_PER_S)
             elif load.kind == "inference":
                 rate = 0.25e9 * load.busy
             else:
@@ -714,6 +788,8 @@ class DeviceService:
         self.nodes: dict[str, NodeDevices] = {}
         self.active_faults: dict[str, Fault] = {}
         self._undo: dict[str, Callable[[], None]] = {}
+        self.stalls: dict[str, Stall] = {}  # hang fault name -> its stalled gang
+        self._running: dict[str, PodLoad] = {}  # pod uid -> the Running GPU pod, last tick
         self.endpoints_changed = False
         self.gpm_interval_s = float(cfg.extra.get("gpm_interval_s", 2.0))
         # IB files are rewritten at most this often (wall seconds); scrapes are rarer.
@@ -859,9 +935,59 @@ class DeviceService:
         if flush:
             self._last_flush = mono
         with self.lock:
+            self._running = {p.key: p for node_pods in pods.values() for p in node_pods}
+            for stall in self.stalls.values():
+                # the stalled attempt is over once any of its pods stops running
+                if not stall.ended and not stall.pods <= self._running.keys():
+                    stall.ended = True
+            for name, nd in self.nodes.items():
+                nd.assign(pods.get(name, []))
+            gangs: dict[str, list[str]] = {}
+            for p in self._running.values():
+                if p.kind == "training":
+                    gangs.setdefault(p.job, []).append(p.key)
+            paces = {job: self._gang_pace(keys, now) for job, keys in gangs.items()}
             for name, nd in self.nodes.items():
                 congestion = self.congestion(nd.spine, now)
-                nd.advance(now, dt, pods.get(name, []), noise, congestion, flush)
+                nd.advance(now, dt, pods.get(name, []), noise, congestion, flush, paces)
+
+    def gang_pace(self, pods: Iterable[str], now: float) -> GangPace:
+        """The pace of the training gang made of ``pods`` (pod uids) at simulated ``now``,
+        as its GPUs show it: hung (a ``hang`` fault), behind a straggler (the slowest of
+        its GPUs), in an input-bound phase, or full. The trainers step at this pace."""
+        with self.lock:
+            return self._gang_pace(pods, now)
+
+    def _gang_pace(self, pods: Iterable[str], now: float) -> GangPace:
+        keys = set(pods)
+        for stall in self.stalls.values():
+            if not stall.ended and stall.pods & keys:
+                return GangPace(0.0, "hang", stall.since)
+        known = [self._running[k] for k in sorted(keys) if k in self._running]
+        if not known:
+            return FULL_PACE
+        forced = {p.input_bound for p in known if p.input_bound is not None}
+        bound = input_bound_phase(
+            self.world.config.seed, known[0].job, (True in forced) if forced else None, now
+        )
+        slowest = 1.0
+        for p in known:
+            nd = self.nodes.get(p.node)
+            if nd is not None:
+                for i in nd.assigned.get(p.key, ()):
+                    slowest = max(slowest, nd.models[i].straggle_factor)
+        if bound and 1.0 / slowest >= INPUT_BOUND_PACE:
+            return GangPace(INPUT_BOUND_PACE, "input-bound", None, True)
+        if slowest > 1.0:
+            return GangPace(1.0 / slowest, "straggler", None, bound)
+        return FULL_PACE
+
+    def ended_faults(self) -> list[str]:
+        """Active faults whose effect is over by itself: a hang whose attempt ended."""
+        with self.lock:
+            return [
+                s.fault for s in self.stalls.values() if s.ended and s.fault in self.active_faults
+            ]
 
     def failure_candidates(self) -> list[str]:
         with self.lock:
@@ -918,6 +1044,24 @@ class DeviceService:
                 model.hot_target_c = before
 
             return undo_hot
+        if kind == "straggler":
+            g = self._pick(nd, fault.gpu, n_gpus, fault, "GPU")
+            reasons = STRAGGLER_REASONS.get(fault.value or "power-brake")
+            if reasons is None:
+                raise ValueError(
+                    f"straggler value must be power-brake or hw-slowdown, not {fault.value}"
+                )
+            model = nd.models[g]
+            was = (model.straggle_factor, model.straggle_reasons)
+            model.straggle_factor = fault.slowdown or STRAGGLER_DEFAULT_SLOWDOWN
+            model.straggle_reasons = reasons
+
+            def undo_straggler() -> None:
+                model.straggle_factor, model.straggle_reasons = was
+
+            return undo_straggler
+        if kind == "hang":
+            return self._stall(nd, fault, now, restore)
         if kind == "nvlink-errors":
             g = self._pick(nd, fault.gpu, n_gpus, fault, "GPU")
             links = len(nd.gpus[g].nvlinks)
@@ -964,6 +1108,31 @@ class DeviceService:
             nd.host_failed(True)
             return lambda: self._host_back(nd)
         raise ValueError(f"unknown fault kind {kind!r}")
+
+    def _stall(
+        self, nd: NodeDevices, fault: Fault, now: float, restore: bool
+    ) -> Callable[[], None]:
+        """A hang: the collective of the training gang with a pod on ``nd`` stalls now.
+        The attempt that stalled did not outlive a restart of the simulator (its trainers
+        start again from their checkpoint): restored, the hang is over at once."""
+        name = fault.name
+        if restore:
+            self.stalls[name] = Stall(name, "", frozenset(), now, ended=True)
+        else:
+            here = [p for p in self._running.values() if p.node == nd.name and p.kind == "training"]
+            if not here:
+                raise ValueError(f"no training runs on node {nd.name}")
+            job = here[0].job
+            gang = frozenset(
+                k for k, p in self._running.items() if p.job == job and p.kind == "training"
+            )
+            self.stalls[name] = Stall(name, job, gang, now)
+            fault.targets["gang"] = job
+
+        def undo_hang() -> None:
+            self.stalls.pop(name, None)
+
+        return undo_hang
 
     def _gpu_failure(self, nd: NodeDevices, g: int, cause: str) -> None:
         gpu = nd.gpus[g]

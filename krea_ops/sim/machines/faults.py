@@ -21,18 +21,34 @@ A fault is a ConfigMap in namespace ``krea-sim`` labelled ``sim.krea.ai/fault=tr
   XID 119; ``nvlink``: XID 74, a link down and its error counters jump); ``ib-link``
   takes HCA ``hca`` down until the repair; ``host`` (and any other cause) takes the whole
   host down, so its exporter stops answering.
+  ``hang``: an NCCL collective of the training gang that has a pod on the node stalls
+  (an error if no training runs there; takes no ``gpu`` or ``value``). Its ranks go
+  silent: no step lines, no checkpoint completes; every GPU of the gang reads ~100 %
+  busy with no tensor activity (an NCCL kernel spinning, ``thermal.py``) and its IB
+  traffic stops. After the NCCL timeout (torch.distributed's default 10 minutes,
+  ``WorldConfig.extra["nccl_timeout_s"]``) from the stall, every rank's watchdog aborts
+  its process and the pods fail (``training.py``). The hang ends, and is marked
+  resolved, when the attempt that stalled ends: its pods gone or failed, whoever
+  restarted the gang.
+  ``straggler``: GPU ``gpu`` runs at 1/``slowdown`` of its SM clock when busy
+  (``slowdown`` 1 < F <= 4, default 1.5) with the clock-event reasons ``value`` names:
+  ``power-brake`` (default; hw_power_brake + hw_slowdown, 0x80|0x08) or ``hw-slowdown``
+  (0x08). A training gang on it steps at 1/F of its pace and its other GPUs wait in
+  NCCL for it (``devices.py``).
 ``node``, ``gpu`` (index, where it applies), ``value``; optional ``duration_s`` (how long
 an ib-flap lasts, or after how long any fault ends by itself), ``repair_s`` (repair time
-of a failure), ``hca`` (the HCA of an ib-link crash) and ``source`` (``inject`` or
-``random``).
+of a failure), ``hca`` (the HCA of an ib-link crash), ``slowdown`` (a straggler's factor)
+and ``source`` (``inject`` or ``random``).
 
 The device actor's fault loop applies each fault once and records it in annotations:
 ``sim.krea.ai/applied`` (RFC 3339, wall time like every API stamp), ``sim.krea.ai/target``
-(what it hit, ``GPU 5, NVLink 7`` or ``HCA 3``, including what it chose where the fault
+(what it hit, ``GPU 5, NVLink 7``, ``HCA 3`` or ``gang training/dit``, including what it
+chose where the fault
 left it open), ``sim.krea.ai/resolve-at`` (when it will end, if it ends by itself: its
 simulated duration converted to wall time), ``sim.krea.ai/resolved`` once it has ended,
-or ``sim.krea.ai/error`` if it could not be applied. ``hot-gpu`` and ``nvlink-errors``
-last until their ConfigMap is deleted (or ``duration_s`` passes). A failure is
+or ``sim.krea.ai/error`` if it could not be applied. ``hot-gpu``, ``nvlink-errors`` and
+``straggler`` last until their ConfigMap is deleted (or ``duration_s`` passes); so does a
+``hang`` until its attempt ends (deleting it earlier lets the collective complete). A failure is
 repaired after its repair time by removing the node's ``sim.krea.ai/failed`` annotation
 (or setting it to the cause of another failure still open on that node).
 
@@ -67,11 +83,14 @@ __all__ = [
     "Fault",
     "FaultActor",
     "FaultTarget",
+    "check_fault",
     "inject_fault",
 ]
 
 FAULT_NAMESPACE = "krea-sim"
-FAULT_KINDS = ("hot-gpu", "nvlink-errors", "ib-flap", "gpu-lost", "crash")
+FAULT_KINDS = ("hot-gpu", "nvlink-errors", "ib-flap", "gpu-lost", "crash", "hang", "straggler")
+STRAGGLER_VALUES = ("power-brake", "hw-slowdown")
+MAX_SLOWDOWN = 4.0
 FAULT_LABEL = "sim.krea.ai/fault"
 APPLIED = "sim.krea.ai/applied"
 TARGET = "sim.krea.ai/target"
@@ -140,12 +159,14 @@ class Fault:
     hca: int | None = None
     duration_s: float | None = None
     repair_s: float | None = None
+    slowdown: float | None = None
     source: str = "inject"
     applied: bool = False
     resolve_at: float | None = None
     resolved: bool = False
     error: str | None = None
-    targets: dict[str, int] = field(default_factory=dict)  # "GPU"/"NVLink"/"HCA" -> index
+    # "GPU"/"NVLink"/"HCA" -> index, "gang" -> the training's namespace/name
+    targets: dict[str, int | str] = field(default_factory=dict)
 
     @property
     def cause(self) -> str | None:
@@ -183,6 +204,7 @@ class Fault:
             hca=num("hca", int),
             duration_s=num("duration_s", float),
             repair_s=num("repair_s", float),
+            slowdown=num("slowdown", float),
             source=str(data.get("source") or "inject"),
             applied=bool(ann.get(APPLIED)),
             resolve_at=resolve_at,
@@ -211,10 +233,30 @@ def ensure_namespace(core: Any, name: str) -> None:
             raise
 
 
-def _validate(kind: str, gpu: int | None, value: Any) -> str | None:
+def check_fault(
+    kind: str, gpu: int | None = None, value: Any = None, slowdown: float | None = None
+) -> str | None:
+    """Raise BadInput with a one-line reason if the parameters do not fit this kind of
+    fault; returns the value, normalised (None if none). Needs no cluster."""
+    if kind not in FAULT_KINDS:
+        raise BadInput(f"unknown fault {kind!r}: choose one of {', '.join(FAULT_KINDS)}")
+    return _validate(kind, gpu, value, slowdown)
+
+
+def _validate(kind: str, gpu: int | None, value: Any, slowdown: float | None = None) -> str | None:
     """One-line reason the parameters are wrong for this kind, or None; normalises value."""
     if gpu is not None and (not isinstance(gpu, int) or gpu < 0):
         raise BadInput(f"--gpu must be a GPU index >= 0, got {gpu!r}")
+    if slowdown is not None:
+        if kind != "straggler":
+            raise BadInput(f"--slowdown is for straggler only, not {kind}")
+        if not isinstance(slowdown, (int, float)) or not 1.0 < slowdown <= MAX_SLOWDOWN:
+            raise BadInput(
+                f"straggler --slowdown must be greater than 1 and at most {MAX_SLOWDOWN:g} "
+                f"(the GPU runs at 1/F of its clock), got {slowdown!r}"
+            )
+    if kind == "hang" and gpu is not None:
+        raise BadInput("hang takes no --gpu: it stalls the whole gang training on the node")
     text = None if value is None else str(value).strip()
     if text == "":
         text = None
@@ -239,6 +281,10 @@ def _validate(kind: str, gpu: int | None, value: Any) -> str | None:
             )
     elif kind == "gpu-lost":
         raise BadInput("gpu-lost takes no --value (use --gpu to pick the GPU)")
+    elif kind == "hang":
+        raise BadInput("hang takes no --value: it stalls the whole gang training on the node")
+    elif kind == "straggler" and text not in STRAGGLER_VALUES:
+        raise BadInput(f"straggler --value is power-brake or hw-slowdown, got {text!r}")
     return text
 
 
@@ -252,19 +298,18 @@ def inject_fault(
     duration_s: float | None = None,
     repair_s: float | None = None,
     hca: int | None = None,
+    slowdown: float | None = None,
     source: str = "inject",
 ) -> str:
     """Create a fault ConfigMap in ``krea-sim`` and return its name.
 
     ``api_client`` is a ``kubernetes.client.ApiClient``. An unknown kind, a node that does
-    not exist, a GPU index beyond the node's ``nvidia.com/gpu`` capacity or a value that
-    does not fit the kind raise BadInput with a one-line message.
+    not exist, a GPU index beyond the node's ``nvidia.com/gpu`` capacity or a value (or a
+    ``slowdown``) that does not fit the kind raise BadInput with a one-line message.
     """
     from kubernetes.client.exceptions import ApiException
 
-    if kind not in FAULT_KINDS:
-        raise BadInput(f"unknown fault {kind!r}: choose one of {', '.join(FAULT_KINDS)}")
-    text = _validate(kind, gpu, value)
+    text = check_fault(kind, gpu, value, slowdown)
     core = _core(api_client)
     try:
         node_obj = core.read_node(node, _preload_content=False)
@@ -281,7 +326,13 @@ def inject_fault(
         data["gpu"] = str(gpu)
     if text is not None:
         data["value"] = text
-    for key, extra in (("duration_s", duration_s), ("repair_s", repair_s), ("hca", hca)):
+    extras = (
+        ("duration_s", duration_s),
+        ("repair_s", repair_s),
+        ("hca", hca),
+        ("slowdown", slowdown),
+    )
+    for key, extra in extras:
         if extra is not None:
             data[key] = str(extra)
     ensure_namespace(core, FAULT_NAMESPACE)
@@ -320,6 +371,8 @@ class FaultTarget(Protocol):
     def apply_fault(self, fault: Fault, now: float, restore: bool = False) -> float | None: ...
 
     def resolve_fault(self, name: str) -> None: ...
+
+    def ended_faults(self) -> list[str]: ...
 
     def failure_candidates(self) -> list[str]: ...
 
@@ -369,6 +422,9 @@ class FaultActor(Actor):
             fault_obj = self.service.active_faults[name]
             self.service.resolve_fault(name)
             self._untrack(name, fault_obj.node, touched)
+        for name in self.service.ended_faults():  # a hang whose attempt ended
+            fault_obj = self.service.active_faults[name]
+            self._resolve(name, fault_obj.node, now, touched)
         for node in touched:
             self._sync_node(node)
 

@@ -4,8 +4,30 @@ Load
   A GPU runs nothing (idle), a training rank, or an inference server. Training is
   ``util`` ~100 % with tensor-pipe activity 0.5-0.7, except in *input-bound* phases,
   when the GPU still reads ~100 % busy (NCCL kernels spin waiting for the slowest rank's
-  data loader) but tensor activity falls to ~0.05 and power to ~40 %. Inference is
-  moderate and bursty; idle is ~75 W at 345 MHz with the ``gpu_idle`` clock event.
+  data loader) but its tensor activity falls to INPUT_BOUND_PACE (a tenth) of its normal
+  value (~0.05-0.07: the gang's steps run at that pace, see devices.py) and power to
+  ~40 %. Inference is moderate and bursty; idle is ~75 W at 345 MHz with the
+  ``gpu_idle`` clock event.
+
+Gang pace
+  A training rank computes only as fast as its gang: ``Load.pace`` is the gang's step
+  pace (1 normal, 1/F behind a straggler, 0 in a hung collective). A rank computes for
+  ``min(1, pace * F_own)`` of the time (F_own: its own slowdown, 1 but on the straggler)
+  and spends the rest inside an NCCL collective waiting for the slowest rank: the NCCL
+  kernel keeps the GPU ~100 % busy (NVML's utilization counts any kernel resident) on
+  a few SMs (SM activity ~0.08, occupancy ~0.03), with no tensor-pipe work and
+  ~NCCL_SPIN_W (80 W) over idle, at full clocks with no clock-event reason. So a rank
+  of a hung gang reads busy, tensor 0, SM ~0.08 and idle + ~80 W; the ranks waiting for a
+  straggler with slowdown F read tensor activity ~1/F of normal.
+
+Straggler
+  A *straggler* fault (``straggle_factor`` F, 1 < F <= 4) runs the GPU at 1/F of its SM
+  clock whenever it is busy, with the clock-event reasons the fault names
+  (``nvmlClocksEventReasonHwPowerBrakeSlowdown`` 0x80 with ``HwSlowdown`` 0x08 for an
+  external power brake, ``HwSlowdown`` alone otherwise; NVML's nvml.h). It never waits
+  (it is the rank the others wait for), so it keeps its compute-phase tensor activity;
+  its compute power falls with the clock squared (dynamic power ~ f * V^2, the voltage
+  tracking the clock), so it runs cooler, not hot. Idle, it reads idle clocks.
 
 Thermal model
   First order: ``T_ss = T_inlet + R * P / q`` with R = 0.058 °C/W (an HGX H200 at 650 W
@@ -45,12 +67,21 @@ MAX_CLOCK_MHZ = 1980
 MEM_CLOCK_MHZ = 3201
 GIB = 1024**3
 
-# nvmlClocksEventReason* bits
+# nvmlClocksEventReason* bits (nvml.h)
 GPU_IDLE = 0x1
 SW_POWER_CAP = 0x4
 HW_SLOWDOWN = 0x8
 SW_THERMAL = 0x20
 HW_THERMAL = 0x40
+HW_POWER_BRAKE = 0x80
+
+# The gang's step pace in an input-bound phase: the ranks' tensor activity (~0.05 of a
+# normal 0.5-0.7) says they compute about a tenth of the time.
+INPUT_BOUND_PACE = 0.1
+# A rank waiting inside an NCCL collective: its kernel spins on a few SMs.
+NCCL_SPIN_SM = 0.08
+NCCL_SPIN_OCCUPANCY = 0.03
+NCCL_SPIN_W = 80.0
 
 
 @dataclass(frozen=True)
@@ -58,12 +89,14 @@ class Load:
     """What runs on a GPU this tick.
 
     ``kind``: idle | training | inference; ``input_bound`` for training phases starved of
-    data; ``intensity`` a per-job factor around 1.0; ``tensor`` the job's tensor-pipe
+    data; ``pace`` the training gang's step pace (1 normal, 1/F behind a straggler, 0
+    hung); ``intensity`` a per-job factor around 1.0; ``tensor`` the job's tensor-pipe
     activity in compute phases; ``busy`` for inference, the fraction of time serving.
     """
 
     kind: str = "idle"
     input_bound: bool = False
+    pace: float = 1.0
     intensity: float = 1.0
     tensor: float = 0.6
     busy: float = 0.5
@@ -88,6 +121,8 @@ class GpuModel:
         "power_w",
         "q",
         "slowdown_c",
+        "straggle_factor",
+        "straggle_reasons",
         "temp_c",
         "throttle",
     )
@@ -106,6 +141,8 @@ class GpuModel:
         self.creep_s = 0.0
         self.creep_end_q = q
         self.throttle = 1.0
+        self.straggle_factor = 1.0  # a straggler fault: SM clock at 1/F when busy
+        self.straggle_reasons = 0
 
     def cooling(self, now: float) -> float:
         """Cooling quality at sim time ``now`` (creeping GPUs lose it over time)."""
@@ -132,14 +169,22 @@ class GpuModel:
         """Advance ``dt`` simulated seconds under ``load``; ``noise`` is uniform in [-1, 1]."""
         f_th, reasons = self.thermal_factor()
         idle = self.idle_w
+        slow = max(self.straggle_factor, 1.0)
         if load.kind == "training":
             if load.input_bound:
-                util, tensor, sm, occ = 100.0, 0.05, 0.22, 0.10
+                util, tensor, sm, occ = 100.0, load.tensor * INPUT_BOUND_PACE, 0.22, 0.10
                 demand, mem_util = idle + 200.0 * load.intensity, 8.0
             else:
-                util, tensor, sm, occ = 100.0, load.tensor, 0.92, 0.42
-                demand = idle + (load.tensor * 700.0 + 170.0) * load.intensity
-                mem_util = 40.0 + 20.0 * load.tensor
+                # computing for `share` of the time, waiting in NCCL for the rest
+                share = min(max(load.pace, 0.0) * slow, 1.0)
+                wait = 1.0 - share
+                util = 100.0
+                tensor = load.tensor * share
+                sm = 0.92 * share + NCCL_SPIN_SM * wait
+                occ = 0.42 * share + NCCL_SPIN_OCCUPANCY * wait
+                compute_w = (load.tensor * 700.0 + 170.0) / slow**2
+                demand = idle + (compute_w * share + NCCL_SPIN_W * wait) * load.intensity
+                mem_util = (40.0 + 20.0 * load.tensor) * share + 1.0 * wait
         elif load.kind == "inference":
             busy = min(max(load.busy + 0.08 * noise, 0.05), 1.0)
             util, tensor, sm, occ = 100.0 * busy, 0.35 * busy, 0.75 * busy, 0.30 * busy
@@ -156,7 +201,7 @@ class GpuModel:
             power = self.limit_w * (0.995 + 0.004 * noise)
             reasons |= SW_POWER_CAP
         if busy_gpu:
-            clock = MAX_CLOCK_MHZ * f_th * (f_pow**0.5)
+            clock = MAX_CLOCK_MHZ * f_th * (f_pow**0.5) / slow
             # Activity a slowed GPU does per second falls with its clock.
             tensor *= f_th
             sm = min(sm, 1.0)
@@ -172,6 +217,8 @@ class GpuModel:
         # Clocks and reasons as the GPU reports them now, at its new temperature.
         f_new, thermal_bits = self.thermal_factor()
         reasons = (reasons & ~(SW_THERMAL | HW_THERMAL | HW_SLOWDOWN)) | thermal_bits
+        if busy_gpu and slow > 1.0:
+            reasons |= self.straggle_reasons
         if busy_gpu:
             clock *= f_new / f_th
         self.throttle = f_new
