@@ -27,6 +27,12 @@ Pods the simulation should complete carry annotations the kubelet reads:
 ``sim.krea.ai/ready-seconds``
     simulated seconds a started container stays unready (a model loading, say).
 
+A pod's processes can also end by themselves: the simulated trainers (``training.py``)
+tell the kubelet through ``world.services["container-exits"]`` (``ContainerExits``, an
+in-process channel the product cannot see, as a real kubelet learns of an exit from its
+container runtime) that a pod's containers exited with a code; the next tick reports
+them ``terminated`` with it (reason ``Error``, phase ``Failed``, for a non-zero code).
+
 A pod on a failed node that had started is marked ``phase: Failed``, ``reason:
 NodeFailure``, message ``Node <node> failed (<cause>): the kubelet stopped and the pod's
 containers were lost``, with a ``DisruptionTarget`` condition (reason
@@ -62,6 +68,7 @@ seconds. At 64 nodes that is 6.4 Lease and 0.2 node-status writes a wall second.
 from __future__ import annotations
 
 import math
+import threading
 from collections import defaultdict
 from typing import Any
 
@@ -111,6 +118,31 @@ DEFAULT_START_S = 4.0
 
 
 _BIG_IMAGES = ("pytorch", "nemo", "vllm", "cuda", "tensorrt", "triton", "sglang")
+EXITS_SERVICE = "container-exits"
+
+
+class ContainerExits:
+    """Exits of pods' processes, reported to the kubelet (``world.services
+    ["container-exits"]``): pod uid -> the containers' exit code. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._codes: dict[str, int] = {}
+
+    def exited(self, pod_uid: str, code: int) -> None:
+        """The containers of pod ``pod_uid`` exited with ``code`` (the first code stays)."""
+        with self._lock:
+            self._codes.setdefault(pod_uid, code)
+
+    def take(self, pod_uid: str) -> int | None:
+        with self._lock:
+            return self._codes.pop(pod_uid, None)
+
+    def keep_only(self, pod_uids: set[str]) -> None:
+        """Forget the exits of pods that are gone."""
+        with self._lock:
+            for uid in [u for u in self._codes if u not in pod_uids]:
+                del self._codes[uid]
 
 
 class Kubelet(ViewActor):
@@ -140,6 +172,7 @@ class Kubelet(ViewActor):
         # (the stamps stand in after a restart of the world).
         self._started: dict[str, float] = {}
         self._killing: dict[str, float] = {}
+        self.exits: ContainerExits = world.services.setdefault(EXITS_SERVICE, ContainerExits())
 
     @staticmethod
     def renew_for(config: WorldConfig) -> float:
@@ -185,6 +218,7 @@ class Kubelet(ViewActor):
         for memo in (self._due, self._ready_at, self._started, self._killing):
             for uid in [u for u in memo if u not in live]:
                 del memo[uid]
+        self.exits.keep_only(live)
 
     # -- nodes --------------------------------------------------------------------------
 
@@ -312,6 +346,10 @@ class Kubelet(ViewActor):
                 self._start_containers(pod, node, now, used_ips)
             return
         # Running
+        exit_code = self.exits.take(uid)
+        if exit_code is not None:
+            self._finish(pod, now, exit_code)
+            return
         annotations = annotations_of(pod)
         started = self._started_at(pod, now)
         ready_after = self._ready_at.get(uid)
@@ -592,7 +630,8 @@ class Kubelet(ViewActor):
         return out
 
     def _finish(self, pod: dict[str, Any], now: float, code: int) -> None:
-        """The containers exited by themselves (``sim.krea.ai/run-seconds``)."""
+        """The containers exited by themselves (``sim.krea.ai/run-seconds``, or their
+        processes said so through ``ContainerExits``)."""
         stamp = rfc3339(now)
         ok = code == 0
         reason = "PodCompleted" if ok else "PodFailed"
