@@ -10,6 +10,15 @@ fails, on the failed rank the CUDA error PyTorch raises for a GPU fault, and on 
 surviving ranks the NCCL watchdog timeout (ProcessGroupNCCL.cpp) and the take-down line.
 Lines are prefixed ``[rankN]:`` as torchrun's ``--tee``/``--local-ranks-filter`` output
 is, N being the pod's first global rank. Times are the wall clock, spread over the tick.
+
+The steps are the run's own (``Run.step``): they advance at the gang's pace, so the
+metrics lines come further apart behind a straggler or in an input-bound phase and stop
+in a hung collective. A hang is silent, as a real one is: nothing until NCCL's watchdog
+times the collective out (``Timeout(ms)``: torch.distributed's default 600,000 ms, or
+``WorldConfig.extra["nccl_timeout_s"]``); then every local rank of every pod prints the
+watchdog timeout (``ran for N milliseconds``, N the time since the stall) and the
+take-down line, and torchrun reports its children dead of SIGABRT (``exitcode: -6``) and
+exits with ``ChildFailedError`` (:meth:`TrainerLogs.watchdog_abort`).
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ class _Seen:
     wall: float = 0.0
     crashed: set[str] = field(default_factory=set)
     stopping: set[str] = field(default_factory=set)
+    timed_out: set[str] = field(default_factory=set)  # pods whose watchdog aborted them
     touched: bool = True
 
 
@@ -88,11 +98,14 @@ def _titan(t: float, message: str) -> str:
 class TrainerLogs:
     """Writes the trainers' container logs; one per training actor."""
 
-    def __init__(self, world: World, rate: float, write_s: float) -> None:
+    def __init__(
+        self, world: World, rate: float, write_s: float, timeout_ms: int = NCCL_TIMEOUT_MS
+    ) -> None:
         self.store = podlogs.for_state(world.state_dir)
         self.clock = world.clock
         self.rate = rate
         self.write_s = write_s
+        self.timeout_ms = timeout_ms
         self._seen: dict[str, _Seen] = {}
 
     def _write(self, pod: Obj, lines: list[tuple[float, str]], prefix: bool = True) -> None:
@@ -127,11 +140,14 @@ class TrainerLogs:
             seen.run, seen.step, seen.saving, seen.saved = id(run), run.base_step, None, 0
             for pod in gang:
                 self._write(pod, self._start_lines(run.base_step, wall))
-        step = run.step_at(now, self.rate)
+        step = run.step
         first = (seen.step // LOG_FREQ + 1) * LOG_FREQ
         steps = list(range(first, step + 1, LOG_FREQ))[-MAX_LINES_PER_TICK:]
         if steps:
-            span = max(wall - seen.wall, 0.0)
+            until = wall
+            if run.stalled_since is not None:  # the steps done before the collective hung
+                until = min(wall, wall - self.clock.to_wall(max(now - run.stalled_since, 0.0)))
+            span = max(until - seen.wall, 0.0)
             lines = []
             for i, s in enumerate(steps):
                 t = seen.wall + span * (i + 1) / len(steps)
@@ -144,8 +160,13 @@ class TrainerLogs:
             seen.saving = writing.step
             for pod in gang:
                 self._write(
-                    pod, [(wall, _titan(wall, "Saving the checkpoint (or staging if async is "
-                                              "enabled)."))]
+                    pod,
+                    [
+                        (
+                            wall,
+                            _titan(wall, "Saving the checkpoint (or staging if async is enabled)."),
+                        )
+                    ],
                 )
         while seen.saved < len(run.checkpoints):
             seen.saved += 1
@@ -157,6 +178,19 @@ class TrainerLogs:
             for pod in gang:
                 self._write(pod, [(wall, _titan(wall, text))])
         seen.wall = wall
+
+    def watchdog_abort(self, js: Obj, pods: list[Obj], run: Any, ran_ms: int) -> None:
+        """The gang's collective hung ``ran_ms`` ago, past the NCCL timeout: on every pod,
+        each local rank's watchdog timeout and take-down line, then torchrun's report of
+        its children killed by SIGABRT."""
+        uid = str(_meta(js).get("uid"))
+        seen = self._seen.setdefault(uid, _Seen(wall=self.clock.wall()))
+        wall = self.clock.wall()
+        seq = max(run.step, 1) * 37 + int(_noise(uid, run.step) * 30)
+        for pod in pods:
+            seen.timed_out.add(str(_meta(pod).get("uid")))
+            lines = self._watchdog_lines(pod, wall, seq, ran_ms) + self._abort_lines(pod, wall)
+            self._write(pod, lines, prefix=False)
 
     def end_tick(self, alive: set[str]) -> None:
         """Forget the trainings that are gone (``alive``: the uids observed this tick)."""
@@ -203,6 +237,8 @@ class TrainerLogs:
             if (pod.get("status") or {}).get("phase") != "Failed" or pid in seen.crashed:
                 continue
             seen.crashed.add(pid)
+            if pid in seen.timed_out:
+                continue  # its watchdog already said why
             attempt = (_meta(pod).get("labels") or {}).get(RESTART_LABEL)
             peers = [
                 p
@@ -210,6 +246,8 @@ class TrainerLogs:
                 if p is not pod
                 and (_meta(p).get("labels") or {}).get(RESTART_LABEL) == attempt
                 and (p.get("status") or {}).get("phase") == "Running"
+                and str(_meta(p).get("uid")) not in seen.timed_out
+                and not _meta(p).get("deletionTimestamp")  # stopping: SIGTERM, not a hang
             ]
             message = str((pod.get("status") or {}).get("message") or "")
             seq = max(seen.step, 1) * 37 + int(_noise(pid) * 30)
@@ -244,21 +282,23 @@ class TrainerLogs:
         ]
         return [(wall, line) for line in lines]
 
-    @staticmethod
-    def _watchdog_lines(pod: Obj, wall: float, seq: int) -> list[tuple[float, str]]:
+    def _watchdog_lines(
+        self, pod: Obj, wall: float, seq: int, ran_ms: int | None = None
+    ) -> list[tuple[float, str]]:
         gpus = _gpus(pod)
         base = _node_rank(pod) * gpus
+        timeout = self.timeout_ms
         out = []
         for local in range(gpus):
             rank = base + local
             glog = podlogs.glog_prefix("E", wall, 2100 + local).strip()
-            ran = NCCL_TIMEOUT_MS + int(_noise(rank, seq) * 90)
+            ran = max(ran_ms or 0, timeout) + int(_noise(rank, seq) * 90)
             out.append(
                 (
                     wall,
                     f"[rank{rank}]:[{glog} ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog "
                     f"caught collective operation timeout: WorkNCCL(SeqNum={seq}, "
-                    f"OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)={NCCL_TIMEOUT_MS}) "
+                    f"OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)={timeout}) "
                     f"ran for {ran} milliseconds before timing out.",
                 )
             )
@@ -274,6 +314,47 @@ class TrainerLogs:
                 )
             )
         return out
+
+    @staticmethod
+    def _abort_lines(pod: Obj, wall: float) -> list[tuple[float, str]]:
+        """torchrun's agent after its children aborted (SIGABRT: exitcode -6): the first
+        failure it saw, and the ChildFailedError its main re-raises (exit code 1)."""
+        gpus = _gpus(pod)
+        base = _node_rank(pod) * gpus
+        moment = dt.datetime.fromtimestamp(wall, dt.UTC)
+        host = str(_meta(pod).get("name") or "localhost")
+
+        def failure(local: int) -> list[str]:
+            pid = 2100 + local
+            return [
+                f"  time      : {moment:%Y-%m-%d_%H:%M:%S}",
+                f"  host      : {host}",
+                f"  rank      : {base + local} (local_rank: {local})",
+                f"  exitcode  : -6 (pid: {pid})",
+                "  error_file: <N/A>",
+                f"  traceback : Signal 6 (SIGABRT) received by PID {pid}",
+            ]
+
+        lines = [
+            podlogs.glog_prefix("E", wall, 1)
+            + "torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -6) "
+            "local_rank: 0 (pid: 2100) of binary: /usr/bin/python3",
+            "Traceback (most recent call last):",
+            '  File "/usr/local/bin/torchrun", line 8, in <module>',
+            "    sys.exit(main())",
+            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+            "=" * 60,
+            "/opt/krea/dit/train.py FAILED",
+            "-" * 60,
+            "Failures:",
+        ]
+        for local in range(1, gpus):
+            lines += [f"[{local}]:", *failure(local)]
+        if gpus == 1:
+            lines.append("  <NO_OTHER_FAILURES>")
+        lines += ["-" * 60, "Root Cause (first observed failure):", "[0]:", *failure(0)]
+        lines.append("=" * 60)
+        return [(wall, line) for line in lines]
 
     @staticmethod
     def _sigterm_lines(pod: Obj, wall: float) -> list[tuple[float, str]]:

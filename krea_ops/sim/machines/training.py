@@ -22,6 +22,24 @@ without ``.metadata``. Each time the gang (re)starts it resumes from the newest 
 checkpoint, records the step in the JobSet annotation ``sim.krea.ai/resumed-from-step``
 (``0``: from scratch) and says so in an Event.
 
+Pace. A run's step is integrated tick by tick: each tick it advances by ``dt * rate *
+pace`` (``rate``: ``training_steps_per_s`` in ``WorldConfig.extra``, default 1), the pace
+being the gang's as its devices decide it (``world.services["devices"].gang_pace``:
+a tenth in an input-bound phase, 1/F behind a straggler GPU of slowdown F, 0 while its
+collective hangs; 1 in a world without devices). Checkpoints and the log take that step.
+
+Hang. From the moment a ``hang`` fault stalls the gang's collective the ranks make no
+progress and write nothing: no step line, no new checkpoint, and a checkpoint being
+written does not complete. After the NCCL timeout (torch.distributed's default
+collective timeout, 10 minutes: ``logs.NCCL_TIMEOUT_MS``; ``extra["nccl_timeout_s"]``)
+from the stall every rank's watchdog aborts its process (the watchdog lines in every
+rank's log, ``logs.py``) and torchrun exits with 1 (``TORCHRUN_CHILD_FAILED_EXIT``: its
+children died of SIGABRT, and its ``@record`` main re-raises ChildFailedError); the
+trainers tell the kubelet through ``world.services["container-exits"]`` (``kubelet.py``)
+and the pods fail, so the JobSet's failure policy restarts the gang, which resumes from
+its newest complete checkpoint. A gang restarted or evicted before the timeout never
+times out: its new attempt runs at full pace.
+
 Like the kubelets and the devices, the trainers are machines of the world: they act only
 through the API and read no control-plane stand-in's state (the Kueue actor, its JobSet
 and Job controllers, the scheduler), so they run as they are on the real control plane.
@@ -75,7 +93,9 @@ from krea_ops.sim.common.jobapi import (
     phase,
     pod_requests,
 )
-from krea_ops.sim.machines.logs import TrainerLogs
+from krea_ops.sim.machines.devices import FULL_PACE, GangPace
+from krea_ops.sim.machines.kubelet import EXITS_SERVICE
+from krea_ops.sim.machines.logs import NCCL_TIMEOUT_MS, TrainerLogs
 from krea_ops.training.checkpoints import METADATA, STEP_DIR, inspect_checkpoint
 from krea_ops.training.manifests import (
     WORKLOAD_LABEL,
@@ -96,6 +116,10 @@ RESUMED_STEP_ANNOTATION = "sim.krea.ai/resumed-from-step"
 RESUMED_FROM_ANNOTATION = "sim.krea.ai/resumed-from"
 LAST_CHECKPOINT_ANNOTATION = "sim.krea.ai/last-checkpoint-step"
 COMPONENT = "dit-trainer"
+# What the container exits with when the NCCL watchdog aborts its ranks: each child
+# dies of SIGABRT (exitcode -6 to torchrun's agent), and torchrun, the container's
+# command, ends with the ChildFailedError its ``@record`` main re-raises: exit code 1.
+TORCHRUN_CHILD_FAILED_EXIT = 1
 
 
 # -- checkpoints (pure) ----------------------------------------------------------------
@@ -260,15 +284,41 @@ class Write:
 
 @dataclass
 class Run:
+    """One attempt of a gang, from its start; ``progress`` the steps it has made since
+    ``base_step`` (fractional), integrated tick by tick at the gang's pace."""
+
     gang: frozenset[str]
     started: float
     base_step: int
     next_checkpoint: float
     writing: Write | None = None
     checkpoints: list[int] = field(default_factory=list)
+    progress: float = 0.0
+    advanced_to: float | None = None  # simulated time ``progress`` counts up to
+    pace: float = 1.0  # the gang's pace over the last tick
+    stalled_since: float | None = None  # its collective hangs since then
+    timed_out: bool = False  # the NCCL watchdog fired
 
-    def step_at(self, now: float, rate: float) -> int:
-        return self.base_step + int(max(now - self.started, 0.0) * rate)
+    @property
+    def step(self) -> int:
+        """The last step the gang completed."""
+        return self.base_step + int(self.progress)
+
+    def advance(
+        self, now: float, rate: float, pace: float, stalled_since: float | None = None
+    ) -> None:
+        """Progress up to ``now`` at ``rate`` steps a second times ``pace``; a stall stops
+        it from the moment it began (before that the gang ran at its former pace)."""
+        last = self.started if self.advanced_to is None else self.advanced_to
+        if stalled_since is not None:
+            until = min(now, max(stalled_since, last))
+            self.progress += max(until - last, 0.0) * rate * self.pace
+            self.pace = 0.0
+        else:
+            self.progress += max(now - last, 0.0) * rate * pace
+            self.pace = pace
+        self.advanced_to = max(now, last)
+        self.stalled_since = stalled_since
 
 
 def host_path(state_dir: Path, pod_path: str) -> Path:
@@ -315,6 +365,7 @@ class TrainingActor(Actor):
         self.period_s = float(extra.get("training_period_s", default))
         self.write_s = float(extra.get("checkpoint_write_s", 60.0))
         self.rate = float(extra.get("training_steps_per_s", 1.0))
+        self.nccl_timeout_s = float(extra.get("nccl_timeout_s", NCCL_TIMEOUT_MS / 1000.0))
         self.shard_size = int(extra.get("checkpoint_shard_bytes", 1024))
         self.keep = max(int(extra.get("checkpoint_keep", 5)), 1)
         self.api = JobApi(world.client)
@@ -323,7 +374,8 @@ class TrainingActor(Actor):
         self._ignored: dict[str, str] = {}  # JobSet uid -> the bad request value warned of
         # JobSet uid -> the request last answered (a list may not show the answer yet)
         self._answered: dict[str, str] = {}
-        self.logs = TrainerLogs(world, self.rate, self.write_s)  # what `kubectl logs` shows
+        # what `kubectl logs` shows
+        self.logs = TrainerLogs(world, self.rate, self.write_s, round(self.nccl_timeout_s * 1000))
 
     def _pods(self) -> list[Obj]:
         """The pods of JobSets: from the cluster actors' shared list when there is one
@@ -421,7 +473,33 @@ class TrainingActor(Actor):
         if run is None:
             run = self._start(js, gang, now)
             self.runs[uid] = run
+        pace = self._pace(gang, now)
+        run.advance(now, self.rate, pace.factor, pace.stalled_since)
+        if run.stalled_since is not None:
+            self._hung(js, run, live, now)
+            return
         self._advance(js, run, now, self._world_size(js, live), self._requested(js, uid))
+
+    def _pace(self, gang: frozenset[str], now: float) -> GangPace:
+        """The gang's pace as its devices show it (full without simulated devices)."""
+        devices = self.world.services.get("devices")
+        return FULL_PACE if devices is None else devices.gang_pace(gang, now)
+
+    def _hung(self, js: Obj, run: Run, live: list[Obj], now: float) -> None:
+        """A stalled collective: the ranks are silent (no step, no checkpoint progress)
+        until NCCL's watchdog times the collective out; then every rank aborts and
+        torchrun exits, so the kubelet reports the pods' containers exited."""
+        assert run.stalled_since is not None
+        ran_s = now - run.stalled_since
+        if run.timed_out or ran_s < self.nccl_timeout_s:
+            return
+        run.timed_out = True
+        self.logs.watchdog_abort(js, live, run, round(ran_s * 1000))
+        exits = self.world.services.get(EXITS_SERVICE)
+        if exits is None:
+            return  # no kubelet in this world: the pods stay as they are
+        for pod in live:
+            exits.exited(str(meta(pod).get("uid")), TORCHRUN_CHILD_FAILED_EXIT)
 
     def _requested(self, js: Obj, uid: str) -> str | None:
         """The pending checkpoint request (its requested-at as written), None if none:
@@ -495,7 +573,7 @@ class TrainingActor(Actor):
         self, js: Obj, run: Run, now: float, world_size: int, requested: str | None = None
     ) -> None:
         if run.writing is None and (requested or now >= run.next_checkpoint):
-            step = run.step_at(now, self.rate)
+            step = run.step
             step_dir = self.checkpoint_root(js) / f"step-{step}"
             if step_dir.exists():
                 shutil.rmtree(step_dir, ignore_errors=True)  # a crash's leftover: rewritten
