@@ -211,7 +211,7 @@ def upstream_build() -> None:
     )
 
 
-FAULT_KINDS = ("hot-gpu", "nvlink-errors", "ib-flap", "gpu-lost", "crash")
+FAULT_KINDS = ("hot-gpu", "nvlink-errors", "ib-flap", "gpu-lost", "crash", "hang", "straggler")
 VALUE_PICKS = {"nvlink-errors": "NVLink", "ib-flap": "HCA"}  # what --value selects
 APPLY_TIMEOUT_S = 30.0  # the fault loop runs every 2 simulated s (at 0.1x: 20 s of wall time)
 
@@ -219,38 +219,50 @@ APPLY_TIMEOUT_S = 30.0  # the fault loop runs every 2 simulated s (at 0.1x: 20 s
 @app.command("inject")
 def inject(
     ctx: typer.Context,
-    kind: str = typer.Argument(..., help="hot-gpu | nvlink-errors | ib-flap | gpu-lost | crash"),
+    kind: str = typer.Argument(
+        ..., help="hot-gpu | nvlink-errors | ib-flap | gpu-lost | crash | hang | straggler"
+    ),
     node: str = typer.Argument(..., help="node to fail, e.g. gpu-node-007"),
     gpu: int = typer.Option(
         None,
         "--gpu",
-        help="GPU index (hot-gpu, nvlink-errors, gpu-lost; default: the simulator picks one "
-        "and says which)",
+        help="GPU index (hot-gpu, nvlink-errors, gpu-lost, straggler; default: the simulator "
+        "picks one and says which)",
     ),
     value: str = typer.Option(
         None,
         "--value",
         help="hot-gpu: the °C its sensor reads from a simulated minute on, idle or loaded "
         "(default 84); nvlink-errors: the link; ib-flap: the HCA index; crash: the cause "
-        "(host, gpu-hbm, ib-link...)",
+        "(host, gpu-hbm, ib-link...); straggler: power-brake (default) or hw-slowdown, the "
+        "clock-event reason it shows",
+    ),
+    slowdown: float = typer.Option(
+        None,
+        "--slowdown",
+        help="straggler only: the GPU runs at 1/F of its SM clock when busy, and a training "
+        "gang on it at 1/F of its pace (F greater than 1, at most 4; default 1.5)",
     ),
 ) -> None:
     """Make a fault happen now in a running simulator (found through the kubeconfig).
 
     The fault is a ConfigMap in namespace krea-sim, so injecting is itself an API call.
     The command waits until the simulator has applied it and prints what it hit: the GPU,
-    NVLink or HCA it chose where --gpu or --value left that open.
+    NVLink or HCA it chose where --gpu or --value left that open, or for a hang the
+    training gang whose collective stalled (its ranks time out after NCCL's timeout).
     """
     if kind not in FAULT_KINDS:
         raise BadInput(f"unknown fault {kind!r}: choose one of {', '.join(FAULT_KINDS)}")
     from krea_ops.kube.client import api_client, check_reachable
-    from krea_ops.sim.machines.faults import inject_fault
+    from krea_ops.sim.machines.faults import check_fault, inject_fault
+
+    check_fault(kind, gpu, value, slowdown)  # before any cluster is needed
 
     obj = ctx.obj or {}
     api = api_client(obj.get("kubeconfig"), obj.get("context"))
     with api:
         check_reachable(api)
-        name = inject_fault(api, kind, node, gpu=gpu, value=value)
+        name = inject_fault(api, kind, node, gpu=gpu, value=value, slowdown=slowdown)
         target = _wait_applied(api, name)
     print(
         f"fault {name}: {kind} on {node}"
@@ -265,7 +277,8 @@ def _chosen(kind: str, target: str, gpu: int | None, value: str | None) -> str:
     flags = {"GPU": "--gpu", **({by_value: "--value"} if by_value else {})}
     given = {"GPU": gpu is not None, **({by_value: value is not None} if by_value else {})}
     hit = [part.partition(" ")[0] for part in target.split(", ")]
-    chosen = [what for what in hit if not given.get(what, False)]
+    # a hang's gang is where the node is, not a choice
+    chosen = [what for what in hit if what != "gang" and not given.get(what, False)]
     if not chosen:
         return ""
     how = ", ".join(f"{flags[what]} picks the {what}" for what in chosen if what in flags)
