@@ -124,16 +124,19 @@ def rank0_history(
     *,
     tail_lines: int = STATUS_TAIL,
     keep_s: float,
+    with_head: bool = True,
 ) -> tuple[dict[str, Any] | None, str | None]:
     """Rank 0's log read into the run's history: ``(history, None)``, or ``(prev, why)``
-    when the log cannot be read (the pass goes on without it)."""
+    when the log cannot be read (the pass goes on without it). ``with_head``: read the
+    log's head too, for the line that says when the attempt started (else the pod's start
+    stands for it)."""
     rank0 = gang.rank0()
     if rank0 is None or not gang.running:
         return (dict(prev) if prev else None), None
     name = str((rank0.get("metadata") or {}).get("name"))
     try:
         tail = cluster.pod_log(gang.namespace, name, tail_lines=tail_lines)
-        head = cluster.pod_log(gang.namespace, name, limit_bytes=HEAD_BYTES)
+        head = cluster.pod_log(gang.namespace, name, limit_bytes=HEAD_BYTES) if with_head else None
     except Unavailable as exc:
         return (dict(prev) if prev else None), str(exc)
     if tail is None:

@@ -103,7 +103,7 @@ Gauges: ``quarantined`` (nodes carrying our marks by this controller), ``quarant
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import quote
@@ -118,6 +118,7 @@ from krea_ops.controllers.base import (
     Inputs,
     Skip,
 )
+from krea_ops.controllers.planned_swaps import with_stragglers
 from krea_ops.controllers.restarts import (
     RecorderConfig,
     RestartInputs,
@@ -127,6 +128,7 @@ from krea_ops.controllers.restarts import (
 )
 from krea_ops.errors import BadInput, Unavailable
 from krea_ops.fleet import judged_error, load_fleet
+from krea_ops.gangstatus import GangStatus, rank0_history, read_gang_readings, status_of
 from krea_ops.health import HealthPolicy, fleet_views
 from krea_ops.kube.cluster import node_info
 from krea_ops.kube.times import parse_time, rfc3339
@@ -147,10 +149,19 @@ from krea_ops.runbook.nodes import (
     update_step,
 )
 from krea_ops.runbook.plan import Plan
+from krea_ops.runbook.training import build_gang_restart
 from krea_ops.settings import Settings
 from krea_ops.training.attribution import chance_threshold, lemon_candidates
+from krea_ops.training.gangs import Gang
 from krea_ops.training.manifests import LEMON_LABEL
-from krea_ops.training.swaps import DEFAULT_AFTER_S, DEFAULT_TIMEOUT_S, SwapConfig
+from krea_ops.training.stalls import HUNG, SLOW, STALLED, STRAGGLER, StallConfig
+from krea_ops.training.swaps import (
+    DEFAULT_AFTER_S,
+    DEFAULT_TIMEOUT_S,
+    SWAP_NOW_CODES,
+    SwapConfig,
+    finding_key,
+)
 
 NAME = "node-health"
 OPT_OUT_LABEL = "krea.ai/auto-remediate"
@@ -244,7 +255,10 @@ class NodeHealthConfig:
     ``planned_swaps``: evict a running gang's SUSPECT node with a slow burn right after
     a checkpoint asked of its trainer, once the slow burn has shown for ``swap_after_s``;
     ``swap_timeout_s``: how long such a request may
-    go unanswered."""
+    go unanswered. ``stalls``: the HUNG and STRAGGLER thresholds
+    (``training.stalls.StallConfig``); ``hang_restarts``: restart a gang HUNG for
+    ``stalls.hang_restart_after_s``; ``straggler_swaps``: the node a STRAGGLER run names
+    goes through a planned swap."""
 
     cap_share: float = 0.02
     cap_min_nodes: int = 1
@@ -265,6 +279,9 @@ class NodeHealthConfig:
     planned_swaps: bool = True
     swap_timeout_s: float = DEFAULT_TIMEOUT_S
     swap_after_s: float = DEFAULT_AFTER_S
+    hang_restarts: bool = True
+    straggler_swaps: bool = True
+    stalls: StallConfig = field(default_factory=StallConfig)
 
     @staticmethod
     def from_mapping(values: Mapping[str, Any] | None) -> NodeHealthConfig:
@@ -294,7 +311,17 @@ class NodeHealthConfig:
                         )
                     windows[cls] = None if seconds is None else _number(f"bad_for_s.{cls}", seconds)
                 out[key] = windows
-            elif key == "planned_swaps":
+            elif key == "stalls":
+                if isinstance(value, StallConfig):
+                    out[key] = value
+                    continue
+                if not isinstance(value, Mapping):
+                    raise BadInput("node-health setting stalls: expected a mapping")
+                try:
+                    out[key] = StallConfig.from_mapping(value)
+                except ValueError as exc:
+                    raise BadInput(f"node-health setting stalls: {exc}") from None
+            elif key in ("planned_swaps", "hang_restarts", "straggler_swaps"):
                 if not isinstance(value, bool):
                     raise BadInput(f"node-health setting {raw_key}: expected true or false")
                 out[key] = value
@@ -338,6 +365,9 @@ class NodeHealthConfig:
                 "planned_swaps": settings.node_health_planned_swaps,
                 "swap_timeout_s": settings.node_health_swap_timeout_s,
                 "swap_after_s": settings.node_health_swap_after_s,
+                "hang_restarts": settings.node_health_hang_restarts,
+                "straggler_swaps": settings.node_health_straggler_swaps,
+                "stalls": StallConfig.from_settings(settings),
             }
         )
 
@@ -378,6 +408,8 @@ class NodeHealthSnapshot:
     telemetry_error: str | None = None
     read_at: Mapping[str, float] = field(default_factory=dict)  # input -> when read
     restarts: RestartInputs = field(default_factory=RestartInputs)  # the training gangs
+    # the running gangs' statuses (``gangstatus``), by namespace/name
+    stalls: Mapping[str, GangStatus] = field(default_factory=dict)
 
 
 def no_evict_inputs() -> EvictInputs:
@@ -473,6 +505,28 @@ def evictable(
     return out
 
 
+def also_prepared(
+    gangs: Sequence[Gang],
+    verdicts: Mapping[str, Verdict],
+    stalls: Mapping[str, GangStatus],
+    config: NodeHealthConfig,
+) -> list[str]:
+    """Nodes, beyond the BAD ones, whose eviction plans ``read`` prepares: those a planned
+    swap may evict now (a STRAGGLER's named node counting as a swap's), and the likely
+    nodes of HUNG runs."""
+    swaps = planned_swaps.swap_evictable(
+        gangs,
+        with_stragglers(verdicts, stalls) if config.straggler_swaps else verdicts,
+        config.planned_swaps,
+    )
+    hung = [
+        s.judgement.node
+        for s in stalls.values()
+        if config.hang_restarts and s.judgement.state == HUNG and s.judgement.node
+    ]
+    return sorted({*swaps, *(n for n in hung if n)})
+
+
 class NodeHealth:
     """The node-health controller (module docstring)."""
 
@@ -516,8 +570,13 @@ class NodeHealth:
             verdicts = {v.info.name: v.verdict for v in views}
         ack_at, ack_by = self._read_ack(inputs)
         restarts = read_restart_inputs(cluster, now)
-        swaps = planned_swaps.swap_evictable(restarts.gangs, verdicts, self.config.planned_swaps)
-        actable = evictable(objs, verdicts, inputs.user, swaps)
+        stalls = self._read_stalls(inputs, restarts, infos, now)
+        actable = evictable(
+            objs,
+            verdicts,
+            inputs.user,
+            also_prepared(restarts.gangs, verdicts, stalls, self.config),
+        )
         try:
             evict = read_evict(cluster, actable) if actable else no_evict_inputs()
         except BadInput as exc:  # a node deleted since the list: the next pass sees it gone
@@ -527,6 +586,7 @@ class NodeHealth:
             verdicts=verdicts,
             evict=evict,
             restarts=restarts,
+            stalls=stalls,
             user=inputs.user,
             policy=inputs.policy,
             ack_at=ack_at,
@@ -537,6 +597,32 @@ class NodeHealth:
                 **({"telemetry": fleet.collected_at} if error is None else {}),
             },
         )
+
+    def _read_stalls(
+        self, inputs: Inputs, restarts: RestartInputs, infos: list[NodeInfo], now: float
+    ) -> dict[str, GangStatus]:
+        """The running gangs' statuses: rank 0's log of each (a long tail: enough steps for
+        a baseline) and one telemetry read of their nodes alone."""
+        running = [g for g in restarts.gangs if g.running and not g.terminal]
+        if not running:
+            return {}
+        cfg = self.config.stalls
+        nodes = sorted({n for g in running for n in g.nodes})
+        readings = read_gang_readings(
+            inputs.cluster,
+            inputs.source,
+            inputs.policy,
+            nodes,
+            infos,
+            source_error=inputs.source_error,
+        )
+        out = {}
+        for gang in running:
+            history, log_error = rank0_history(
+                inputs.cluster, gang, keep_s=cfg.window_s, with_head=False
+            )
+            out[gang.key] = status_of(gang, history, readings, now, cfg, log_error=log_error)
+        return out
 
     @staticmethod
     def _read_ack(inputs: Inputs) -> tuple[float | None, str | None]:
@@ -579,6 +665,10 @@ class _Pass:
             if _is_gpu_node(info := node_info(obj))
         }
         self.verdicts = {n: snap.verdicts.get(n, Verdict(Severity.UNKNOWN)) for n in self.infos}
+        # what planned swaps judge by: the verdicts, and the nodes STRAGGLER runs name
+        self.swap_verdicts = (
+            with_stragglers(self.verdicts, snap.stalls) if config.straggler_swaps else self.verdicts
+        )
 
     def _prev(self, key: str) -> dict[str, Any]:
         value = self.prev.get(key)
@@ -599,6 +689,7 @@ class _Pass:
         lemons = self._lemons(remediations)
         quarantined, vetoed = self._evictions(marks, ours, onsets, restored)
         self._redrain(ours)
+        hangs, quarantined = self._hangs(marks, quarantined, restored)
         swaps = self._swaps(marks, quarantined, restored)
         quarantined = swaps.counted
 
@@ -625,6 +716,7 @@ class _Pass:
             self.now,
             self._prev("recorder"),
             self.cfg.recorder(),
+            hung={k: h for k, h in hangs.items() if h.get("state") == HUNG},
         )
         lemons = self._restart_lemons(recorder, lemons)
         stamp = float(math.floor(self.now))  # the evicted-at its plans write (whole seconds)
@@ -647,6 +739,12 @@ class _Pass:
             ),
             **recorded,
             **swaps.gauges,
+            **{
+                f"runs_{state.lower()}": float(
+                    sum(1 for st in snap.stalls.values() if st.judgement.state == state)
+                )
+                for state in (HUNG, STRAGGLER, SLOW, STALLED)
+            },
         }
         new_state = {
             "onsets": onsets,
@@ -672,6 +770,7 @@ class _Pass:
                 for n in sorted(new - ours)
             },
             "swaps": swaps.state,
+            "stalls": hangs,
         }
         return Decision(
             controller=NAME,
@@ -953,8 +1052,19 @@ class _Pass:
 
         # candidates: BAD past their window, oldest finding first
         ripe: list[tuple[float, str, list[Reason]]] = []
+        deferred = self._to_swap()
         for name, verdict in self.verdicts.items():
             if marks[name] is not None:
+                continue
+            if name in deferred:
+                self.skipped.append(
+                    Skip(
+                        name,
+                        "planned-swap",
+                        f"{deferred[name]} still makes progress: a planned swap takes the "
+                        f"node after a checkpoint: {verdict.reasons[0].message}",
+                    )
+                )
                 continue
             reasons: list[Reason] = []
             first: float | None = None
@@ -1039,6 +1149,136 @@ class _Pass:
             )
         return counted, vetoed
 
+    def _to_swap(self) -> dict[str, str]:
+        """BAD nodes a planned swap takes instead of an eviction now (node -> its gang):
+        every BAD finding of theirs one a swap is made for at once (clocks held down), on
+        a running gang that is not HUNG, while planned swaps are on and that swap was not
+        given up."""
+        cfg, snap = self.cfg, self.snap
+        if not cfg.planned_swaps:
+            return {}
+        tried = {
+            str(k)
+            for entry in self._prev("swaps").values()
+            if isinstance(entry, Mapping)
+            for k in entry.get("tried") or ()
+        }
+        out: dict[str, str] = {}
+        for gang in snap.restarts.gangs:
+            status = snap.stalls.get(gang.key)
+            if not gang.running or (status is not None and status.judgement.state == HUNG):
+                continue
+            for node in gang.nodes:
+                verdict = self.verdicts.get(node)
+                bad = _bad_reasons(verdict) if verdict is not None else []
+                if (
+                    bad
+                    and all(r.code in SWAP_NOW_CODES for r in bad)
+                    and not any(finding_key(node, r) in tried for r in bad)
+                ):
+                    out[node] = gang.key
+        return out
+
+    def _hangs(
+        self, marks: Mapping[str, str | None], counted: int, restored: Mapping[str, float]
+    ) -> tuple[dict[str, Any], int]:
+        """The running gangs' states, remembered (``namespace/name`` -> ``state``,
+        ``since``, ``uid``, ``attempt``, ``node``, ``gpu``, ``reasons``, ``acted``), and the
+        restart of a gang HUNG for ``stalls.hang_restart_after_s``: its likely node evicted
+        (under the cap, as any eviction) where one is named and may be, else rank 0's pod
+        evicted so that the JobSet's failure policy restarts the gang. Once per attempt.
+        Returns the state and the nodes counted by the cap after it."""
+        cfg, snap, now = self.cfg, self.snap, self.now
+        prev = self._prev("stalls")
+        out: dict[str, Any] = {}
+        gangs = {g.key: g for g in snap.restarts.gangs}
+        evicting = {n for p in self.plans if p.action == "nodes evict" for n in p.nodes}
+        for key, status in sorted(snap.stalls.items()):
+            gang = gangs.get(key)
+            j = status.judgement
+            if gang is None:
+                continue
+            raw = prev.get(key)
+            old: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+            same = old.get("uid") == gang.uid and old.get("attempt") == gang.restarts
+            kept = old.get("since")
+            keep = same and old.get("state") == j.state and isinstance(kept, (int, float))
+            since = float(kept) if keep and isinstance(kept, (int, float)) else now
+            acted = bool(old.get("acted")) if same else False
+            entry = {
+                "state": j.state,
+                "since": since,
+                "uid": gang.uid,
+                "attempt": gang.restarts,
+                "node": j.node,
+                "gpu": j.gpu,
+                "reasons": list(j.reasons),
+                "acted": acted,
+            }
+            out[key] = entry
+            if j.state != HUNG or acted or not cfg.hang_restarts:
+                continue
+            if now - since < cfg.stalls.hang_restart_after_s:
+                continue
+            why = f"{key} HUNG: " + "; ".join(j.reasons)
+            node = j.node
+            if node is not None and (marks.get(node) is not None or node in evicting):
+                entry["acted"] = True  # already going: its eviction restarts the gang
+                continue
+            if node is not None and node in self.infos:
+                held = self._held(node, counted, restored)
+                if held is None and node in snap.evict.objs:
+                    plan = build_evict(
+                        snap.evict.only([node]),
+                        reason=why,
+                        user=snap.user,
+                        now=now,
+                        timeout_s=cfg.drain_timeout_s,
+                    )
+                    if not plan.refused:
+                        self.plans.append(plan)
+                        counted += 1
+                        entry["acted"] = True
+                        continue
+                    held = ("refused", plan.refused)
+                if held is not None:
+                    self.skipped.append(Skip(node, held[0], f"{held[1]}: {why}"))
+            rank0 = gang.rank0()
+            if rank0 is None:
+                continue
+            restart = build_gang_restart(
+                gang.namespace,
+                gang.name,
+                uid=gang.uid,
+                spec=gang.spec,
+                pod=rank0,
+                reason=why,
+                user=snap.user,
+                timeout_s=cfg.drain_timeout_s,
+            )
+            if restart.refused:
+                self.skipped.append(Skip(key, "refused", restart.refused))
+                continue
+            self.plans.append(restart)
+            entry["acted"] = True
+        return out, counted
+
+    def _held(
+        self, node: str, counted: int, restored: Mapping[str, float]
+    ) -> tuple[str, str] | None:
+        """Why an eviction of ``node`` may not be planned now, or None."""
+        info = self.infos[node]
+        if _opted_out(info):
+            return "opt-out", f"{OPT_OUT_LABEL}=false"
+        if node in restored:
+            return "cooldown", "restored by hand, in its cool-down"
+        if info.unschedulable:
+            return "cordoned", "cordoned by someone else, left to them"
+        cap = self.cfg.cap(len(self.infos))
+        if counted >= cap:
+            return "cap", f"blast cap of {cap} quarantined nodes reached"
+        return None
+
     def _swaps(
         self, marks: Mapping[str, str | None], counted: int, restored: Mapping[str, float]
     ) -> planned_swaps.SwapOutcome:
@@ -1049,7 +1289,7 @@ class _Pass:
             return planned_swaps.SwapOutcome(counted=counted)
         outcome = planned_swaps.decide_swaps(
             gangs=snap.restarts.gangs,
-            verdicts=self.verdicts,
+            verdicts=self.swap_verdicts,
             evict=snap.evict,
             user=snap.user,
             now=self.now,

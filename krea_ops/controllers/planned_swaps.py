@@ -31,17 +31,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from krea_ops.controllers.base import Skip
+from krea_ops.gangstatus import GangStatus
 from krea_ops.kube.times import parse_time
-from krea_ops.model import Severity, Verdict
+from krea_ops.model import Reason, Severity, Verdict
 from krea_ops.runbook.nodes import EvictInputs, build_evict
 from krea_ops.runbook.plan import Plan
 from krea_ops.runbook.training import build_checkpoint_request
 from krea_ops.training.gangs import Gang
+from krea_ops.training.stalls import STRAGGLER
 from krea_ops.training.swaps import (
     CHECKPOINT_REQUESTED_AT,
     HONOURED,
     PENDING,
     SLOW_BURN_CODES,
+    STRAGGLER_CODE,
     SwapConfig,
     honoured,
     plan_swaps,
@@ -67,6 +70,28 @@ def swap_evictable(
             if verdict is not None and verdict.severity in (Severity.SUSPECT, Severity.BAD):
                 out.add(node)
     return sorted(out)
+
+
+def with_stragglers(
+    verdicts: Mapping[str, Verdict], stalls: Mapping[str, GangStatus]
+) -> dict[str, Verdict]:
+    """``verdicts`` with a SUSPECT finding ``gang_straggler`` on each node a STRAGGLER
+    run names (``training.stalls``): what planned swaps judge by."""
+    out = dict(verdicts)
+    for status in stalls.values():
+        j = status.judgement
+        if j.state != STRAGGLER or not j.node:
+            continue
+        what = j.node + (f" GPU {j.gpu}" if j.gpu is not None else "")
+        reason = Reason(
+            Severity.SUSPECT,
+            STRAGGLER_CODE,
+            f"{what} slows {status.key}: " + "; ".join(j.reasons),
+            gpu=j.gpu,
+        )
+        had = out.get(j.node)
+        out[j.node] = Verdict.of([*(had.reasons if had is not None else ()), reason])
+    return out
 
 
 def swap_kind(code: str) -> str:

@@ -43,7 +43,7 @@ from typing import Any
 
 from krea_ops.errors import Unavailable
 from krea_ops.kube.cluster import Cluster, MissingCrd
-from krea_ops.kube.times import parse_time
+from krea_ops.kube.times import parse_time, rfc3339
 from krea_ops.model import Severity, Verdict
 from krea_ops.training.attribution import (
     FALSE_LEMONS,
@@ -207,6 +207,22 @@ def _failed_list(v: Any) -> list[dict[str, Any]]:
     return [_failed_json(f) for f in map(_failed_of, v if isinstance(v, list) else ()) if f]
 
 
+def _hung_json(value: Any) -> dict[str, Any]:
+    """``{"hung": ...}`` for a well-formed hang record (since, node, gpu, reasons), else
+    nothing."""
+    if not isinstance(value, Mapping) or not _num(value.get("since")):
+        return {}
+    node, gpu = value.get("node"), value.get("gpu")
+    return {
+        "hung": {
+            "since": float(value["since"]),
+            "node": node if isinstance(node, str) else None,
+            "gpu": _int_or_none(gpu),
+            "reasons": _strs(value.get("reasons")),
+        }
+    }
+
+
 def sane_state(prev: Any) -> dict[str, Any]:
     """The recorder's state with every entry that does not have the shape it writes
     dropped: a pass (and ``train restarts``) works on what is left, never raises."""
@@ -257,6 +273,7 @@ def sane_state(prev: Any) -> dict[str, Any]:
                 if _int_or_none(g.get("resumed_step")) is not None
                 else {}
             ),
+            **_hung_json(g.get("hung")),
         }
     pending = []
     for p in prev.get("pending") if isinstance(prev.get("pending"), list) else ():
@@ -277,6 +294,7 @@ def sane_state(prev: Any) -> dict[str, Any]:
                     "gpus": _int_or_none(p.get("gpus")),
                     "failed": _failed_list(p.get("failed")),
                     "steps": _steps(p.get("steps")),
+                    **_hung_json(p.get("hung")),
                 }
             )
     log: dict[str, list[dict[str, Any]]] = {}
@@ -509,6 +527,35 @@ def _lost(entry: Mapping[str, Any], resumed: int | None) -> dict[str, Any]:
     return out
 
 
+def _hang(hung: Mapping[str, Any], signals: Attribution) -> Attribution:
+    """A restart of an attempt that was HUNG: the hang is the cause, on the node the hang
+    was likely due to (else on the node the findings point to, else none), with what the
+    hang showed first among the evidence."""
+    node = hung.get("node") if isinstance(hung.get("node"), str) else None
+    gpu = hung.get("gpu") if isinstance(hung.get("gpu"), int) else None
+    port = None
+    if node is None and signals.attributed:
+        node, gpu, port = signals.node, signals.gpu, signals.port
+    since = hung.get("since")
+    said = [str(r) for r in hung.get("reasons") or () if isinstance(r, str)]
+    if isinstance(since, (int, float)):
+        said.insert(0, f"HUNG since {rfc3339(float(since))}")
+    confidence = 0.9 if hung.get("node") else (signals.confidence if node else 0.5)
+    return Attribution(node, gpu, port, "hang", confidence, (*said, *signals.evidence))
+
+
+def _attribution(
+    pending: Mapping[str, Any],
+    restart: Restart,
+    signals: Iterable[Signal],
+    before_s: float,
+    after_s: float,
+) -> Attribution:
+    got = attribute(restart, signals, before_s=before_s, after_s=after_s)
+    hung = pending.get("hung")
+    return _hang(hung, got) if isinstance(hung, Mapping) else got
+
+
 def record(
     inputs: RestartInputs,
     verdicts: Mapping[str, Verdict] | None,
@@ -516,10 +563,15 @@ def record(
     now: float,
     prev: Mapping[str, Any],
     cfg: RecorderConfig = RecorderConfig(),
+    hung: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """One pass of the recorder: the new state (module docstring) and its gauges.
     ``verdicts``: this pass's verdicts, None when the telemetry could not be read;
-    ``evicted``: (node, why) of the evictions this pass plans."""
+    ``evicted``: (node, why) of the evictions this pass plans; ``hung``: the runs judged
+    HUNG this pass (``namespace/name`` -> ``since``, ``node``, ``gpu``, ``reasons``): a
+    restart that ends a hung attempt is attributed to the hang (cause ``hang``), to the
+    likely node where one was named."""
+    hung = hung or {}
     prev = sane_state(prev)
     horizon = now - (cfg.before_s + cfg.after_s + 600.0)
     signals = _update_signals(prev, verdicts, evicted, now, horizon)
@@ -553,6 +605,8 @@ def record(
         if same_attempt and old is not None:
             entry["steps"] = [list(x) for x in old.get("steps") or ()][-STEPS_KEPT:]
             entry["failed"] = dict(old.get("failed") or {})
+        if key in hung:
+            entry["hung"] = dict(hung[key])
         rank0 = gang.rank0()
         if rank0 is not None:
             rkey = _pod_key(gang.namespace, rank0)
@@ -628,6 +682,11 @@ def record(
                         "steps": (
                             [list(x) for x in old.get("steps") or ()] if number == first else []
                         ),
+                        **(
+                            {"hung": old["hung"]}
+                            if number == first and isinstance(old.get("hung"), Mapping)
+                            else {}
+                        ),
                     }
                 )
         gangs[key] = entry
@@ -649,7 +708,7 @@ def record(
             failed=tuple(f for f in map(_failed_of, p.get("failed") or ()) if f),
             gpus=p.get("gpus"),
         )
-        got = attribute(restart, all_signals, before_s=cfg.before_s, after_s=cfg.after_s)
+        got = _attribution(p, restart, all_signals, cfg.before_s, cfg.after_s)
         current = gangs.get(str(p["run"])) or {}
         resumed = (
             heads_by_run.get(str(p["run"]))
@@ -818,7 +877,7 @@ def run_restarts(
                     number=restart.number,
                     at=at,
                     at_exact=bool(p.get("at_exact")),
-                    attribution=attribute(restart, signals, before_s=before_s, after_s=after_s),
+                    attribution=_attribution(p, restart, signals, before_s, after_s),
                     gpus=restart.gpus,
                     failed=restart.failed,
                     attributed_at=at + after_s,

@@ -61,7 +61,17 @@ from krea_ops.queue import (
     flavor_tolerations,
     node_capacity,
 )
-from krea_ops.runbook.plan import Call, EventSpec, Finding, FindingSeverity, Plan, Step, StepKind
+from krea_ops.runbook.nodes import event_call, gang_fate
+from krea_ops.runbook.plan import (
+    Call,
+    EventSpec,
+    Finding,
+    FindingSeverity,
+    Plan,
+    PodRef,
+    Step,
+    StepKind,
+)
 from krea_ops.training.checkpoints import inspect_checkpoint, latest_complete
 from krea_ops.training.manifests import (
     JOBSET_PATH,
@@ -563,5 +573,91 @@ def build_checkpoint_request(
             ),
         ),
         options={"requested_at": stamp},
+        subject=f"{namespace}/{name}",
+    )
+
+
+def build_gang_restart(
+    namespace: str,
+    name: str,
+    *,
+    uid: str,
+    spec: Mapping[str, Any],
+    pod: Mapping[str, Any],
+    reason: str,
+    user: str,
+    timeout_s: float = 300.0,
+) -> Plan:
+    """The plan restarting a training gang through its JobSet's own failure policy: rank
+    0's pod (``pod``, its UID the precondition) evicted through the Eviction API, so that
+    it carries ``DisruptionTarget``; what the JobSet then does (``runbook.nodes.gang_fate``)
+    is the preflight, and a plan whose JobSet would not restart the whole gang (only the
+    pod replaced, or the JobSet failed) is refused. Then an Event on the JobSet says who
+    restarted it and why. Pure."""
+    if not reason.strip():
+        raise BadInput("a gang restart needs a reason; nothing was changed")
+    meta = pod.get("metadata") or {}
+    ref = PodRef(
+        str(meta.get("namespace") or namespace), str(meta.get("name")), str(meta.get("uid"))
+    )
+    labels = meta.get("labels") or {}
+    rjob = labels.get("jobset.sigs.k8s.io/replicatedjob-name")
+    fate, why = gang_fate({"spec": dict(spec), "status": {}}, rjob)
+    node = str((pod.get("spec") or {}).get("nodeName") or "") or None
+    path = f"/api/v1/namespaces/{quote(ref.namespace)}/pods/{quote(ref.name)}"
+    evict = Step(
+        StepKind.EVICT,
+        f"evict rank 0's pod {ref.what} (the JobSet restarts the gang)",
+        (
+            Call(
+                "POST",
+                f"{path}/eviction",
+                f"pod {ref.what}",
+                "evict through the Eviction API: the pod carries DisruptionTarget, its Job "
+                f"fails and the JobSet acts on it (429 retried until {timeout_s:g}s)",
+                None,
+                f"uid {ref.uid}",
+            ),
+            event_call(
+                ref.namespace, "pod", ref.name, f"audit: Event about pod {ref.what}'s eviction"
+            ),
+        ),
+        node=node,
+        pods=(ref,),
+    )
+    js = ObjectRef("JobSet", name, namespace, uid, f"{JOBSET_GROUP}/{JOBSET_VERSION}")
+    event = Step(
+        StepKind.EVENT,
+        f"record Event GangRestarted on JobSet {namespace}/{name}",
+        (
+            Call(
+                "POST",
+                f"/api/v1/namespaces/{quote(namespace)}/events",
+                f"event about jobset {namespace}/{name}",
+                f"audit: Event GangRestarted on JobSet {namespace}/{name}",
+            ),
+        ),
+        event=EventSpec(js, "Restart", "GangRestarted", f"gang restarted by {user}: {reason}"),
+    )
+    severity = FindingSeverity.INFO if fate == "restarts" else FindingSeverity.BLOCKING
+    return Plan(
+        action="train restart",
+        nodes=(node,) if node else (),
+        reason=reason,
+        user=user,
+        steps=(evict, event),
+        findings=(
+            Finding(
+                "gang",
+                severity,
+                f"JobSet {namespace}/{name} {fate}: {why}",
+                objects=(f"{namespace}/{name}",),
+            ),
+        ),
+        options={"timeout_s": timeout_s},
+        pods={node or "": (ref,)},
+        refused=None
+        if fate == "restarts"
+        else f"JobSet {namespace}/{name} would not restart the gang ({why})",
         subject=f"{namespace}/{name}",
     )

@@ -10,7 +10,7 @@ every gang of the cluster.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from krea_ops.kube.cluster import Cluster, pod_gpus
@@ -45,6 +45,7 @@ class Gang:
     pods: tuple[Obj, ...]
     terminal: bool = False  # Completed or Failed
     previous: tuple[Obj, ...] = ()  # pods of earlier attempts not yet gone
+    spec: Mapping[str, Any] = field(default_factory=dict)  # the JobSet's spec (its policies)
 
     @property
     def key(self) -> str:
@@ -163,6 +164,7 @@ def gangs_of(jobsets: list[Obj], pods: list[Obj]) -> list[Gang]:
                 pods=tuple(current),
                 terminal=_terminal(js),
                 previous=tuple(previous),
+                spec=dict(js.get("spec") or {}),
             )
         )
     out.sort(key=lambda g: (g.namespace, g.name))

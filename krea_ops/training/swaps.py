@@ -82,6 +82,18 @@ SLOW_BURN_CODES: Mapping[str, str] = {
     "gpu_row_remap_pending": "a GPU memory row remap pending",
     "xid_memory": "GPU memory errors being corrected",
 }
+# Swapped whatever their severity, at once: a GPU whose clocks are held down (a power
+# brake, a hardware slowdown) slows every rank of its gang but does not crash it, and a
+# node a STRAGGLER judgement names (``training.stalls``: the gang's step time up, that GPU
+# standing out) does the same: a checkpoint first loses nothing, an unplanned eviction
+# loses the work since the last one. (Without a running gang, node-health evicts a BAD
+# node as ever.)
+STRAGGLER_CODE = "gang_straggler"
+SWAP_NOW_CODES: Mapping[str, str] = {
+    "gpu_hw_power_brake": "a GPU held down by a power brake, slowing its gang",
+    "gpu_hw_slowdown": "a GPU held down by a hardware slowdown, slowing its gang",
+    STRAGGLER_CODE: "a GPU or node slowing its whole gang (a straggler)",
+}
 # Not slow burners: application XIDs (the job's fault, not the node's), congestion (the
 # fabric's, not the node's), saturated counters (the counter's), findings that say we
 # cannot see the node (UNKNOWN is not bad), and anything BAD (node-health evicts it now).
@@ -195,14 +207,17 @@ def honoured(annotations: Mapping[str, str], requested_at: float) -> bool:
     return completed is not None and completed >= requested_at
 
 
+def swappable(reason: Reason) -> bool:
+    """A finding a planned swap is made for (a slow burn, or a slowed gang's)."""
+    if reason.code in SWAP_NOW_CODES:
+        return reason.severity in (Severity.SUSPECT, Severity.BAD)
+    return reason.severity is Severity.SUSPECT and reason.code in SLOW_BURN_CODES
+
+
 def _slow_burns(node: str, verdict: Verdict | None) -> dict[str, Reason]:
     if verdict is None:
         return {}
-    return {
-        finding_key(node, r): r
-        for r in verdict.reasons
-        if r.severity is Severity.SUSPECT and r.code in SLOW_BURN_CODES
-    }
+    return {finding_key(node, r): r for r in verdict.reasons if swappable(r)}
 
 
 def plan_swaps(
@@ -291,9 +306,10 @@ def plan_swaps(
             for finding, reason in showing.items():
                 node = finding.split("|", 1)[0]
                 verdict = verdicts[node]
-                if finding in tried or verdict.severity is not Severity.SUSPECT:
+                now_code = reason.code in SWAP_NOW_CODES
+                if finding in tried or (verdict.severity is not Severity.SUSPECT and not now_code):
                     continue  # a BAD node is node-health's to evict now
-                wait = cfg.after_s
+                wait = 0.0 if now_code else cfg.after_s
                 if reason.code == "gpu_hot_transient":
                     wait = min(wait, HOT_TRANSIENT_AFTER_S)
                 if now - seen[finding] < wait:
