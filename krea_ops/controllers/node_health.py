@@ -87,17 +87,36 @@ and keeps in its state only what the cluster cannot say):
   cool-down. A request unanswered for ``swap_timeout_s`` is given up: the SUSPECT node
   stays.
 
+* **Hung and straggling runs** (``training.stalls``, read through ``gangstatus``: rank
+  0's log and the telemetry of the running gangs' nodes). A run HUNG (no step for
+  several times its step time, its GPUs busy with no tensor work) for
+  ``stalls.hang_restart_after_s`` is restarted once per attempt, well before NCCL's
+  watchdog would end it: its likely node (a finding on one of the gang's nodes) is
+  evicted with the runbook's plan, under the cap, opt-out and cool-down like any
+  eviction; otherwise (no node named, or that node held back) rank 0's pod is evicted
+  through the Eviction API (``runbook.training.build_gang_restart``) so that the JobSet's
+  own failure policy restarts the gang; a JobSet that would only replace the pod is not
+  restarted that way (``Skip(why="refused")``). The restart is recorded with cause
+  ``hang``. A run STRAGGLER names a node (one GPU's clocks held down, hotter than the
+  rest, or fabric errors, while the gang's step time is up): that node goes through a
+  planned swap, as does a node of a running gang whose only BAD findings are clocks held
+  down (a power brake, a hardware slowdown): such a GPU slows the gang but does not crash
+  it, so it is swapped after a checkpoint (``Skip(why="planned-swap")`` meanwhile), not
+  evicted at once. Off with ``hang_restarts`` / ``straggler_swaps``.
+
 State (JSON, persisted by the runner): per node, when each finding class was first seen
 (``onsets``), since when a quarantined node is OK (``healthy``), the eviction times seen
 (``remediations``), lemons labelled (``lemons``), manual restores seen (``restored``),
 which nodes carried our marks (``marked``), which the last pass evicted (``evicting``,
 with the resourceVersion its plan was made from) and which it restored (``restoring``),
-and the planned swaps under way per gang (``swaps``).
+the planned swaps under way per gang (``swaps``), and each running gang's state since when
+(``stalls``).
 
 Gauges: ``quarantined`` (nodes carrying our marks by this controller), ``quarantined_unacked``
 (those counted by the cap, with this pass's), ``cap``, ``cap_reached`` (0/1),
 ``veto_active`` (0/1), ``bad_nodes``, ``unknown_nodes``, ``lemons``, ``swaps_pending``
-(checkpoint requests unanswered), ``swaps_ready`` (answered, the node not yet evicted).
+(checkpoint requests unanswered), ``swaps_ready`` (answered, the node not yet evicted),
+``runs_hung``, ``runs_straggler``, ``runs_slow``, ``runs_stalled``.
 """
 
 from __future__ import annotations
