@@ -145,6 +145,10 @@ def status_text(rows: list[dict[str, Any]], fmt: OutputFormat) -> str:
             notes.append(f"node-health blast cap: {_brief(r['blast_cap'])}")
         if r["veto"] is not None:
             notes.append(f"node-health veto: {_brief(r['veto'])}")
+        for state, runs in (r.get("runs") or {}).items():
+            notes.append(
+                f"node-health judges {state}: {', '.join(runs)} (krea-ops train status NAME)"
+            )
     ack = rows[0]["ack"] if rows else None
     if ack:
         notes.append(

@@ -418,35 +418,10 @@ def status_json(got: GangStatus, now: float) -> dict[str, Any]:
 
 
 def status_text(got: GangStatus, now: float, table: str) -> str:
-    p, j = got.progress, got.judgement
-    gpus = len(j.gpus)
-    lines = [
-        f"{got.key}: {j.state} (restarts {got.restarts}, {len(got.nodes)} nodes"
-        + (f", {gpus} GPUs read)" if gpus else ")")
-    ]
-    if p.last_step is not None:
-        age = p.age(now) or 0.0
-        step = f"  progress: step {p.last_step:,}, {units.duration(age)} ago"
-        if p.step_time_s is not None:
-            step += f"; step time {p.step_time_s:.2f} s"
-        if p.baseline_s is not None:
-            step += f" (baseline {p.baseline_s:.2f} s)"
-        lines.append(step)
-    if j.busy is not None:
-        lines.append(f"  GPUs: {j.busy:.0%} busy, tensor activity {j.tensor or 0:.2f}")
-    if got.telemetry_error:
-        lines.append(f"  GPUs not read: {got.telemetry_error}")
-    if got.log_error:
-        lines.append(f"  rank 0's log not read: {got.log_error}")
-    lines.append("  why:")
-    lines.extend(f"    {r}" for r in j.reasons)
-    if j.standouts:
-        lines.append("  stands out:")
-        lines.extend(
-            f"    {s.node}" + (f" GPU {s.gpu}" if s.gpu is not None else "") + f": {s.message}"
-            for s in j.standouts
-        )
-    return "\n".join(lines) + "\n" + (table if table else "")
+    from krea_ops.gangstatus import summary_lines
+
+    head, *rest = summary_lines(got, now)
+    return "\n".join([head, *(f"  {line}" for line in rest)]) + "\n" + table
 
 
 @app.command("status")

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from krea_ops.runbook.execute import RunResult
     from krea_ops.runbook.plan import Plan
     from krea_ops.telemetry.source import TelemetrySource
+    from krea_ops.training.gangs import Gang
     from krea_ops.training.manifests import TrainingSpec
     from krea_ops.training.runs import TrainingRun
 
@@ -380,10 +381,8 @@ class Console:
         rank 0's log, the telemetry of its nodes alone. BadInput when there is no such
         run (or, without ``namespace``, more than one of that name)."""
         from krea_ops.errors import BadInput
-        from krea_ops.gangstatus import read_status
         from krea_ops.kube.cluster import MissingCrd
         from krea_ops.training.gangs import read_gangs
-        from krea_ops.training.stalls import StallConfig
 
         try:
             gangs = read_gangs(self.cluster)
@@ -399,15 +398,32 @@ class Console:
         if len(found) > 1:
             spaces = ", ".join(sorted(g.key for g in found))
             raise BadInput(f"{name}: more than one training run of that name ({spaces}): say which")
+        return self._statuses(found)[found[0].key]
+
+    def run_statuses(self) -> dict[str, GangStatus]:
+        """Every training run's status (the training screen), by ``namespace/name``."""
+        from krea_ops.kube.cluster import MissingCrd
+        from krea_ops.training.gangs import read_gangs
+
+        try:
+            gangs = read_gangs(self.cluster)
+        except MissingCrd:
+            return {}
+        return self._statuses(gangs)
+
+    def _statuses(self, gangs: list[Gang]) -> dict[str, GangStatus]:
+        from krea_ops.gangstatus import read_statuses
+        from krea_ops.training.stalls import StallConfig
+
         source, error = self._telemetry()
-        return read_status(
+        return read_statuses(
             self.cluster,
             source,
             self.policy,
-            found[0],
+            gangs,
             time.time(),
             StallConfig.from_settings(self.settings),
-            list(self.cluster.nodes()),
+            list(self.cluster.nodes()) if any(g.running for g in gangs) else [],
             source_error=error,
         )
 

@@ -153,20 +153,69 @@ def rank0_history(
     return history, None
 
 
-def read_status(
+def read_statuses(
     cluster: Cluster,
     source: TelemetrySource | None,
     policy: HealthPolicy,
-    gang: Gang,
+    gangs: Sequence[Gang],
     now: float,
     cfg: StallConfig,
     infos: Sequence[NodeInfo],
     *,
     source_error: str | None = None,
-) -> GangStatus:
-    """A one-off read of one run's status (``train status``, the dashboard)."""
-    history, log_error = rank0_history(cluster, gang, keep_s=cfg.window_s)
-    readings = read_gang_readings(
-        cluster, source, policy, gang.nodes, infos, source_error=source_error
+    with_head: bool = True,
+) -> dict[str, GangStatus]:
+    """A one-off read of the runs' statuses (``train status``, the dashboard, each pass
+    of node-health), by ``namespace/name``: rank 0's log of each running gang and one
+    telemetry read of all their nodes."""
+    live = [g for g in gangs if not g.terminal]
+    nodes = sorted({n for g in live if g.running for n in g.nodes})
+    readings = (
+        read_gang_readings(cluster, source, policy, nodes, infos, source_error=source_error)
+        if nodes
+        else GangReadings({}, {}, None)
     )
-    return status_of(gang, history, readings, now, cfg, log_error=log_error)
+    out = {}
+    for gang in live:
+        history, log_error = rank0_history(cluster, gang, keep_s=cfg.window_s, with_head=with_head)
+        out[gang.key] = status_of(gang, history, readings, now, cfg, log_error=log_error)
+    return out
+
+
+def _dur(seconds: float) -> str:
+    if seconds >= 120:
+        return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+
+
+def summary_lines(status: GangStatus, now: float) -> list[str]:
+    """The status as ``train status`` and the training screen say it: the state, the
+    progress, the GPUs, why, and what stands out."""
+    p, j = status.progress, status.judgement
+    gpus = len(j.gpus)
+    lines = [
+        f"{status.key}: {j.state} (restarts {status.restarts}, {len(status.nodes)} nodes"
+        + (f", {gpus} GPUs read)" if gpus else ")")
+    ]
+    if p.last_step is not None:
+        step = f"progress: step {p.last_step:,}, {_dur(p.age(now) or 0.0)} ago"
+        if p.step_time_s is not None:
+            step += f"; step time {p.step_time_s:.2f} s"
+        if p.baseline_s is not None:
+            step += f" (baseline {p.baseline_s:.2f} s)"
+        lines.append(step)
+    if j.busy is not None:
+        lines.append(f"GPUs: {j.busy:.0%} busy, tensor activity {j.tensor or 0:.2f}")
+    if status.telemetry_error:
+        lines.append(f"GPUs not read: {status.telemetry_error}")
+    if status.log_error:
+        lines.append(f"rank 0's log not read: {status.log_error}")
+    lines.append("why:")
+    lines.extend(f"  {r}" for r in j.reasons)
+    if j.standouts:
+        lines.append("stands out:")
+        lines.extend(
+            f"  {s.node}" + (f" GPU {s.gpu}" if s.gpu is not None else "") + f": {s.message}"
+            for s in j.standouts
+        )
+    return lines

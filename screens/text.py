@@ -73,8 +73,9 @@ def status_text(app: KreaOpsApp) -> Text:
 
 
 def controllers_text(rows: list[dict[str, Any]]) -> Text:
-    """The header's controllers: how many of them run (a leader holds the Lease), and
-    node-health's blast cap and veto when they hold (red: automation is holding back)."""
+    """The header's controllers: how many of them run (a leader holds the Lease),
+    node-health's blast cap and veto when they hold (red: automation is holding back), and
+    the trainings it judges HUNG or STRAGGLER."""
     out = Text("  controllers: ")
     running = [r for r in rows if r.get("running")]
     if not running:
@@ -93,6 +94,10 @@ def controllers_text(rows: list[dict[str, Any]]) -> Text:
                 out.append(" (cap reached)", style="red")
             if cap.get("operators"):
                 out.append(f"  {units.counted(int(cap['operators']), 'node')} out by operators")
+        runs = row.get("runs") if row.get("running") else None
+        for state, names in (runs or {}).items() if isinstance(runs, dict) else ():
+            style = "bold red" if state == "HUNG" else "yellow"
+            out.append(f"  {units.counted(len(names), 'run')} {state}", style=style)
         veto = row.get("veto") if row.get("running") else None
         if isinstance(veto, dict) and veto.get("active"):
             classes = ", ".join(sorted(veto.get("classes") or {}))

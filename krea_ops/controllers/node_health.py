@@ -147,7 +147,7 @@ from krea_ops.controllers.restarts import (
 )
 from krea_ops.errors import BadInput, Unavailable
 from krea_ops.fleet import judged_error, load_fleet
-from krea_ops.gangstatus import GangStatus, rank0_history, read_gang_readings, status_of
+from krea_ops.gangstatus import GangStatus, read_statuses
 from krea_ops.health import HealthPolicy, fleet_views
 from krea_ops.kube.cluster import node_info
 from krea_ops.kube.times import parse_time, rfc3339
@@ -173,7 +173,14 @@ from krea_ops.settings import Settings
 from krea_ops.training.attribution import chance_threshold, lemon_candidates
 from krea_ops.training.gangs import Gang
 from krea_ops.training.manifests import LEMON_LABEL
-from krea_ops.training.stalls import HUNG, SLOW, STALLED, STRAGGLER, StallConfig
+from krea_ops.training.stalls import (
+    HUNG,
+    PROGRESSING,
+    SLOW,
+    STALLED,
+    STRAGGLER,
+    StallConfig,
+)
 from krea_ops.training.swaps import (
     DEFAULT_AFTER_S,
     DEFAULT_TIMEOUT_S,
@@ -625,23 +632,17 @@ class NodeHealth:
         running = [g for g in restarts.gangs if g.running and not g.terminal]
         if not running:
             return {}
-        cfg = self.config.stalls
-        nodes = sorted({n for g in running for n in g.nodes})
-        readings = read_gang_readings(
+        return read_statuses(
             inputs.cluster,
             inputs.source,
             inputs.policy,
-            nodes,
+            running,
+            now,
+            self.config.stalls,
             infos,
             source_error=inputs.source_error,
+            with_head=False,
         )
-        out = {}
-        for gang in running:
-            history, log_error = rank0_history(
-                inputs.cluster, gang, keep_s=cfg.window_s, with_head=False
-            )
-            out[gang.key] = status_of(gang, history, readings, now, cfg, log_error=log_error)
-        return out
 
     @staticmethod
     def _read_ack(inputs: Inputs) -> tuple[float | None, str | None]:
@@ -736,6 +737,7 @@ class _Pass:
             self._prev("recorder"),
             self.cfg.recorder(),
             hung={k: h for k, h in hangs.items() if h.get("state") == HUNG},
+            progressing={k for k, h in hangs.items() if h.get("state") in PROGRESSING},
         )
         lemons = self._restart_lemons(recorder, lemons)
         stamp = float(math.floor(self.now))  # the evicted-at its plans write (whole seconds)

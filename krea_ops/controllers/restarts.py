@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -564,13 +564,15 @@ def record(
     prev: Mapping[str, Any],
     cfg: RecorderConfig = RecorderConfig(),
     hung: Mapping[str, Mapping[str, Any]] | None = None,
+    progressing: Collection[str] = (),
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """One pass of the recorder: the new state (module docstring) and its gauges.
     ``verdicts``: this pass's verdicts, None when the telemetry could not be read;
     ``evicted``: (node, why) of the evictions this pass plans; ``hung``: the runs judged
     HUNG this pass (``namespace/name`` -> ``since``, ``node``, ``gpu``, ``reasons``): a
     restart that ends a hung attempt is attributed to the hang (cause ``hang``), to the
-    likely node where one was named."""
+    likely node where one was named; ``progressing``: the runs judged making progress
+    this pass (a hang they had is over)."""
     hung = hung or {}
     prev = sane_state(prev)
     horizon = now - (cfg.before_s + cfg.after_s + 600.0)
@@ -607,6 +609,13 @@ def record(
             entry["failed"] = dict(old.get("failed") or {})
         if key in hung:
             entry["hung"] = dict(hung[key])
+        elif (
+            same_attempt
+            and old is not None
+            and isinstance(old.get("hung"), Mapping)
+            and key not in progressing  # (stopped, or going down: the hang stands)
+        ):
+            entry["hung"] = dict(old["hung"])
         rank0 = gang.rank0()
         if rank0 is not None:
             rkey = _pod_key(gang.namespace, rank0)

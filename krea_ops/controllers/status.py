@@ -32,13 +32,28 @@ def iso(t: float | None) -> str | None:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
+ACTED_ON = ("HUNG", "STRAGGLER")
+
+
+def _runs(state: dict[str, Any]) -> dict[str, list[str]]:
+    """The running trainings node-health last judged HUNG or STRAGGLER (``stalls`` of its
+    state): state -> runs (``namespace/name``)."""
+    stalls = state.get("stalls")
+    out: dict[str, list[str]] = {}
+    for run, entry in sorted(stalls.items()) if isinstance(stalls, dict) else ():
+        if isinstance(entry, dict) and entry.get("state") in ACTED_ON:
+            out.setdefault(str(entry["state"]), []).append(str(run))
+    return out
+
+
 def controller_status(
     cluster: Cluster, namespace: str, now: float
 ) -> tuple[list[dict[str, Any]], StoredState]:
     """One object per registered controller: its Lease (who leads, since when, last
     renew, whether that renew is within the lease duration by our clock), its last
     action, and for node-health the blast cap and veto it persisted (keys ``cap`` and
-    ``veto`` of its state). The ConfigMap's acknowledgement rides on every row."""
+    ``veto`` of its state) and the trainings it judged HUNG or STRAGGLER (``runs``).
+    The ConfigMap's acknowledgement rides on every row."""
 
     stored = read_state(cluster, namespace)
     ack = {
@@ -72,6 +87,7 @@ def controller_status(
                 "transitions": lease.transitions if lease else None,
                 "blast_cap": state.get("cap") if state and name == "node-health" else None,
                 "veto": state.get("veto") if state and name == "node-health" else None,
+                "runs": _runs(state) if state and name == "node-health" else None,
                 "state": state,
                 "last_action": last,
                 "last_action_at_s": parse_time(last.get("at")) if last else None,

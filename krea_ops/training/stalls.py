@@ -55,6 +55,7 @@ from krea_ops.training.progress import Progress
 HUNG, STALLED, STRAGGLER, SLOW = "HUNG", "STALLED", "STRAGGLER", "SLOW"
 STARTING, RUNNING, UNKNOWN, PENDING = "STARTING", "RUNNING", "UNKNOWN", "PENDING"
 STATES = (HUNG, STALLED, STRAGGLER, SLOW, STARTING, RUNNING, UNKNOWN, PENDING)
+PROGRESSING = frozenset({STRAGGLER, SLOW, STARTING, RUNNING})  # steps arrive
 
 # clock event reasons that hold a busy GPU's clocks down (not gpu_idle, not the
 # applications-clocks or display settings an operator chose)
