@@ -55,16 +55,26 @@ if TYPE_CHECKING:
     from krea_ops.runbook.plan import Plan
 
 def training_loaded(console: Any) -> TrainingLoaded:
-    """The runs, and what node-health recorded of their restarts: a console that cannot
-    read that (no state yet is fine; an error is said) still shows the runs."""
+    """The runs, what node-health recorded of their restarts, and their statuses: a
+    console that cannot read those (no state yet is fine; an error is said) still shows
+    the runs."""
     runs = console.training()
+    restarts: Any = None
+    restarts_error = statuses_error = None
+    statuses: Any = None
     history = getattr(console, "restart_history", None)
-    if history is None:
-        return TrainingLoaded(runs)
-    try:
-        return TrainingLoaded(runs, history(runs))
-    except KreaError as exc:
-        return TrainingLoaded(runs, None, str(exc))
+    if history is not None:
+        try:
+            restarts = history(runs)
+        except KreaError as exc:
+            restarts_error = str(exc)
+    read = getattr(console, "run_statuses", None)
+    if read is not None:
+        try:
+            statuses = read()
+        except KreaError as exc:
+            statuses_error = str(exc)
+    return TrainingLoaded(runs, restarts, restarts_error, statuses, statuses_error)
 
 
 SCREENS_ORDER = ("fleet", "fabric", "queue", "burst", "training")

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from krea_ops.console import FleetScope, NodeDetail, QueueReading
     from krea_ops.controllers.restarts import RunRestarts
     from krea_ops.fleet import FleetSnapshot
+    from krea_ops.gangstatus import GangStatus
     from krea_ops.queue import WhyReport
     from krea_ops.runbook.execute import RunResult
     from krea_ops.runbook.plan import Plan
@@ -75,8 +76,9 @@ class BurstLoaded(Loaded):
 
 
 class TrainingLoaded(Loaded):
-    """The runs, and their restarts as node-health recorded them (``restarts_error``:
-    why those could not be read; the runs still show)."""
+    """The runs, their restarts as node-health recorded them (``restarts_error``: why
+    those could not be read; the runs still show), and their statuses (``train status``:
+    progress and HUNG / STRAGGLER / ...; ``statuses_error`` likewise)."""
 
     KIND = "training"
 
@@ -85,11 +87,15 @@ class TrainingLoaded(Loaded):
         runs: tuple[TrainingRun, ...],
         restarts: Mapping[str, RunRestarts] | None = None,
         restarts_error: str | None = None,
+        statuses: Mapping[str, GangStatus] | None = None,
+        statuses_error: str | None = None,
     ) -> None:
         super().__init__()
         self.runs = runs
         self.restarts = dict(restarts or {})
         self.restarts_error = restarts_error
+        self.statuses = dict(statuses or {})
+        self.statuses_error = statuses_error
 
 
 class ControllersLoaded(Loaded):

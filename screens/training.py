@@ -1,9 +1,11 @@
 """Training screen: the DiT runs, the checkpoints of the selected one, and how often it
 should checkpoint.
 
-Top: one row per training JobSet (state, nodes x GPUs, restarts of the maximum, queue,
-the newest complete checkpoint and its age). Below, for the run under the cursor: its
-checkpoints on disk, newest first, each complete or with the reason it is not (or why
+Top: one row per training JobSet (state, progress as ``krea-ops train status`` judges it:
+RUNNING, SLOW, STRAGGLER, HUNG... with the step time against the run's baseline, nodes x
+GPUs, restarts of the maximum, queue, the newest complete checkpoint and its age). Below,
+for the run under the cursor: its status (``gangstatus.summary_lines``: the last step and
+its age, step time, its GPUs, why, what stands out), its checkpoints on disk, newest first, each complete or with the reason it is not (or why
 none can be read: the directory is not mounted here), and the advice: Young's and Daly's
 intervals, the work lost per failure, the waste, and the MTBF they assume; then its
 restarts as node-health recorded them (``krea-ops train restarts``): when, the work lost,
@@ -24,6 +26,7 @@ from textual.widgets import DataTable, Input, Static
 
 from krea_ops import units
 from krea_ops.controllers.restarts import RestartRow, RunRestarts
+from krea_ops.gangstatus import GangStatus, summary_lines
 from krea_ops.training.advice import Advice
 from krea_ops.training.checkpoints import Checkpoint
 from krea_ops.training.runs import TrainingRun
@@ -41,6 +44,7 @@ STATE_STYLE = {
 RUN_COLUMNS = (
     ("RUN", "run"),
     ("STATE", "state"),
+    ("PROGRESS", "progress"),
     ("NODESxGPU", "shape"),
     ("RESTARTS", "restarts"),
     ("QUEUE", "queue"),
@@ -72,7 +76,32 @@ def _n(value: int | None) -> str:
     return "?" if value is None else str(value)
 
 
-def run_cells(run: TrainingRun, now: float) -> tuple[Any, ...]:
+PROGRESS_STYLE = {
+    "HUNG": "bold red",
+    "STALLED": "red",
+    "STRAGGLER": "bold yellow",
+    "SLOW": "yellow",
+    "RUNNING": "green",
+    "STARTING": "dim",
+    "PENDING": "dim",
+    "UNKNOWN": "magenta",
+}
+
+
+def progress_cell(status: GangStatus | None) -> Text:
+    """The run's state as ``train status`` judges it, with its step time against its
+    baseline where known."""
+    if status is None:
+        return Text("-", style="dim")
+    state = status.judgement.state
+    out = Text(state, style=PROGRESS_STYLE.get(state, ""))
+    ratio = status.progress.ratio
+    if ratio is not None and state not in ("HUNG", "STALLED"):
+        out.append(f" {ratio:.2f}x", style="dim")
+    return out
+
+
+def run_cells(run: TrainingRun, now: float, status: GangStatus | None = None) -> tuple[Any, ...]:
     latest = run.latest_complete
     if run.checkpoints is None:
         step: Any = Text("unknown", style="magenta")
@@ -89,6 +118,7 @@ def run_cells(run: TrainingRun, now: float) -> tuple[Any, ...]:
     return (
         run_key(run),
         Text(run.state, style=STATE_STYLE.get(run.state, "")),
+        progress_cell(status),
         f"{_n(run.nodes)}x{_n(run.gpus_per_node)}",
         restarts,
         run.queue or "-",
@@ -222,10 +252,13 @@ class TrainingScreen(DataScreen):
     KINDS: ClassVar[tuple[str, ...]] = ("fleet", "training")
     FILTER_FOCUS = "#run-table"
     HELP = (
-        "Training runs: state, size, restarts, the newest complete checkpoint; for the "
-        "selected run its checkpoints (complete or why not) and the checkpoint-interval "
-        "advice (Young/Daly, lost work per failure, waste, MTBF); its restarts, each "
-        "attributed to a node/GPU/port with the evidence (as krea-ops train restarts)."
+        "Training runs: state, progress (RUNNING, SLOW, STRAGGLER, HUNG... as krea-ops "
+        "train status judges it, with the step time against the run's baseline), size, "
+        "restarts, the newest complete checkpoint; for the selected run its status (last "
+        "step, step time, its GPUs, why, what stands out), its checkpoints (complete or "
+        "why not) and the checkpoint-interval advice (Young/Daly, lost work per failure, "
+        "waste, MTBF); its restarts, each attributed to a node/GPU/port with the evidence "
+        "(as krea-ops train restarts)."
     )
     ACTIONS = (
         ("L", "launch the selected run again under a new name (fresh checkpoints)"),
@@ -241,6 +274,8 @@ class TrainingScreen(DataScreen):
         self.runs: dict[str, TrainingRun] = {}
         self.restarts: dict[str, RunRestarts] = {}
         self.restarts_error: str | None = None
+        self.statuses: dict[str, GangStatus] = {}
+        self.statuses_error: str | None = None
         self.selected: str | None = None
         self.filter_text = ""
 
@@ -252,6 +287,7 @@ class TrainingScreen(DataScreen):
         for label, key in RUN_COLUMNS:
             runs.add_column(label, key=key)
         yield runs
+        yield Static("", id="run-status", classes="training-data")
         yield Static(Text("waiting for the first read…", style="dim"), classes="pane-title",
                      id="ckpt-title")  # fmt: skip
         yield Static("", classes="summary training-data", id="ckpt-error")
@@ -295,6 +331,8 @@ class TrainingScreen(DataScreen):
         self.runs = {run_key(r): r for r in loaded.runs}
         self.restarts = loaded.restarts
         self.restarts_error = loaded.restarts_error
+        self.statuses = loaded.statuses
+        self.statuses_error = loaded.statuses_error
         self._show()
         for widget in self.query(".training-data"):
             widget.set_class(False, "stale")
@@ -311,7 +349,7 @@ class TrainingScreen(DataScreen):
         needle = self.filter_text.lower()
         rows = {}
         for key, run in self.runs.items():
-            cells = run_cells(run, now)
+            cells = run_cells(run, now, self.statuses.get(key))
             if needle and not any(needle in str(c).lower() for c in cells):
                 continue
             rows[key] = cells
@@ -336,6 +374,7 @@ class TrainingScreen(DataScreen):
         error = self.query_one("#ckpt-error", Static)
         table = self.query_one("#ckpt-table", DataTable)
         advice = self.query_one("#advice", Static)
+        self._show_status(run)
         if run is None:
             title.update(Text("no training runs" if not self.runs else "no run selected"))
             error.display = False
@@ -361,6 +400,21 @@ class TrainingScreen(DataScreen):
         sync_table(table, rows, order=lambda key: order.get(key, len(order)))
         advice.update(advice_text(run.advice, run))
         self._show_restarts(run)
+
+    def _show_status(self, run: TrainingRun | None) -> None:
+        """The selected run's status as ``krea-ops train status`` says it."""
+        box = self.query_one("#run-status", Static)
+        status = self.statuses.get(run_key(run)) if run is not None else None
+        if run is None:
+            box.update("")
+        elif status is None:
+            why = self.statuses_error or "not running"
+            box.update(Text(f"status: {why}", style="magenta" if self.statuses_error else "dim"))
+        else:
+            head, *rest = summary_lines(status, self.krea.clock())
+            text = Text(head, style=PROGRESS_STYLE.get(status.judgement.state, "bold"))
+            text.append("\n" + "\n".join(rest), style="")
+            box.update(text)
 
     def _show_restarts(self, run: TrainingRun | None) -> None:
         """The selected run's restarts, newest first, and the evidence of the newest."""

@@ -300,6 +300,14 @@ def test_training_lists_runs_checkpoints_and_advice(dashboard_world: Any) -> Non
             other = next(k for k, r in by_key.items() if k != key and r.nodes != run.nodes)
             assert cell(runs, key, "state") == "Running"
             assert cell(runs, key, "shape").endswith("x8")
+            # its progress as train status judges it, and the status under the table
+            judged = app.latest("training").statuses[key].judgement.state
+            assert judged in ("STARTING", "RUNNING", "SLOW"), judged
+            await move_to(pilot, runs, key)
+            box = screen.query_one("#run-status", Static)
+            await wait_until(pilot, lambda: text(box).startswith(f"{key}: "))
+            assert "progress: step" in text(box) and "why:" in text(box)
+            assert cell(runs, key, "progress").split()[0] in ("STARTING", "RUNNING", "SLOW")
 
             # a save that crashed before committing, on the shared volume
             crashed = Path(run.local_dir) / "step-99999999"
