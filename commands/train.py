@@ -228,6 +228,24 @@ RESTART_HEADERS = {
 }
 
 
+def anatomy_text(known: Any) -> str | None:
+    from krea_ops.controllers.restarts import anatomy_text as text
+
+    return text(known)
+
+
+def _anatomy(row: RestartRow) -> dict[str, Any]:
+    """The restart's phases: when each ended, how long each took, the slowest."""
+    from krea_ops.controllers.restarts import phases
+
+    durations, slowest = phases(row.anatomy)
+    return {
+        **{k: _iso(v) for k, v in row.anatomy.items()},
+        "phases_s": {name: None if d is None else round(d, 1) for name, d in durations},
+        "slowest": slowest,
+    }
+
+
 def restart_row(row: RestartRow) -> dict[str, Any]:
     a = row.attribution
     return {
@@ -252,6 +270,8 @@ def restart_row(row: RestartRow) -> dict[str, Any]:
         "confidence": a.confidence if a is not None else None,
         "evidence": list(a.evidence) if a is not None else [],
         "attributed_at": _iso(row.attributed_at),
+        "anatomy": _anatomy(row),
+        "anatomy_text": anatomy_text(row.anatomy),
         "failed_pods": [
             {
                 "pod": f.pod,
@@ -301,6 +321,8 @@ def restarts_text(got: RunRestarts, rows: list[dict[str, Any]], table: str) -> s
             )
         first = r["evidence"][:2]
         evidence.extend(f"#{r['number']}: {e}" for e in first)
+        if r["anatomy_text"]:
+            evidence.append(f"#{r['number']}: {r['anatomy_text']}")
         if not r["at_exact"]:
             evidence.append(f"#{r['number']}: the time is when a pass saw it (up to a pass late)")
     return out + "Evidence (-o wide or -o json for all):\n" + "".join(f"  {e}\n" for e in evidence)

@@ -5,11 +5,13 @@ Top: one row per training JobSet (state, progress as ``krea-ops train status`` j
 RUNNING, SLOW, STRAGGLER, HUNG... with the step time against the run's baseline, nodes x
 GPUs, restarts of the maximum, queue, the newest complete checkpoint and its age). Below,
 for the run under the cursor: its status (``gangstatus.summary_lines``: the last step and
-its age, step time, its GPUs, why, what stands out), its checkpoints on disk, newest first, each complete or with the reason it is not (or why
-none can be read: the directory is not mounted here), and the advice: Young's and Daly's
-intervals, the work lost per failure, the waste, and the MTBF they assume; then its
-restarts as node-health recorded them (``krea-ops train restarts``): when, the work lost,
-the node/GPU/port each is attributed to and how sure, and the evidence of the newest.
+its age, step time, its GPUs, why, what stands out), its checkpoints on disk, newest
+first, each complete or with the reason it is not (or why none can be read: the directory
+is not mounted here), and the advice: Young's and Daly's intervals, the work lost per
+failure, the waste, and the MTBF they assume; then its restarts as node-health recorded
+them (``krea-ops train restarts``): when, the work lost, the node/GPU/port each is
+attributed to and how sure, the evidence of the newest and its phases (detection,
+teardown, scheduling, start, first step; the slowest named).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from textual.css.query import NoMatches
 from textual.widgets import DataTable, Input, Static
 
 from krea_ops import units
-from krea_ops.controllers.restarts import RestartRow, RunRestarts
+from krea_ops.controllers.restarts import RestartRow, RunRestarts, anatomy_text
 from krea_ops.gangstatus import GangStatus, summary_lines
 from krea_ops.training.advice import Advice
 from krea_ops.training.checkpoints import Checkpoint
@@ -432,6 +434,9 @@ class TrainingScreen(DataScreen):
             evidence.update("")
             return
         lines = [f"#{newest.number}: {e}" for e in newest.attribution.evidence[:3]]
+        phases = anatomy_text(newest.anatomy)
+        if phases:
+            lines.append(f"#{newest.number}: {phases}")
         evidence.update(Text("\n".join(lines), style="dim"))
 
     # -- actions ----------------------------------------------------------------------

@@ -1234,6 +1234,7 @@ class _Pass:
                 "node": j.node,
                 "gpu": j.gpu,
                 "reasons": list(j.reasons),
+                "last_step_at": status.progress.last_step_at,
                 "acted": acted,
             }
             out[key] = entry

@@ -36,8 +36,9 @@ pure.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +65,7 @@ from krea_ops.training.attribution import (
     loaded_step,
 )
 from krea_ops.training.gangs import Gang, failed_pod, read_gangs
+from krea_ops.training.progress import points as progress_points
 
 LOG_TAIL = 20  # lines of rank 0's log read each pass (torchtitan logs every 10 steps)
 FAILED_TAIL = 12  # lines kept of a failed pod's log
@@ -213,12 +215,26 @@ def _hung_json(value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping) or not _num(value.get("since")):
         return {}
     node, gpu = value.get("node"), value.get("gpu")
+    last = value.get("last_step_at")
     return {
         "hung": {
             "since": float(value["since"]),
+            "last_step_at": float(last) if isinstance(last, (int, float)) and _num(last) else None,
             "node": node if isinstance(node, str) else None,
             "gpu": _int_or_none(gpu),
             "reasons": _strs(value.get("reasons")),
+        }
+    }
+
+
+def _anatomy_json(value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {
+        "anatomy": {
+            str(k): float(v) if _num(v) else None
+            for k, v in value.items()
+            if k in ("failed_at", *(key for key, _, _ in PHASES))
         }
     }
 
@@ -295,6 +311,7 @@ def sane_state(prev: Any) -> dict[str, Any]:
                     "failed": _failed_list(p.get("failed")),
                     "steps": _steps(p.get("steps")),
                     **_hung_json(p.get("hung")),
+                    **_anatomy_json(p.get("anatomy")),
                 }
             )
     log: dict[str, list[dict[str, Any]]] = {}
@@ -556,6 +573,110 @@ def _attribution(
     return _hang(hung, got) if isinstance(hung, Mapping) else got
 
 
+# A restart's phases, in order: (key of the moment it ends, name, what it is)
+PHASES = (
+    ("detected_at", "detection", "from the failure to the restart being set off"),
+    ("pods_gone_at", "teardown", "the old attempt's pods going"),
+    ("scheduled_at", "scheduling", "the new attempt's pods admitted and bound"),
+    ("running_at", "start", "their containers started and Ready"),
+    ("first_step_at", "first step", "loading the checkpoint, compiling, the first step"),
+)
+
+
+def _condition_at(pod: Obj, kind: str) -> float | None:
+    for c in (pod.get("status") or {}).get("conditions") or ():
+        if c.get("type") == kind and c.get("status") == "True":
+            return parse_time(c.get("lastTransitionTime"))
+    return None
+
+
+def anatomy(
+    rec: Mapping[str, Any],
+    gang: Gang,
+    head: Sequence[str],
+    events: Sequence[tuple[float, str, str]],
+    prev: Any = None,
+) -> dict[str, float | None]:
+    """When each phase of a restart ended (Unix s; None: not known yet): ``failed_at``
+    (the first failed pod, or for a hang the last step logged before it), ``detected_at``
+    (a hang: when it was first judged HUNG; else the JobSet controller's restart Event),
+    ``pods_gone_at`` (the new attempt's first pod made: JobSet makes the new child Jobs
+    once the old ones are gone), ``scheduled_at`` (the last new pod bound: its
+    PodScheduled condition), ``running_at`` (the last new pod Ready) and
+    ``first_step_at`` (rank 0's first metrics line in the new attempt). What a pass saw
+    before stays (``prev``)."""
+    known: dict[str, float | None] = dict.fromkeys(("failed_at", *(k for k, _, _ in PHASES)))
+    if isinstance(prev, Mapping):
+        for k in known:
+            v = prev.get(k)
+            known[k] = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    hung = rec.get("hung") if isinstance(rec.get("hung"), Mapping) else None
+    at = float(rec.get("at") or 0.0)
+    if known["failed_at"] is None:
+        last = hung.get("last_step_at") if hung else None
+        known["failed_at"] = float(last) if isinstance(last, (int, float)) else at
+    if known["detected_at"] is None:
+        since = hung.get("since") if hung else None
+        if isinstance(since, (int, float)):
+            known["detected_at"] = float(since)
+        else:
+            told = [t for t, _, _ in events if t >= at - 1.0]
+            known["detected_at"] = min(told) if told else None
+    pods = [p for p in gang.pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    whole = bool(pods) and len(pods) >= gang.expected
+    made = [parse_time((p.get("metadata") or {}).get("creationTimestamp")) for p in pods]
+    if known["pods_gone_at"] is None and made and all(t is not None for t in made):
+        known["pods_gone_at"] = min(t for t in made if t is not None)
+    for key, kind in (("scheduled_at", "PodScheduled"), ("running_at", "Ready")):
+        if known[key] is None and whole:
+            times = [_condition_at(p, kind) for p in pods]
+            if all(t is not None for t in times):
+                known[key] = max(t for t in times if t is not None)
+    if known["first_step_at"] is None:
+        steps = progress_points(head)
+        if steps:
+            known["first_step_at"] = steps[0][0]
+    return known
+
+
+def phases(known: Mapping[str, Any]) -> tuple[list[tuple[str, float | None]], str | None]:
+    """Each phase's duration in seconds (None: not known), and the slowest known one."""
+    out: list[tuple[str, float | None]] = []
+    start = known.get("failed_at")
+    for key, name, _ in PHASES:
+        end = known.get(key)
+        if isinstance(start, (int, float)) and isinstance(end, (int, float)):
+            out.append((name, max(float(end) - float(start), 0.0)))
+        else:
+            out.append((name, None))
+        if isinstance(end, (int, float)):
+            start = end
+    timed = [(d, n) for n, d in out if d is not None]
+    return out, (max(timed)[1] if timed else None)
+
+
+def _span(seconds: float) -> str:
+    if seconds >= 120:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+
+
+def anatomy_text(known: Mapping[str, Any]) -> str | None:
+    """``failed 13:00:05, detection 4 min, teardown 12 s, ... ; slowest: detection``, or
+    None while nothing is known past the failure."""
+    durations, slowest = phases(known)
+    if slowest is None:
+        return None
+    failed = known.get("failed_at")
+    head = (
+        f"failed {dt.datetime.fromtimestamp(float(failed), dt.UTC):%H:%M:%S}"
+        if isinstance(failed, (int, float))
+        else "failed ?"
+    )
+    parts = [f"{name} {_span(d) if d is not None else '?'}" for name, d in durations]
+    return f"{head}, " + ", ".join(parts) + f"; slowest: {slowest}"
+
+
 def record(
     inputs: RestartInputs,
     verdicts: Mapping[str, Verdict] | None,
@@ -734,6 +855,10 @@ def record(
             "failed": [_kept(f) for f in restart.failed[:2]],
             **_lost({**p, "gpus": restart.gpus}, resumed),
         }
+        if isinstance(p.get("anatomy"), Mapping):
+            rec["anatomy"] = dict(p["anatomy"])
+        if isinstance(p.get("hung"), Mapping):
+            rec["hung"] = dict(p["hung"])
         if resumed is None:
             rec["steps"] = p.get("steps") or []  # kept until the new attempt says
         log.setdefault(str(p["run"]), []).append(rec)
@@ -754,6 +879,19 @@ def record(
             if resumed is not None:
                 rec.update(_lost({**rec, "steps": rec["steps"]}, int(resumed)))
                 rec.pop("steps", None)
+
+    # the anatomy of each gang's latest restart, as its new attempt comes up
+    for gang in inputs.gangs:
+        if gang.restarts <= 0 or gang.terminal:
+            continue
+        key = gang.key
+        rank0 = gang.rank0()
+        head = inputs.heads.get(_pod_key(gang.namespace, rank0), ()) if rank0 else ()
+        for rec in [*still, *log.get(key, ())]:
+            if rec.get("run", key) == key and int(rec.get("number") or 0) == gang.restarts:
+                rec["anatomy"] = anatomy(
+                    rec, gang, head, inputs.events.get(key, ()), rec.get("anatomy")
+                )
 
     lemon_horizon = now - cfg.lemon_window_s
     attributed = [a for a in attributed if len(a) == 5 and float(a[1]) >= lemon_horizon]
@@ -816,6 +954,8 @@ class RestartRow:
     attributed_at: float | None = None  # when the window closes, for a pending one
     provisional: bool = False
     lost_at_least: bool = False  # the last step logged is not known: ``lost_steps`` is a floor
+    # when each phase of the restart ended (``PHASES``; ``failed_at`` first)
+    anatomy: Mapping[str, float | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -850,6 +990,7 @@ def _row(rec: Mapping[str, Any]) -> RestartRow:
         gpus=opt_int("gpus"),
         failed=tuple(f for f in map(_failed_of, rec.get("failed") or ()) if f),
         lost_at_least=bool(rec.get("lost_at_least")),
+        anatomy=dict(_anatomy_json(rec.get("anatomy")).get("anatomy") or {}),
     )
 
 
@@ -891,6 +1032,7 @@ def run_restarts(
                     failed=restart.failed,
                     attributed_at=at + after_s,
                     provisional=True,
+                    anatomy=dict(_anatomy_json(p.get("anatomy")).get("anatomy") or {}),
                 )
             )
     rows.sort(key=lambda r: r.number)

@@ -3,6 +3,7 @@ carried as the runner persists it, JSON), and the lemons it makes under the blas
 
 from __future__ import annotations
 
+import datetime
 import json
 from typing import Any
 
@@ -165,6 +166,58 @@ def test_a_checkpoint_past_the_last_step_read_makes_the_loss_a_floor() -> None:
     from screens.training import restart_cells
 
     assert str(restart_cells(row, T0 + 400)[2]).startswith("≥0 steps")
+
+
+def test_a_restarts_phases_are_timed_and_the_slowest_named() -> None:
+    from krea_ops.controllers.restarts import anatomy_text, phases
+
+    p = Passes()
+    running = [pod("dit-0", "n1", 0), pod("dit-1", "n2", 0)]
+    p.run(T0, jobset(0), running, {}, tails={"training/dit-0": steps(100)})
+    crashed = [pod("dit-0", "n1", 0), failed("dit-1", "n2", 0, T0 + 100)]
+    p.run(T0 + 110, jobset(0), crashed, {})
+    restart_event = ((T0 + 104, "RestartJobSet", "applying RestartJobSet failure policy"),)
+
+    def new_pod(name: str, node: str) -> Any:
+        made = pod(name, node, 1)
+        made["metadata"]["creationTimestamp"] = rfc3339(T0 + 130)
+        made["status"]["conditions"] = [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": rfc3339(T0 + 133)},
+            {"type": "Ready", "status": "True", "lastTransitionTime": rfc3339(T0 + 160)},
+        ]
+        return made
+
+    again = [new_pod("dit-0b", "n1"), new_pod("dit-1b", "n3")]
+    # (rank 0's first metrics line of the new attempt, 4 minutes after it started)
+    stamp = datetime.datetime.fromtimestamp(T0 + 400, datetime.UTC)
+    head = (f"[rank0]:[titan] {stamp:%Y-%m-%d %H:%M:%S},000 - root - INFO - step: 110  l: 7",)
+    p.run(T0 + 390, jobset(1), again, {}, heads={"training/dit-0b": ()},
+          events={"training/dit": restart_event})  # fmt: skip
+    (pending,) = p.state["pending"]
+    assert pending["anatomy"]["first_step_at"] is None  # not logged yet
+    p.run(T0 + 410, jobset(1), again, {}, heads={"training/dit-0b": head})
+    (rec,) = p.log()
+    known = rec["anatomy"]
+    assert known == {
+        "failed_at": T0 + 100,
+        "detected_at": T0 + 104,
+        "pods_gone_at": T0 + 130,
+        "scheduled_at": T0 + 133,
+        "running_at": T0 + 160,
+        "first_step_at": T0 + 400,
+    }
+    durations, slowest = phases(known)
+    assert dict(durations) == {
+        "detection": 4.0,
+        "teardown": 26.0,
+        "scheduling": 3.0,
+        "start": 27.0,
+        "first step": 240.0,
+    }
+    assert slowest == "first step"
+    assert anatomy_text(known).endswith("first step 4 min; slowest: first step")
+    (row,) = run_restarts(p.state, "training", "dit", 1).rows
+    assert row.anatomy == known
 
 
 def test_restarts_before_the_recorder_and_a_new_run_of_the_same_name_are_not_mixed() -> None:

@@ -185,8 +185,21 @@ def test_a_hang_is_restarted_well_before_the_watchdog_and_attributed_to_the_hang
     gang = _running(world, node_health, 1)
 
     # train restarts: cause hang (no node shows a finding: none named)
-    row = wait_for(lambda: _restart_row(world, node_health, 1), timeout=30, interval=0.5)
+    def timed_row() -> dict[str, Any] | None:
+        row = _restart_row(world, node_health, 1)
+        phases = row["anatomy"]["phases_s"].values() if row else ()
+        return row if row and all(v is not None for v in phases) else None
+
+    row = wait_for(timed_row, timeout=30, interval=0.5)
     assert row["cause"] == "hang" and row["node"] is None, row
+    # and its anatomy: from the last step before the hang to the new attempt's first step
+    timed = row["anatomy"]["phases_s"]
+    assert set(timed) == {"detection", "teardown", "scheduling", "start", "first step"}
+    assert all(v is not None and v >= 0 for v in timed.values()), row["anatomy"]
+    assert row["anatomy"]["slowest"] == max(timed, key=lambda k: timed[k])
+    # detection: the hang floor (3 s) at least, and well under the watchdog
+    assert STALLS.hang_floor_s - 1 <= timed["detection"] < NCCL_TIMEOUT_WALL_S
+    assert f"slowest: {row['anatomy']['slowest']}" in row["anatomy_text"]
 
     # a hang on a node whose InfiniBand port went down: that node is evicted, and named
     bad = gang[0]["spec"]["nodeName"]
