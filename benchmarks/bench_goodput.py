@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import itertools
 import json
 import math
 import random
@@ -80,10 +81,11 @@ sys.path.insert(0, str(ROOT))
 from krea_ops.controllers.node_health import (  # noqa: E402
     NodeHealth,
     NodeHealthSnapshot,
+    also_prepared,
     evictable,
 )
-from krea_ops.controllers.planned_swaps import swap_evictable  # noqa: E402
 from krea_ops.controllers.restarts import RestartInputs  # noqa: E402
+from krea_ops.gangstatus import GangStatus  # noqa: E402
 from krea_ops.health import (  # noqa: E402
     HealthPolicy,
     gpu_reasons,
@@ -122,7 +124,9 @@ from krea_ops.sim.machines.thermal import HW_SLOWDOWN, HW_THERMAL, SW_THERMAL, G
 from krea_ops.training import attribution  # noqa: E402
 from krea_ops.training.advice import advise  # noqa: E402
 from krea_ops.training.gangs import Gang  # noqa: E402
-from krea_ops.training.manifests import LEMON_LABEL  # noqa: E402
+from krea_ops.training.manifests import LEMON_LABEL, TrainingSpec, training_jobset  # noqa: E402
+from krea_ops.training.progress import progress  # noqa: E402
+from krea_ops.training.stalls import StallConfig, judge  # noqa: E402
 from krea_ops.training.swaps import (  # noqa: E402
     CHECKPOINT_COMPLETED_AT,
     CHECKPOINT_COMPLETED_STEP,
@@ -142,8 +146,19 @@ NCCL_TIMEOUT_S = 600.0  # NCCL's (torch.distributed's) default watchdog timeout
 NODE_MONITOR_GRACE_S = 40.0  # kube-controller-manager --node-monitor-grace-period
 SCRAPE_S = 15.0  # a finding reaches the health policy one scrape after it happens
 PASS_S = 30.0  # the controllers' loop interval (controllers.loop.DEFAULT_INTERVAL_S)
-BIND_DELAY_S = 60.0  # a restarted gang's pods are bound this long after the restart
 RESTART_S = 300.0  # restart and reload, bind included (Kokolis et al.: u0 5-20 min)
+# The restart's phases and their share of --restart-s (defaults in seconds of the 300):
+# the old pods gone (terminated, the JobSet's failure policy sees it), the new pods
+# admitted and bound (the gang's pods are bound when these two are over: 60 s by
+# default, longer while too few nodes can take the gang), running (image, containers,
+# torchrun's rendezvous, NCCL set up), and the first step (checkpoint loaded, compiled,
+# warmed up). An assumption: Kokolis et al. give 5-20 min for the whole, not its split.
+RESTART_PHASES = (
+    ("restart_pods_gone", 30.0),
+    ("restart_admitted", 30.0),
+    ("restart_running", 90.0),
+    ("restart_first_step", 150.0),
+)
 WITHOUT_INTERVAL_S = 3600.0
 HUMAN_MEDIAN_DAY_S = 15 * MINUTE
 HUMAN_MEDIAN_NIGHT_S = 60 * MINUTE
@@ -151,14 +166,54 @@ HUMAN_SIGMA = 0.7
 NIGHT = (20, 8)  # 20:00 to 08:00 UTC
 SPARE_SHARE = 1 / 16
 NOISE_PER_NODE_DAY = 1.0
-HANG_CAUSES = frozenset({"nvlink", "ib-link", "host"})
+HANG_CAUSES = frozenset({"nvlink", "ib-link", "host", "hang"})
+# Silent hangs: a collective that never completes and no node shows a finding. Llama 3
+# Table 5's "NCCL watchdog timeouts" row (7 of 419 unexpected interruptions, 1.7 %), at
+# 7/351 of the gang's hardware rate like the software bugs above. faults.CAUSES already
+# lends that row's weight to NVLink (hangs with an XID 74 finding); here it is counted a
+# second time, as the silent hangs the row literally is (--hangs scales it).
+HANG_WEIGHT = 7.0
+# Stragglers: a GPU whose clocks are held down slows every step of its gang by the same
+# factor. Lin et al. (OSDI 2025, arXiv 2505.05713) find stragglers common in ByteDance's
+# LLM training and not always hardware; the published figures give no per-node rate for
+# the hardware kind, so the rate is an ASSUMPTION: a tenth of the node failure rate, per
+# node (--stragglers scales it). The kinds and their slowdowns are assumptions too
+# (STRAGGLER_KINDS).
+STRAGGLER_SHARE = 0.1
+STEP_S = 5.0  # the gang's step time (an assumption): hang_after(5 s) is the 180 s floor
+LOG_EVERY = 10  # steps per metrics line (torchtitan's default log_freq)
+STALLS = StallConfig()
+# A human sees a slow gang only when they look at its step time (a slow gang pages no
+# one): at two checks a working day, and only when it is 10 % slower or more; then they
+# act after the usual delay. An assumption.
+STRAGGLER_CHECKS_UTC = (9, 17)
+HUMAN_VISIBLE_RATIO = 1.1
+JOBSET_SPEC = training_jobset(TrainingSpec(name="dit", nodes=2, image="reg/dit:1"))["spec"]
 # Failures whose node Kubernetes will not bind an 8-GPU gang pod to while they last: a
 # host that is down (NotReady), and a GPU failure, because NVIDIA's k8s-device-plugin
 # marks a GPU unhealthy on every XID but the application ones (13, 31, 43, 45, 68), so
 # the node's allocatable GPUs drop to 7. An InfiniBand link down leaves it schedulable.
 UNSCHEDULABLE_CAUSES = frozenset({"host", "thermal", *GPU_CAUSES})
 USER = "system:serviceaccount:krea-ops:node-health"
-CATEGORIES = ("lost_work", "detection", "restart", "checkpoint_writes")
+CATEGORIES = (
+    "lost_work",
+    "hang_watchdog",
+    "straggling",
+    "detection",
+    *(name for name, _ in RESTART_PHASES),
+    "checkpoint_writes",
+)
+CATEGORY_WORDS = {
+    "lost_work": "work since the checkpoint",
+    "hang_watchdog": "hung, waiting for the watchdog",
+    "straggling": "straggling (the slowed share)",
+    "detection": "detection (human; krea-ops)",
+    "restart_pods_gone": "restart: pods gone",
+    "restart_admitted": "restart: re-admitted, bound",
+    "restart_running": "restart: running, NCCL up",
+    "restart_first_step": "restart: to the first step",
+    "checkpoint_writes": "checkpoint writes",
+}
 
 
 @dataclass(frozen=True)
@@ -226,6 +281,35 @@ class Segment:
 
 
 @dataclass(frozen=True)
+class Straggler:
+    """A GPU whose clocks are held down from ``at`` (1/``factor`` of its clock, its gang's
+    steps ``factor`` times as long) until its node leaves the gang (it is then repaired)."""
+
+    at: float
+    node: str
+    gpu: int
+    factor: float
+    kind: str  # power-brake | hw-slowdown | power-cap
+    events: frozenset[str]
+    reasons: tuple[Reason, ...]  # what the health policy says of the GPU meanwhile
+
+
+# (share, kind, clock event reasons, the slowdown drawn): a power brake holds the clocks
+# far down; a hardware slowdown less; a GPU at its power limit (a lowered limit, a weak
+# supply) a little, often under the straggler ratio. The shares and ranges: assumptions.
+STRAGGLER_KINDS: tuple[tuple[float, str, frozenset[str], Callable[[random.Random], float]], ...] = (
+    (0.25, "power-brake", frozenset({"hw_power_brake", "hw_slowdown"}), lambda r: r.uniform(2, 4)),
+    (0.25, "hw-slowdown", frozenset({"hw_slowdown"}), lambda r: r.uniform(1.3, 2.0)),
+    (
+        0.5,
+        "power-cap",
+        frozenset({"sw_power_cap"}),
+        lambda r: min(1.0 + r.lognormvariate(math.log(0.15), 0.8), 4.0),
+    ),
+)
+
+
+@dataclass(frozen=True)
 class Noise:
     node: str
     start: float
@@ -245,9 +329,12 @@ class History:
     lemons: set[str]
     slow_burners: dict[str, str]  # node -> what
     rate_per_node_day: float
+    hangs: list[Fault] = field(default_factory=list)  # silent hangs of the gang
+    stragglers: list[Straggler] = field(default_factory=list)  # sorted by time
 
 
 POLICY = HealthPolicy()
+SM_CLOCK_MAX_HZ = 1.98e9  # an H100 SXM's maximum SM clock
 
 
 def _gpu(node: str, index: int, **values: Any) -> GpuSample:
@@ -448,8 +535,60 @@ def pick_cause(rng: random.Random) -> Any:
     return CAUSES[-1]
 
 
+def make_stalls(
+    rng: random.Random,
+    names: Sequence[str],
+    nodes: int,
+    horizon: float,
+    rate: float,
+    hangs: float,
+    stragglers: float,
+) -> tuple[list[Fault], list[Straggler]]:
+    """Silent hangs of the gang (a Poisson process at HANG_WEIGHT/351 of the gang's
+    hardware rate, x ``hangs``) and stragglers on the pool's nodes (STRAGGLER_SHARE of
+    the node rate, x ``stragglers``), from their own generator: the rest of the history
+    does not change with them."""
+    out: list[Fault] = []
+    hang_rate = rate * nodes * hangs * HANG_WEIGHT / sum(c.weight for c in CAUSES) / DAY
+    t = 0.0
+    while hang_rate > 0:
+        t += rng.expovariate(hang_rate)
+        if t >= horizon:
+            break
+        out.append(Fault(T0 + t, None, "hang", 0.0, source="hang"))
+    slow: list[Straggler] = []
+    node_rate = rate * STRAGGLER_SHARE * stragglers / DAY
+    weights = [w for w, *_ in STRAGGLER_KINDS]
+    for node in names:
+        t = 0.0
+        while node_rate > 0:
+            t += rng.expovariate(node_rate)
+            if t >= horizon:
+                break
+            _, kind, events, draw = STRAGGLER_KINDS[rng.choices(range(len(weights)), weights)[0]]
+            gpu, factor = rng.randrange(GPUS), draw(rng)
+            sample = _gpu(
+                node,
+                gpu,
+                util_ratio=1.0,
+                sm_clock_hz=SM_CLOCK_MAX_HZ / factor,
+                sm_clock_max_hz=SM_CLOCK_MAX_HZ,
+                clock_events=events,
+            )
+            reasons = tuple(gpu_reasons(sample, POLICY))
+            slow.append(Straggler(T0 + t, node, gpu, factor, kind, events, reasons))
+    slow.sort(key=lambda x: (x.at, x.node))
+    return out, slow
+
+
 def make_history(
-    regime: Regime, seed: int, nodes: int, days: float, noise_rate: float = NOISE_PER_NODE_DAY
+    regime: Regime,
+    seed: int,
+    nodes: int,
+    days: float,
+    noise_rate: float = NOISE_PER_NODE_DAY,
+    hangs: float = 1.0,
+    stragglers: float = 1.0,
 ) -> History:
     spares = max(2, math.ceil(nodes * SPARE_SHARE))
     pool = nodes + spares
@@ -535,6 +674,8 @@ def make_history(
             reasons = _relabel(reasons, rng.randrange(GPUS), rng.randrange(HCAS))
             length = rng.uniform(60.0, 600.0)
             noise.append(Noise(node, T0 + t, T0 + t + length, reasons))
+    stall_rng = random.Random(f"{seed}:goodput:{regime.name}:stalls")
+    silent, slow = make_stalls(stall_rng, names, nodes, horizon, rate, hangs, stragglers)
     return History(
         nodes=names,
         gang_size=nodes,
@@ -546,6 +687,8 @@ def make_history(
         lemons=lemons,
         slow_burners=burners,
         rate_per_node_day=rate,
+        hangs=silent,
+        stragglers=slow,
     )
 
 
@@ -583,6 +726,7 @@ class Run:
     seed: int
     restart_s: float = RESTART_S
     noise_to_node_health: bool = False
+    watchdog_s: float = NCCL_TIMEOUT_S
     lost: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
     productive: float = 0.0
     restarts: list[RestartRecord] = field(default_factory=list)
@@ -613,6 +757,9 @@ class Run:
                 self.noise_by_node.setdefault(n.node, []).append(n)
         for s in h.segments:
             self.segments_by_node.setdefault(s.node, []).append(s)
+        self.slow_by_node: dict[str, list[tuple[int, Straggler]]] = {}
+        for i, sl in enumerate(h.stragglers):
+            self.slow_by_node.setdefault(sl.node, []).append((i, sl))
         self.queue: list[tuple[float, int, int, str, Any]] = []
         self.seq = 0
         self.passes: set[int] = set()
@@ -629,6 +776,23 @@ class Run:
         self.ack_at: float | None = None
         self.ack_pending = False
         self.waiting = 0.0  # restarts waiting for enough schedulable nodes
+        # the restart's phases, scaled to restart_s; the pods are bound after the first two
+        scale = self.restart_s / sum(d for _, d in RESTART_PHASES)
+        self.phases = [(name, d * scale) for name, d in RESTART_PHASES]
+        self.bind_delay = self.phases[0][1] + self.phases[1][1]
+        # stragglers: which have ended (index -> when their node left), the gang's pace
+        self.gone: dict[int, float] = {}
+        self.factor = 1.0  # the gang's step time over its healthy step time
+        self.slow_mark = T0
+        self.slow_acc = 0.0  # the slowed share of the running segment, in seconds
+        self.attempt_at = T0
+        self.pace: list[tuple[float, float]] = [(T0, 1.0)]
+        self.hang_idle: list[tuple[str, float]] = []  # (cause, hang to restart begun)
+        self.checks: set[float] = set()
+        self.pulled: dict[str, float] = {}  # the human's straggler nodes: back when repaired
+        self.straggler_swaps = 0
+        self.hang_restarts = 0
+        self.restart_planned = False  # this pass planned a restart of the gang
 
     # -- the event queue ------------------------------------------------------------
 
@@ -670,6 +834,9 @@ class Run:
         for n in self.noise_by_node.get(node, ()):
             if n.start + SCRAPE_S <= t < n.end + SCRAPE_S:
                 out += n.reasons
+        for i, slow in self.slow_by_node.get(node, ()):
+            if slow.at + SCRAPE_S <= t and self.gone.get(i, math.inf) > t:
+                out += slow.reasons
         return out
 
     def verdict_at(self, node: str, t: float) -> Verdict:
@@ -712,6 +879,22 @@ class Run:
 
     def gang_view(self) -> Gang:
         running = self.up_since is not None and self.hang is None
+        rank0 = {
+            "metadata": {
+                "namespace": "training",
+                "name": "dit-trainer-0-0",
+                "uid": f"rank0-{len(self.restarts)}",
+                "labels": {
+                    "jobset.sigs.k8s.io/jobset-name": "dit",
+                    "jobset.sigs.k8s.io/replicatedjob-name": "trainer",
+                    "jobset.sigs.k8s.io/job-index": "0",
+                    "jobset.sigs.k8s.io/restart-attempt": str(len(self.restarts)),
+                    "batch.kubernetes.io/job-completion-index": "0",
+                },
+            },
+            "spec": {"nodeName": self.gang[0]},
+            "status": {"phase": "Running"},
+        }
         return Gang(
             namespace="training",
             name="dit",
@@ -723,8 +906,98 @@ class Run:
             expected=len(self.gang),
             gpus=len(self.gang) * GPUS,
             annotations=dict(self.jobset_notes),
-            pods=(),
+            pods=(rank0,),
+            spec=JOBSET_SPEC,
         )
+
+    # -- hangs and stragglers as node-health reads them ------------------------------
+
+    def stragglers_at(self, t: float, gang_only: bool = True) -> list[tuple[int, Straggler]]:
+        gang = set(self.gang)
+        return [
+            (i, s)
+            for i, s in enumerate(self.history.stragglers)
+            if s.at <= t and i not in self.gone and (not gang_only or s.node in gang)
+        ]
+
+    def gang_factor(self, t: float) -> float:
+        return max((s.factor for _, s in self.stragglers_at(t)), default=1.0)
+
+    def slow_tick(self, t: float) -> None:
+        """Account the slowed share up to t at the pace so far, then take the pace at t."""
+        if self.up_since is not None and self.hang is None:
+            self.slow_acc += max(t - self.slow_mark, 0.0) * (1.0 - 1.0 / self.factor)
+        self.slow_mark = max(t, self.slow_mark)
+        factor = self.gang_factor(t)
+        if factor != self.factor:
+            self.factor = factor
+            self.pace.append((t, factor))
+
+    def end_stragglers(self, node: str, t: float) -> None:
+        """The node has left the gang (or been evicted): it is repaired before it is used."""
+        for i, s in enumerate(self.history.stragglers):
+            if s.node == node and s.at <= t and i not in self.gone:
+                self.gone[i] = t
+
+    def step_points(self, t: float) -> list[list[float]]:
+        """Rank 0's metrics lines of this attempt within the baseline window, as
+        ``progress.remember`` keeps them: a line every LOG_EVERY steps at the gang's pace,
+        none after a hang began."""
+        end = self.down_from if self.hang is not None else t
+        lo = t - STALLS.window_s - STALLS.recent_s
+        out: list[list[float]] = []
+        steps = 0.0
+        segs = [*self.pace, (end, 1.0)]
+        for (a, f), (b, _) in itertools.pairwise(segs):
+            if a >= end:
+                break
+            b, dt = min(b, end), STEP_S * f
+            n0, n1 = steps, steps + max(b - a, 0.0) / dt
+            first = n0 + max(lo - a, 0.0) / dt
+            k = math.floor(max(first, n0) / LOG_EVERY) + 1
+            while k * LOG_EVERY <= n1:
+                x = a + (k * LOG_EVERY - n0) * dt
+                if x >= lo:
+                    out.append([x, float(k * LOG_EVERY)])
+                k += 1
+            steps = n1
+        return out
+
+    def stall_status(self, t: float, verdicts: dict[str, Verdict]) -> dict[str, GangStatus]:
+        """The gang's status as node-health's read takes it (``gangstatus``): its progress
+        from rank 0's lines and ``stalls.judge`` over its GPUs' readings (the straggling
+        GPUs' nodes and three more: the rest read the same), only while it is hung or
+        slowed (a RUNNING gang is not acted on)."""
+        hung = self.hang is not None
+        running = self.up_since is not None and self.up_since <= t and not hung
+        slow = {s.node: s for _, s in self.stragglers_at(t)}
+        if not hung and not (running and slow):
+            return {}
+        cfg = self.controller.config.stalls
+        history = {"start": self.attempt_at, "points": self.step_points(t)}
+        prog = progress(history, t, recent_s=cfg.recent_s, grace_s=cfg.grace_s)
+        gpus: dict[str, tuple[GpuSample, ...]] = {}
+        for node in dict.fromkeys([*slow, *self.gang[:3]]):
+            held = slow.get(node)
+            rows = []
+            for g in range(GPUS):
+                mine = held is not None and held.gpu == g
+                rows.append(
+                    GpuSample(
+                        node=node,
+                        index=g,
+                        up=True,
+                        util_ratio=1.0,
+                        tensor_active_ratio=0.0 if hung else 0.35,
+                        sm_clock_hz=SM_CLOCK_MAX_HZ / (held.factor if held and mine else 1.0),
+                        sm_clock_max_hz=SM_CLOCK_MAX_HZ,
+                        clock_events=held.events if held and mine else frozenset(),
+                    )
+                )
+            gpus[node] = tuple(rows)
+        j = judge(True, prog, gpus, verdicts, t, cfg, nodes=self.gang)
+        status = GangStatus("training", "dit", len(self.restarts), tuple(self.gang), prog, j)
+        return {status.key: status}
 
     def checkpoint_requested(self, t: float) -> None:
         """The trainer's launcher sees the request (the simulator's trainer does the
@@ -766,9 +1039,12 @@ class Run:
         """One ``NodeHealth.decide`` over the nodes as they are at t; its plans applied.
         Returns the nodes it evicted."""
         self.sync_ready(t)
+        self.restart_planned = False
         verdicts = {n: self.verdict_at(n, t) for n in self.objs}
-        swaps = swap_evictable([self.gang_view()], verdicts)
-        names = evictable(self.objs, verdicts, USER, swaps)
+        stalls = self.stall_status(t, verdicts)
+        gang = self.gang_view()
+        extra = also_prepared((gang,), verdicts, stalls, self.controller.config)
+        names = evictable(self.objs, verdicts, USER, extra)
         evict = EvictInputs(
             nodes=tuple(names),
             objs={n: self.objs[n] for n in names},
@@ -782,7 +1058,8 @@ class Run:
             user=USER,
             ack_at=self.ack_at,
             ack_by="operator" if self.ack_at is not None else None,
-            restarts=RestartInputs(gangs=(self.gang_view(),)),
+            restarts=RestartInputs(gangs=(gang,)),
+            stalls=stalls,
         )
         decision = self.controller.decide(snap, t, self.state)
         self.state = json.loads(json.dumps(decision.state))
@@ -797,6 +1074,8 @@ class Run:
             self.apply(plan)
             if plan.action == "train checkpoint-request":
                 self.checkpoint_requested(t)
+            if plan.action == "train restart":
+                self.restart_planned = True  # rank 0's pod evicted: the JobSet restarts
             if plan.action == "nodes evict":
                 if (plan.reason or "").startswith("planned swap"):
                     self.swapped |= set(plan.nodes)
@@ -804,6 +1083,9 @@ class Run:
                     if n not in evicted:
                         evicted.append(n)
                         self.evictions += 1
+                        if n in self.gang and any(s.node == n for _, s in self.stragglers_at(t)):
+                            self.straggler_swaps += 1
+                        self.end_stragglers(n, t)
                         self.evicted_signals.append(
                             attribution.Signal(
                                 n,
@@ -822,7 +1104,9 @@ class Run:
         """Account the running stretch up to t; ``how``: fail | end | planned. Returns
         when the gang stops (a planned swap first writes its checkpoint)."""
         assert self.up_since is not None
+        self.slow_tick(t)
         s = max(t - self.up_since, 0.0)
+        kept_before = self.productive
         t_int, c = self.interval_s, self.checkpoint_s
         k = math.floor(s / (t_int + c))
         r = s - k * (t_int + c)
@@ -839,6 +1123,12 @@ class Run:
             self.productive += min(r, t_int)
             self.lost["checkpoint_writes"] += c
             stop = t + (c if r <= t_int else (t_int + c - r))
+        # the slowed share of the time kept: steps a straggler made take longer
+        kept = self.productive - kept_before
+        slowed = min(self.slow_acc, s) * (kept / s) if s > 0 else 0.0
+        self.productive -= slowed
+        self.lost["straggling"] += slowed
+        self.slow_acc, self.slow_mark = 0.0, stop
         self.up_since = None
         return stop
 
@@ -862,17 +1152,25 @@ class Run:
         self.down_from = t
         if f.hangs:
             self.hang = f
-            self.push(t + NCCL_TIMEOUT_S, "nccl-timeout", f)
+            self.push(t + self.watchdog_s, "nccl-timeout", f)
             # (with krea-ops, a node-health eviction of a gang node ends it sooner: "pass")
         else:
             self.stopped(f, t)
 
     def stopped(
-        self, f: Fault | None, t: float, evicted: str | None = None, planned: bool = False
+        self,
+        f: Fault | None,
+        t: float,
+        evicted: str | None = None,
+        planned: bool = False,
+        watchdog: bool = False,
+        at_once: bool = False,
     ) -> None:
-        """The gang has stopped at t (a crash, the end of a hang, a planned swap)."""
+        """The gang has stopped at t (a crash, the end of a hang, a planned swap).
+        ``watchdog``: a hang ended by NCCL's watchdog; ``at_once``: the human is already
+        there (a straggler they swap)."""
         self.hang = None
-        self.lost["detection"] += t - self.down_from
+        self.lost["hang_watchdog" if watchdog else "detection"] += t - self.down_from
         culprit = f.node if f is not None else None
         also = frozenset(
             n
@@ -884,11 +1182,15 @@ class Run:
         if self.automated:
             self.attribute(rec, f, evicted)
             begin = t
+        elif at_once:
+            begin = t
         else:
             begin = t + self.human_delay(t)
             self.lost["detection"] += min(begin, self.end) - t
+        if f is not None and f.hangs:
+            self.hang_idle.append((f.cause, min(begin, self.end) - self.down_from))
         self.begin = begin
-        self.push(begin + BIND_DELAY_S, "bind", begin, prio=2)
+        self.push(begin + self.bind_delay, "bind", begin, prio=2)
 
     def attribute(self, rec: RestartRecord, f: Fault | None, evicted: str | None) -> None:
         t = rec.at
@@ -914,7 +1216,7 @@ class Run:
                     ),
                 )
             )
-        elif f is not None and f.node is None:
+        elif f is not None and f.node is None and not f.hangs:
             node = self.rng.choice(self.gang)
             failed.append(
                 attribution.FailedPod(
@@ -1002,12 +1304,17 @@ class Run:
             else:
                 # the human pulled the nodes that were failed when they restarted
                 ok = self.schedulable(n, t) and self.open_fault(n, begin) is None
+                ok = ok and self.pulled.get(n, 0.0) <= t
             if ok:
                 keep.append(n)
         need = self.history.gang_size - len(keep)
         if need:
             spares = [
-                n for n in self.history.nodes if n not in self.gang and self.schedulable(n, t)
+                n
+                for n in self.history.nodes
+                if n not in self.gang
+                and self.schedulable(n, t)
+                and (self.automated or self.pulled.get(n, 0.0) <= t)
             ]
             if len(spares) < need:
                 # wait for a node to come back: try again at the next repair or restore
@@ -1015,14 +1322,30 @@ class Run:
                 self.push(t + 5 * MINUTE, "bind", begin, prio=2)
                 return
             keep += spares[:need]
+        for n in self.gang:
+            if n not in keep:
+                self.end_stragglers(n, t)
         self.gang = keep
-        done = max(begin + self.restart_s, t + self.restart_s - BIND_DELAY_S)
+        done = max(begin + self.restart_s, t + self.restart_s - self.bind_delay)
         self.push(done, "up", None, prio=3)
 
+    def account_restart(self, elapsed: float) -> None:
+        """A restart's time, phase by phase in order; a wait for nodes is admission's."""
+        extra = max(elapsed - self.restart_s, 0.0)
+        for name, length in self.phases:
+            if name == "restart_admitted":
+                length += extra
+            part = min(length, max(elapsed, 0.0))
+            self.lost[name] += part
+            elapsed -= part
+
     def up(self, t: float) -> None:
-        self.lost["restart"] += t - self.begin
+        self.account_restart(t - self.begin)
         self.up_since = t
         self.down_from = t
+        self.attempt_at, self.slow_acc, self.slow_mark = t, 0.0, t
+        self.factor = self.gang_factor(t)
+        self.pace = [(t, self.factor)]
         # a gang that starts with a failed node crashes again at once
         for n in self.gang:
             f = self.open_fault(n, t)
@@ -1031,6 +1354,54 @@ class Run:
                 return
         if self.automated:
             self.schedule_passes(t, 2 * PASS_S)
+            if self.factor > 1.0:  # judged once past the attempt's grace
+                self.schedule_passes(t + STALLS.grace_s, self.straggler_span())
+        elif self.factor > 1.0:
+            self.schedule_check(t)
+
+    # -- stragglers as a human sees them ----------------------------------------------
+
+    def straggler_span(self) -> float:
+        """How long node-health is run after a gang slows: the step time's window, a few
+        metrics lines at the slowest pace, the checkpoint the swap asks for."""
+        return STALLS.recent_s + 4 * LOG_EVERY * STEP_S * 4 + 6 * PASS_S
+
+    def schedule_check(self, t: float) -> None:
+        day = math.floor((t - T0) / DAY)
+        for d in (day, day + 1):
+            for hour in STRAGGLER_CHECKS_UTC:
+                at = T0 + d * DAY + hour * HOUR
+                if at > t:
+                    if at not in self.checks:
+                        self.checks.add(at)
+                        self.push(at, "check", None, prio=4)
+                    return
+
+    def check(self, t: float) -> None:
+        """Someone looks at the gang's step time."""
+        slow = self.stragglers_at(t)
+        if not slow:
+            return
+        running = self.up_since is not None and self.hang is None and self.up_since <= t
+        if running and self.factor >= HUMAN_VISIBLE_RATIO:
+            i, _ = max(slow, key=lambda x: x[1].factor)
+            self.push(t + self.human_delay(t), "human-swap", i, prio=1)
+        elif not running:
+            self.schedule_check(t)
+
+    def human_swap(self, i: int, t: float) -> None:
+        """The human stops the gang and restarts it without the slow node (which is
+        repaired meanwhile), from the newest checkpoint."""
+        s = self.history.stragglers[i]
+        if i in self.gone or s.node not in self.gang:
+            return
+        self.pulled[s.node] = t + DEFAULT_REPAIR_S
+        if self.up_since is None or self.hang is not None or self.up_since > t:
+            return  # stopped: the restart under way leaves it out
+        self.close_segment(t, "fail")
+        self.down_from = t
+        self.straggler_swaps += 1
+        self.stopped(Fault(t, s.node, "straggler", 0.0), t, at_once=True)
 
     def run(self) -> None:
         h = self.history
@@ -1043,6 +1414,16 @@ class Run:
                 self.schedule_passes(f.end + restore, 3 * PASS_S)
         for b in h.bugs:
             self.push(b.at, "fault", b, prio=1)
+        for g in h.hangs:
+            self.push(g.at, "fault", g, prio=1)
+            if self.automated:
+                stalls = self.controller.config.stalls
+                span = stalls.hang_after(STEP_S) + stalls.hang_restart_after_s + 4 * PASS_S
+                self.schedule_passes(g.at, span)
+        for i, sl in enumerate(h.stragglers):
+            self.push(sl.at, "straggle", i, prio=1)
+            if self.automated:
+                self.schedule_passes(sl.at, self.straggler_span())
         if self.automated:
             for s in h.segments:
                 self.schedule_passes(s.start + SCRAPE_S, 2 * PASS_S)
@@ -1060,12 +1441,23 @@ class Run:
                     self.on_failure(f, t)
             elif kind == "nccl-timeout":
                 if self.hang is payload:
-                    self.stopped(payload, t)
+                    self.stopped(payload, t, watchdog=True)
+            elif kind == "straggle":
+                self.slow_tick(t)
+                if not self.automated and self.history.stragglers[payload].node in self.gang:
+                    self.schedule_check(t)
+            elif kind == "check":
+                self.check(t)
+            elif kind == "human-swap":
+                self.human_swap(payload, t)
             elif kind == "pass":
                 evicted = self.node_health_pass(t)
                 hit = [n for n in evicted if n in self.gang]
                 if hit and self.hang is not None:
                     self.stopped(self.hang, t, evicted=hit[0])
+                elif self.restart_planned and self.hang is not None:
+                    self.hang_restarts += 1
+                    self.stopped(self.hang, t)
                 elif hit and self.up_since is not None:
                     # an eviction of a running gang's node (no failure the simulation knows)
                     planned = hit[0] in self.swapped
@@ -1092,7 +1484,10 @@ class Run:
         accounted = self.productive + sum(self.lost.values())
         gap = self.history.horizon - accounted
         if gap > 1e-6:
-            self.lost["detection" if self.hang is not None else "restart"] += gap
+            if self.hang is not None:
+                self.lost["detection" if self.automated else "hang_watchdog"] += gap
+            else:
+                self.account_restart(gap)
 
     @property
     def ettr(self) -> float:
@@ -1111,8 +1506,11 @@ def run_regime(
     checkpoint_s: float | None = None,
     restart_s: float = RESTART_S,
     noise_to_node_health: bool = False,
+    hangs: float = 1.0,
+    stragglers: float = 1.0,
+    watchdog_s: float = NCCL_TIMEOUT_S,
 ) -> dict[str, Any]:
-    history = make_history(regime, seed, nodes, days, noise_rate)
+    history = make_history(regime, seed, nodes, days, noise_rate, hangs, stragglers)
     write_s = regime.checkpoint_s if checkpoint_s is None else checkpoint_s
     advice = advise(
         write_s,
@@ -1120,9 +1518,18 @@ def run_regime(
         failures_per_1000_node_days=history.rate_per_node_day * 1000.0,
         restart_s=restart_s,
     )
-    without = Run(history, False, WITHOUT_INTERVAL_S, write_s, seed, restart_s)
+    without = Run(
+        history, False, WITHOUT_INTERVAL_S, write_s, seed, restart_s, watchdog_s=watchdog_s
+    )
     with_ = Run(
-        history, True, advice.daly_interval_s, write_s, seed, restart_s, noise_to_node_health
+        history,
+        True,
+        advice.daly_interval_s,
+        write_s,
+        seed,
+        restart_s,
+        noise_to_node_health,
+        watchdog_s,
     )
     without.run()
     with_.run()
@@ -1135,6 +1542,24 @@ def run_regime(
         if (obj["metadata"].get("labels") or {}).get(LEMON_LABEL) == "true"
     }
     flagged_true = len(with_.flagged & history.lemons)
+    gpu_h = nodes * GPUS / HOUR
+    remaining = sum(with_.lost.values())
+    shares = {k: (v / remaining if remaining else 0.0) for k, v in with_.lost.items()}
+    phases = [name for name, _ in RESTART_PHASES]
+
+    def hang_figures(run: Run) -> dict[str, Any]:
+        idle = [x for _, x in run.hang_idle]
+        silent = [x for cause, x in run.hang_idle if cause == "hang"]
+        return {
+            "count": len(idle),
+            "silent": len(silent),
+            "mean_idle_min": round(sum(idle) / len(idle) / MINUTE, 2) if idle else None,
+            "mean_idle_gpu_h": round(sum(idle) / len(idle) * gpu_h, 1) if idle else None,
+            "silent_mean_idle_min": (
+                round(sum(silent) / len(silent) / MINUTE, 2) if silent else None
+            ),
+        }
+
     return {
         "regime": regime.name,
         "ettr_without": round(without.ettr, 4),
@@ -1150,6 +1575,29 @@ def run_regime(
             "without": {k: round(v / HOUR, 2) for k, v in without.lost.items()},
             "with": {k: round(v / HOUR, 2) for k, v in with_.lost.items()},
         },
+        "lost_gpu_hours_by_cause": {
+            "without": {k: round(v * gpu_h, 1) for k, v in without.lost.items()},
+            "with": {k: round(v * gpu_h, 1) for k, v in with_.lost.items()},
+        },
+        "lost_gpu_hours": {
+            "without": round(sum(without.lost.values()) * gpu_h, 1),
+            "with": round(remaining * gpu_h, 1),
+        },
+        "remaining_loss_share": {k: round(v, 4) for k, v in shares.items()},
+        "next_lever": max(shares, key=lambda k: shares[k]),
+        "largest_restart_phase": max(phases, key=lambda k: shares[k]),
+        "restart_phase_share": round(sum(shares[k] for k in phases), 4),
+        "hangs": {"without": hang_figures(without), "with": hang_figures(with_)},
+        "stragglers": {
+            "pool": len(history.stragglers),
+            "by_kind": {
+                kind: sum(1 for x in history.stragglers if x.kind == kind)
+                for _, kind, *_ in STRAGGLER_KINDS
+            },
+            "under_ratio": sum(1 for x in history.stragglers if x.factor < STALLS.straggler_ratio),
+            "swapped": {"without": without.straggler_swaps, "with": with_.straggler_swaps},
+        },
+        "hang_restarts": with_.hang_restarts,
         "failures": {
             "hardware_on_pool": sum(1 for f in history.faults if f.source == "random"),
             "slow_burner": sum(1 for f in history.faults if f.source == "slow-burner"),
@@ -1176,6 +1624,9 @@ def run_regime(
         "checkpoint_s": write_s,
         "restart_s": restart_s,
         "noise_to_node_health": noise_to_node_health,
+        "hangs_multiplier": hangs,
+        "stragglers_multiplier": stragglers,
+        "watchdog_min": round(watchdog_s / MINUTE, 1),
     }
 
 
@@ -1204,9 +1655,41 @@ def table(results: list[dict[str, Any]]) -> str:
         lines.append(f"  {'':22} {'without':>9} {'with':>9}")
         lines.append(f"  {'ETTR':22} {r['ettr_without']:>9.3f} {r['ettr_with']:>9.3f}")
         lines.append(f"  {'restarts':22} {r['restarts']['without']:>9} {r['restarts']['with']:>9}")
+        lines.append(
+            f"  lost GPU-hours by cause{'':8} {'without':>9} {'with':>9} {'share (with)':>13}"
+        )
         for k in CATEGORIES:
-            w, a = r["lost_hours_by_cause"]["without"][k], r["lost_hours_by_cause"]["with"][k]
-            lines.append(f"  {'lost h, ' + k.replace('_', ' '):22} {w:>9.2f} {a:>9.2f}")
+            w = r["lost_gpu_hours_by_cause"]["without"][k]
+            a = r["lost_gpu_hours_by_cause"]["with"][k]
+            share = r["remaining_loss_share"][k]
+            lines.append(f"    {CATEGORY_WORDS[k]:29} {w:>9.0f} {a:>9.0f} {share:>12.1%}")
+        lines.append(
+            f"    {'total':29} {r['lost_gpu_hours']['without']:>9.0f} "
+            f"{r['lost_gpu_hours']['with']:>9.0f}"
+        )
+        lines.append(
+            f"  next lever (with): {CATEGORY_WORDS[r['next_lever']]}; restart phases "
+            f"{r['restart_phase_share']:.1%} of the remaining loss, the largest "
+            f"{CATEGORY_WORDS[r['largest_restart_phase']]} "
+            f"({r['remaining_loss_share'][r['largest_restart_phase']]:.1%})"
+        )
+        hw, ha = r["hangs"]["without"], r["hangs"]["with"]
+
+        def idle(h: dict[str, Any]) -> str:
+            return "n/a" if h["mean_idle_min"] is None else f"{h['mean_idle_min']:.1f} min"
+
+        lines.append(
+            f"  hangs: {hw['count']} ({hw['silent']} silent), hung until the restart began "
+            f"{idle(hw)} without, {idle(ha)} with (watchdog {r['watchdog_min']:g} min); "
+            f"restarted by node-health {r['hang_restarts']}"
+        )
+        st = r["stragglers"]
+        lines.append(
+            f"  stragglers in the pool: {st['pool']} "
+            f"({', '.join(f'{k} {v}' for k, v in st['by_kind'].items())}; "
+            f"{st['under_ratio']} under the straggler ratio); swapped "
+            f"{st['swapped']['without']} without, {st['swapped']['with']} with"
+        )
         total = r["restarts"]["with"] or 1
         lines.append(
             f"  attribution (with): right {r['attributed_right']} "
@@ -1303,6 +1786,24 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="node-health (and its planned swaps) see the noise too, not only attribution",
     )
+    parser.add_argument(
+        "--hangs",
+        type=positive(float, "--hangs"),
+        default=1.0,
+        help="silent hangs, x the Llama 3 rate (default 1)",
+    )
+    parser.add_argument(
+        "--stragglers",
+        type=positive(float, "--stragglers"),
+        default=1.0,
+        help="stragglers, x the assumed rate (default 1)",
+    )
+    parser.add_argument(
+        "--watchdog-min",
+        type=positive(float, "--watchdog-min"),
+        default=NCCL_TIMEOUT_S / MINUTE,
+        help="NCCL's watchdog timeout in minutes (default 10; many set 30)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per regime")
     parser.add_argument(
         "--seeds",
@@ -1333,6 +1834,9 @@ def main(argv: list[str] | None = None) -> int:
             args.checkpoint_s,
             args.restart_s,
             args.noise_to_node_health,
+            args.hangs,
+            args.stragglers,
+            args.watchdog_min * MINUTE,
         )
         for seed in seeds
         for r in REGIMES

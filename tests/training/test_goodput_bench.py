@@ -1,6 +1,7 @@
 """The goodput benchmark (benchmarks/bench_goodput.py), run short: the same seed gives the
-same figures (in this process and in another), another seed other figures, and the JSON
-has what a script checking the figures reads."""
+same figures (in this process and in another), another seed other figures, the JSON has
+what a script checking the figures reads, and with hangs and stragglers made frequent,
+krea-ops ends a hang well before NCCL's watchdog and loses less to stragglers."""
 
 from __future__ import annotations
 
@@ -30,7 +31,18 @@ KEYS = {
     "lemons_true",
     "lost_hours_by_cause",
 }
-CAUSES = {"lost_work", "detection", "restart", "checkpoint_writes"}
+CAUSES = {
+    "lost_work",
+    "hang_watchdog",
+    "straggling",
+    "detection",
+    "restart_pods_gone",
+    "restart_admitted",
+    "restart_running",
+    "restart_first_step",
+    "checkpoint_writes",
+}
+PHASES = {"restart_pods_gone", "restart_admitted", "restart_running", "restart_first_step"}
 
 
 @pytest.fixture(scope="module")
@@ -117,3 +129,51 @@ def test_several_seeds_summarised(bench: ModuleType, capsys: pytest.CaptureFixtu
         assert f"{regime}: 2 seeds, 16 nodes" in out
     assert out.count("  with     ETTR ") == 2 and "attribution: right" in out
     assert "lemons: flagged" in out
+
+
+def test_hangs_and_stragglers_cost_less_with_krea_ops_and_the_losses_add_up(
+    bench: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Many hangs and stragglers (x40 and x20 their rates) on a small gang over 2 days,
+    two seeds: with krea-ops a hang idles the gang less than the watchdog timeout on
+    average, stragglers slow it less, the lost GPU-hours by cause add up to the total
+    lost and the shares of the remaining loss to 1."""
+    results = []
+    for seed in ("3", "4"):
+        results += objects(
+            run(bench, capsys, "--days", "2", "--hangs", "40", "--stragglers", "20", "--seed", seed)
+        )
+    watchdog_min = results[0]["watchdog_min"]
+    idle_with = [r["hangs"]["with"] for r in results if r["hangs"]["with"]["count"]]
+    assert sum(h["silent"] for h in idle_with) >= 2
+    mean_with = sum(h["mean_idle_min"] * h["count"] for h in idle_with) / sum(
+        h["count"] for h in idle_with
+    )
+    assert mean_with < watchdog_min
+    idle_without = [r["hangs"]["without"] for r in results if r["hangs"]["without"]["count"]]
+    assert min(h["mean_idle_min"] for h in idle_without) >= watchdog_min
+    assert sum(r["hang_restarts"] for r in results) >= 1  # node-health's own restarts
+    slowed = {
+        arm: sum(r["lost_gpu_hours_by_cause"][arm]["straggling"] for r in results)
+        for arm in ("without", "with")
+    }
+    assert sum(r["stragglers"]["pool"] for r in results) >= 2
+    assert slowed["with"] < slowed["without"]
+    for r in results:
+        for arm in ("without", "with"):
+            rows = r["lost_gpu_hours_by_cause"][arm]
+            assert set(rows) == CAUSES
+            assert sum(rows.values()) == pytest.approx(r["lost_gpu_hours"][arm], abs=1.0)
+        assert sum(r["remaining_loss_share"].values()) == pytest.approx(1.0, abs=1e-3)
+        assert r["next_lever"] in CAUSES and r["largest_restart_phase"] in PHASES
+        shares = r["remaining_loss_share"]
+        assert r["restart_phase_share"] == pytest.approx(sum(shares[k] for k in PHASES), abs=1e-3)
+
+
+def test_the_table_names_the_next_lever(
+    bench: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert bench.main(["--days", "1", "--nodes", "16", "--seed", "1", "--hangs", "30"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("next lever (with):") == 2 and "hung, waiting for the watchdog" in out
+    assert "restart: to the first step" in out and "hangs:" in out
