@@ -26,14 +26,16 @@ congestion, a link flap), ``--noise`` per node-day (default 1), lasting 1-10 min
 attribution sees it, node-health only with ``--noise-to-node-health``.
 
 Both runs: a checkpoint write stalls the gang ``--checkpoint-s`` seconds (default 30);
-a restart (pods recreated and bound ``BIND_DELAY_S`` in, NCCL set up, the checkpoint
-loaded) takes ``--restart-s`` (default 300); a gang that starts with a failed node
-crashes again; Kubernetes' scheduler never binds a gang pod to a NotReady node or to one
-with a GPU the device plugin took out (every GPU failure here, UNSCHEDULABLE_CAUSES).
+a restart takes ``--restart-s`` (default 300) in four phases, ``RESTART_PHASES``
+(an assumption: 30 s pods gone, 30 s re-admitted and bound, 90 s running with NCCL up,
+150 s to the first step, scaled to ``--restart-s``; a wait for nodes is admission's); a
+gang that starts with a failed node crashes again; Kubernetes' scheduler never binds a
+gang pod to a NotReady node or to one with a GPU the device plugin took out (every GPU
+failure here, UNSCHEDULABLE_CAUSES).
 GPU crashes (XID 79/48/95/119) and software bugs stop the gang at once; NVLink,
 InfiniBand and host failures hang the collectives until NCCL's 10-minute watchdog
-timeout. A cap alert is acknowledged by an operator after the same delay a human takes
-to restart a run (below).
+timeout (``--watchdog-min``, 10; many set 30). A cap alert is acknowledged by an
+operator after the same delay a human takes to restart a run (below).
 
 Without automation: a checkpoint every 60 min; a human notices each stopped gang after
 a log-normal delay (median 15 min from 08:00 to 20:00 UTC, 60 min at night, sigma 0.7),
@@ -54,6 +56,27 @@ node-health's own (``controllers.planned_swaps`` over ``training.swaps``, inside
 ``decide``): it sees the gang as a ``training.gangs.Gang``, asks for a checkpoint with
 the JobSet annotation, and the simulated trainer answers once the checkpoint is written,
 as the documented protocol says; node-health then evicts the node.
+
+Hangs and stragglers (issue 26). Silent hangs (no node shows a finding) hit the gang at
+Llama 3 Table 5's "NCCL watchdog timeouts" row (7 of 419 unexpected interruptions; 7/351
+of the hardware rate; ``--hangs`` scales it; ``faults.CAUSES`` also lends that row to
+NVLink, so it counts twice, an assumption that leans to more hangs). Stragglers are GPUs
+whose clocks are held down (``STRAGGLER_KINDS``: a power brake, a hardware slowdown, a
+power cap), at STRAGGLER_SHARE of the node rate: an ASSUMPTION (Lin et al., OSDI 2025,
+arXiv 2505.05713, find stragglers common at ByteDance and mostly not hardware, but give
+no per-node rate for this kind); the gang steps at the slowest GPU's pace until that
+node leaves the gang. Without automation a hang idles the gang until the watchdog fires,
+then waits for the human; a straggler is seen only at two checks a working day
+(``STRAGGLER_CHECKS_UTC``) when 10 % slower or more, then swapped after the human's delay
+from the newest checkpoint. With krea-ops, node-health's read is reproduced: rank 0's
+metrics lines at the gang's pace (``STEP_S``, every ``LOG_EVERY`` steps) go through
+``training.progress.progress`` and ``training.stalls.judge`` with the GPUs' readings
+(the straggling GPUs' nodes and three more: the rest read the same) into a
+``gangstatus.GangStatus`` in ``NodeHealthSnapshot.stalls``; ``NodeHealth().decide``
+plans the restart of a HUNG gang (rank 0's pod, or the likely node) and the planned swap
+of a STRAGGLER's node or of a GPU held down by a power brake; the bench applies those
+plans. Not reproduced: the log read itself (the lines are made, not parsed), and a
+checkpoint write's pause in the step times.
 
     .venv/bin/python benchmarks/bench_goodput.py                 # table, 128 nodes, 7 days
     .venv/bin/python benchmarks/bench_goodput.py --json --seed 3
