@@ -267,10 +267,21 @@ def test_a_node_that_caused_two_restarts_is_a_lemon_kept_out_of_the_next_gang(
         node_health.close()
 
 
+def _cordon(world: SimWorld, nodes: list[str], unschedulable: bool) -> None:
+    core = client.CoreV1Api(world.client)
+    for name in nodes:
+        core.patch_node(name, {"spec": {"unschedulable": unschedulable}})
+
+
 def _lemon(world: SimWorld, node_health: NodeHealthProcess) -> None:
     submit_training(world.client, "dit", nodes=2)
     pods = wait_for(lambda: _running(world, 0), timeout=90)
     lemon = pods[0]["spec"]["nodeName"]
+    # the restarted gang must land on the lemon again (the scheduler may place it on any
+    # two of the four): the other nodes are cordoned until the lemon is labelled
+    gang = {p["spec"]["nodeName"] for p in pods}
+    spare = [f"gpu-node-{i:03d}" for i in range(4) if f"gpu-node-{i:03d}" not in gang]
+    _cordon(world, spare, True)
     node_health.pass_once()
     inject_fault(world.client, "hot-gpu", lemon, gpu=2, value=86)
     wait_for(
@@ -280,8 +291,8 @@ def _lemon(world: SimWorld, node_health: NodeHealthProcess) -> None:
         interval=0.5,
     )
     for attempt in (1, 2):
-        on_lemon = [p for p in pods if p["spec"]["nodeName"] == lemon] or pods
-        _fail(world, on_lemon[0], "trainer exited with code 1")
+        (on_lemon,) = [p for p in pods if p["spec"]["nodeName"] == lemon]
+        _fail(world, on_lemon, "trainer exited with code 1")
         pods = wait_for(lambda a=attempt: _running(world, a), timeout=90)
         rec = wait_for(lambda a=attempt: _restarted(node_health, a), timeout=60, interval=0.5)
         assert rec["attribution"]["node"] == lemon, rec
@@ -294,6 +305,7 @@ def _lemon(world: SimWorld, node_health: NodeHealthProcess) -> None:
     assert shown[0]["node"] == lemon and shown[0]["labelled"] and shown[0]["candidate"]
     assert shown[0]["restarts"] == 2 and len(shown[0]["history"]) == 2
     # the next attempt of the gang is placed without it
+    _cordon(world, spare, False)
     _fail(world, pods[0], "trainer exited with code 1")
     after = wait_for(lambda: _running(world, 3), timeout=90)
     assert lemon not in {p["spec"]["nodeName"] for p in after}
