@@ -1000,6 +1000,9 @@ class Run:
         history = {"start": self.attempt_at, "points": self.step_points(t)}
         prog = progress(history, t, recent_s=cfg.recent_s, grace_s=cfg.grace_s)
         gpus: dict[str, tuple[GpuSample, ...]] = {}
+        # the gang runs at its slowest GPU's pace: that GPU computes all the time, the
+        # others wait for it in the collectives for the rest (the simulator's model)
+        pace = max((s.factor for s in slow.values()), default=1.0)
         for node in dict.fromkeys([*slow, *self.gang[:3]]):
             held = slow.get(node)
             rows = []
@@ -1011,7 +1014,13 @@ class Run:
                         index=g,
                         up=True,
                         util_ratio=1.0,
-                        tensor_active_ratio=0.0 if hung else 0.35,
+                        tensor_active_ratio=0.0
+                        if hung
+                        else (
+                            0.35
+                            if held is not None and mine and held.factor >= pace
+                            else 0.35 / pace
+                        ),
                         sm_clock_hz=SM_CLOCK_MAX_HZ / (held.factor if held and mine else 1.0),
                         sm_clock_max_hz=SM_CLOCK_MAX_HZ,
                         clock_events=held.events if held and mine else frozenset(),

@@ -124,11 +124,18 @@ class Settings:
         metadata=_doc("HUNG: the gang's tensor activity at most this on average, 0-1"),
     )
     training_straggler_ratio: float = field(
-        default=1.2,
+        default=1.1,
         metadata=_doc("STRAGGLER/SLOW: step time now at least this times the run's baseline"),
     )
+    training_wait_ratio: float = field(
+        default=1.25,
+        metadata=_doc(
+            "STRAGGLER without step-time evidence: a GPU whose clocks stand out, with this "
+            "many times the tensor activity of the rest of its gang (they wait for it)"
+        ),
+    )
     training_clock_ratio: float = field(
-        default=0.85,
+        default=0.9,
         metadata=_doc(
             "a busy GPU under this share of its maximum SM clock and of the gang's median "
             "stands out"

@@ -26,7 +26,10 @@ States, worst first:
     ``clock_ratio`` x its maximum (or the gang's median) while the others run at theirs,
     with the clock event reason that holds it; a GPU ``hot_margin_c`` or more above the
     gang's median temperature; a node whose InfiniBand or NVLink shows errors. Names that
-    node and GPU.
+    node and GPU. Or, whatever the step time says (a straggler already in the gang when
+    the attempt began sets the baseline itself), a GPU whose clocks stand out that the
+    rest visibly wait for: its tensor activity at least ``wait_ratio`` x the others'
+    median (they sit in the collectives while it computes).
 ``SLOW``
     as slow, and no GPU stands out: the whole gang is slower (the data loader, a slower
     phase of the run), not a straggler. Reported, not acted on.
@@ -75,8 +78,9 @@ class StallConfig:
     hang_busy_min: float = 0.9
     hang_tensor_max: float = 0.1
     hang_restart_after_s: float = 120.0
-    straggler_ratio: float = 1.2
-    clock_ratio: float = 0.85
+    straggler_ratio: float = 1.1
+    wait_ratio: float = 1.25
+    clock_ratio: float = 0.9
     hot_margin_c: float = 8.0
     recent_s: float = 120.0
     window_s: float = 1800.0
@@ -95,6 +99,7 @@ class StallConfig:
             hang_tensor_max=settings.training_hang_tensor_max,
             hang_restart_after_s=settings.node_health_hang_restart_after_s,
             straggler_ratio=settings.training_straggler_ratio,
+            wait_ratio=settings.training_wait_ratio,
             clock_ratio=settings.training_clock_ratio,
             hot_margin_c=settings.training_hot_margin_c,
             recent_s=settings.training_recent_s,
@@ -393,4 +398,43 @@ def judge(
             f"step time {prog.step_time_s:.2f} s"
             + (f" ({ratio:.2f}x the baseline)" if ratio is not None else "")
         )
+    led = waited_for(found, rows, cfg)
+    if led is not None:
+        # no step-time evidence (the baseline was taken with the straggler in the gang:
+        # it joined at a restart), but the gang shows it waits for that GPU
+        top, said = led
+        return out(
+            STRAGGLER,
+            [*reasons, f"{top.node}: {top.message}", said],
+            node=top.node,
+            gpu=top.gpu,
+            standouts=tuple(found),
+        )
     return out(RUNNING, reasons, standouts=tuple(found))
+
+
+def waited_for(
+    found: Sequence[Standout], rows: Sequence[GpuRow], cfg: StallConfig
+) -> tuple[Standout, str] | None:
+    """A GPU whose clocks are held down and that the rest of its gang visibly waits for:
+    its tensor activity at least ``wait_ratio`` x the others' median (they sit in the
+    collectives while it computes). A synchronous gang runs at its slowest rank's pace,
+    so that is a straggler whatever the run's own step-time history says."""
+    for top in found:
+        if top.kind != "clock" or top.gpu is None:
+            continue
+        mine = next((r for r in rows if (r.node, r.index) == (top.node, top.gpu)), None)
+        others = [
+            r.tensor
+            for r in rows
+            if (r.node, r.index) != (top.node, top.gpu) and (r.busy or 0.0) >= 0.5
+        ]
+        median = _median(others)
+        if mine is None or mine.tensor is None or not median or len(others) < 3:
+            continue
+        if mine.tensor >= cfg.wait_ratio * median:
+            return top, (
+                f"its tensor activity {mine.tensor:.2f} against the rest of the gang's "
+                f"{median:.2f}: they wait for it"
+            )
+    return None

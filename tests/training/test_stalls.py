@@ -149,6 +149,27 @@ def test_one_gpu_held_down_slowing_the_gang_is_a_straggler_named_with_its_gpu() 
     assert got.state == SLOW and got.node is None and "not a straggler" in got.reasons[1]
 
 
+def test_a_straggler_there_since_the_attempt_began_is_named_by_the_gang_waiting_for_it() -> None:
+    # the baseline was taken with it in the gang: the step time is as ever
+    now = T0 + 1800
+    h = history(step_lines(10, 1780, T0 + 10, 1.0))
+    p = progress(h, now - 10, recent_s=CFG.recent_s, grace_s=CFG.grace_s)
+    assert p.ratio == pytest.approx(1.0)
+    slow = {("n2", 5): {"sm_clock_hz": 990e6, "clock_events": frozenset({"hw_slowdown"})}}
+    waiting = {
+        (f"n{n}", i): {"tensor_active_ratio": 0.3}
+        for n in range(4)
+        for i in range(8)
+        if (f"n{n}", i) != ("n2", 5)
+    }
+    got = judge(True, p, gang(over={**waiting, **slow}), {}, now - 10)
+    assert got.state == STRAGGLER and (got.node, got.gpu) == ("n2", 5)
+    assert got.reasons[-1].endswith("against the rest of the gang's 0.30: they wait for it")
+    # a clock standing out that nobody waits for: shown, not a straggler
+    got = judge(True, p, gang(over=slow), {}, now - 10)
+    assert got.state == RUNNING and got.standouts[0].gpu == 5
+
+
 def test_settings_are_checked() -> None:
     assert StallConfig.from_mapping({"hang_floor_s": 60}).hang_floor_s == 60.0
     with pytest.raises(ValueError, match="unknown training stall setting"):
