@@ -136,6 +136,21 @@ def _judged(nh: NodeHealthProcess, state: str, attempt: int, timeout: float) -> 
     return dict(wait_for(seen, timeout=timeout, interval=0.2))
 
 
+def _states_until(nh: NodeHealthProcess, state: str, attempt: int, timeout: float) -> list[str]:
+    """The states node-health judges ``attempt`` in, pass by pass, until ``state``."""
+    seen: list[str] = []
+
+    def reached() -> bool:
+        nh.pass_once()
+        entry = _state(nh).get("training/dit")
+        if entry and entry["attempt"] == attempt:
+            seen.append(entry["state"])
+        return bool(seen) and seen[-1] == state
+
+    wait_for(reached, timeout=timeout, interval=0.2)
+    return seen
+
+
 def _status(w: SimWorld) -> dict[str, Any]:
     shown = cli(
         "train", "status", "dit", "-o", "json", "--kubeconfig", str(w.kubeconfig), env=SETTINGS
@@ -180,8 +195,10 @@ def test_a_hang_is_restarted_well_before_the_watchdog_and_attributed_to_the_hang
     audit = (node_health.runner.audit.path).read_text()
     assert '"train restart"' in audit and "HUNG" in audit
 
-    # the new attempt runs, and is not judged while it starts (a fresh resume)
-    _judged(node_health, "STARTING", 1, timeout=30)
+    # the new attempt runs, and is not flagged while it starts (a fresh resume: its first
+    # steps are slow, and it is not judged for training_grace_s)
+    seen = _states_until(node_health, "RUNNING", 1, timeout=30)
+    assert set(seen) <= {"PENDING", "UNKNOWN", "STARTING", "RUNNING"}, seen
     gang = _running(world, node_health, 1)
 
     # train restarts: cause hang (no node shows a finding: none named)
@@ -242,7 +259,9 @@ def test_a_straggler_is_named_and_swapped_and_a_uniformly_slow_gang_is_not(
     straggler = _judged(node_health, "STRAGGLER", 0, timeout=30)
     detected = time.time() - injected
     assert (straggler["node"], straggler["gpu"]) == (nodes[1], 3), straggler
-    assert "SM clock" in straggler["reasons"][1] and "hw_power_brake" in straggler["reasons"][1]
+    # named by its clock (and by the step time, or by the others waiting for it)
+    clock = [r for r in straggler["reasons"] if "SM clock" in r]
+    assert clock and "hw_power_brake" in clock[0], straggler
     status = _status(world)
     assert status["state"] == "STRAGGLER" and status["standouts"][0]["gpu"] == 3
     # a planned swap: checkpoint asked, then the node evicted, and the gang goes on without it
