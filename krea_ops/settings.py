@@ -295,7 +295,7 @@ class Settings:
         ),
     )
     node_health_hang_restart_after_s: float = field(
-        default=120.0,
+        default=60.0,
         metadata=_doc("node-health: how long a run is HUNG before it is restarted, seconds"),
     )
     node_health_straggler_swaps: bool = field(

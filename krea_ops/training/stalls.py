@@ -77,7 +77,7 @@ class StallConfig:
     hang_steps: float = 10.0
     hang_busy_min: float = 0.9
     hang_tensor_max: float = 0.1
-    hang_restart_after_s: float = 120.0
+    hang_restart_after_s: float = 60.0
     straggler_ratio: float = 1.1
     wait_ratio: float = 1.25
     clock_ratio: float = 0.9
