@@ -120,6 +120,11 @@ def _gang(w: SimWorld, attempt: int) -> list[dict[str, Any]] | None:
     return None
 
 
+def _cordoned(core: Any, node: str) -> bool:
+    spec = core.read_node(node).spec
+    return bool(spec is not None and spec.unschedulable)
+
+
 def _until(what: str, check: Any, nh: NodeHealthPod, every: float, timeout: float) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -178,7 +183,7 @@ def one_run(args: argparse.Namespace, seed: int) -> dict[str, float]:
                 core = client.CoreV1Api(w.client)
                 _until(
                     "the swap",
-                    lambda _: bool(core.read_node(node).spec.unschedulable),
+                    lambda _: _cordoned(core, node),
                     nh,
                     every,
                     limit,
