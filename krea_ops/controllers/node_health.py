@@ -1116,31 +1116,12 @@ class _Pass:
         cap = cfg.cap(gpu_nodes)
         capped: list[str] = []
         for _, name, reasons in ripe:
-            info = self.infos[name]
             text = "; ".join(r.message for r in reasons)
-            if _opted_out(info):
-                self.skipped.append(Skip(name, "opt-out", f"{OPT_OUT_LABEL}=false: {text}"))
-                continue
-            if name in restored:
-                left = cfg.cooldown_s - (now - restored[name])
-                self.skipped.append(
-                    Skip(
-                        name,
-                        "cooldown",
-                        f"restored by hand; not evicted again for another {_for(left)}: {text}",
-                    )
-                )
-                continue
-            if info.unschedulable:
-                self.skipped.append(
-                    Skip(name, "cordoned", f"cordoned by someone else, left to them: {text}")
-                )
-                continue
-            if counted >= cap:
-                capped.append(name)
-                self.skipped.append(
-                    Skip(name, "cap", f"blast cap of {cap} quarantined nodes reached: {text}")
-                )
+            why_not = self._held(name, counted, restored)
+            if why_not is not None:
+                if why_not[0] == "cap":
+                    capped.append(name)
+                self.skipped.append(Skip(name, why_not[0], f"{why_not[1]}: {text}"))
                 continue
             if name not in snap.evict.objs:
                 self.skipped.append(Skip(name, "unread", f"its pods were not read: {text}"))
@@ -1288,12 +1269,15 @@ class _Pass:
     def _held(
         self, node: str, counted: int, restored: Mapping[str, float]
     ) -> tuple[str, str] | None:
-        """Why an eviction of ``node`` may not be planned now, or None."""
+        """Why an eviction of ``node`` may not be planned now (the skip's ``why`` and
+        words), or None: opted out, in its cool-down after a manual restore, cordoned by
+        someone else, or the blast cap reached with ``counted`` nodes."""
         info = self.infos[node]
         if _opted_out(info):
             return "opt-out", f"{OPT_OUT_LABEL}=false"
         if node in restored:
-            return "cooldown", "restored by hand, in its cool-down"
+            left = self.cfg.cooldown_s - (self.now - restored[node])
+            return "cooldown", f"restored by hand; not evicted again for another {_for(left)}"
         if info.unschedulable:
             return "cordoned", "cordoned by someone else, left to them"
         cap = self.cfg.cap(len(self.infos))
