@@ -745,13 +745,13 @@ def build_evict(
     drain: list[Step] = []
     refs: dict[str, tuple[PodRef, ...]] = {}
     for name in nodes:
-        refs[name] = tuple(_ref(p) for p in pods[name])
-        ranks = tuple(_ref(p) for p in pods[name] if gang_of(p) is not None)
-        rest = tuple(_ref(p) for p in pods[name] if gang_of(p) is None)
+        refs[name] = tuple(pod_ref(p) for p in pods[name])
+        ranks = tuple(pod_ref(p) for p in pods[name] if gang_of(p) is not None)
+        rest = tuple(pod_ref(p) for p in pods[name] if gang_of(p) is None)
         if ranks:
             jobsets = sorted({f"{n}/{j}" for n, j in filter(None, map(gang_of, pods[name]))})
             gang_steps.append(
-                _drain_step(
+                drain_step(
                     ranks,
                     name,
                     force,
@@ -760,7 +760,7 @@ def build_evict(
                 )
             )
         if rest:
-            drain.append(_drain_step(rest, name, force, timeout_s, ""))
+            drain.append(drain_step(rest, name, force, timeout_s, ""))
         if not refs[name]:
             continue
         note = f"drained by {user}: {reason}"
@@ -814,12 +814,12 @@ def plan_evict(
     )
 
 
-def _ref(pod: Obj) -> PodRef:
+def pod_ref(pod: Obj) -> PodRef:
     meta = pod["metadata"]
     return PodRef(meta["namespace"], meta["name"], meta.get("uid", ""))
 
 
-def _drain_step(
+def drain_step(
     node_pods: tuple[PodRef, ...], name: str, force: bool, timeout_s: float, what: str
 ) -> Step:
     """One node's pods evicted (``force``: deleted) in parallel, each call followed by

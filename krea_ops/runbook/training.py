@@ -61,14 +61,13 @@ from krea_ops.queue import (
     flavor_tolerations,
     node_capacity,
 )
-from krea_ops.runbook.nodes import event_call, gang_fate
+from krea_ops.runbook.nodes import drain_step, gang_fate, pod_ref
 from krea_ops.runbook.plan import (
     Call,
     EventSpec,
     Finding,
     FindingSeverity,
     Plan,
-    PodRef,
     Step,
     StepKind,
 )
@@ -541,21 +540,13 @@ def build_checkpoint_request(
         target=target,
         edits=(edit,),
     )
-    ref = ObjectRef("JobSet", name, namespace, uid, f"{JOBSET_GROUP}/{JOBSET_VERSION}")
-    event = Step(
-        StepKind.EVENT,
-        f"record Event PlannedSwap on JobSet {namespace}/{name}",
-        (
-            Call(
-                "POST",
-                f"/api/v1/namespaces/{quote(namespace)}/events",
-                f"event about jobset {namespace}/{name}",
-                f"audit: Event PlannedSwap on JobSet {namespace}/{name}",
-            ),
-        ),
-        event=EventSpec(
-            ref, "RequestCheckpoint", "PlannedSwap", f"checkpoint requested by {user}: {reason}"
-        ),
+    event = jobset_event(
+        namespace,
+        name,
+        uid,
+        "RequestCheckpoint",
+        "PlannedSwap",
+        f"checkpoint requested by {user}: {reason}",
     )
     return Plan(
         action="train checkpoint-request",
@@ -577,13 +568,31 @@ def build_checkpoint_request(
     )
 
 
+def jobset_event(namespace: str, name: str, uid: str, action: str, reason: str, note: str) -> Step:
+    """The step recording an Event ``reason`` about JobSet ``namespace/name``."""
+    ref = ObjectRef("JobSet", name, namespace, uid, f"{JOBSET_GROUP}/{JOBSET_VERSION}")
+    return Step(
+        StepKind.EVENT,
+        f"record Event {reason} on JobSet {namespace}/{name}",
+        (
+            Call(
+                "POST",
+                f"/api/v1/namespaces/{quote(namespace)}/events",
+                f"event about jobset {namespace}/{name}",
+                f"audit: Event {reason} on JobSet {namespace}/{name}",
+            ),
+        ),
+        event=EventSpec(ref, action, reason, note),
+    )
+
+
 def build_gang_restart(
     namespace: str,
     name: str,
     *,
     uid: str,
     spec: Mapping[str, Any],
-    pod: Mapping[str, Any],
+    pod: Obj,
     reason: str,
     user: str,
     timeout_s: float = 300.0,
@@ -596,48 +605,15 @@ def build_gang_restart(
     restarted it and why. Pure."""
     if not reason.strip():
         raise BadInput("a gang restart needs a reason; nothing was changed")
-    meta = pod.get("metadata") or {}
-    ref = PodRef(
-        str(meta.get("namespace") or namespace), str(meta.get("name")), str(meta.get("uid"))
+    ref = pod_ref(pod)
+    rjob = ((pod.get("metadata") or {}).get("labels") or {}).get(
+        "jobset.sigs.k8s.io/replicatedjob-name"
     )
-    labels = meta.get("labels") or {}
-    rjob = labels.get("jobset.sigs.k8s.io/replicatedjob-name")
     fate, why = gang_fate({"spec": dict(spec), "status": {}}, rjob)
-    node = str((pod.get("spec") or {}).get("nodeName") or "") or None
-    path = f"/api/v1/namespaces/{quote(ref.namespace)}/pods/{quote(ref.name)}"
-    evict = Step(
-        StepKind.EVICT,
-        f"evict rank 0's pod {ref.what} (the JobSet restarts the gang)",
-        (
-            Call(
-                "POST",
-                f"{path}/eviction",
-                f"pod {ref.what}",
-                "evict through the Eviction API: the pod carries DisruptionTarget, its Job "
-                f"fails and the JobSet acts on it (429 retried until {timeout_s:g}s)",
-                None,
-                f"uid {ref.uid}",
-            ),
-            event_call(
-                ref.namespace, "pod", ref.name, f"audit: Event about pod {ref.what}'s eviction"
-            ),
-        ),
-        node=node,
-        pods=(ref,),
-    )
-    js = ObjectRef("JobSet", name, namespace, uid, f"{JOBSET_GROUP}/{JOBSET_VERSION}")
-    event = Step(
-        StepKind.EVENT,
-        f"record Event GangRestarted on JobSet {namespace}/{name}",
-        (
-            Call(
-                "POST",
-                f"/api/v1/namespaces/{quote(namespace)}/events",
-                f"event about jobset {namespace}/{name}",
-                f"audit: Event GangRestarted on JobSet {namespace}/{name}",
-            ),
-        ),
-        event=EventSpec(js, "Restart", "GangRestarted", f"gang restarted by {user}: {reason}"),
+    node = str((pod.get("spec") or {}).get("nodeName") or "")
+    evict = drain_step((ref,), node, False, timeout_s, "(rank 0: the JobSet restarts the gang)")
+    event = jobset_event(
+        namespace, name, uid, "Restart", "GangRestarted", f"gang restarted by {user}: {reason}"
     )
     severity = FindingSeverity.INFO if fate == "restarts" else FindingSeverity.BLOCKING
     return Plan(
@@ -655,7 +631,7 @@ def build_gang_restart(
             ),
         ),
         options={"timeout_s": timeout_s},
-        pods={node or "": (ref,)},
+        pods={node: (ref,)},
         refused=None
         if fate == "restarts"
         else f"JobSet {namespace}/{name} would not restart the gang ({why})",
