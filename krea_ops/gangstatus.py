@@ -26,7 +26,7 @@ from krea_ops.model import GpuSample, NodeInfo, Verdict
 from krea_ops.telemetry.source import TelemetrySource
 from krea_ops.training.gangs import Gang
 from krea_ops.training.progress import Progress, progress, remember
-from krea_ops.training.stalls import RunJudgement, StallConfig, judge
+from krea_ops.training.stalls import RunJudgement, StallConfig, judge, span
 
 STATUS_TAIL = 400  # lines of rank 0's log a one-off read takes
 HEAD_BYTES = 16384  # of rank 0's log: where the attempt says it starts
@@ -182,12 +182,6 @@ def read_statuses(
     return out
 
 
-def _dur(seconds: float) -> str:
-    if seconds >= 120:
-        return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
-    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
-
-
 def summary_lines(status: GangStatus, now: float) -> list[str]:
     """The status as ``train status`` and the training screen say it: the state, the
     progress, the GPUs, why, and what stands out."""
@@ -198,7 +192,7 @@ def summary_lines(status: GangStatus, now: float) -> list[str]:
         + (f", {gpus} GPUs read)" if gpus else ")")
     ]
     if p.last_step is not None:
-        step = f"progress: step {p.last_step:,}, {_dur(p.age(now) or 0.0)} ago"
+        step = f"progress: step {p.last_step:,}, {span(p.age(now) or 0.0)} ago"
         if p.step_time_s is not None:
             step += f"; step time {p.step_time_s:.2f} s"
         if p.baseline_s is not None:

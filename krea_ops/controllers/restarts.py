@@ -66,6 +66,7 @@ from krea_ops.training.attribution import (
 )
 from krea_ops.training.gangs import Gang, failed_pod, read_gangs
 from krea_ops.training.progress import points as progress_points
+from krea_ops.training.stalls import span
 
 LOG_TAIL = 20  # lines of rank 0's log read each pass (torchtitan logs every 10 steps)
 FAILED_TAIL = 12  # lines kept of a failed pod's log
@@ -655,12 +656,6 @@ def phases(known: Mapping[str, Any]) -> tuple[list[tuple[str, float | None]], st
     return out, (max(timed)[1] if timed else None)
 
 
-def _span(seconds: float) -> str:
-    if seconds >= 120:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
-
-
 def anatomy_text(known: Mapping[str, Any]) -> str | None:
     """``failed 13:00:05, detection 4 min, teardown 12 s, ... ; slowest: detection``, or
     None while nothing is known past the failure."""
@@ -673,7 +668,7 @@ def anatomy_text(known: Mapping[str, Any]) -> str | None:
         if isinstance(failed, (int, float))
         else "failed ?"
     )
-    parts = [f"{name} {_span(d) if d is not None else '?'}" for name, d in durations]
+    parts = [f"{name} {span(d) if d is not None else '?'}" for name, d in durations]
     return f"{head}, " + ", ".join(parts) + f"; slowest: {slowest}"
 
 

@@ -186,12 +186,14 @@ def _median(values: Sequence[float | None]) -> float | None:
     return statistics.median(got) if got else None
 
 
-def _dur(seconds: float) -> str:
-    if seconds >= 3600:
+def span(seconds: float) -> str:
+    """A run's times as its reasons, ``train status`` and a restart's anatomy say them:
+    ``4.5 s``, ``45 s``, ``3 min``, ``2.5 h``."""
+    if seconds >= 7200:
         return f"{seconds / 3600:.1f} h"
     if seconds >= 120:
         return f"{seconds / 60:.0f} min"
-    return f"{seconds:.0f} s"
+    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
 
 
 def gpu_rows(gpus: Mapping[str, Sequence[GpuSample]]) -> tuple[GpuRow, ...]:
@@ -334,12 +336,12 @@ def judge(
     if since is not None and since < cfg.grace_s:
         return out(
             STARTING,
-            [f"started {_dur(since)} ago: not judged for its first {_dur(cfg.grace_s)}"],
+            [f"started {span(since)} ago: not judged for its first {span(cfg.grace_s)}"],
         )
     pace = prog.baseline_s or prog.step_time_s
     limit = cfg.hang_after(pace)
     if age >= limit:
-        said = f"no step since {prog.last_step} for {_dur(age)}"
+        said = f"no step since {prog.last_step} for {span(age)}"
         if pace:
             said += f" (step time {pace:.2f} s: {age / pace:.0f} steps' time)"
         spinning = (
@@ -392,7 +394,7 @@ def judge(
                 "phase), not a straggler",
             ],
         )
-    reasons = [f"step {prog.last_step}, {_dur(age)} ago"]
+    reasons = [f"step {prog.last_step}, {span(age)} ago"]
     if prog.step_time_s is not None:
         reasons.append(
             f"step time {prog.step_time_s:.2f} s"
