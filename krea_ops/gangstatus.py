@@ -120,35 +120,29 @@ def pod_started(pod: Mapping[str, Any] | None) -> float | None:
 def rank0_history(
     cluster: Cluster,
     gang: Gang,
-    prev: Mapping[str, Any] | None = None,
     *,
-    tail_lines: int = STATUS_TAIL,
     keep_s: float,
     with_head: bool = True,
+    tail: Sequence[str] | None = None,
 ) -> tuple[dict[str, Any] | None, str | None]:
-    """Rank 0's log read into the run's history: ``(history, None)``, or ``(prev, why)``
-    when the log cannot be read (the pass goes on without it). ``with_head``: read the
+    """Rank 0's log read into the run's history: ``(history, None)``, or ``(None, why)``
+    when the log cannot be read (the read goes on without it). ``with_head``: read the
     log's head too, for the line that says when the attempt started (else the pod's start
-    stands for it)."""
+    stands for it); ``tail``: the log's last ``STATUS_TAIL`` lines, when read already."""
     rank0 = gang.rank0()
     if rank0 is None or not gang.running:
-        return (dict(prev) if prev else None), None
+        return None, None
     name = str((rank0.get("metadata") or {}).get("name"))
     try:
-        tail = cluster.pod_log(gang.namespace, name, tail_lines=tail_lines)
+        if tail is None:
+            tail = cluster.pod_log(gang.namespace, name, tail_lines=STATUS_TAIL)
         head = cluster.pod_log(gang.namespace, name, limit_bytes=HEAD_BYTES) if with_head else None
     except Unavailable as exc:
-        return (dict(prev) if prev else None), str(exc)
+        return None, str(exc)
     if tail is None:
-        return (dict(prev) if prev else None), f"no log of pod {gang.namespace}/{name} yet"
+        return None, f"no log of pod {gang.namespace}/{name} yet"
     history = remember(
-        prev,
-        gang.uid,
-        gang.restarts,
-        tail,
-        head or (),
-        keep_s=keep_s,
-        began=pod_started(rank0),
+        None, gang.uid, gang.restarts, tail, head or (), keep_s=keep_s, began=pod_started(rank0)
     )
     return history, None
 
@@ -164,10 +158,11 @@ def read_statuses(
     *,
     source_error: str | None = None,
     with_head: bool = True,
+    tails: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, GangStatus]:
     """A one-off read of the runs' statuses (``train status``, the dashboard, each pass
-    of node-health), by ``namespace/name``: rank 0's log of each running gang and one
-    telemetry read of all their nodes."""
+    of node-health), by ``namespace/name``: rank 0's log of each running gang (``tails``:
+    those already read, by run) and one telemetry read of all their nodes."""
     live = [g for g in gangs if not g.terminal]
     nodes = sorted({n for g in live if g.running for n in g.nodes})
     readings = (
@@ -177,7 +172,10 @@ def read_statuses(
     )
     out = {}
     for gang in live:
-        history, log_error = rank0_history(cluster, gang, keep_s=cfg.window_s, with_head=with_head)
+        tail = (tails or {}).get(gang.key)
+        history, log_error = rank0_history(
+            cluster, gang, keep_s=cfg.window_s, with_head=with_head, tail=tail
+        )
         out[gang.key] = status_of(gang, history, readings, now, cfg, log_error=log_error)
     return out
 

@@ -627,8 +627,8 @@ class NodeHealth:
     def _read_stalls(
         self, inputs: Inputs, restarts: RestartInputs, infos: list[NodeInfo], now: float
     ) -> dict[str, GangStatus]:
-        """The running gangs' statuses: rank 0's log of each (a long tail: enough steps for
-        a baseline) and one telemetry read of their nodes alone."""
+        """The running gangs' statuses: rank 0's log of each (the tail the recorder read,
+        long enough for a baseline) and one telemetry read of their nodes alone."""
         running = [g for g in restarts.gangs if g.running and not g.terminal]
         if not running:
             return {}
@@ -642,6 +642,7 @@ class NodeHealth:
             infos,
             source_error=inputs.source_error,
             with_head=False,
+            tails=restarts.rank0_tails(),
         )
 
     @staticmethod

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from krea_ops.errors import Unavailable
+from krea_ops.gangstatus import STATUS_TAIL
 from krea_ops.kube.cluster import Cluster, MissingCrd
 from krea_ops.kube.times import parse_time, rfc3339
 from krea_ops.model import Severity, Verdict
@@ -68,7 +69,9 @@ from krea_ops.training.gangs import Gang, failed_pod, read_gangs
 from krea_ops.training.progress import points as progress_points
 from krea_ops.training.stalls import span
 
-LOG_TAIL = 20  # lines of rank 0's log read each pass (torchtitan logs every 10 steps)
+# lines of rank 0's log read each pass: the last step for the recorder, and enough steps
+# (torchtitan logs every 10) for the run's progress and baseline (``gangstatus``)
+LOG_TAIL = STATUS_TAIL
 FAILED_TAIL = 12  # lines kept of a failed pod's log
 HEAD_BYTES = 16384  # of a new attempt's rank-0 log, to find the step it loaded
 HEAD_WINDOW_S = 1800.0  # read the head of rank 0's log while its pod is this young
@@ -106,6 +109,16 @@ class RestartInputs:
     heads: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # run ("ns/name") -> (when, reason, message) of the JobSet controller's restart Events
     events: Mapping[str, tuple[tuple[float, str, str], ...]] = field(default_factory=dict)
+
+    def rank0_tails(self) -> dict[str, tuple[str, ...]]:
+        """Each running gang's rank 0 log tail read this pass, by ``namespace/name``."""
+        out = {}
+        for gang in self.gangs:
+            rank0 = gang.rank0()
+            tail = self.tails.get(_pod_key(gang.namespace, rank0)) if rank0 else None
+            if gang.running and tail is not None:
+                out[gang.key] = tail
+        return out
 
 
 Obj = dict[str, Any]
