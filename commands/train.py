@@ -228,12 +228,6 @@ RESTART_HEADERS = {
 }
 
 
-def anatomy_text(known: Any) -> str | None:
-    from krea_ops.controllers.restarts import anatomy_text as text
-
-    return text(known)
-
-
 def _anatomy(row: RestartRow) -> dict[str, Any]:
     """The restart's phases: when each ended, how long each took, the slowest."""
     from krea_ops.controllers.restarts import phases
@@ -247,6 +241,8 @@ def _anatomy(row: RestartRow) -> dict[str, Any]:
 
 
 def restart_row(row: RestartRow) -> dict[str, Any]:
+    from krea_ops.controllers.restarts import anatomy_text
+
     a = row.attribution
     return {
         "number": row.number,
