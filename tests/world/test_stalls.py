@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, watch
+from kubernetes import client
 
 from krea_ops.sim.common import podlogs
 from krea_ops.sim.common.actor import WorldConfig
@@ -33,6 +32,7 @@ from krea_ops.sim.machines.faults import (
 from krea_ops.sim.machines.training import RESUMED_STEP_ANNOTATION, submit_training
 from krea_ops.sim.world import SimWorld
 from tests.conftest import cli, wait_for
+from tests.world.test_disruption import PodRecorder
 
 SPEED = 120.0
 PARTS = ("devices", "cluster", "kueue")
@@ -69,36 +69,6 @@ def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SimWorld]:
         yield w
         training = [a for a in w.actors if a.name == "training"]
         assert training and training[0].errors == 0
-
-
-class PodRecorder:
-    """Every version of the training's pods a watch delivered, last one kept per pod."""
-
-    def __init__(self, w: SimWorld) -> None:
-        self.last: dict[str, dict[str, Any]] = {}
-        self._stopped = threading.Event()
-        self._watch = watch.Watch()
-        core = client.CoreV1Api(w.client)
-        self._thread = threading.Thread(target=self._run, args=(core,), daemon=True)
-        self._thread.start()
-
-    def _run(self, core: Any) -> None:
-        try:
-            for event in self._watch.stream(
-                core.list_namespaced_pod,
-                "training",
-                label_selector="krea.ai/training=dit",
-                timeout_seconds=120,
-            ):
-                obj = event["raw_object"]
-                self.last[obj["metadata"]["uid"]] = obj
-        except Exception:  # the world going away under an open watch
-            if not self._stopped.is_set():
-                raise
-
-    def stop(self) -> None:
-        self._stopped.set()
-        self._watch.stop()
 
 
 # -- reading the world as a user would ---------------------------------------------------
@@ -197,7 +167,7 @@ def _running_gang(w: SimWorld) -> list[dict[str, Any]]:
 def test_a_hang_is_silent_until_the_watchdog_fails_the_gang_which_resumes(
     world: SimWorld,
 ) -> None:
-    recorder = PodRecorder(world)
+    recorder = PodRecorder(world, "krea.ai/training=dit")
     try:
         gang = _running_gang(world)
         rank0 = gang[0]
@@ -238,7 +208,7 @@ def test_a_hang_is_silent_until_the_watchdog_fails_the_gang_which_resumes(
         def failed() -> list[int] | None:
             codes = []
             for pod in gang:
-                seen = recorder.last.get(_uid(pod)) or {}
+                seen = recorder.last.get(pod["metadata"]["name"]) or {}
                 if (seen.get("status") or {}).get("phase") != "Failed":
                     return None
                 state = seen["status"]["containerStatuses"][0]["state"]
