@@ -1127,13 +1127,7 @@ class _Pass:
             if name not in snap.evict.objs:
                 self.skipped.append(Skip(name, "unread", f"its pods were not read: {text}"))
                 continue
-            plan = build_evict(
-                snap.evict.only([name]),
-                reason=text,
-                user=snap.user,
-                now=now,
-                timeout_s=cfg.drain_timeout_s,
-            )
+            plan = self._evict(name, text)
             if plan.refused:
                 self.skipped.append(Skip(name, "refused", plan.refused))
                 continue
@@ -1232,13 +1226,7 @@ class _Pass:
             if node is not None and node in self.infos:
                 held = self._held(node, counted, restored)
                 if held is None and node in snap.evict.objs:
-                    plan = build_evict(
-                        snap.evict.only([node]),
-                        reason=why,
-                        user=snap.user,
-                        now=now,
-                        timeout_s=cfg.drain_timeout_s,
-                    )
+                    plan = self._evict(node, why)
                     if not plan.refused:
                         self.plans.append(plan)
                         counted += 1
@@ -1266,6 +1254,16 @@ class _Pass:
             self.plans.append(restart)
             entry["acted"] = True
         return out, counted
+
+    def _evict(self, node: str, reason: str) -> Plan:
+        """The runbook's eviction plan of ``node`` (read by this pass), by this controller."""
+        return build_evict(
+            self.snap.evict.only([node]),
+            reason=reason,
+            user=self.snap.user,
+            now=self.now,
+            timeout_s=self.cfg.drain_timeout_s,
+        )
 
     def _held(
         self, node: str, counted: int, restored: Mapping[str, float]
@@ -1325,12 +1323,6 @@ class _Pass:
             if name not in self.snap.evict.objs or not self.snap.evict.pods.get(name):
                 continue
             reason = _annotation(self.snap.evict.objs[name], EVICTED_REASON) or NAME
-            plan = build_evict(
-                self.snap.evict.only([name]),
-                reason=reason,
-                user=self.snap.user,
-                now=self.now,
-                timeout_s=self.cfg.drain_timeout_s,
-            )
+            plan = self._evict(name, reason)
             if not plan.refused:
                 self.plans.append(plan)
