@@ -29,7 +29,7 @@ from krea_ops.training.progress import Progress, progress, remember
 from krea_ops.training.stalls import RunJudgement, StallConfig, judge, span
 
 STATUS_TAIL = 400  # lines of rank 0's log a one-off read takes
-HEAD_BYTES = 16384  # of rank 0's log: where the attempt says it starts
+HEAD_BYTES = 16384  # of rank 0's log: where the attempt starts and the step it loaded
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,6 @@ class GangReadings:
     gpus: Mapping[str, tuple[GpuSample, ...]]
     verdicts: Mapping[str, Verdict]
     error: str | None
-    collected_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -83,7 +82,7 @@ def read_gang_readings(
         if v.telemetry is not None and error is None
     }
     verdicts = {v.info.name: v.verdict for v in snap.views}
-    return GangReadings(gpus, verdicts, error, snap.collected_at)
+    return GangReadings(gpus, verdicts, error)
 
 
 def status_of(

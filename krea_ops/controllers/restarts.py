@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from krea_ops.errors import Unavailable
-from krea_ops.gangstatus import STATUS_TAIL
+from krea_ops.gangstatus import HEAD_BYTES, STATUS_TAIL
 from krea_ops.kube.cluster import Cluster, MissingCrd
 from krea_ops.kube.times import parse_time, rfc3339
 from krea_ops.model import Severity, Verdict
@@ -73,7 +73,6 @@ from krea_ops.training.stalls import span
 # (torchtitan logs every 10) for the run's progress and baseline (``gangstatus``)
 LOG_TAIL = STATUS_TAIL
 FAILED_TAIL = 12  # lines kept of a failed pod's log
-HEAD_BYTES = 16384  # of a new attempt's rank-0 log, to find the step it loaded
 HEAD_WINDOW_S = 1800.0  # read the head of rank 0's log while its pod is this young
 STEPS_KEPT = 120
 CHILD_JOB = "child Job "  # a FailedPod known only from the JobSet's Event

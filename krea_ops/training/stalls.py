@@ -156,11 +156,6 @@ class RunJudgement:
     tensor: float | None = None  # and tensor activity
     gpus: tuple[GpuRow, ...] = ()
 
-    @property
-    def acts(self) -> bool:
-        """A state automation acts on."""
-        return self.state in (HUNG, STRAGGLER)
-
     def to_json(self) -> dict[str, Any]:
         return {
             "state": self.state,
