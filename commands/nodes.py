@@ -34,8 +34,11 @@ from krea_ops.fleet import FleetSnapshot
 from krea_ops.model import NodeView
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from krea_ops.controllers.restarts import LemonRow
     from krea_ops.runbook.execute import RunResult
+    from krea_ops.validation import Validation
 
 app = typer.Typer(no_args_is_help=True, help="Nodes: GPUs, schedulability, taints, health.")
 
@@ -392,3 +395,93 @@ def restore_nodes(
     console = console_of(ctx)
     plan = console.plan_restore(nodes, force=force, reason=reason)
     run_plan(console, plan, dry_run=dry_run, yes=yes, output=output)
+
+
+VALIDATION_COLUMNS = ["node", "level", "result", "check", "figure", "baseline", "detail"]
+
+
+def validation_rows(results: Mapping[str, Validation]) -> list[dict[str, Any]]:
+    """One row per check of each node's validation, the failing checks first."""
+    rows = []
+    for node, v in results.items():
+        for c in sorted(v.checks, key=lambda c: c.passed):
+            rows.append(
+                {
+                    "node": node,
+                    "level": v.level,
+                    "result": "pass" if c.passed else "FAIL",
+                    "check": c.name,
+                    "figure": f"{c.figure:.1f} {c.unit}" if c.figure is not None else "-",
+                    "baseline": (
+                        f"{c.baseline:.1f} ({c.baseline_from})" if c.baseline is not None else "-"
+                    ),
+                    "detail": c.detail,
+                }
+            )
+    return rows
+
+
+@app.command("validate")
+def validate_nodes(
+    ctx: typer.Context,
+    nodes: list[str] = typer.Argument(..., metavar="NODE", help="the nodes to validate"),
+    level: str = typer.Option(
+        "quick", "--level", help="quick (dcgmi diag -r 2, NCCL all-reduce) or full (-r 3, and "
+        "InfiniBand bandwidth per port)"
+    ),
+    reason: str = typer.Option(None, "--reason", help="why (on the Job, the Event, the audit)"),
+    timeout: float = typer.Option(
+        None, "--timeout", help="seconds to wait for the results (default: validation_timeout_s)"
+    ),
+    dry_run: bool = DryRunOption,
+    yes: bool = YesOption,
+    output: PlanFormat = PlanOutput,
+) -> None:
+    """A validation Job on each node (DCGM diagnostics, NCCL all-reduce across its GPUs,
+    InfiniBand bandwidth per port for full), pinned to it, tolerating the quarantine taints,
+    at a priority that never preempts. Waits for each, then records pass/fail per check with
+    the figures against the pool's baseline on the node (annotation krea.ai/validation,
+    label krea.ai/needs-repair on a failure, an Event) and prints them. Refused on a node
+    holding a training's pods or whose GPUs are in use. Exit 1 when a node fails, 3 when a
+    validation is still running at --timeout (run the command again to wait for it)."""
+    from krea_ops.errors import EXIT_BLOCKED, KreaError
+    from krea_ops.validation import check_level
+
+    check_level(level)
+    if timeout is not None and not timeout > 0:
+        raise BadInput(f"--timeout {timeout:g}: give a number of seconds above 0")
+    console = console_of(ctx)
+    wait_s = timeout if timeout is not None else console.settings.validation_timeout_s
+    plan = console.plan_validate(nodes, level=level, reason=reason)
+    data = output is not PlanFormat.table
+
+    def wait(result: RunResult) -> tuple[dict[str, Any], str, KreaError | None]:
+        jobs = dict(result.plan.options.get("jobs") or {})
+        progress = None if data else (lambda line: emit(line + "\n"))
+        if progress is not None:
+            progress(f"Waiting for {len(jobs)} validation(s), up to {wait_s:g}s ...")
+        done, running = console.validation_wait(jobs, timeout_s=wait_s, progress=progress)
+        rows = validation_rows(done)
+        text = render(rows, OutputFormat.table, columns=VALIDATION_COLUMNS) if rows else ""
+        failed = [n for n, v in done.items() if not v.passed]
+        error: KreaError | None = None
+        if running:
+            still = ", ".join(f"{n} ({what})" for n, what in sorted(running.items()))
+            error = KreaError(
+                f"nodes validate: still running at --timeout {wait_s:g}s on {still}; run "
+                "the command again to wait for it",
+                exit_code=EXIT_BLOCKED,
+            )
+        elif failed:
+            words = "; ".join(f"{n}: {', '.join(done[n].failed())}" for n in sorted(failed))
+            error = KreaError(
+                f"{len(failed)} of {len(done)} node(s) failed validation ({words}); they are "
+                "labelled krea.ai/needs-repair"
+            )
+        fields = {
+            "validations": [v.as_dict() for v in done.values()],
+            "running": running,
+        }
+        return fields, text, error
+
+    run_plan(console, plan, dry_run=dry_run, yes=yes, output=output, after=wait)

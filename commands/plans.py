@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -25,6 +25,10 @@ if TYPE_CHECKING:
     from krea_ops.console import Console
     from krea_ops.runbook.execute import RunResult
     from krea_ops.runbook.plan import Plan
+
+
+# what follows a run: data fields, text, and the error to exit with (None: exit 0)
+After = tuple[dict[str, Any], str, "KreaError | None"]
 
 
 class PlanFormat(enum.StrEnum):
@@ -105,9 +109,12 @@ def run_plan(
     output: PlanFormat,
     blocked: Callable[[RunResult], str] = blocked_plainly,
     dry_data: Callable[[PlanFormat], str] | None = None,
+    after: Callable[[RunResult], After] | None = None,
 ) -> None:
     """Print, ask, run, report. ``dry_data``: what ``--dry-run -o json|yaml`` prints
-    instead of the plan as data (``train launch``: the JobSet itself)."""
+    instead of the plan as data (``train launch``: the JobSet itself). ``after``: what
+    follows a run that is done (``nodes validate`` waits for its Jobs): its fields join
+    the data printed, its text follows the result's, and its error is raised last."""
     data = output is not PlanFormat.table
     if dry_run:
         if data:
@@ -129,9 +136,19 @@ def run_plan(
     if not yes and not plan.writes_nothing:
         confirm(plan)
     result = console.execute(plan)
-    if data:
-        row = {"plan": plan.as_dict(), "result": result.as_dict()}
-        emit(render([row], OutputFormat(output.value)))
-    else:
+    fields: dict[str, Any] = {}
+    text, error = "", None
+    if after is not None and result.status == "done":
+        if not data:
+            emit(result_text(result))
+        fields, text, error = after(result)
+        if not data:
+            emit(text)
+    elif not data:
         emit(result_text(result))
+    if data:
+        row = {"plan": plan.as_dict(), "result": result.as_dict(), **fields}
+        emit(render([row], OutputFormat(output.value)))
     exit_for(result, blocked)
+    if error is not None:
+        raise error

@@ -22,7 +22,7 @@ import contextlib
 import dataclasses
 import threading
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from krea_ops.training.gangs import Gang
     from krea_ops.training.manifests import TrainingSpec
     from krea_ops.training.runs import TrainingRun
+    from krea_ops.validation import Validation, ValidationSpec
 
 
 @dataclass(frozen=True)
@@ -568,6 +569,68 @@ class Console:
             self.cluster, list(nodes), user=self.user(), force=force, reason=reason,
             verdicts=health.verdicts, health_error=health.error,
         )  # fmt: skip
+
+    def validation_spec(self) -> ValidationSpec:
+        from krea_ops.validation import ValidationSpec
+
+        return ValidationSpec.from_settings(self.settings)
+
+    def plan_validate(
+        self, nodes: Collection[str], *, level: str, reason: str | None = None
+    ) -> Plan:
+        """The plan of ``nodes validate``: a validation Job on each node; BadInput for an
+        unknown node, one without GPUs, one holding a training's pods or whose GPUs are
+        in use, or a cluster without the validation PriorityClass."""
+        from krea_ops.runbook.validate import build_validate, read_validate
+
+        spec = self.validation_spec()
+        names = list(dict.fromkeys(nodes))
+        inputs = read_validate(self.cluster, names, spec)
+        return build_validate(
+            inputs, names, level, spec, user=self.user(), reason=reason, now=time.time()
+        )
+
+    def validation_wait(
+        self,
+        jobs: Mapping[str, str],
+        *,
+        timeout_s: float,
+        poll_s: float = 2.0,
+        progress: Callable[[str], None] | None = None,
+    ) -> tuple[dict[str, Validation], dict[str, str]]:
+        """Wait for the validation Jobs ``jobs`` (node -> namespace/name) to finish, up to
+        ``timeout_s``; record each result on its node as it comes (``build_record``, run
+        by the executor, audited). Returns the results by node and what the Jobs still
+        running are doing."""
+        from krea_ops.runbook.validate import read_finished
+
+        spec = self.validation_spec()
+        deadline = time.monotonic() + timeout_s
+        done: dict[str, Validation] = {}
+        left = dict(jobs)
+        running: dict[str, str] = {}
+        while left:
+            seen = read_finished(self.cluster, spec, left, time.time())
+            for node, validation in seen.done.items():
+                self.record_validation(validation)
+                done[node] = validation
+                left.pop(node)
+                if progress is not None:
+                    progress(f"node {node}: {validation.summary()}")
+            running = seen.running
+            if not left or time.monotonic() >= deadline:
+                break
+            time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
+        return done, running
+
+    def record_validation(self, validation: Validation) -> RunResult:
+        """Record a validation's result on its node (annotation, needs-repair label, the
+        pending-validation taint removed on a pass, an Event), audited."""
+        from krea_ops.runbook.nodes import read_nodes
+        from krea_ops.runbook.validate import build_record
+
+        obj = read_nodes(self.cluster, [validation.node])[validation.node]
+        return self.execute(build_record(obj, validation, user=self.user()))
 
     def plan_launch(self, spec: TrainingSpec) -> tuple[Plan, dict[str, object]]:
         """The plan of ``train launch`` and the JobSet it creates; BadInput (nothing

@@ -385,6 +385,56 @@ class Settings:
         default=0.1,
         metadata=_doc("SM/tensor activity above busy time by more than this is doubtful, 0-1"),
     )
+    validation_image: str = field(
+        default="ghcr.io/coreweave/nccl-tests:12.4.1-cudnn-devel-ubuntu22.04-nccl2.21.5-1-85f9143",
+        metadata=_doc(
+            "image of the validation Job: it must carry dcgmi, nccl-tests' all_reduce_perf "
+            "and perftest's ib_write_bw"
+        ),
+    )
+    validation_namespace: str = field(
+        default="krea-ops", metadata=_doc("namespace the validation Jobs run in")
+    )
+    validation_timeout_s: float = field(
+        default=3600.0,
+        metadata=_doc("a validation Job is cut (activeDeadlineSeconds) and judged failed after, s"),
+    )
+    validation_dcgm_command: str = field(
+        default="dcgmi diag -r {run_level}",
+        metadata=_doc("DCGM diagnostics command; {run_level} is 2 (quick) or 3 (full)"),
+    )
+    validation_nccl_command: str = field(
+        default="all_reduce_perf -b 8 -e 8G -f 2 -g {gpus}",
+        metadata=_doc("NCCL all-reduce across the node's GPUs; {gpus} is their count"),
+    )
+    validation_ib_command: str = field(
+        default="ib_write_bw -d {device} -F --report_gbits -D 10",
+        metadata=_doc(
+            "InfiniBand bandwidth per port (full): run as a server, then as its client with "
+            "localhost added; {device} is the port's device (mlx5_0)"
+        ),
+    )
+    validation_nccl_min_ratio: float = field(
+        default=0.9, metadata=_doc("NCCL bus bandwidth under this share of the baseline fails")
+    )
+    validation_ib_min_ratio: float = field(
+        default=0.9, metadata=_doc("a port's RDMA bandwidth under this share of the baseline fails")
+    )
+    validation_nccl_busbw_gbps: float = field(
+        default=450.0,
+        metadata=_doc(
+            "nominal all-reduce bus bandwidth of a node, GB/s (the baseline until a pool has "
+            "3 passing validations)"
+        ),
+    )
+    validation_ib_gbps: float = field(
+        default=390.0,
+        metadata=_doc("nominal RDMA write bandwidth of a port, Gb/s (NDR 400: ~390)"),
+    )
+    validation_share: float = field(
+        default=0.05,
+        metadata=_doc("share of GPU nodes that may run a validation at once (at least one)"),
+    )
 
 
 def config_path(env: Mapping[str, str] | None = None) -> Path:

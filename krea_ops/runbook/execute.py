@@ -354,7 +354,8 @@ def _run_step(
                 spec.regarding, WARNING, spec.blocked_reason, spec.action, note
             )
         else:
-            recorded = events.record(spec.regarding, NORMAL, spec.reason, spec.action, spec.note)
+            kind = WARNING if spec.warning else NORMAL
+            recorded = events.record(spec.regarding, kind, spec.reason, spec.action, spec.note)
         if recorded.error:  # events are best effort, as in Kubernetes
             return "failed", [f"event not recorded: {recorded.error}"]
         return "done", [f"event {recorded.namespace}/{recorded.name}"]

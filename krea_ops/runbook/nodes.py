@@ -207,7 +207,14 @@ def event_call(namespace: str, kind: str, name: str, why: str) -> Call:
 
 
 def node_event(
-    name: str, obj: Obj, action: str, reason: str, note: str, blocked: str | None = None
+    name: str,
+    obj: Obj,
+    action: str,
+    reason: str,
+    note: str,
+    blocked: str | None = None,
+    *,
+    warning: bool = False,
 ) -> Step:
     ref = ObjectRef.of(obj, kind="Node", api_version="v1")
     ref = ObjectRef(ref.kind, ref.name, "", ref.uid, ref.api_version)  # not a version
@@ -218,7 +225,7 @@ def node_event(
         + (f" ({blocked} if pods are left)" if blocked else ""),
         (call,),
         node=name,
-        event=EventSpec(ref, action, reason, note, blocked),
+        event=EventSpec(ref, action, reason, note, blocked, warning),
     )
 
 

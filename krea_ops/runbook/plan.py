@@ -109,6 +109,7 @@ class EventSpec:
     reason: str
     note: str
     blocked_reason: str | None = None
+    warning: bool = False  # a Warning Event (a failed validation), not a Normal one
 
 
 @dataclass(frozen=True)
