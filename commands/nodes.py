@@ -36,6 +36,7 @@ from krea_ops.model import NodeView
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from krea_ops.controllers.ledger import NodeHistory
     from krea_ops.controllers.restarts import LemonRow
     from krea_ops.runbook.execute import RunResult
     from krea_ops.validation import Validation
@@ -485,3 +486,98 @@ def validate_nodes(
         return fields, text, error
 
     run_plan(console, plan, dry_run=dry_run, yes=yes, output=output, after=wait)
+
+
+# -- a node's history -----------------------------------------------------------------------
+
+HISTORY_COLUMNS = ["at", "kind", "detail", "by"]
+HISTORY_HEADERS = {"at": "AT (UTC)", "kind": "WHAT"}
+
+
+def history_json(got: NodeHistory) -> dict[str, Any]:
+    """``nodes history -o json``: the node, its entries newest first, its figures."""
+    s = got.summary
+    return {
+        "node": got.node,
+        "entries": [
+            {
+                "at": fmt.iso(r.at),
+                "at_unix_s": r.at,
+                "kind": r.kind,
+                "detail": r.detail or None,
+                "by": r.by,
+            }
+            for r in got.rows
+        ],
+        "summary": {
+            "window_s": got.window_s,
+            "incidents": s.incidents,
+            "mtbi_s": s.mtbi_s,
+            "repairs": len(s.repairs),
+            "time_to_repair_mean_s": s.time_to_repair_mean_s,
+            "time_to_repair_p90_s": s.time_to_repair_p90_s,
+            "validations_passed": s.validations_passed,
+            "validations_failed": s.validations_failed,
+            "escalations": s.escalations,
+            "quarantined_now": s.quarantined_now,
+            "quarantined_since": fmt.iso(s.quarantined_since),
+            "waiting_repair": s.waiting_repair,
+            "last_incident_at": fmt.iso(s.last_incident_at),
+            "recorded": got.recorded,
+        },
+    }
+
+
+def history_summary(got: NodeHistory) -> str:
+    """The line under the table: the node's time-to-repair figures."""
+    s = got.summary
+    parts = [f"{units.counted(s.incidents, 'incident')} in {units.age(got.window_s)}"]
+    if s.mtbi_s is not None:
+        parts[0] += f" (MTBI {units.duration(s.mtbi_s)})"
+    if s.repairs:
+        parts.append(
+            f"time to repair mean {units.duration(s.time_to_repair_mean_s)}, "
+            f"p90 {units.duration(s.time_to_repair_p90_s)} "
+            f"({units.counted(len(s.repairs), 'repair')})"
+        )
+    parts.append(f"validations {s.validations_passed} passed, {s.validations_failed} failed")
+    if s.quarantined_now:
+        since = fmt.iso(s.quarantined_since)
+        parts.append("quarantined now" + (f" since {since}" if since else ""))
+    if s.waiting_repair:
+        parts.append("waits for repair (krea.ai/needs-repair)")
+    if s.escalations:
+        parts.append(f"escalated {s.escalations}x")
+    line = f"{got.node}: " + "; ".join(parts)
+    if not got.recorded:
+        line += " (node-health keeps no ledger here: what the node says now, and restarts)"
+    return line + "\n"
+
+
+@app.command("history")
+def node_history(
+    ctx: typer.Context,
+    node: str = typer.Argument(..., help="node name"),
+    output: OutputFormat = OutputOption,
+) -> None:
+    """Every quarantine, validation, restore and attributed restart of the node, newest
+    first, from node-health's ledger (90 days) and restart recorder and the node's own
+    annotations; then its time-to-repair figures: incidents, mean time between them,
+    time from quarantine to restore (mean, p90), validations passed and failed, whether
+    it waits for repair."""
+    got = console_of(ctx).node_history(node)
+    if output in (OutputFormat.json, OutputFormat.yaml):
+        emit(render([history_json(got)], output))  # one row, as nodes show
+        return
+    rows = [{"node": got.node, **e} for e in history_json(got)["entries"]]
+    if output is OutputFormat.csv:
+        emit(render(rows, output, columns=["node", *HISTORY_COLUMNS, "at_unix_s"]))
+        return
+    if not rows:
+        emit(
+            f"Nothing on record for node {got.node}: no quarantine, validation, restore or "
+            f"attributed restart in the last {units.age(got.window_s)}\n"
+        )
+        return
+    emit(render(rows, output, columns=HISTORY_COLUMNS, headers=HISTORY_HEADERS))
+    emit(history_summary(got))

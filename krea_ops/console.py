@@ -35,6 +35,7 @@ from krea_ops.settings import Settings
 
 if TYPE_CHECKING:
     from krea_ops.burst.status import BurstStatus
+    from krea_ops.controllers.ledger import NodeHistory
     from krea_ops.controllers.restarts import LemonRow, RunRestarts
     from krea_ops.gangstatus import GangStatus
     from krea_ops.kube.cluster import Cluster
@@ -511,6 +512,28 @@ class Console:
             fleet_nodes=gpu_nodes,
             same_fault_s=self.settings.node_health_lemon_same_fault_s,
             chance=self.settings.node_health_lemon_chance,
+        )
+
+    def node_history(self, name: str) -> NodeHistory:
+        """Every quarantine, validation, restore and attributed restart of a node, newest
+        first, with its time-to-repair figures (``nodes history``): node-health's ledger
+        and restart recorder, and what the node's own annotations say now (for a cluster
+        where node-health does not run). BadInput when there is no such node."""
+        from krea_ops.controllers.base import NAMESPACE
+        from krea_ops.controllers.ledger import node_history
+        from krea_ops.controllers.loop import read_state
+
+        current = self.cluster.node(name)
+        data = read_state(self.cluster, NAMESPACE).data
+        state = data.get("node-health")
+        state = state if isinstance(state, dict) else {}
+        ledger = state.get("ledger", data.get("ledger"))
+        recorder = state.get("recorder")
+        return node_history(
+            ledger if isinstance(ledger, dict) else None,
+            recorder if isinstance(recorder, dict) else None,
+            current,
+            time.time(),
         )
 
     # -- the runbook: write actions as plans, run by one executor ----------------------
