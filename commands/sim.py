@@ -270,6 +270,60 @@ def inject(
     )
 
 
+JOIN_TIMEOUT_S = 30.0
+
+
+@app.command("add-node")
+def add_node(
+    ctx: typer.Context,
+    name: str = typer.Argument(None, help="the new node's name (default: the next gpu-node-NNN)"),
+    taint: list[str] = typer.Option(
+        None,
+        "--taint",
+        help="KEY=VALUE:EFFECT the node registers with, as kubelet's --register-with-taints "
+        "(repeatable; default krea.ai/validation=pending:NoSchedule, the taint of a node "
+        "that has not passed its first validation)",
+    ),
+    no_taints: bool = typer.Option(False, "--no-taints", help="register without any taint"),
+) -> None:
+    """Add a GPU node to a running simulator (found through the kubeconfig).
+
+    The request is a ConfigMap in namespace krea-sim; the simulator gives the node its
+    GPUs, HCAs and exporter like the others, registers it with the taints, and its kubelet
+    takes over. Waits until the node is registered and prints its name.
+    """
+    import time
+
+    from krea_ops.errors import Unavailable
+    from krea_ops.kube.client import api_client, check_reachable
+    from krea_ops.sim.machines.joins import parse_taint, registered, request_node
+    from krea_ops.validation import PENDING_TAINT_EFFECT, PENDING_TAINT_KEY, PENDING_TAINT_VALUE
+
+    if no_taints and taint:
+        raise BadInput("--no-taints and --taint: choose one")
+    default = f"{PENDING_TAINT_KEY}={PENDING_TAINT_VALUE}:{PENDING_TAINT_EFFECT}"
+    taints = [] if no_taints else [parse_taint(t) for t in (taint or [default])]
+    obj = ctx.obj or {}
+    api = api_client(obj.get("kubeconfig"), obj.get("context"))
+    with api:
+        check_reachable(api)
+        request = request_node(api, name or None, taints)
+        deadline = time.monotonic() + JOIN_TIMEOUT_S
+        while True:
+            node, error = registered(api, request)
+            if node:
+                break
+            if error:
+                raise BadInput(f"the simulator could not add the node: {error}")
+            if time.monotonic() > deadline:
+                raise Unavailable(
+                    f"the simulator did not register node request {request} within "
+                    f"{JOIN_TIMEOUT_S:g} s: is its world running? sim serve --api-only has none"
+                )
+            time.sleep(0.2)
+    print(node)
+
+
 def _chosen(kind: str, target: str, gpu: int | None, value: str | None) -> str:
     """`` (the simulator chose the GPU; --gpu picks the GPU)`` for the parts of ``target``
     (``GPU 4, NVLink 14``) that the command line left open; "" when it named them all."""

@@ -26,10 +26,12 @@ from krea_ops.sim.common.clock import SimClock
 from krea_ops.sim.machines.burst import InferenceAutoscaler, VirtualKubelet
 from krea_ops.sim.machines.devices import DeviceActor, DeviceService
 from krea_ops.sim.machines.faults import FailureActor, FaultActor
+from krea_ops.sim.machines.joins import NodeJoins
 from krea_ops.sim.machines.kubelet import Kubelet
 from krea_ops.sim.machines.nodes import bootstrap
 from krea_ops.sim.machines.story import StoryActor
 from krea_ops.sim.machines.training import TrainingActor
+from krea_ops.sim.machines.validation import ValidationActor
 from krea_ops.sim.standins.kueue import KueueActor, kueue_objects
 from krea_ops.sim.standins.nodelifecycle import NodeLifecycle
 from krea_ops.sim.standins.scheduler import Scheduler
@@ -71,10 +73,13 @@ def cluster_actors(world: World) -> list[Actor]:
         world.services["kubelet-server"] = server
         endpoint = ("127.0.0.1", server.port)
     bootstrap(world, api, kubelet.lease_duration_s, endpoint)
+    # nodes that join later (``krea-ops sim add-node``)
+    joins = NodeJoins(world)
     if upstream(world):
-        return [kubelet]
+        return [kubelet, joins]
     return [
         kubelet,
+        joins,
         NodeLifecycle(world, view, api),
         Scheduler(world, view, api),
         Controllers(world, view, api),
@@ -93,10 +98,11 @@ def device_actors(world: World) -> list[Actor]:
 
 def kueue_actors(world: World) -> list[Actor]:
     """Kueue with the Job and JobSet controllers (the embedded control plane's; the real
-    ones run on the upstream control plane), and the trainings they run."""
+    ones run on the upstream control plane), the trainings they run, and the node
+    validation Jobs' containers (``machines/validation.py``)."""
     if upstream(world):
-        return [TrainingActor(world)]
-    return [KueueActor(world), TrainingActor(world)]
+        return [TrainingActor(world), ValidationActor(world)]
+    return [KueueActor(world), TrainingActor(world), ValidationActor(world)]
 
 
 def burst_actors(world: World) -> list[Actor]:
