@@ -116,6 +116,12 @@ def quota_split(config: WorldConfig) -> tuple[int, int, int]:
     return training, total - training, burst
 
 
+# The PriorityClass of krea-ops' validation Jobs (``krea_ops.validation.PRIORITY_CLASS``),
+# 1000 below inference's; installed with the other PriorityClasses on both control planes.
+VALIDATION_PRIORITY_CLASS = "krea-ops-validation"
+VALIDATION_PRIORITY = -900
+
+
 def kueue_objects(config: WorldConfig) -> list[Obj]:
     """Every object the simulated Kueue installation consists of (pure; v1beta2 shapes)."""
     training, inference, burst = quota_split(config)
@@ -164,6 +170,18 @@ def kueue_objects(config: WorldConfig) -> list[Obj]:
         priority("PriorityClass", "inference", 100, "Inference serving"),
         priority("WorkloadPriorityClass", "training", 1000, "Pre-training jobs"),
         priority("WorkloadPriorityClass", "inference", 100, "Inference serving"),
+        # krea-ops' node validation Jobs (deploy/controllers/validation.yaml): below
+        # everything, never preempting.
+        {
+            **priority(
+                "PriorityClass",
+                VALIDATION_PRIORITY_CLASS,
+                VALIDATION_PRIORITY,
+                "krea-ops node validation Jobs: run on an idle (quarantined or new) node, "
+                "never preempt anything",
+            ),
+            "preemptionPolicy": "Never",
+        },
         {
             "apiVersion": KUEUE_API,
             "kind": "ResourceFlavor",
