@@ -222,8 +222,47 @@ class Settings:
     node_health_restore_after_s: float = field(
         default=3600.0,
         metadata=_doc(
-            "node-health: a node it quarantined that reads OK this long is restored, "
-            "seconds (0: never automatically)"
+            "node-health without validation (node_health_validate false): a node it "
+            "quarantined that reads OK this long is restored, seconds (0: never automatically)"
+        ),
+    )
+    node_health_validate: bool = field(
+        default=True,
+        metadata=_doc(
+            "node-health: a node it quarantined earns its way back by a validation Job (the "
+            "repair ladder); false: restored after node_health_restore_after_s OK"
+        ),
+    )
+    node_health_validate_after_s: float = field(
+        default=600.0,
+        metadata=_doc("node-health: a quarantined node is validated after this cool-down, s"),
+    )
+    node_health_validate_retry_s: float = field(
+        default=1800.0,
+        metadata=_doc("node-health: a node that failed validation is validated again after, s"),
+    )
+    node_health_validate_level: str = field(
+        default="full", metadata=_doc("node-health: the validation level, quick or full")
+    )
+    node_health_escalate_after: int = field(
+        default=3,
+        metadata=_doc(
+            "node-health: after this many failed validations a node is escalated (Event "
+            "NodeNeedsRepair, alert) and no longer validated automatically"
+        ),
+    )
+    node_health_auto_restore: bool = field(
+        default=True,
+        metadata=_doc(
+            "node-health: restore a node that passed validation (false: report it ready to "
+            "restore)"
+        ),
+    )
+    node_health_validate_new_nodes: bool = field(
+        default=True,
+        metadata=_doc(
+            "node-health: validate nodes that join with the taint "
+            "krea.ai/validation=pending:NoSchedule, and remove it on a pass"
         ),
     )
     node_health_cooldown_s: float = field(

@@ -137,6 +137,8 @@ from krea_ops.controllers.base import (
     Inputs,
     Skip,
 )
+from krea_ops.controllers.ladder import LadderConfig, LadderInputs, climb, pending
+from krea_ops.controllers.ledger import observe, repair_stats
 from krea_ops.controllers.planned_swaps import with_stragglers
 from krea_ops.controllers.restarts import (
     RecorderConfig,
@@ -169,6 +171,14 @@ from krea_ops.runbook.nodes import (
 )
 from krea_ops.runbook.plan import Plan
 from krea_ops.runbook.training import build_gang_restart
+from krea_ops.runbook.validate import (
+    job_finished,
+    job_key,
+    job_node,
+    list_validation_jobs,
+    read_finished,
+    running_validations,
+)
 from krea_ops.settings import Settings
 from krea_ops.training.attribution import chance_threshold, lemon_candidates
 from krea_ops.training.gangs import Gang
@@ -187,6 +197,13 @@ from krea_ops.training.swaps import (
     SWAP_NOW_CODES,
     SwapConfig,
     finding_key,
+)
+from krea_ops.validation import (
+    LEVELS,
+    PRIORITY_CLASS,
+    RESULT_ANNOTATION,
+    Validation,
+    ValidationSpec,
 )
 
 NAME = "node-health"
@@ -308,6 +325,16 @@ class NodeHealthConfig:
     hang_restarts: bool = True
     straggler_swaps: bool = True
     stalls: StallConfig = field(default_factory=StallConfig)
+    validate: bool = True
+    validate_after_s: float = 600.0
+    validate_retry_s: float = 1800.0
+    validate_level: str = "full"
+    escalate_after: int = 3
+    auto_restore: bool = True
+    validate_new_nodes: bool = True
+    validation: ValidationSpec = field(
+        default_factory=lambda: ValidationSpec.from_settings(Settings())
+    )
 
     @staticmethod
     def from_mapping(values: Mapping[str, Any] | None) -> NodeHealthConfig:
@@ -347,13 +374,34 @@ class NodeHealthConfig:
                     out[key] = StallConfig.from_mapping(value)
                 except ValueError as exc:
                     raise BadInput(f"node-health setting stalls: {exc}") from None
-            elif key in ("planned_swaps", "hang_restarts", "straggler_swaps"):
+            elif key == "validation":
+                if not isinstance(value, ValidationSpec):
+                    raise BadInput("node-health setting validation: set the validation_* settings")
+                out[key] = value
+            elif key == "validate_level":
+                if value not in LEVELS:
+                    raise BadInput(f"node-health setting validate_level {value!r}: quick or full")
+                out[key] = value
+            elif key in (
+                "planned_swaps",
+                "hang_restarts",
+                "straggler_swaps",
+                "validate",
+                "auto_restore",
+                "validate_new_nodes",
+            ):
                 if not isinstance(value, bool):
                     raise BadInput(f"node-health setting {raw_key}: expected true or false")
                 out[key] = value
             elif key == "restore_after_s":
                 out[key] = None if value is None else _number(key, value)
-            elif key in ("cap_min_nodes", "veto_nodes", "lemon_remediations", "lemon_restarts"):
+            elif key in (
+                "cap_min_nodes",
+                "veto_nodes",
+                "lemon_remediations",
+                "lemon_restarts",
+                "escalate_after",
+            ):
                 number = _number(key, value, minimum=1)
                 if number != int(number):
                     raise BadInput(f"node-health setting {key}: expected a whole number")
@@ -394,7 +442,25 @@ class NodeHealthConfig:
                 "hang_restarts": settings.node_health_hang_restarts,
                 "straggler_swaps": settings.node_health_straggler_swaps,
                 "stalls": StallConfig.from_settings(settings),
+                "validate": settings.node_health_validate,
+                "validate_after_s": settings.node_health_validate_after_s,
+                "validate_retry_s": settings.node_health_validate_retry_s,
+                "validate_level": settings.node_health_validate_level,
+                "escalate_after": settings.node_health_escalate_after,
+                "auto_restore": settings.node_health_auto_restore,
+                "validate_new_nodes": settings.node_health_validate_new_nodes,
+                "validation": ValidationSpec.from_settings(settings),
             }
+        )
+
+    def ladder(self) -> LadderConfig:
+        return LadderConfig(
+            validate_after_s=self.validate_after_s,
+            validate_retry_s=self.validate_retry_s,
+            level=self.validate_level,
+            escalate_after=self.escalate_after,
+            auto_restore=self.auto_restore,
+            new_nodes=self.validate_new_nodes,
         )
 
     def recorder(self) -> RecorderConfig:
@@ -436,6 +502,7 @@ class NodeHealthSnapshot:
     restarts: RestartInputs = field(default_factory=RestartInputs)  # the training gangs
     # the running gangs' statuses (``gangstatus``), by namespace/name
     stalls: Mapping[str, GangStatus] = field(default_factory=dict)
+    ladder: LadderInputs | None = None  # what the repair ladder needs (None: not read)
 
 
 def no_evict_inputs() -> EvictInputs:
@@ -607,12 +674,14 @@ class NodeHealth:
             evict = read_evict(cluster, actable) if actable else no_evict_inputs()
         except BadInput as exc:  # a node deleted since the list: the next pass sees it gone
             raise Unavailable(f"{NAME}: nodes changed while read ({exc})") from exc
+        ladder = self._read_ladder(inputs, objs, now) if self.config.validate else None
         return NodeHealthSnapshot(
             nodes=objs,
             verdicts=verdicts,
             evict=evict,
             restarts=restarts,
             stalls=stalls,
+            ladder=ladder,
             user=inputs.user,
             policy=inputs.policy,
             ack_at=ack_at,
@@ -644,6 +713,50 @@ class NodeHealth:
             with_head=False,
             tails=restarts.rank0_tails(),
         )
+
+    def _read_ladder(self, inputs: Inputs, objs: Mapping[str, Obj], now: float) -> LadderInputs:
+        """The validation Jobs (one list); the newest finished Job of each node whose
+        result is not on the node yet, judged from its pod's log; the pods of the nodes
+        the ladder may validate (ours, and those pending validation, with no Job running);
+        whether the PriorityClass exists."""
+        cluster, spec = inputs.cluster, self.config.validation
+        jobs = list_validation_jobs(cluster, spec.namespace)
+        newest: dict[str, Obj] = {}
+        for job in sorted(
+            jobs, key=lambda j: str((j.get("metadata") or {}).get("creationTimestamp"))
+        ):
+            node = job_node(job)
+            if node is not None and node in objs:
+                newest[node] = job
+        wanted: dict[str, str] = {}
+        for node, job in newest.items():
+            if job_finished(job) is None:
+                continue
+            recorded = Validation.from_annotation(node, _annotation(objs[node], RESULT_ANNOTATION))
+            if recorded is None or recorded.job != job_key(job):
+                wanted[node] = job_key(job)
+        results = read_finished(cluster, spec, wanted, now).done if wanted else {}
+        running = running_validations(jobs)
+        candidates = [
+            n
+            for n, o in objs.items()
+            if n not in running
+            and (_marked_by(o) == inputs.user or (self.config.validate_new_nodes and pending(o)))
+        ]
+        pods = {
+            n: pages(
+                cluster, f"pods on node {n}", "/api/v1/pods", fieldSelector=f"spec.nodeName={n}"
+            )
+            for n in candidates
+        }
+        answer = cluster.request(
+            f"get priorityclass {PRIORITY_CLASS}",
+            "GET",
+            f"/apis/scheduling.k8s.io/v1/priorityclasses/{PRIORITY_CLASS}",
+        )
+        if not answer.ok and answer.status != 404:
+            raise cluster.refusal(f"get priorityclass {PRIORITY_CLASS}", answer)
+        return LadderInputs(spec, tuple(jobs), results, pods, answer.ok)
 
     @staticmethod
     def _read_ack(inputs: Inputs) -> tuple[float | None, str | None]:
@@ -706,7 +819,25 @@ class _Pass:
         onsets = self._onsets()
         healthy = self._healthy(ours)
 
-        restoring = self._restores(ours, healthy)
+        if self.cfg.validate and snap.ladder is not None:
+            ladder = climb(
+                self.cfg.ladder(),
+                snap.ladder,
+                {n: snap.nodes[n] for n in self.infos},
+                self.verdicts,
+                ours,
+                {n for n, i in self.infos.items() if _opted_out(i)},
+                user=user,
+                now=self.now,
+                prev=self._prev("validation"),
+            )
+            self.plans.extend(ladder.plans)
+            self.skipped.extend(ladder.skipped)
+            self.alerts.extend(ladder.alerts)
+            restoring = ladder.restoring
+        else:
+            ladder = None
+            restoring = self._restores(ours, healthy)
         lemons = self._lemons(remediations)
         quarantined, vetoed = self._evictions(marks, ours, onsets, restored)
         self._redrain(ours)
@@ -741,6 +872,15 @@ class _Pass:
             progressing={k for k, h in hangs.items() if h.get("state") in PROGRESSING},
         )
         lemons = self._restart_lemons(recorder, lemons)
+        # every node as listed (a node gone from the list is written deleted)
+        ledger = observe(
+            self.prev.get("ledger") if isinstance(self.prev.get("ledger"), Mapping) else None,
+            snap.nodes,
+            self.now,
+            user=user,
+            restoring=restoring,
+            escalated=ladder.escalated if ladder is not None else (),
+        )
         stamp = float(math.floor(self.now))  # the evicted-at its plans write (whole seconds)
         gpu_nodes = len(self.infos)
         cap = self.cfg.cap(gpu_nodes)
@@ -761,6 +901,8 @@ class _Pass:
             ),
             **recorded,
             **swaps.gauges,
+            **(ladder.gauges if ladder is not None else {}),
+            **repair_stats(ledger, self.now).gauges(),
             **{
                 f"runs_{state.lower()}": float(
                     sum(1 for st in snap.stalls.values() if st.judgement.state == state)
@@ -793,6 +935,8 @@ class _Pass:
             },
             "swaps": swaps.state,
             "stalls": hangs,
+            "validation": ladder.state if ladder is not None else {},
+            "ledger": ledger,
         }
         return Decision(
             controller=NAME,
@@ -913,6 +1057,7 @@ class _Pass:
                 [name],
                 user=self.snap.user,
                 reason=f"{NAME}: healthy (OK) for {_for(self.now - since)}",
+                require_validation=False,  # restoring without validation is configured
             )
             self.plans.append(plan)
             restoring.add(name)

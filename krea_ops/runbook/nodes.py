@@ -48,7 +48,7 @@ from krea_ops.errors import BadInput
 from krea_ops.kube.cluster import PAGE_SIZE, VIRTUAL_NODE_LABEL, Cluster
 from krea_ops.kube.events import ObjectRef
 from krea_ops.kube.rules import controller_of, selector_matches
-from krea_ops.kube.times import rfc3339
+from krea_ops.kube.times import parse_time, rfc3339
 from krea_ops.kube.writes import (
     AddTaint,
     Cordon,
@@ -74,6 +74,7 @@ from krea_ops.runbook.plan import (
 from krea_ops.training.checkpoints import latest_complete
 from krea_ops.training.runs import CHECKPOINT_DIR_ANNOTATION, local_path
 from krea_ops.units import counted
+from krea_ops.validation import RESULT_ANNOTATION, Validation
 
 TAINT_KEY = "krea.ai/unhealthy"
 TAINT_EFFECT = "NoSchedule"
@@ -926,6 +927,21 @@ def evicted_by_us(obj: Obj) -> bool:
     return EVICTED_BY in annotations or any(t.get("key") == TAINT_KEY for t in taints)
 
 
+def _validation_doubt(name: str, annotations: Mapping[str, str]) -> str | None:
+    """Why a node krea-ops evicted has not earned its way back: its last validation
+    failed, or it has none since the eviction; None when it passed since (or krea-ops did
+    not evict it)."""
+    out_at = parse_time(annotations.get(EVICTED_AT))
+    if out_at is None:
+        return None
+    v = Validation.from_annotation(name, annotations.get(RESULT_ANNOTATION))
+    if v is None or v.at < out_at:
+        return f"node {name} has no validation since its eviction at {rfc3339(out_at)}"
+    if not v.passed:
+        return f"node {name} failed its last validation ({', '.join(v.failed())})"
+    return None
+
+
 def plan_restore(
     cluster: Cluster,
     names: Sequence[str],
@@ -952,17 +968,22 @@ def build_restore(
     reason: str | None = None,
     verdicts: Mapping[str, Verdict] | None = None,
     health_error: str | None = None,
+    require_validation: bool = True,
 ) -> Plan:
     """The restore plan of the named nodes from ``objs`` (each node as read): pure.
 
     ``verdicts``: the nodes' health verdicts now (None: not judged; ``health_error`` says
     why, when the caller tried). A node the verdicts call BAD is refused unless ``force``
     (and then restored with a warning naming the reasons); a SUSPECT one, or one whose
-    health is not known, is restored with a warning saying so."""
+    health is not known, is restored with a warning saying so. A node krea-ops evicted
+    whose last validation failed, or that has none since its eviction, is refused unless
+    ``force`` (then restored with a warning); ``require_validation=False`` skips that
+    check (node-health, which restores only after a pass it judged itself)."""
     nodes = _unique(names)
     findings: list[Finding] = []
     refused: list[str] = []
     bad: list[str] = []
+    unvalidated: list[str] = []
     steps: list[Step] = []
     for name in nodes:
         obj = objs[name]
@@ -997,6 +1018,14 @@ def build_restore(
         finding = _health_finding(name, verdict, verdicts is not None, health_error)
         if finding is not None:
             findings.append(finding)
+        doubt = _validation_doubt(name, annotations) if require_validation else None
+        if doubt is not None:
+            if not force:
+                unvalidated.append(doubt)
+                continue
+            findings.append(
+                Finding("unvalidated", FindingSeverity.WARNING, f"{doubt}: restored anyway", name)
+            )
         if not evicted_by_us(obj):
             if not force:
                 refused.append(name)
@@ -1018,6 +1047,12 @@ def build_restore(
         raise BadInput(
             f"{'; '.join(bad)}: restoring puts it back in service; pass --force to restore "
             "it anyway; nothing was changed"
+        )
+    if unvalidated:
+        first = unvalidated[0].split(" ", 2)[1]
+        raise BadInput(
+            f"{'; '.join(unvalidated)}: validate it first (krea-ops nodes validate {first}) "
+            "or pass --force to restore it anyway; nothing was changed"
         )
     if refused:
         raise BadInput(
