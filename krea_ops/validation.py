@@ -445,54 +445,70 @@ def sections(log: str) -> dict[str, Section]:
 def _first_error(lines: Sequence[str]) -> str:
     for line in lines:
         text = line.strip()
-        if text and re.search(r"error|fail|couldn't|unable|cannot|abort", text, re.I):
+        if text and re.search(r"error|fail|couldn't|unable|cannot|abort|\bdown\b", text, re.I):
             return text[:200]
     return "no result in its output"
 
 
-_ROW = re.compile(r"^\|\s*([^|]*?)\s*\|\s*([^|]*?)\s*\|\s*$")
+_ROW = re.compile(r"^\|([^|]*)\|([^|]*)\|\s*$")
 _RESULT = re.compile(r"^(Pass|Fail|Skip|Warn)\b", re.I)
+# DCGM cuts a long cell every 45 characters, mid-word too, each piece after one space
+DCGM_CELL = 45
+
+
+def _piece(raw: str) -> str:
+    """A cell's text as DCGM wrote it: a full piece keeps its trailing spaces."""
+    text = raw[1:] if raw.startswith(" ") else raw
+    return text[:DCGM_CELL] if len(text) > DCGM_CELL else text.rstrip()
 
 
 def judge_dcgm(section: Section) -> Check:
     """``dcgmi diag``'s table: every test row's result; a ``Fail`` row fails the check with
-    the GPUs it names and the ``Warning`` rows that follow it."""
+    the GPUs it names and the ``Warning`` rows that follow it. A test that passes on some
+    GPUs and fails on others takes two rows, the second with an empty first cell
+    (``| Targeted Power | Pass - GPUs: 0, 1, 2 |`` then ``|  | Fail - GPU: 3 |``). A
+    diagnostic that exits non-zero with no failing row it names fails too."""
     failed: list[str] = []
     warnings: list[str] = []
     tests = 0
-    in_warning = False  # the rows under a failed test: its Warning and their continuations
-    after_fail = False
+    test = ""  # the test the rows belong to
+    in_warning = False  # a Warning row and its continuations
     for line in section.lines:
         m = _ROW.match(line)
         if not m:
             continue
-        name, value = m.group(1), m.group(2)
-        if name == "Warning" and after_fail:
-            warnings.append(value)
-            in_warning = True
+        name, raw = m.group(1).strip(), m.group(2)
+        value = raw.strip()
+        if name in ("Warning", "Info"):
+            in_warning = name == "Warning"
+            if in_warning:
+                warnings.append(_piece(raw))
             continue
-        if not name and in_warning and warnings:
-            warnings[-1] = (
-                f"{warnings[-1]}{value}" if value[:1].islower() else f"{warnings[-1]} {value}"
-            )
+        r = _RESULT.match(value)
+        if not name and in_warning and warnings and not r:
+            warnings[-1] += _piece(raw)
             continue
         in_warning = False
-        r = _RESULT.match(value)
-        if not r or not name or name in ("Warning", "Info"):
-            after_fail = after_fail and name in ("Warning", "Info")
+        if not r:
             continue
-        tests += 1
-        after_fail = r.group(1).lower() == "fail"
-        if after_fail:
+        if name:
+            test = name
+            tests += 1
+        elif not test:
+            continue
+        if r.group(1).lower() == "fail":
             gpus = value.split("-", 1)[1].strip() if "-" in value else ""
-            failed.append(f"{name} ({gpus})" if gpus else name)
+            failed.append(f"{test} ({gpus})" if gpus else test)
+    code = section.exit_code
     if not tests:
         return Check("dcgm", False, _first_error(section.lines))
     if failed:
         detail = "failed " + ", ".join(failed)
         if warnings:
-            detail += ": " + " ".join(w.strip() for w in warnings)[:300]
+            detail += ": " + " ".join(" ".join(w.split()) for w in warnings)[:300]
         return Check("dcgm", False, detail)
+    if code not in (None, 0):
+        return Check("dcgm", False, f"dcgmi exited {code} with no failing test named")
     return Check("dcgm", True, f"{tests} tests passed")
 
 
