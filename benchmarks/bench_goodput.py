@@ -78,14 +78,36 @@ of a STRAGGLER's node or of a GPU held down by a power brake; the bench applies 
 plans. Not reproduced: the log read itself (the lines are made, not parsed), and a
 checkpoint write's pause in the step times.
 
+Validation before return (issue 27, ``--validation``; ``--returned-bad`` alone adds the
+physics without the third run). A repair leaves the node still bad with the share
+``--returned-bad`` (RETURNED_BAD_SHARE, an ASSUMPTION: no published figure, see
+docs/benchmarks.md); such a node shows nothing while idle, so it looks OK and comes back
+(the human puts it back when the repair is done; node-health restores it after an hour
+OK), and under training load it fails again with the same cause after a time drawn with
+mean RELAPSE_LOAD_MEAN_S in a running gang (an assumption): another crash or hang of the
+gang, another restart, another eviction. With ``--validation`` a third run, krea-ops
+with validation before return, is made over the same history: node-health's restore plan
+(its hour OK is the cool-down) is held while a full validation (VALIDATION_S: DCGM
+``diag -r 3``, the all-reduce, ``ib_write_bw``) runs on the quarantined node, at most
+VALIDATION_SHARE of the pool at once; a still-bad node is caught with DETECTION[cause]
+(assumptions, by the check that targets the fault) and then stays out, labelled
+``krea.ai/needs-repair``, is repaired again (a new repair time, again still bad with the
+same share) and revalidated, and escalated (out for the rest of the run) after
+ESCALATE_AFTER failures in a row; a pass lets the restore through. A sound node always
+passes (no false failures: an assumption). Validation is modelled here, in the bench:
+node-health's decisions are unchanged (``NodeHealth().decide`` still plans the restore; the
+bench applies it once the node has passed).
+
     .venv/bin/python benchmarks/bench_goodput.py                 # table, 128 nodes, 7 days
     .venv/bin/python benchmarks/bench_goodput.py --json --seed 3
     .venv/bin/python benchmarks/bench_goodput.py --checkpoint-s 5 --restart-s 120
+    .venv/bin/python benchmarks/bench_goodput.py --seeds 10 --validation   # issue 27
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import heapq
 import itertools
 import json
@@ -218,6 +240,36 @@ JOBSET_SPEC = training_jobset(TrainingSpec(name="dit", nodes=2, image="reg/dit:1
 # the node's allocatable GPUs drop to 7. An InfiniBand link down leaves it schedulable.
 UNSCHEDULABLE_CAUSES = frozenset({"host", "thermal", *GPU_CAUSES})
 USER = "system:serviceaccount:krea-ops:node-health"
+# Validation before return (issue 27). The share of repairs that leave the node still bad:
+# an ASSUMPTION (no source found gives it; docs/benchmarks.md, "Validation before return",
+# says why 10 %). --returned-bad sets it.
+RETURNED_BAD_SHARE = 0.10
+# A still-bad node fails again after this much time, on average (exponential), in a
+# running gang: an assumption (a node that is still bad fails within hours under load).
+RELAPSE_LOAD_MEAN_S = 2 * HOUR
+# A full validation: DCGM's `dcgmi diag -r 3` ("normally lasting approximately 15
+# minutes", NVIDIA's dcgmi-diag reference), the all-reduce and ib_write_bw per port.
+VALIDATION_S = 20 * MINUTE
+VALIDATION_SHARE = 0.05  # of GPU nodes validating at once (settings.validation_share)
+ESCALATE_AFTER = 3  # failed validations in a row before the node is escalated (out)
+NEEDS_REPAIR_LABEL = "krea.ai/needs-repair"  # krea_ops.validation's label
+# The chance a full validation catches a node that is still bad, by the fault it still
+# has; assumptions, by the check that targets it: DCGM r3 (PCIe, memory, SM stress,
+# targeted power) a GPU off the bus or its memory; the GSP's timeouts are intermittent;
+# the all-reduce's bus bandwidth a degraded NVLink; ib_write_bw a weak or failing port;
+# a cooling fault only if the GPU still runs hot in DCGM's stress; a host fault (kernel,
+# DIMM, PSU) is outside what the three checks exercise.
+DETECTION: dict[str, float] = {
+    "faulty-gpu": 0.95,
+    "gpu-lost": 0.95,
+    "gpu-hbm": 0.9,
+    "gpu-sram": 0.9,
+    "gpu-gsp": 0.5,
+    "nvlink": 0.8,
+    "ib-link": 0.9,
+    "thermal": 0.5,
+    "host": 0.3,
+}
 CATEGORIES = (
     "lost_work",
     "hang_watchdog",
@@ -278,8 +330,9 @@ class Fault:
     repair_s: float
     gpu: int | None = None
     hca: int | None = None
-    source: str = "random"  # random | slow-burner | bug
+    source: str = "random"  # random | slow-burner | bug | hang | relapse
     reasons: tuple[Reason, ...] = ()  # what the health policy says while it is open
+    key: str = ""  # names the fault in the draws of what its repair leaves (issue 27)
 
     @property
     def end(self) -> float:
@@ -354,6 +407,27 @@ class History:
     rate_per_node_day: float
     hangs: list[Fault] = field(default_factory=list)  # silent hangs of the gang
     stragglers: list[Straggler] = field(default_factory=list)  # sorted by time
+    returned_bad: float = 0.0  # share of repairs that leave the node still bad (issue 27)
+    seed: int = 0
+    regime: str = ""
+
+    def draw(self, key: str, what: str) -> random.Random:
+        """A generator for one draw about one fault's aftermath: the same in every run of
+        this history, whatever else happened in it (seeded with a string: no hash seed)."""
+        return random.Random(f"{self.seed}:goodput:{self.regime}:returned:{key}:{what}")
+
+
+@dataclass
+class Latent:
+    """A node a repair left still bad: it shows nothing until it fails again under load."""
+
+    cause: str
+    gpu: int | None
+    hca: int | None
+    reasons: tuple[Reason, ...]
+    key: str
+    load_s: float  # time in a running gang until it fails again
+    since: float
 
 
 POLICY = HealthPolicy()
@@ -612,6 +686,7 @@ def make_history(
     noise_rate: float = NOISE_PER_NODE_DAY,
     hangs: float = 1.0,
     stragglers: float = 1.0,
+    returned_bad: float = 0.0,
 ) -> History:
     spares = max(2, math.ceil(nodes * SPARE_SHARE))
     pool = nodes + spares
@@ -668,9 +743,12 @@ def make_history(
             continue
         busy[f.node] = f.end
         kept.append(f)
+    counts: dict[str, int] = {}
     for f in kept:
         if f.cause != "thermal":
             f.reasons = fault_reasons(f, str(f.node))
+        counts[str(f.node)] = counts.get(str(f.node), 0) + 1
+        f.key = f"{f.node}#{counts[str(f.node)]}"
 
     bug_rate = rate * nodes * SOFTWARE_BUG_WEIGHT / sum(c.weight for c in CAUSES) / DAY
     bugs: list[Fault] = []
@@ -712,6 +790,9 @@ def make_history(
         rate_per_node_day=rate,
         hangs=silent,
         stragglers=slow,
+        returned_bad=returned_bad,
+        seed=seed,
+        regime=regime.name,
     )
 
 
@@ -750,6 +831,7 @@ class Run:
     restart_s: float = RESTART_S
     noise_to_node_health: bool = False
     watchdog_s: float = NCCL_TIMEOUT_S
+    validate: bool = False  # issue 27: node-health's restores wait for a passed validation
     lost: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
     productive: float = 0.0
     restarts: list[RestartRecord] = field(default_factory=list)
@@ -816,6 +898,30 @@ class Run:
         self.straggler_swaps = 0
         self.hang_restarts = 0
         self.restart_planned = False  # this pass planned a restart of the gang
+        # issue 27: nodes a repair left still bad, their relapses, returns, validations
+        self.latent: dict[str, Latent] = {}
+        self.armed: dict[str, int] = {}  # latent key -> times its relapse was armed
+        self.pending: set[str] = set()  # latent keys with a relapse event queued
+        self.relapses = 0
+        self.relapse_restarts = 0
+        self.relapse_named = 0  # of those, attributed to the node that relapsed
+        self.relapse_evictions = 0
+        self.returns = 0
+        self.returns_bad = 0
+        self.evicted_at: dict[str, float] = {}  # quarantined (by node-health) since
+        # the first quarantine not yet followed by a sound return
+        self.chain_start: dict[str, float] = {}
+        self.ttr: list[float] = []  # quarantine to back in service
+        self.to_sound: list[float] = []  # first quarantine to a return that was sound
+        self.validating: dict[str, float] = {}
+        self.cleared: set[str] = set()  # passed: node-health's restore may go through
+        self.rerepair: set[str] = set()
+        self.failed_in_row: dict[str, int] = {}
+        self.escalated: set[str] = set()
+        self.validations = 0
+        self.validation_fails = 0
+        self.validation_missed = 0  # passed while still bad
+        self.validating_s = 0.0
 
     # -- the event queue ------------------------------------------------------------
 
@@ -1103,7 +1209,12 @@ class Run:
             self.push(t + self.human_delay(t), "ack", None, prio=0)
         evicted: list[str] = []
         for plan in decision.plans:
+            if plan.action == "nodes restore" and not self.may_restore(plan.nodes, t):
+                continue  # held until the node has passed its validation
             self.apply(plan)
+            if plan.action == "nodes restore":
+                for n in plan.nodes:
+                    self.restored(n, t)
             if plan.action == "train checkpoint-request":
                 self.checkpoint_requested(t)
             if plan.action == "train restart":
@@ -1115,6 +1226,11 @@ class Run:
                     if n not in evicted:
                         evicted.append(n)
                         self.evictions += 1
+                        self.evicted_at.setdefault(n, t)
+                        self.chain_start.setdefault(n, t)
+                        self.cleared.discard(n)
+                        g = self.open_fault(n, t)
+                        self.relapse_evictions += g is not None and g.source == "relapse"
                         if n in self.gang and any(s.node == n for _, s in self.stragglers_at(t)):
                             self.straggler_swaps += 1
                         self.end_stragglers(n, t)
@@ -1129,6 +1245,143 @@ class Run:
                             )
                         )
         return evicted
+
+    # -- still bad when returned, and validation before return (issue 27) --------------
+
+    def repaired(self, f: Fault, t: float) -> None:
+        """A repair is done: the node is sound, or (``returned_bad``) still bad."""
+        node = str(f.node)
+        other = self.open_fault(node, t)
+        if other is not None and other is not f:
+            return  # still down for another failure: its repair decides
+        h = self.history
+        if h.draw(f.key, "bad").random() < h.returned_bad:
+            load = h.draw(f.key, "load").expovariate(1.0 / RELAPSE_LOAD_MEAN_S)
+            self.latent[node] = Latent(f.cause, f.gpu, f.hca, f.reasons, f.key, load, t)
+        else:
+            self.latent.pop(node, None)
+        if not self.automated or node not in self.evicted_at:
+            self.count_return(node)  # nothing held it out: back in service now
+        self.arm_relapse(node, t)
+
+    def count_return(self, node: str) -> None:
+        self.returns += 1
+        self.returns_bad += node in self.latent
+
+    def arm_relapse(self, node: str, t: float) -> None:
+        """A still-bad node in a running gang fails again after its time under load (by
+        memorylessness, a fresh draw each time its gang starts it again)."""
+        lat = self.latent.get(node)
+        if lat is None or lat.key in self.pending or node not in self.gang:
+            return
+        if self.up_since is None:
+            return
+        k = self.armed.get(lat.key, 0)
+        self.armed[lat.key] = k + 1
+        load = lat.load_s
+        if k:
+            load = self.history.draw(lat.key, f"load{k}").expovariate(1.0 / RELAPSE_LOAD_MEAN_S)
+        self.pending.add(lat.key)
+        self.push(t + load, "relapse", (node, lat.key), prio=1)
+
+    def relapse(self, node: str, key: str, t: float) -> None:
+        self.pending.discard(key)
+        lat = self.latent.get(node)
+        if lat is None or lat.key != key:
+            return
+        if node not in self.gang or self.up_since is None:
+            return  # not under load now: armed again when its gang starts
+        del self.latent[node]
+        repair = repair_time(lat.cause) * self.history.draw(key, "repair").uniform(0.5, 1.5)
+        f = Fault(t, node, lat.cause, repair, lat.gpu, lat.hca, "relapse", lat.reasons, key + "r")
+        if f.cause != "thermal":
+            f.reasons = fault_reasons(f, node)
+        bisect.insort(self.by_node.setdefault(node, []), f, key=lambda x: x.at)
+        self.relapses += 1
+        self.push(t, "fault", f, prio=1)
+        self.push(f.end, "repaired", f, prio=1)
+        if self.automated:
+            self.schedule_passes(t, 8 * MINUTE)
+            self.schedule_passes(f.end, 2 * PASS_S)
+            restore = self.controller.config.restore_after_s or 0.0
+            self.schedule_passes(f.end + restore, 3 * PASS_S)
+
+    def may_restore(self, nodes: Sequence[str], t: float) -> bool:
+        """node-health plans a restore: without validation it goes through; with it, only
+        once each node has passed (a node not yet validated starts its validation)."""
+        if not self.validate:
+            return True
+        waiting = [n for n in nodes if n not in self.cleared]
+        for n in waiting:
+            self.start_validation(n, t)
+        return not waiting
+
+    def start_validation(self, node: str, t: float) -> None:
+        if node in self.validating or node in self.rerepair or node in self.escalated:
+            return
+        if len(self.validating) >= max(1, int(VALIDATION_SHARE * len(self.objs))):
+            self.schedule_passes(t + 5 * MINUTE, PASS_S)  # node-health asks again then
+            return
+        self.validating[node] = t
+        self.validations += 1
+        self.push(t + VALIDATION_S, "validated", node, prio=1)
+
+    def set_label(self, node: str, value: str | None) -> None:
+        labels = self.objs[node]["metadata"].setdefault("labels", {})
+        if labels.get(NEEDS_REPAIR_LABEL) != value:
+            if value is None:
+                labels.pop(NEEDS_REPAIR_LABEL, None)
+            else:
+                labels[NEEDS_REPAIR_LABEL] = value
+            self.bump(self.objs[node])
+
+    def validated(self, node: str, t: float) -> None:
+        started = self.validating.pop(node, None)
+        if started is None:
+            return
+        self.validating_s += t - started
+        lat = self.latent.get(node)
+        caught = lat is not None and (
+            self.history.draw(lat.key, "detect").random() < DETECTION.get(lat.cause, 0.5)
+        )
+        if lat is None or not caught:
+            self.validation_missed += lat is not None
+            self.failed_in_row.pop(node, None)
+            self.set_label(node, None)
+            self.cleared.add(node)
+            self.schedule_passes(t, 2 * PASS_S)  # node-health's next restore goes through
+            return
+        self.validation_fails += 1
+        fails = self.failed_in_row[node] = self.failed_in_row.get(node, 0) + 1
+        self.set_label(node, lat.cause)
+        del self.latent[node]
+        if fails >= ESCALATE_AFTER:
+            self.escalated.add(node)  # to the vendor: out for the rest of the run
+            return
+        repair = repair_time(lat.cause) * self.history.draw(lat.key, "rerepair").uniform(0.5, 1.5)
+        self.rerepair.add(node)
+        self.push(t + repair, "rerepaired", (node, lat), prio=1)
+
+    def rerepaired(self, node: str, lat: Latent, t: float) -> None:
+        """Repaired again after a failed validation: sound, or still bad (the same share),
+        then validated again at once."""
+        self.rerepair.discard(node)
+        key = lat.key + "v"
+        h = self.history
+        if h.draw(key, "bad").random() < h.returned_bad:
+            load = h.draw(key, "load").expovariate(1.0 / RELAPSE_LOAD_MEAN_S)
+            self.latent[node] = Latent(lat.cause, lat.gpu, lat.hca, lat.reasons, key, load, t)
+        self.start_validation(node, t)
+
+    def restored(self, node: str, t: float) -> None:
+        """node-health's restore applied: the node is back in service."""
+        self.cleared.discard(node)
+        self.count_return(node)
+        since = self.evicted_at.pop(node, None)
+        if since is not None:
+            self.ttr.append(t - since)
+        if node not in self.latent and node in self.chain_start:
+            self.to_sound.append(t - self.chain_start.pop(node))
 
     # -- accounting -------------------------------------------------------------------
 
@@ -1219,6 +1472,9 @@ class Run:
         else:
             begin = t + self.human_delay(t)
             self.lost["detection"] += min(begin, self.end) - t
+        if f is not None and f.source == "relapse":
+            self.relapse_restarts += 1
+            self.relapse_named += rec.attributed == f.node
         if f is not None and f.hangs:
             self.hang_idle.append((f.cause, min(begin, self.end) - self.down_from))
         self.begin = begin
@@ -1378,6 +1634,8 @@ class Run:
         self.attempt_at, self.slow_acc, self.slow_mark = t, 0.0, t
         self.factor = self.gang_factor(t)
         self.pace = [(t, self.factor)]
+        for n in self.gang:
+            self.arm_relapse(n, t)
         # a gang that starts with a failed node crashes again at once
         for n in self.gang:
             f = self.open_fault(n, t)
@@ -1439,6 +1697,8 @@ class Run:
         h = self.history
         for f in h.faults:
             self.push(f.at, "fault", f, prio=1)
+            if h.returned_bad > 0:
+                self.push(f.end, "repaired", f, prio=1)
             if self.automated:
                 self.schedule_passes(f.at, 8 * MINUTE)
                 self.schedule_passes(f.end, 2 * PASS_S)
@@ -1469,8 +1729,22 @@ class Run:
                 break
             if kind == "fault":
                 f = payload
+                if f.node is not None:
+                    self.latent.pop(f.node, None)  # failed again: its repair decides anew
+                    self.cleared.discard(f.node)
+                    started = self.validating.pop(f.node, None)
+                    if started is not None:  # failed under validation: repaired, then again
+                        self.validating_s += t - started
                 if f.node is None or f.node in self.gang:
                     self.on_failure(f, t)
+            elif kind == "repaired":
+                self.repaired(payload, t)
+            elif kind == "relapse":
+                self.relapse(payload[0], payload[1], t)
+            elif kind == "validated":
+                self.validated(payload, t)
+            elif kind == "rerepaired":
+                self.rerepaired(payload[0], payload[1], t)
             elif kind == "nccl-timeout":
                 if self.hang is payload:
                     self.stopped(payload, t, watchdog=True)
@@ -1541,8 +1815,12 @@ def run_regime(
     hangs: float = 1.0,
     stragglers: float = 1.0,
     watchdog_s: float = NCCL_TIMEOUT_S,
+    validation: bool = False,
+    returned_bad: float | None = None,
 ) -> dict[str, Any]:
-    history = make_history(regime, seed, nodes, days, noise_rate, hangs, stragglers)
+    if returned_bad is None:
+        returned_bad = RETURNED_BAD_SHARE if validation else 0.0
+    history = make_history(regime, seed, nodes, days, noise_rate, hangs, stragglers, returned_bad)
     write_s = regime.checkpoint_s if checkpoint_s is None else checkpoint_s
     advice = advise(
         write_s,
@@ -1565,14 +1843,30 @@ def run_regime(
     )
     without.run()
     with_.run()
+    validated: Run | None = None
+    if validation:
+        validated = Run(
+            history,
+            True,
+            advice.daly_interval_s,
+            write_s,
+            seed,
+            restart_s,
+            noise_to_node_health,
+            watchdog_s,
+            validate=True,
+        )
+        validated.run()
     verdicts = [r.verdict for r in with_.restarts]
     # lemons: the restart-attributed candidates, and the nodes node-health labelled
     # (evicted lemon_remediations times, or those candidates, under its blast cap)
-    with_.flagged |= {
-        n
-        for n, obj in with_.objs.items()
-        if (obj["metadata"].get("labels") or {}).get(LEMON_LABEL) == "true"
-    }
+    for run in (with_, validated):
+        if run is not None:
+            run.flagged |= {
+                n
+                for n, obj in run.objs.items()
+                if (obj["metadata"].get("labels") or {}).get(LEMON_LABEL) == "true"
+            }
     flagged_true = len(with_.flagged & history.lemons)
     gpu_h = nodes * GPUS / HOUR
     remaining = sum(with_.lost.values())
@@ -1592,7 +1886,7 @@ def run_regime(
             ),
         }
 
-    return {
+    out = {
         "regime": regime.name,
         "ettr_without": round(without.ettr, 4),
         "ettr_with": round(with_.ettr, 4),
@@ -1660,6 +1954,54 @@ def run_regime(
         "stragglers_multiplier": stragglers,
         "watchdog_min": round(watchdog_s / MINUTE, 1),
     }
+    if returned_bad > 0 or validated is not None:
+        runs = {"without": without, "with": with_}
+        if validated is not None:
+            runs["validated"] = validated
+        out["returned_bad_share"] = returned_bad
+        out["returned"] = {name: returned_figures(run, gpu_h) for name, run in runs.items()}
+    return out
+
+
+def _p90(values: Sequence[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(math.ceil(0.9 * len(ordered)) - 1, 0)]
+
+
+def returned_figures(run: Run, gpu_h: float) -> dict[str, Any]:
+    """Issue 27's figures of one run: returns and how many were still bad, the restarts
+    and evictions the relapses caused, time to repair, validations."""
+    lost = sum(run.lost.values())
+    return {
+        "ettr": round(run.ettr, 4),
+        "lost_gpu_hours": round(lost * gpu_h, 1),
+        "lost_gpu_hours_by_cause": {k: round(v * gpu_h, 1) for k, v in run.lost.items()},
+        "restarts": len(run.restarts),
+        "returns": run.returns,
+        "returns_still_bad": run.returns_bad,
+        "returned_bad_share": round(run.returns_bad / run.returns, 4) if run.returns else None,
+        "relapses": run.relapses,
+        "relapse_restarts": run.relapse_restarts,
+        "relapse_restarts_attributed": run.relapse_named,
+        "relapse_evictions": run.relapse_evictions,
+        "evictions": run.evictions,
+        # quarantine (node-health's eviction) to back in service (its restore applied)
+        "ttr_min": [round(x / MINUTE, 1) for x in run.ttr],
+        # first quarantine to the return after which the node was sound
+        "to_sound_min": [round(x / MINUTE, 1) for x in run.to_sound],
+        "still_out": len(run.evicted_at),
+        "validations": run.validations,
+        "validation_fails": run.validation_fails,
+        "validation_missed": run.validation_missed,
+        "escalated": len(run.escalated),
+        "validating_node_h": round(run.validating_s / HOUR, 2),
+        "lemons_flagged": len(run.flagged) if run.automated else 0,
+        "cap_held_nodes": len(run.cap_held),
+        "cap_acks": run.acks,
+        "waiting_for_nodes_h": round(run.waiting / HOUR, 2),
+    }
 
 
 def positive(kind: Callable[[str], Any], what: str) -> Callable[[str], Any]:
@@ -1670,6 +2012,19 @@ def positive(kind: Callable[[str], Any], what: str) -> Callable[[str], Any]:
             raise argparse.ArgumentTypeError(f"{what} must be a number, got {text!r}") from None
         if not value > 0:
             raise argparse.ArgumentTypeError(f"{what} must be above 0, got {text}")
+        return value
+
+    return parse
+
+
+def share_of(what: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a number, got {text!r}") from None
+        if not 0.0 <= value <= 1.0:
+            raise argparse.ArgumentTypeError(f"{what} must be a share, 0 to 1, got {text}")
         return value
 
     return parse
@@ -1741,7 +2096,95 @@ def table(results: list[dict[str, Any]]) -> str:
             f"  failures in the pool: {f['hardware_on_pool']} hardware, "
             f"{f['slow_burner']} slow burners, {f['software']} software"
         )
+        if "returned" in r:
+            lines += returned_table([r])
     return "\n".join(lines)
+
+
+RUN_WORDS = {"without": "without", "with": "krea-ops", "validated": "+validation"}
+
+
+def _hours(values: Sequence[float]) -> str:
+    if not values:
+        return "n/a"
+    p90 = _p90(values) or 0.0
+    return f"{sum(values) / len(values) / 60:.1f} / {p90 / 60:.1f}"
+
+
+def returned_table(rs: list[dict[str, Any]]) -> list[str]:
+    """Issue 27's lines over one regime's results (one seed or several): per run, what
+    still-bad returns cost and what validation before return changes."""
+    runs = list(rs[0]["returned"])
+    width = 13
+    weeks = sum(r["days"] for r in rs) / 7.0
+
+    def row(words: str, cells: Iterable[str]) -> str:
+        return f"    {words:36}" + "".join(f"{c:>{width}}" for c in cells)
+
+    def total(name: str, key: str) -> int:
+        return sum(int(r["returned"][name][key]) for r in rs)
+
+    lines = [
+        f"  still bad when returned ({rs[0]['returned_bad_share']:.0%} of repairs; issue 27):",
+        row("", (RUN_WORDS[n] for n in runs)),
+    ]
+    ettr = {n: [r["returned"][n]["ettr"] for r in rs] for n in runs}
+    lines.append(row("ETTR, mean", (f"{sum(ettr[n]) / len(ettr[n]):.3f}" for n in runs)))
+    if len(rs) > 1:
+        lines.append(row("ETTR, min-max", (f"{min(ettr[n]):.3f}-{max(ettr[n]):.3f}" for n in runs)))
+    lines.append(
+        row(
+            "lost GPU-hours a week",
+            (f"{sum(r['returned'][n]['lost_gpu_hours'] for r in rs) / weeks:.0f}" for n in runs),
+        )
+    )
+    lines.append(row("restarts", (str(total(n, "restarts")) for n in runs)))
+    lines.append(
+        row(
+            "  of them, still-bad returns (named)",
+            (
+                f"{total(n, 'relapse_restarts')}"
+                + ("" if n == "without" else f" ({total(n, 'relapse_restarts_attributed')})")
+                for n in runs
+            ),
+        )
+    )
+    lines.append(
+        row("evictions of still-bad returns", (str(total(n, "relapse_evictions")) for n in runs))
+    )
+
+    def share(n: str) -> str:
+        back, bad = total(n, "returns"), total(n, "returns_still_bad")
+        return f"{bad}/{back} {bad / back:.1%}" if back else "n/a"
+
+    lines.append(row("returns still bad", (share(n) for n in runs)))
+    ttr = {n: [x for r in rs for x in r["returned"][n]["ttr_min"]] for n in runs}
+    sound = {n: [x for r in rs for x in r["returned"][n]["to_sound_min"]] for n in runs}
+    lines.append(row("time to repair, mean / p90 (h)", (_hours(ttr[n]) for n in runs)))
+    lines.append(row("  to a sound return, mean / p90 (h)", (_hours(sound[n]) for n in runs)))
+    lines.append(row("quarantined at the end", (str(total(n, "still_out")) for n in runs)))
+    lines.append(
+        row(
+            "validations: failed / missed",
+            (
+                f"{total(n, 'validations')}: {total(n, 'validation_fails')}/"
+                f"{total(n, 'validation_missed')}"
+                for n in runs
+            ),
+        )
+    )
+    lines.append(row("escalated", (str(total(n, "escalated")) for n in runs)))
+    lines.append(
+        row(
+            "node-hours validating",
+            (f"{sum(r['returned'][n]['validating_node_h'] for r in rs):.1f}" for n in runs),
+        )
+    )
+    lines.append(row("lemons flagged", (str(total(n, "lemons_flagged")) for n in runs)))
+    lines.append(
+        row("nodes held by the blast cap", (str(total(n, "cap_held_nodes")) for n in runs))
+    )
+    return lines
 
 
 def summary(results: list[dict[str, Any]]) -> str:
@@ -1787,6 +2230,8 @@ def summary(results: list[dict[str, Any]]) -> str:
             f"{sum(r['planned_swaps'] for r in rs)}; nodes held by the blast cap "
             f"{sum(r['cap_held_nodes'] for r in rs)}"
         )
+        if "returned" in rs[0]:
+            lines += returned_table(rs)
     return "\n".join(lines)
 
 
@@ -1836,6 +2281,19 @@ def main(argv: list[str] | None = None) -> int:
         default=NCCL_TIMEOUT_S / MINUTE,
         help="NCCL's watchdog timeout in minutes (default 10; many set 30)",
     )
+    parser.add_argument(
+        "--validation",
+        action="store_true",
+        help="issue 27: repairs leave some nodes still bad, and a third run validates "
+        "each node before node-health's restore",
+    )
+    parser.add_argument(
+        "--returned-bad",
+        type=share_of("--returned-bad"),
+        default=None,
+        help=f"share of repairs that leave the node still bad (default 0, "
+        f"{RETURNED_BAD_SHARE:g} with --validation)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per regime")
     parser.add_argument(
         "--seeds",
@@ -1869,6 +2327,8 @@ def main(argv: list[str] | None = None) -> int:
             args.hangs,
             args.stragglers,
             args.watchdog_min * MINUTE,
+            args.validation,
+            args.returned_bad,
         )
         for seed in seeds
         for r in REGIMES
