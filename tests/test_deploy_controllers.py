@@ -91,6 +91,8 @@ CLUSTER_CALLS: dict[str, set[tuple[str, str, str]]] = {
         ("jobset.x-k8s.io", "jobsets", "patch"),
         ("", "pods/log", "get"),
         ("", "events", "list"),
+        # the repair ladder: is the validation PriorityClass there
+        ("scheduling.k8s.io", "priorityclasses", "get"),
         *EVENTS,
     },
     "quota-sync": {
@@ -293,6 +295,12 @@ def test_each_controller_has_its_own_identity_and_only_the_calls_its_code_makes(
             ("", "configmaps", "get", ("krea-ops-config", "krea-ops-controller-state")),
             ("", "configmaps", "patch", ("krea-ops-controller-state",)),
             ("", "configmaps", "create", ()),
+            # node-health's validation Jobs (the repair ladder), in krea-ops only
+            *(
+                {("batch", "jobs", "create", ()), ("batch", "jobs", "list", ())}
+                if name == "node-health"
+                else set()
+            ),
         }
         pod = _one(base, "Deployment", full)["spec"]["template"]["spec"]
         assert pod["serviceAccountName"] == full
@@ -891,6 +899,8 @@ NOT_IN_THE_PASS: dict[str, dict[Atom, str]] = {
         "training gang runs, and a failed pod's",
         ("", "events", "list", None): "controllers/restarts.py lists a JobSet's Events "
         "after it restarted",
+        ("batch", "jobs", "create", None): "controllers/ladder.py starts a validation Job on "
+        "a node it quarantined, after the cool-down",
     },
     "quota-sync": {STATE_PATCH: LATER_PASSES, EVENT_SERIES: SERIES},
 }
