@@ -74,6 +74,8 @@ from krea_ops.runbook.plan import (
 from krea_ops.training.checkpoints import latest_complete
 from krea_ops.training.runs import CHECKPOINT_DIR_ANNOTATION, local_path
 from krea_ops.units import counted
+from krea_ops.validation import APP as VALIDATION_APP
+from krea_ops.validation import APP_LABEL as VALIDATION_APP_LABEL
 from krea_ops.validation import RESULT_ANNOTATION, Validation
 
 TAINT_KEY = "krea.ai/unhealthy"
@@ -241,6 +243,9 @@ def _stays(pod: Obj) -> str | None:
     owner = controller_of(pod)
     if owner is not None and owner.get("kind") == "DaemonSet":
         return f"DaemonSet {owner.get('name')}"
+    if (meta.get("labels") or {}).get(VALIDATION_APP_LABEL) == VALIDATION_APP:
+        # it tolerates the quarantine: it runs on the node because the node is out
+        return f"validation Job {owner.get('name') if owner else ''}".rstrip()
     if meta.get("deletionTimestamp"):
         return "already terminating"
     return None
