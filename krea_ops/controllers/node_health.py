@@ -50,10 +50,14 @@ and keeps in its state only what the cluster cannot say):
   finding look simultaneous: the veto then errs on the side of doing nothing, and says so.
   Nodes already quarantined still count towards a wave (they are evidence of it).
 * **Tripping never blocks recovery.** Cap and veto only hold back new evictions.
-  Restores flow: a node this controller quarantined that has been OK for
-  ``restore_after_s`` (default 1 h; None turns automatic restores off) is restored with
-  the runbook's plan (``build_restore``), cap or veto or not; and a manual
-  ``krea-ops nodes restore`` is never undone (next item).
+  Restores flow, cap or veto or not, and a manual ``krea-ops nodes restore`` is never
+  undone (next item). A node this controller quarantined earns its way back through the
+  repair ladder (``controllers.ladder``, ``validate``, on by default): validated after a
+  cool-down, restored with the runbook's plan (``build_restore``) on a pass while its
+  verdict is OK, labelled ``krea.ai/needs-repair`` and retried on a failure, escalated
+  after ``escalate_after`` failures; nodes that join with the pending-validation taint are
+  validated before they take pods. With ``validate`` off, a node OK for
+  ``restore_after_s`` (default 1 h; None turns automatic restores off) is restored.
 * **Manual restore.** A node whose eviction marks disappear without this controller
   restoring it (``nodes restore``, or ``kubectl uncordon`` plus the taint removed) was
   restored by an operator: it is not evicted again for ``cooldown_s`` (6 h) after the
@@ -109,15 +113,17 @@ State (JSON, persisted by the runner): per node, when each finding class was fir
 (``remediations``), lemons labelled (``lemons``), manual restores seen (``restored``),
 which nodes carried our marks (``marked``), which the last pass evicted (``evicting``,
 with the resourceVersion its plan was made from) and which it restored (``restoring``),
-the planned swaps under way per gang (``swaps``), and each running gang's state since when
-(``stalls``).
+the planned swaps under way per gang (``swaps``), each running gang's state since when
+(``stalls``), the ladder's failures per node (``validation``) and each node's history
+(``ledger``, ``controllers.ledger``: ``nodes history``).
 
 Gauges: ``quarantined`` (nodes carrying our marks by this controller), ``quarantined_unacked``
 (those counted by the cap, with this pass's), ``cap``, ``cap_reached`` (0/1),
 ``veto_active`` (0/1), ``bad_nodes``, ``unknown_nodes``, ``lemons``, ``swaps_pending``
 (checkpoint requests unanswered), ``swaps_ready`` (answered, the node not yet evicted),
-``runs_hung``, ``runs_straggler``, ``runs_slow``, ``runs_stalled``.
-"""
+``runs_hung``, ``runs_straggler``, ``runs_slow``, ``runs_stalled``; the ladder's
+``validations_running``, ``nodes_needs_repair``, ``nodes_escalated``,
+``nodes_pending_validation``, ``nodes_ready_to_restore``; the ledger's ``repair_*``."""
 
 from __future__ import annotations
 
