@@ -149,6 +149,17 @@ def status_text(rows: list[dict[str, Any]], fmt: OutputFormat) -> str:
             notes.append(
                 f"node-health judges {state}: {', '.join(runs)} (krea-ops train status NAME)"
             )
+        repairs = r.get("repairs") or {}
+        if repairs.get("escalated"):
+            notes.append(
+                f"node-health: failed validation repeatedly, needs repair: "
+                f"{', '.join(repairs['escalated'])} (krea-ops nodes history NODE)"
+            )
+        if repairs.get("ready"):
+            notes.append(
+                f"node-health: passed validation, ready to restore: "
+                f"{', '.join(repairs['ready'])} (krea-ops nodes restore NODE)"
+            )
     ack = rows[0]["ack"] if rows else None
     if ack:
         notes.append(

@@ -262,6 +262,11 @@ def climb(
         out.plans.append(plan)
         slots -= 1
 
+    ready = {s.target for s in out.skipped if s.why == "ready"}
+    for name, memo in state.items():
+        memo.pop("ready", None)
+        if name in ready:
+            memo["ready"] = True
     escalated = sorted(n for n, m in state.items() if m.get("escalated"))
     out.escalated = escalated
     if escalated:

@@ -46,6 +46,19 @@ def _runs(state: dict[str, Any]) -> dict[str, list[str]]:
     return out
 
 
+def _repairs(state: dict[str, Any]) -> dict[str, list[str]]:
+    """The repair ladder's nodes an operator must act on (``validation`` of node-health's
+    state): ``escalated`` (failed validation repeatedly: a person repairs them) and
+    ``ready`` (passed, waiting for a restore by hand)."""
+    ladder = state.get("validation")
+    out: dict[str, list[str]] = {}
+    for node, memo in sorted(ladder.items()) if isinstance(ladder, dict) else ():
+        for key in ("escalated", "ready"):
+            if isinstance(memo, dict) and memo.get(key):
+                out.setdefault(key, []).append(str(node))
+    return out
+
+
 def controller_status(
     cluster: Cluster, namespace: str, now: float
 ) -> tuple[list[dict[str, Any]], StoredState]:
@@ -88,6 +101,7 @@ def controller_status(
                 "blast_cap": state.get("cap") if state and name == "node-health" else None,
                 "veto": state.get("veto") if state and name == "node-health" else None,
                 "runs": _runs(state) if state and name == "node-health" else None,
+                "repairs": _repairs(state) if state and name == "node-health" else None,
                 "state": state,
                 "last_action": last,
                 "last_action_at_s": parse_time(last.get("at")) if last else None,

@@ -171,3 +171,33 @@ def test_a_node_that_joins_is_validated_at_once_and_its_taint_goes_with_the_pass
     assert not body["spec"]["taints"]  # its only taint, the pending one, removed
     # a node without the taint that is not ours is left alone
     assert _actions(_climb({"x": _node("x", out=False)}, T0)) == []
+
+
+def test_controller_status_names_the_nodes_an_operator_must_act_on() -> None:
+    from commands.controller import status_text
+    from commands.output import OutputFormat
+    from krea_ops.controllers.status import _repairs
+
+    state = {
+        "validation": {
+            "n1": {"since": T0, "failures": 3, "escalated": True},
+            "n2": {"since": T0, "failures": 0, "escalated": False, "ready": True},
+            "n3": {"since": T0, "failures": 1, "escalated": False},
+        }
+    }
+    repairs = _repairs(state)
+    assert repairs == {"escalated": ["n1"], "ready": ["n2"]}
+    row = {
+        "controller": "node-health", "lease": "krea-ops/x", "running": True, "leader": "a",
+        "last_holder": "a", "acquired_at": None, "renewed_at": None, "lease_duration_s": 15,
+        "transitions": 0, "blast_cap": None, "veto": None, "runs": {}, "repairs": repairs,
+        "state": state, "last_action": None, "last_action_at_s": None, "ack": None,
+    }  # fmt: skip
+    text = status_text([row], OutputFormat.table)
+    assert "needs repair: n1 (krea-ops nodes history NODE)" in text
+    assert "ready to restore: n2 (krea-ops nodes restore NODE)" in text
+    # the ladder remembers who waits for a restore by hand
+    passed = _result("n1", OUT + 700, True)
+    nodes = {"n1": _node("n1", **{RESULT_ANNOTATION: passed.annotation()})}
+    manual = _climb(nodes, OUT + 800, cfg=LadderConfig(auto_restore=False))
+    assert _repairs({"validation": manual.state}) == {"ready": ["n1"]}
