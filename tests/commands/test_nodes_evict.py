@@ -28,6 +28,7 @@ from tests.runbook.conftest import (
     pod_names,
     pod_on,
 )
+from tests.validated import pass_validation
 
 __all__ = ["_kubelets", "kubelets"]  # a kubelet on every node the tests make
 
@@ -175,6 +176,12 @@ def test_restore_refuses_a_node_we_did_not_evict_and_the_audit_holds_no_token(
     assert node_obj(cluster, "gpu-node-003")["spec"]["unschedulable"] is True
 
     assert run(sim, capsys, "evict", BAD, "--reason", "XID 79", "--yes")[0] == 0
+    # no validation since the eviction: refused too, naming how to validate it
+    code, _, err = run(sim, capsys, "restore", BAD, "--reason", "replaced GPU", "--yes")
+    assert code == 2 and "has no validation since its eviction" in err, err
+    assert f"(krea-ops nodes validate {BAD})" in err and "--force" in err
+    assert node_obj(cluster, BAD)["spec"]["unschedulable"] is True
+    pass_validation(cluster, BAD)
     code, _, err = run(sim, capsys, "restore", BAD, "--reason", "replaced GPU", "--yes")
     assert code == 0, err
     assert "unschedulable" not in node_obj(cluster, BAD)["spec"]
@@ -273,6 +280,7 @@ def test_kubectl_sees_the_eviction_and_its_own_taint_survives_evict_and_restore(
     # the rest, where there are any, are the control plane's own (RegisteredNode)
     assert {e["source"].get("component") for e in events if e not in ours} <= {"node-controller"}
 
+    pass_validation(cluster, BAD)
     code, _, err = run(sim, capsys, "restore", BAD, "--yes")
     assert code == 0, err
     node = json.loads(kubectl("get", "node", BAD, "-o", "json").stdout)

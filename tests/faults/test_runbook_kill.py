@@ -57,11 +57,16 @@ from tests.runbook.conftest import fleet, pod_on
 from tests.runbook.test_burst import virtual_nodes
 from tests.runbook.test_train import NAME, NS, launched
 from tests.training.dcp_fixture import write_dcp_checkpoint
+from tests.validated import pass_validation
 
 BAD = "gpu-node-001"
 VKS = ("vk-runpod", "vk-salad")
 REASON = "xid 79 on gpu 3"
 SIM_USER = "krea-sim-admin"  # the user of the simulator's kubeconfig: who the CLI says acts
+# When the evicted node passed its validation before ``nodes restore``: one time for the
+# clean run and the killed one (the node's annotation is compared whole), after any
+# eviction this session makes.
+VALIDATED_AT = float(int(time.time())) + 24 * 3600
 
 sim = sim_on_control_plane  # an API server per test, on each control plane
 
@@ -116,6 +121,7 @@ def _evict_plan(cluster: Cluster, tmp: Path) -> Plan:
 def _restore_setup(cluster: Cluster, tmp: Path) -> None:
     _evict_setup(cluster, tmp)
     assert execute(cluster, _evict_plan(cluster, tmp)).status == "done"
+    pass_validation(cluster, BAD, at=VALIDATED_AT)  # a restore wants a pass since
 
 
 def _pause_plan(cluster: Cluster, tmp: Path) -> Plan:

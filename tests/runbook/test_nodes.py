@@ -14,6 +14,7 @@ import pytest
 
 from krea_ops.errors import BadInput, KreaError
 from krea_ops.kube.cluster import Cluster
+from krea_ops.kube.times import parse_time, rfc3339
 from krea_ops.kube.writes import AddTaint, node, update
 from krea_ops.model import OK_VERDICT, Reason, Verdict
 from krea_ops.model import Severity as HealthSeverity
@@ -32,6 +33,7 @@ from krea_ops.runbook.nodes import (
 )
 from krea_ops.runbook.plan import FindingSeverity, Plan
 from krea_ops.sim.apiserver.local import LocalApiServer
+from krea_ops.validation import RESULT_ANNOTATION, Check, Validation
 from tests.conftest import wait_for
 from tests.runbook.conftest import (
     budget,
@@ -43,6 +45,7 @@ from tests.runbook.conftest import (
     pod_on,
     settle,
 )
+from tests.validated import pass_validation, record_validation
 
 BAD = "gpu-node-001"
 REASON = "XID 79: GPU fell off the bus"
@@ -234,6 +237,7 @@ def test_a_taint_another_client_adds_before_or_during_the_action_survives(
     keys = sorted(t["key"] for t in node_obj(cluster, BAD)["spec"]["taints"])
     assert keys == ["example.com/during", "example.com/late", "example.com/maintenance", TAINT_KEY]
 
+    pass_validation(cluster, BAD)
     restore = plan_restore(cluster, [BAD], user="bob")
     ran = execute(cluster, restore)
 
@@ -266,6 +270,7 @@ def test_restore_leaves_everything_else_and_a_second_restore_writes_nothing(
         content_type="application/merge-patch+json",
     )
     execute(cluster, evict_plan(cluster))
+    validated = pass_validation(cluster, BAD)
 
     execute(cluster, plan_restore(cluster, [BAD], user="bob"))
     settle(cluster, BAD)
@@ -276,7 +281,11 @@ def test_restore_leaves_everything_else_and_a_second_restore_writes_nothing(
 
     assert [t["key"] for t in after["spec"]["taints"]] == ["example.com/other"]
     assert after["metadata"]["labels"]["team"] == "infra"
-    assert after["metadata"]["annotations"] == {"note": "keep"}
+    # the validation stays too: it is the node's record, not the eviction's
+    assert after["metadata"]["annotations"] == {
+        "note": "keep",
+        RESULT_ANNOTATION: validated.annotation(),
+    }
     assert again.steps == () and result.made == ()
     assert node_obj(cluster, BAD)["metadata"]["resourceVersion"] == version
 
@@ -353,6 +362,7 @@ def test_the_audit_log_says_who_why_when_what_and_holds_no_token(
 
     plan = evict_plan(cluster)
     result = execute(cluster, plan, audit=audit)
+    pass_validation(cluster, BAD)
     execute(cluster, plan_restore(cluster, [BAD], user="alice"), audit=audit)
 
     text = log.read_text()
@@ -506,6 +516,7 @@ def test_a_cordon_someone_else_set_before_the_eviction_survives_restore(cluster:
     assert node_obj(cluster, BAD)["metadata"]["annotations"][CORDONED_BEFORE] == "true"
     assert evict_plan(cluster).steps == ()  # a re-run still writes nothing
 
+    pass_validation(cluster, BAD)
     restore = plan_restore(cluster, [BAD], user="bob")
     assert any(f.kind == "cordoned-before" for f in restore.findings)
     execute(cluster, restore)
@@ -513,7 +524,9 @@ def test_a_cordon_someone_else_set_before_the_eviction_survives_restore(cluster:
     after = node_obj(cluster, BAD)
     assert after["spec"]["unschedulable"] is True  # theirs
     assert "taints" not in after["spec"]
-    assert not any(k.startswith("krea.ai/") for k in after["metadata"].get("annotations") or {})
+    # nothing of the eviction is left; the validation stays (the node's record)
+    ours = [k for k in after["metadata"].get("annotations") or {} if k.startswith("krea.ai/")]
+    assert ours == [RESULT_ANNOTATION]
 
 
 def _verdict(severity: HealthSeverity, message: str) -> Verdict:
@@ -547,11 +560,73 @@ def test_restoring_a_node_that_is_bad_now_is_refused_unless_forced_and_says_why(
     )
 
 
+def test_restoring_a_node_with_no_pass_since_its_eviction_is_refused_unless_forced(
+    cluster: Cluster,
+) -> None:
+    """A node krea-ops evicted earns its way back by a validation that passed since the
+    eviction: with none since (a pass from before it does not count), or with a failed
+    last one, the restore is refused naming ``krea-ops nodes validate`` and nothing is
+    written; ``--force`` restores it with an ``unvalidated`` warning saying why."""
+    fleet(cluster, 10)
+    pass_validation(cluster, BAD, at=time.time() - 3600)  # before the eviction
+    execute(cluster, evict_plan(cluster))
+    settle(cluster, BAD)
+    version = node_obj(cluster, BAD)["metadata"]["resourceVersion"]
+    out_at = rfc3339(parse_time(node_obj(cluster, BAD)["metadata"]["annotations"][EVICTED_AT]))
+
+    with pytest.raises(BadInput) as refused:
+        plan_restore(cluster, [BAD], user="bob")
+    assert str(refused.value) == (
+        f"node {BAD} has no validation since its eviction at {out_at}: validate it first "
+        f"(krea-ops nodes validate {BAD}) or pass --force to restore it anyway; nothing was "
+        "changed"
+    )
+    assert node_obj(cluster, BAD)["metadata"]["resourceVersion"] == version
+    forced = plan_restore(cluster, [BAD], user="bob", force=True)
+    assert [(f.severity, f.message) for f in forced.findings if f.kind == "unvalidated"] == [
+        (
+            FindingSeverity.WARNING,
+            f"node {BAD} has no validation since its eviction at {out_at}: restored anyway",
+        )
+    ]
+
+    # validated since, and failed: refused too, naming the failed check
+    failed = Validation(
+        BAD,
+        "full",
+        time.time(),
+        (Check("dcgm", False, "failed Memory (GPU 3)"), Check("nccl", True, "476.0 GB/s")),
+        job="krea-ops/test",
+    )
+    record_validation(cluster, failed)
+    version = node_obj(cluster, BAD)["metadata"]["resourceVersion"]
+    with pytest.raises(BadInput) as refused:
+        plan_restore(cluster, [BAD], user="bob")
+    assert str(refused.value) == (
+        f"node {BAD} failed its last validation (dcgm): validate it first (krea-ops nodes "
+        f"validate {BAD}) or pass --force to restore it anyway; nothing was changed"
+    )
+    assert node_obj(cluster, BAD)["metadata"]["resourceVersion"] == version
+    assert "Restored" not in [e["reason"] for e in events_about(cluster, "default", BAD)]
+
+    forced = plan_restore(cluster, [BAD], user="bob", force=True)
+    [warning] = [f for f in forced.findings if f.kind == "unvalidated"]
+    assert warning.severity is FindingSeverity.WARNING and warning.message == (
+        f"node {BAD} failed its last validation (dcgm): restored anyway"
+    )
+    assert execute(cluster, forced).status == "done"
+    after = node_obj(cluster, BAD)
+    assert "unschedulable" not in after["spec"]
+    assert not any(t["key"] == TAINT_KEY for t in after["spec"].get("taints") or ())
+    assert after["metadata"]["annotations"][RESULT_ANNOTATION] == failed.annotation()
+
+
 def test_restoring_a_suspect_node_or_one_of_unknown_health_warns_in_the_preflight(
     cluster: Cluster,
 ) -> None:
     fleet(cluster, 10)
     execute(cluster, evict_plan(cluster))
+    pass_validation(cluster, BAD)
     suspect = {BAD: _verdict(HealthSeverity.SUSPECT, "GPU 1 at 81 °C")}
 
     plan = plan_restore(cluster, [BAD], user="bob", verdicts=suspect)
@@ -596,6 +671,7 @@ def test_evicting_a_node_already_out_keeps_who_took_it_out_first_and_adds_this_r
     assert taint["value"] == reason_slug("GPU 3 at 81 °C")  # the first reason's
     assert evict_plan(cluster).steps == ()  # a re-run writes nothing
 
+    pass_validation(cluster, BAD)
     execute(cluster, plan_restore(cluster, [BAD], user="bob"))
     settle(cluster, BAD)
     left = node_obj(cluster, BAD)["metadata"].get("annotations") or {}

@@ -24,6 +24,7 @@ from tests.conftest import sim_on_control_plane, wait_for
 from tests.kube.conftest import cluster, create
 from tests.runbook.conftest import node_obj, pod_names
 from tests.screens.conftest import cluster_actors, gpu_nodes, plan_dialog, wait_until
+from tests.validated import pass_validation
 
 __all__ = ["cluster", "sim"]
 
@@ -168,7 +169,28 @@ def test_evict_from_the_node_screen_asks_why_shows_the_plan_then_runs_it(
             assert ": hot gpu. That stays the first reason" in asked
             await pilot.press("escape")
 
-            # R restores: the same dialog, then our taint and cordon are gone
+            # R on the node with no validation since: refused in one line saying how to
+            # validate it, no plan dialog, nothing written
+            await pilot.press("R")
+            refusal = await wait_until(
+                pilot,
+                lambda: next(
+                    (
+                        n
+                        for n in app._notifications
+                        if n.severity == "error" and str(n.message).startswith(f"restore {NODE}")
+                    ),
+                    None,
+                ),
+            )
+            said = str(refusal.message)
+            assert said.startswith(f"restore {NODE}: node {NODE} has no validation since its ")
+            assert f"(krea-ops nodes validate {NODE})" in said and "--force" in said
+            assert plan_dialog(app) is None
+            assert OUR_TAINT in taint_keys(nodes)
+
+            # validated since: R restores: the same dialog, then our taint and cordon are gone
+            pass_validation(nodes, NODE)
             await pilot.press("R")
             confirm = await wait_until(pilot, lambda: plan_dialog(app))
             assert f"PATCH /api/v1/nodes/{NODE}" in dialog_text(app)
