@@ -182,6 +182,7 @@ from krea_ops.runbook.validate import (
     job_key,
     job_node,
     list_validation_jobs,
+    priority_class_exists,
     read_finished,
     running_validations,
 )
@@ -206,7 +207,6 @@ from krea_ops.training.swaps import (
 )
 from krea_ops.validation import (
     LEVELS,
-    PRIORITY_CLASS,
     RESULT_ANNOTATION,
     Validation,
     ValidationSpec,
@@ -755,14 +755,7 @@ class NodeHealth:
             )
             for n in candidates
         }
-        answer = cluster.request(
-            f"get priorityclass {PRIORITY_CLASS}",
-            "GET",
-            f"/apis/scheduling.k8s.io/v1/priorityclasses/{PRIORITY_CLASS}",
-        )
-        if not answer.ok and answer.status != 404:
-            raise cluster.refusal(f"get priorityclass {PRIORITY_CLASS}", answer)
-        return LadderInputs(spec, tuple(jobs), results, pods, answer.ok)
+        return LadderInputs(spec, tuple(jobs), results, pods, priority_class_exists(cluster))
 
     @staticmethod
     def _read_ack(inputs: Inputs) -> tuple[float | None, str | None]:

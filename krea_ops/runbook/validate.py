@@ -122,14 +122,18 @@ def read_validate(cluster: Cluster, names: Sequence[str], spec: ValidationSpec) 
     }
     jobs = list_validation_jobs(cluster, spec.namespace)
     gpu_nodes = sum(1 for n in cluster.nodes() if not n.virtual and (n.gpu_capacity or 0) > 0)
-    answer = cluster.request(
-        f"get priorityclass {PRIORITY_CLASS}",
-        "GET",
-        f"/apis/scheduling.k8s.io/v1/priorityclasses/{PRIORITY_CLASS}",
-    )
+    return ValidateInputs(nodes, pods, jobs, gpu_nodes, priority_class_exists(cluster))
+
+
+def priority_class_exists(cluster: Cluster) -> bool:
+    """Whether the validation Jobs' PriorityClass is there (a pod naming a missing one is
+    refused at admission, so its Job would never run)."""
+    what = f"get priorityclass {PRIORITY_CLASS}"
+    path = f"/apis/scheduling.k8s.io/v1/priorityclasses/{PRIORITY_CLASS}"
+    answer = cluster.request(what, "GET", path)
     if not answer.ok and answer.status != 404:
-        raise cluster.refusal(f"get priorityclass {PRIORITY_CLASS}", answer)
-    return ValidateInputs(nodes, pods, jobs, gpu_nodes, answer.ok)
+        raise cluster.refusal(what, answer)
+    return answer.ok
 
 
 def _gpus(obj: Obj) -> int:

@@ -36,6 +36,7 @@ from krea_ops.validation import (
 )
 from tests.conftest import cli, wait_for
 from tests.training.test_restarts_world import USER, NodeHealthProcess
+from tests.world.test_validation_sim import EXTRA
 
 LADDER = {
     "validate_after_s": 3.0,
@@ -54,14 +55,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, control_plane: str) -> Itera
         exporters=True,
         prometheus=False,
         failures_per_1000_node_days=0.0,
-        extra={
-            "slow_burners": False,
-            "devices_period_s": 15.0,
-            "validation_dcgm_r2_s": 30.0,
-            "validation_dcgm_r3_s": 60.0,
-            "validation_nccl_s": 20.0,
-            "validation_ib_s": 4.0,
-        },
+        extra=dict(EXTRA),  # the validation tools' run times cut
     )
     state = tmp_path_factory.mktemp(f"ladder-{control_plane}")
     with SimWorld(config, state, parts=("devices", "cluster", "kueue")) as w:
