@@ -11,8 +11,9 @@ after, one pass at a time (pure, over what ``node_health`` read):
   port to settle), at ``validate_level``; a node whose last validation since its
   quarantine failed is validated again after ``validate_retry_s``. A node that joined with
   the taint ``krea.ai/validation=pending:NoSchedule`` is validated at once. Never on a node
-  holding a training's pods or whose GPUs are in use (``Skip(why="busy")``), never more at
-  once than ``validation_share`` of the GPU nodes allows, counting those running
+  holding a training's pods, whose GPUs are in use or that is not Ready
+  (``Skip(why="blocked")``), never more at once than ``validation_share`` of the GPU nodes
+  allows, counting those running
   (``Skip(why="validation-share")``), never on a node opted out. Validation counts against
   no blast cap: it takes nothing offline that is not out already.
 * **Restore.** A node this controller quarantined whose last validation since its
@@ -227,7 +228,7 @@ def climb(
             continue
         busy = blockers(name, obj, inputs.pods.get(name, ()))
         if busy is not None:
-            out.skipped.append(Skip(name, "busy", busy))
+            out.skipped.append(Skip(name, "blocked", busy))
             continue
         if not inputs.priority_class:
             out.alerts.append(

@@ -5,7 +5,8 @@ Starting (``build_validate``, pure over ``ValidateInputs``): one CREATE of the J
 (``krea_ops.validation.job_manifest``) and one Event ``ValidationStarted`` per node. The
 preflight refuses, with the reason and nothing changed:
 
-* a node that does not exist, is virtual, or has no GPUs;
+* a node that does not exist, is virtual, has no GPUs, or is not Ready (no kubelet
+  would run the Job);
 * a node that holds a training's pods: validation never runs beside a gang (evict it
   first, or let the training end);
 * a node whose GPUs other pods still use: the validation needs all of them (evict it
@@ -170,6 +171,12 @@ def blockers(name: str, obj: Obj, pods: Sequence[Obj]) -> str | None:
         return f"node {name} is a virtual node: there is no hardware to validate"
     if _gpus(obj) <= 0:
         return f"node {name} has no GPUs"
+    ready = next(
+        (c for c in (obj.get("status") or {}).get("conditions") or () if c.get("type") == "Ready"),
+        None,
+    )
+    if ready is None or ready.get("status") != "True":
+        return f"node {name} is not Ready: its kubelet would not run the validation"
     live = [p for p in pods if _live(p)]
     gangs = sorted({"/".join(g) for p in live if (g := gang_of(p)) is not None})
     if gangs:

@@ -39,7 +39,8 @@ def _node(name: str, *, out: bool = True, pending: bool = False, **notes: str) -
         "metadata": {"name": name, "uid": f"u-{name}", "resourceVersion": "7",
                      "annotations": annotations, "labels": {"krea.ai/pool": "h100"}},
         "spec": {"unschedulable": out, "taints": taints},
-        "status": {"capacity": {"nvidia.com/gpu": "8"}},
+        "status": {"capacity": {"nvidia.com/gpu": "8"},
+                   "conditions": [{"type": "Ready", "status": "True"}]},
     }  # fmt: skip
 
 
@@ -148,7 +149,12 @@ def test_never_beside_a_training_nor_beyond_the_share() -> None:
         "status": {"phase": "Running"},
     }  # fmt: skip
     out = _climb({"n1": _node("n1")}, OUT + 600, pods={"n1": [rank]})
-    assert _actions(out) == [] and [s.why for s in out.skipped] == ["busy"]
+    assert _actions(out) == [] and [s.why for s in out.skipped] == ["blocked"]
+    # nor on a node whose kubelet is gone (it waits until the node is Ready)
+    down = _node("n1")
+    down["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
+    out = _climb({"n1": down}, OUT + 600)
+    assert _actions(out) == [] and "is not Ready" in out.skipped[0].detail
     # 20 quarantined nodes: 5% of 20 is one at a time
     many = {f"n{i:02d}": _node(f"n{i:02d}") for i in range(20)}
     out = _climb(many, OUT + 600)

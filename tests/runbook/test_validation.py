@@ -41,7 +41,10 @@ def _node(name: str = "gpu-node-007", gpus: int = 8, **extra: object) -> dict[st
     return {
         "metadata": meta,
         "spec": {"unschedulable": True},
-        "status": {"capacity": {"nvidia.com/gpu": str(gpus)}},
+        "status": {
+            "capacity": {"nvidia.com/gpu": str(gpus)},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
     }
 
 
