@@ -11,6 +11,7 @@ as for every write command.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ from krea_ops import units
 from krea_ops.errors import BadInput, Unavailable
 from krea_ops.fleet import FleetSnapshot
 from krea_ops.model import NodeView
+from krea_ops.validation import NEEDS_REPAIR_LABEL, PENDING_TAINT_KEY, RESULT_ANNOTATION, Check
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     from krea_ops.controllers.restarts import LemonRow
     from krea_ops.runbook.execute import RunResult
     from krea_ops.validation import Validation
+    from krea_ops.validation_status import NodeValidation
 
 app = typer.Typer(no_args_is_help=True, help="Nodes: GPUs, schedulability, taints, health.")
 
@@ -203,8 +206,9 @@ def show_node(
     node: str = typer.Argument(..., help="node name"),
     output: OutputFormat = OutputOption,
 ) -> None:
-    """One node in detail: verdict and reasons, each GPU, InfiniBand ports and NVLink links
-    with errors, pods on the node, taints and our annotations."""
+    """One node in detail: verdict and reasons, its last validation (each check against
+    the pool's baseline, needs-repair, pending validation), each GPU, InfiniBand ports and
+    NVLink links with errors, pods on the node, taints and our annotations."""
     ctx.with_resource(gc_paused())
     detail = console_of(ctx).node(node)  # one node is cheap to read whole
     snap, view, pods = detail.snapshot, detail.view, detail.pods
@@ -234,16 +238,24 @@ def show_node(
         }
         for p in pods
     ]
+    from krea_ops.validation_status import node_validation
+
+    standing = node_validation(view.info)
+    row["validation"] = None if standing.last is None else standing.last.as_dict()
     if output is not OutputFormat.table and output is not OutputFormat.wide:
         emit(render([row], output))
     else:
-        emit(_describe(row, snap, output))
+        emit(_describe(row, snap, output, standing))
     if snap.telemetry_error:
         raise Unavailable(snap.telemetry_error)
 
 
-def _describe(row: dict[str, Any], snap: FleetSnapshot, output: OutputFormat) -> str:
+def _describe(
+    row: dict[str, Any], snap: FleetSnapshot, output: OutputFormat, standing: NodeValidation
+) -> str:
     policy = snap.policy
+    # the validation's JSON has its own section
+    shown = {k: v for k, v in row["annotations"].items() if k != RESULT_ANNOTATION}
     out = [
         f"Node:        {row['name']}",
         f"Verdict:     {row['verdict']}",
@@ -257,7 +269,8 @@ def _describe(row: dict[str, Any], snap: FleetSnapshot, output: OutputFormat) ->
         f"Schedulable: {_yes_no(row['schedulable'])}" + ("  (cordoned)" if row["cordoned"] else ""),
         f"Taints:      {', '.join(row['taints']) or '-'}",
         f"Pool/rack:   {row['pool'] or '-'} / {row['rack'] or '-'}",
-        "Annotations: " + (", ".join(f"{k}={v}" for k, v in row["annotations"].items()) or "-"),
+        "Annotations: " + (", ".join(f"{k}={v}" for k, v in shown.items()) or "-"),
+        *validation_lines(standing, time.time()),
         source_line(snap).rstrip(),
         "",
     ]
@@ -315,6 +328,54 @@ def _describe(row: dict[str, Any], snap: FleetSnapshot, output: OutputFormat) ->
             )
         )
     return "\n".join(out) + "\n"
+
+
+def check_figure(c: Check) -> str | None:
+    """``472.1 GB/s against 476.0 (pool median of 4)``; None for a check with no figure."""
+    if c.figure is None:
+        return None
+    text = f"{c.figure:.1f} {c.unit or ''}".rstrip()
+    if c.baseline is not None:
+        text += f" against {c.baseline:.1f} ({c.baseline_from or 'baseline'})"
+    return text
+
+
+def validation_lines(standing: NodeValidation, now: float) -> list[str]:
+    """The ``Validation:`` section of ``nodes show``: the last result, a line per check
+    (failing first, with its detail), the needs-repair label, the pending-validation
+    taint, and whether an evicted node was validated since."""
+    v = standing.last
+    node = standing.node
+    if v is None:
+        what = f"unreadable ({RESULT_ANNOTATION} does not parse)" if standing.unreadable else "none"
+        out = [f"Validation:  {what}"]
+    else:
+        when = f"{fmt.iso(v.at)} ({units.since(v.at, now)} ago)"
+        out = [
+            f"Validation:  {'pass' if v.passed else 'FAIL'} ({v.level}) at {when}"
+            f" by {v.by or '?'}, Job {v.job or '-'}"
+        ]
+        width = max(len(c.name) for c in v.checks) if v.checks else 0
+        for c in sorted(v.checks, key=lambda c: c.passed):
+            figure = check_figure(c)
+            if c.passed:
+                words = figure or c.detail
+            else:
+                words = f"{figure}: {c.detail}" if figure else c.detail
+            out.append(f"  {c.name:<{width}}  {'pass' if c.passed else 'FAIL'}  {words}")
+    if standing.needs_repair is not None:
+        out.append(f"  needs repair: {NEEDS_REPAIR_LABEL}={standing.needs_repair}")
+    if standing.pending:
+        out.append(f"  pending validation: tainted {PENDING_TAINT_KEY} until it passes")
+    if standing.evicted_at is not None:
+        at = fmt.iso(standing.evicted_at)
+        if standing.since_eviction:
+            out.append(f"  evicted at {at}; validated since")
+        else:
+            out.append(
+                f"  evicted at {at}; none since its eviction: krea-ops nodes validate {node}"
+            )
+    return out
 
 
 # -- the runbook's node actions -------------------------------------------------------------
@@ -427,8 +488,10 @@ def validate_nodes(
     ctx: typer.Context,
     nodes: list[str] = typer.Argument(..., metavar="NODE", help="the nodes to validate"),
     level: str = typer.Option(
-        "quick", "--level", help="quick (dcgmi diag -r 2, NCCL all-reduce) or full (-r 3, and "
-        "InfiniBand bandwidth per port)"
+        "quick",
+        "--level",
+        help="quick (dcgmi diag -r 2, NCCL all-reduce) or full (-r 3, and "
+        "InfiniBand bandwidth per port)",
     ),
     reason: str = typer.Option(None, "--reason", help="why (on the Job, the Event, the audit)"),
     timeout: float = typer.Option(

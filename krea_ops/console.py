@@ -183,6 +183,21 @@ class ConsoleActions(Protocol):
         timeout_s: float = 600.0,
     ) -> Plan: ...
 
+    def validation_spec(self) -> ValidationSpec: ...
+
+    def plan_validate(
+        self, nodes: Collection[str], *, level: str, reason: str | None = None
+    ) -> Plan: ...
+
+    def validation_wait(
+        self,
+        jobs: Mapping[str, str],
+        *,
+        timeout_s: float,
+        poll_s: float = 2.0,
+        progress: Callable[[str], None] | None = None,
+    ) -> tuple[dict[str, Validation], dict[str, str]]: ...
+
     def execute(self, plan: Plan) -> RunResult: ...
 
 

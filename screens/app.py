@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import on
@@ -31,8 +31,9 @@ from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Static
-from textual.worker import Worker, WorkerState
+from textual.worker import Worker, WorkerState, get_current_worker
 
+from krea_ops import units
 from krea_ops.console import ConsoleActions, ConsoleReads, FleetScope
 from krea_ops.errors import KreaError
 from krea_ops.fleet import FleetSnapshot
@@ -49,10 +50,15 @@ from screens.messages import (
     PlanReady,
     QueueLoaded,
     TrainingLoaded,
+    ValidationSeen,
+    ValidationWaitFailed,
+    node_key,
 )
 
 if TYPE_CHECKING:
     from krea_ops.runbook.plan import Plan
+    from krea_ops.validation import Validation
+
 
 def training_loaded(console: Any) -> TrainingLoaded:
     """The runs, what node-health recorded of their restarts, and their statuses: a
@@ -79,6 +85,7 @@ def training_loaded(console: Any) -> TrainingLoaded:
 
 SCREENS_ORDER = ("fleet", "fabric", "queue", "burst", "training")
 SLOW_READ_S = 10.0  # a read in flight this long (or 3 refreshes) is said to be slow
+VALIDATION_POLL_S = 2.0  # seconds between looks at the validation Jobs waited for
 SCREEN_TITLES = {
     "fleet": "Fleet",
     "fabric": "Fabric",
@@ -186,6 +193,10 @@ class KreaOpsApp(App[None]):
         self._started: dict[str, float] = {}
         self._in_flight: set[str] = set()
         self._paused = False
+        # validations this dashboard started or waits for: node -> (Job, what its pod does)
+        self.validating: dict[str, tuple[str, str]] = {}
+        # results that came while the dashboard waited (the node's read may lag them)
+        self.validations: dict[str, Validation] = {}
 
     # -- layout ---------------------------------------------------------------------
 
@@ -540,15 +551,22 @@ class KreaOpsApp(App[None]):
         self.notify(f"{title}: not available ({why})", severity="warning")
         return False
 
-    def start_action(self, title: str, make_plan: Callable[[ConsoleActions], Plan]) -> None:
+    def start_action(
+        self,
+        title: str,
+        make_plan: Callable[[ConsoleActions], Plan],
+        then: Callable[[Plan], None] | None = None,
+    ) -> None:
         """Plan an action on a worker (nothing is written), then show the plan in the
-        confirm dialog; the executor runs it only after Run."""
+        confirm dialog; the executor runs it only after Run. ``then`` follows on the UI
+        thread once the plan ran to the end, or had nothing to do (``nodes validate``
+        waits for its Jobs then, new or already running)."""
         actions = self.actions
         if actions is None or not self.can_act(title):
             return
         self.notify(f"{title}: planning (reading the cluster; nothing is written yet)…")
         self._action_worker(
-            title, f"planning {title}", lambda: PlanReady(title, make_plan(actions))
+            title, f"planning {title}", lambda: PlanReady(title, make_plan(actions), then)
         )
 
     def _action_worker(self, title: str, description: str, work: Callable[[], Message]) -> None:
@@ -571,14 +589,16 @@ class KreaOpsApp(App[None]):
     def _plan_ready(self, message: PlanReady) -> None:
         from screens.dialogs import ConfirmScreen, OutcomeScreen
 
-        plan, title = message.plan, message.title
+        plan, title, then = message.plan, message.title, message.then
         if plan.writes_nothing and not plan.refused:
             self.push_screen(OutcomeScreen(f"{title}: nothing to do", plan.lines(), ok=True))
+            if then is not None:
+                then(plan)
             return
 
         def decided(run: bool | None) -> None:
             if run:
-                self._execute(title, plan)
+                self._execute(title, plan, then)
 
         self.push_screen(
             ConfirmScreen(
@@ -587,14 +607,14 @@ class KreaOpsApp(App[None]):
             decided,
         )
 
-    def _execute(self, title: str, plan: Plan) -> None:
+    def _execute(self, title: str, plan: Plan, then: Callable[[Plan], None] | None = None) -> None:
         actions = self.actions
         if actions is None:
             return
 
         self.notify(f"{title}: running…")
         self._action_worker(
-            title, f"running {title}", lambda: ActionDone(title, actions.execute(plan))
+            title, f"running {title}", lambda: ActionDone(title, actions.execute(plan), then)
         )
 
     @on(ActionDone)
@@ -615,6 +635,110 @@ class KreaOpsApp(App[None]):
         ok = result.status == "done"
         self.push_screen(OutcomeScreen(f"{message.title}: {result.status}", lines, ok=ok))
         self.action_refresh_now()
+        if ok and message.then is not None:
+            message.then(result.plan)
+
+    # -- validations: the Jobs a plan started, waited for in the background ---------------
+
+    def wait_for_validations(self, jobs: Mapping[str, str]) -> None:
+        """Wait on a worker for the validation Jobs ``jobs`` (node -> namespace/name) that
+        a ``nodes validate`` plan started (or found running): each result is recorded on
+        its node as it comes (``Console.validation_wait``) and said here. The UI never
+        blocks; the wait stops at the validation's timeout, or when the app closes."""
+        actions = self.actions
+        jobs = {n: j for n, j in jobs.items() if n not in self.validating}
+        if actions is None or not jobs:
+            return
+        self.validating.update((n, (j, "started")) for n, j in jobs.items())
+        spec = actions.validation_spec()
+        # the Job is cut at its deadline and then judged: a little longer than that
+        timeout_s = spec.timeout_s + 120.0
+        self.notify(
+            f"validate {', '.join(jobs)}: waiting for {', '.join(jobs.values())} "
+            f"(up to {units.duration(spec.timeout_s)}); the result is recorded on the node"
+        )
+        self._refresh_validation(jobs)
+
+        def wait() -> None:
+            worker = get_current_worker()
+            left = dict(jobs)
+            deadline = time.monotonic() + timeout_s
+            seen: dict[str, str] = {}
+            try:
+                while left:
+                    # one look (timeout 0): judges and records each Job that finished
+                    done, running = actions.validation_wait(left, timeout_s=0)
+                    for node in done:
+                        left.pop(node, None)
+                    over = not left or worker.is_cancelled or time.monotonic() >= deadline
+                    if done or running != seen or over:
+                        self.post_message(ValidationSeen(done, running, ended=over))
+                    seen = running
+                    if over:
+                        return
+                    pause = time.monotonic() + VALIDATION_POLL_S
+                    while time.monotonic() < pause and not worker.is_cancelled:
+                        time.sleep(0.2)
+            except Exception as exc:  # the API server gone, RBAC: one line
+                self.post_message(ValidationWaitFailed(tuple(left), _first_line(exc)))
+
+        self.run_worker(
+            wait, group="validation-wait", thread=True, exclusive=False, exit_on_error=False,
+            description=f"waiting for validation of {', '.join(jobs)}",
+        )  # fmt: skip
+
+    @on(ValidationSeen)
+    def _validation_seen(self, message: ValidationSeen) -> None:
+        for node, v in message.done.items():
+            self.validating.pop(node, None)
+            self.validations[node] = v
+            if v.passed:
+                self.notify(f"validate {node}: {v.summary()}", title="validation passed")
+            else:
+                self.notify(
+                    f"validate {node}: {v.summary()}; labelled krea.ai/needs-repair",
+                    title="validation FAILED",
+                    severity="error",
+                    timeout=30,
+                )
+        for node, what in message.running.items():
+            if node in self.validating:
+                self.validating[node] = (self.validating[node][0], what)
+        if message.ended:
+            for node in list(message.running):
+                job, what = self.validating.pop(node, ("?", "?"))
+                self.notify(
+                    f"validate {node}: {job} still running ({what}) at the timeout; "
+                    f"krea-ops nodes validate {node} waits for it",
+                    severity="warning",
+                    timeout=30,
+                )
+        self._refresh_validation({**message.done, **message.running})
+
+    @on(ValidationWaitFailed)
+    def _validation_wait_failed(self, message: ValidationWaitFailed) -> None:
+        for node in message.nodes:
+            self.validating.pop(node, None)
+        self.notify(
+            f"validate {', '.join(message.nodes)}: waiting stopped: {message.error} (the Job "
+            "runs on; krea-ops nodes validate waits for it and records the result)",
+            severity="error",
+            timeout=30,
+        )
+        self._refresh_validation(dict.fromkeys(message.nodes))
+
+    def _refresh_validation(self, nodes: Mapping[str, object]) -> None:
+        """The screens showing these nodes redraw their validation, and the nodes are read
+        again (a result was written on them)."""
+        for screen in self.screen_stack:
+            if isinstance(screen, DataScreen):
+                with contextlib.suppress(NoMatches):
+                    screen.validation_changed(set(nodes))
+        for node in nodes:
+            key = node_key(node)
+            if key in self.wanted_kinds():
+                self._started.pop(key, None)
+        self.call_after_refresh(self._tick)
 
     @on(ActionFailed)
     def _action_failed(self, message: ActionFailed) -> None:

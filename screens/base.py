@@ -62,6 +62,10 @@ class DataScreen(Screen[None]):
         """A read of ``kind`` failed; the app shows the error in the footer. Screens
         may grey their stale parts."""
 
+    def validation_changed(self, nodes: set[str]) -> None:
+        """A validation the dashboard waits for moved on (a pod's phase, a result, the
+        wait ended) for these nodes (UI thread). Screens that show it redraw it."""
+
     def apply_filter(self, text: str) -> None:
         """Narrow the rows to those matching ``text`` ("" shows all). Screens with a
         filter override."""

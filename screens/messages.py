@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 from textual.message import Message
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from krea_ops.burst.status import BurstStatus
     from krea_ops.console import FleetScope, NodeDetail, QueueReading
@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from krea_ops.runbook.execute import RunResult
     from krea_ops.runbook.plan import Plan
     from krea_ops.training.runs import TrainingRun
+    from krea_ops.validation import Validation
+
+    AfterRun = Callable[[Plan], None]
 
 
 class Loaded(Message):
@@ -136,21 +139,51 @@ class WhyFailed(Message):
 
 class PlanReady(Message):
     """An action's plan, built on a worker from the cluster as it is now: the app shows it
-    in the confirm dialog. ``title``: what the operator asked for (``evict gpu-node-003``)."""
+    in the confirm dialog. ``title``: what the operator asked for (``evict gpu-node-003``);
+    ``then``: what follows once it ran (or had nothing to do), on the UI thread."""
 
-    def __init__(self, title: str, plan: Plan) -> None:
+    def __init__(self, title: str, plan: Plan, then: AfterRun | None = None) -> None:
         super().__init__()
         self.title = title
         self.plan = plan
+        self.then = then
 
 
 class ActionDone(Message):
     """The executor ran a plan the operator confirmed; ``result`` has each step's outcome."""
 
-    def __init__(self, title: str, result: RunResult) -> None:
+    def __init__(self, title: str, result: RunResult, then: AfterRun | None = None) -> None:
         super().__init__()
         self.title = title
         self.result = result
+        self.then = then
+
+
+class ValidationSeen(Message):
+    """One look at the validation Jobs the dashboard waits for: the results that came
+    (already recorded on their nodes) and what each Job still running is doing (its pod's
+    phase); ``ended``: the wait is over (all came, or the timeout, or the app is closing)."""
+
+    def __init__(
+        self,
+        done: Mapping[str, Validation],
+        running: Mapping[str, str],
+        *,
+        ended: bool = False,
+    ) -> None:
+        super().__init__()
+        self.done = dict(done)
+        self.running = dict(running)
+        self.ended = ended
+
+
+class ValidationWaitFailed(Message):
+    """Waiting for the validation Jobs of ``nodes`` stopped with a one-line ``error``."""
+
+    def __init__(self, nodes: tuple[str, ...], error: str) -> None:
+        super().__init__()
+        self.nodes = nodes
+        self.error = error
 
 
 class ActionFailed(Message):

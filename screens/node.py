@@ -1,6 +1,8 @@
 """Node screen: one node in detail, opened from the fleet heatmap or ``:node NAME``.
 
-Header (verdict and every reason, Ready, cordon, taints, our annotations), a row per GPU,
+Header (verdict and every reason, Ready, cordon, taints, our annotations), the node's last
+validation (each check against the pool's baseline, needs-repair, pending; ``v`` starts a
+quick one through the plan dialog and the app waits for it in the background), a row per GPU,
 sparklines of each GPU's temperature and tensor activity over the console's recent
 history, the InfiniBand ports, the NVLink links with problems, and the pods on the node.
 Everything comes from one read of this node whole (``Console.node``: every telemetry
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -34,6 +37,8 @@ from krea_ops.fleet import (
 from krea_ops.health import HealthPolicy, busy_not_work
 from krea_ops.history import GpuHistory
 from krea_ops.model import Doubt, GpuSample, NodeView, PodInfo, Severity
+from krea_ops.validation import NEEDS_REPAIR_LABEL, PENDING_TAINT_KEY, Check
+from krea_ops.validation_status import NodeValidation, node_validation
 from screens.base import DataScreen
 from screens.fabric import (
     LEGEND,
@@ -51,6 +56,8 @@ from screens.text import SEVERITY_STYLE, severity_text, sync_table
 OUR_ANNOTATIONS = ("krea.ai/", "burst.krea.ai/", "sim.krea.ai/")
 MAX_SPARKLINES = 16  # GPUs with a history row; more than a node has in practice
 MAX_NVLINK_LINES = 20
+# what one read of the node fills (greyed when it fails)
+NODE_PARTS = ("#node-header", "#validation", "#gpus", "#history", "#ib", "#nvlink")
 
 GPU_COLUMNS = (
     ("gpu", "GPU"),
@@ -265,6 +272,72 @@ def header_text(view: NodeView, snapshot: FleetSnapshot) -> Text:
     return out
 
 
+def check_text(c: Check) -> Text:
+    """One check of a validation: its figure against the baseline and where that comes
+    from; a failing one's detail."""
+    out = Text("  ")
+    out.append("✓ " if c.passed else "✗ ", style="green" if c.passed else "bold red")
+    out.append(c.name, style="bold" if not c.passed else "")
+    figure = None
+    if c.figure is not None:
+        figure = f"{c.figure:.1f} {c.unit or ''}".rstrip()
+        if c.baseline is not None:
+            figure += f" against {c.baseline:.1f} ({c.baseline_from or 'baseline'})"
+    if c.passed:
+        out.append(f" {figure or c.detail}")
+    else:
+        out.append(f" {figure}: " if figure else " ")
+        out.append(c.detail, style="red")
+    return out
+
+
+def validation_text(
+    standing: NodeValidation | None,
+    running: tuple[str, str] | None,
+    now: float,
+    *,
+    can_validate: bool = True,
+) -> Text:
+    """The node's last validation (pass/fail, level, age, by whom, the Job, each check),
+    its needs-repair label, the pending-validation taint, whether an evicted node was
+    validated since, and the validation this dashboard waits for; where one is due (a
+    failure, pending, none since an eviction) and the dashboard can act, that ``v``
+    starts one."""
+    out = Text("Validation: ", style="bold")
+    v = standing.last if standing is not None else None
+    if v is None:
+        unreadable = standing is not None and standing.unreadable
+        out.append("unreadable annotation" if unreadable else "none on record", style="dim")
+    else:
+        out.append("pass" if v.passed else "FAIL", style="bold green" if v.passed else "bold red")
+        out.append(f" ({v.level}) {units.since(v.at, now)} ago by {v.by or '?'}")
+        out.append(f", Job {v.job or '-'}", style="dim")
+        for c in sorted(v.checks, key=lambda c: c.passed):
+            out.append("\n")
+            out.append_text(check_text(c))
+    if standing is not None and standing.needs_repair is not None:
+        out.append(f"\nneeds repair: {NEEDS_REPAIR_LABEL}={standing.needs_repair}", "bold red")
+    if standing is not None and standing.pending:
+        out.append(f"\npending validation: tainted {PENDING_TAINT_KEY} until it passes", "yellow")
+    if standing is not None and standing.evicted_at is not None and not standing.since_eviction:
+        out.append(
+            f"\nevicted {units.since(standing.evicted_at, now)} ago; none since its eviction",
+            style="yellow",
+        )
+    if running is not None:
+        job, what = running
+        out.append(f"\nrunning: {job} ({what}), waiting for its result…", style="cyan")
+    elif (
+        can_validate
+        and standing is not None
+        and (
+            (v is not None and not v.passed) or standing.pending or standing.since_eviction is False
+        )
+    ):
+        out.append("\n(v validates)", style="dim")
+    return out
+
+
 def nvlink_text(
     entries: Sequence[FabricEntry],
     gpus: Sequence[GpuEntry],
@@ -335,17 +408,24 @@ class NodeScreen(DataScreen):
     # node is shown; the node itself is read whole
     FAMILIES: ClassVar[tuple[str, ...] | None] = ("gpu",)
     HELP = (
-        "One node: its verdict and every reason, each GPU (busy time next to tensor "
-        "activity), recent temperature and tensor history, InfiniBand ports, NVLink links "
-        "with problems, and the pods on it."
+        "One node: its verdict and every reason, its last validation (each check against "
+        "the pool's baseline, needs-repair), each GPU (busy time next to tensor activity), "
+        "recent temperature and tensor history, InfiniBand ports, NVLink links with "
+        "problems, and the pods on it."
     )
     ACTIONS = (
         ("e", "evict this node: cordon, taint, drain (asks why, shows the plan)"),
         ("R", "restore this node: undo our evict"),
+        (
+            "v",
+            "validate this node: a quick validation Job (DCGM diagnostics, NCCL all-reduce; "
+            "shows the plan), then its result, recorded on the node",
+        ),
     )
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("e", "evict", "Evict"),
         Binding("R", "restore", "Restore"),
+        Binding("v", "validate", "Validate"),
         Binding("g", "focus_table('gpus')", "GPUs"),
         Binding("i", "focus_table('ib')", "InfiniBand"),
         Binding("p", "focus_table('pods')", "Pods"),
@@ -371,6 +451,7 @@ class NodeScreen(DataScreen):
                 classes="summary",
                 id="node-header",
             )
+            yield Static("", classes="summary", id="validation")
             yield Static("GPUs", classes="pane-title", id="gpus-title")
             yield DataTable(id="gpus", cursor_type="row", zebra_stripes=True)
             yield Static("Recent history", classes="pane-title", id="history-title")
@@ -396,6 +477,39 @@ class NodeScreen(DataScreen):
     def action_node(self) -> str | None:
         return self.node
 
+    def action_validate(self) -> None:
+        """``v``: a quick validation of this node through the plan dialog; once it runs,
+        the app waits for its Job in the background and the result shows here."""
+        node, title = self.node, f"validate {self.node}"
+        running = self.krea.validating.get(node)
+        if running is not None:
+            self.notify(f"{title}: {running[0]} is running ({running[1]}); its result shows here")
+            return
+        self.krea.start_action(
+            title,
+            lambda actions: actions.plan_validate([node], level="quick"),
+            then=lambda plan: self.krea.wait_for_validations(plan.options.get("jobs") or {}),
+        )
+
+    def validation_changed(self, nodes: set[str]) -> None:
+        if self._ready and self.node in nodes:
+            self._show_validation()
+
+    def _show_validation(self) -> None:
+        standing = None if self.view is None else node_validation(self.view.info)
+        came = self.krea.validations.get(self.node)  # the node's read may not have it yet
+        last = None if standing is None else standing.last
+        if came is not None and (last is None or last.at < came.at):
+            standing = replace(standing or NodeValidation(self.node, None), last=came)
+        self.query_one("#validation", Static).update(
+            validation_text(
+                standing,
+                self.krea.validating.get(self.node),
+                self.krea.clock(),
+                can_validate=self.krea.actions is not None,
+            )
+        )
+
     def action_focus_table(self, table_id: str) -> None:
         table = self.query_one(f"#{table_id}", DataTable)
         table.focus()
@@ -416,7 +530,7 @@ class NodeScreen(DataScreen):
         if not self._ready:
             return
         if kind == node_key(self.node):
-            for wid in ("#node-header", "#gpus", "#history", "#ib", "#nvlink", "#pods"):
+            for wid in (*NODE_PARTS, "#pods"):
                 self.query_one(wid).set_class(True, "stale")
 
     def _show_presence(self, snapshot: FleetSnapshot) -> None:
@@ -449,6 +563,7 @@ class NodeScreen(DataScreen):
         ib = sorted((e for e in fabric if e.kind == "ib"), key=lambda e: e.port)
         links = [e for e in fabric if e.kind == "nvlink"]
         header.update(header_text(view, snapshot))
+        self._show_validation()
         sync_table(
             self.query_one("#gpus", DataTable),
             {str(e.index): gpu_cells(e, policy) for e in sorted(gpus, key=lambda e: e.index)},
@@ -465,7 +580,7 @@ class NodeScreen(DataScreen):
         self.query_one("#nvlink", Static).update(nvlink_text(links, gpus, policy.window_s, counts))
         if not view.info.virtual:
             self._show_history(self.krea.session.history(self.node), [e.index for e in gpus])
-        for wid in ("#node-header", "#gpus", "#history", "#ib", "#nvlink"):
+        for wid in NODE_PARTS:
             self.query_one(wid).set_class(False, "stale")
 
     def _show_pods(self, pods: Sequence[PodInfo]) -> None:
