@@ -119,7 +119,7 @@ def test_evict_from_the_node_screen_asks_why_shows_the_plan_then_runs_it(
             app.open_node(NODE)
             await pilot.pause(0.2)
             actions = dict(dict(app.help_sections()).get("Actions", []))
-            assert set(actions) == {"e", "R"} and "evict this node" in actions["e"]
+            assert set(actions) == {"e", "R", "v"} and "evict this node" in actions["e"]
             await pilot.press("e")
             await wait_until(pilot, lambda: isinstance(app.screen, ReasonScreen))
             # an empty reason is not accepted: the dialog stays
