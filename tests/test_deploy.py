@@ -13,7 +13,7 @@ DEPLOY = ROOT / "deploy"
 
 
 def _docs(directory: Path) -> list[dict]:
-    docs = []
+    docs: list[dict] = []
     for path in sorted(directory.glob("*.yaml")):
         docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
     return docs
@@ -63,3 +63,71 @@ def test_alert_rules_are_valid_and_fire_as_tested() -> None:
         timeout=60,
     )
     assert test.returncode == 0, test.stdout + test.stderr
+
+
+def test_victoriametrics_variant_scrapes_what_the_podmonitors_name() -> None:
+    """deploy/victoriametrics: every file parses, the kustomization lists them, and
+    vmagent's scrape config keeps the exporter pods' port named ``metrics`` (9400 on the
+    DaemonSet) and the controllers', at the PodMonitors' intervals, with the labels the
+    Prometheus Operator sets; vmagent writes into the VictoriaMetrics Service."""
+    here = DEPLOY / "victoriametrics"
+    kustomized = yaml.safe_load((here / "kustomization.yaml").read_text())
+    generated = {f for g in kustomized["configMapGenerator"] for f in g["files"]}
+    assert generated == {"scrape.yaml"}
+    on_disk = {p.name for p in here.glob("*.yaml")} - {"kustomization.yaml", *generated}
+    assert set(kustomized["resources"]) == on_disk
+    docs = _docs(here)
+    objects = [d for d in docs if d.get("kind") not in (None, "Kustomization")]
+    assert all(d["metadata"].get("namespace") in ("monitoring", "krea-ops") for d in objects
+               if d["kind"] != "Namespace")  # fmt: skip
+
+    scrape = yaml.safe_load((here / "scrape.yaml").read_text())
+    jobs = {j["job_name"]: j for j in scrape["scrape_configs"]}
+    monitors = {
+        d["metadata"]["name"]: d
+        for d in (*_docs(DEPLOY / "exporter"), *_docs(DEPLOY / "prometheus-operator"))
+        if d["kind"] == "PodMonitor"
+    }
+    (ds,) = [d for d in _docs(DEPLOY / "exporter") if d["kind"] == "DaemonSet"]
+    (port,) = ds["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert (port["name"], port["containerPort"]) == ("metrics", 9400)
+    for name, monitor in monitors.items():
+        job = jobs[f"krea-ops/{name}"]
+        (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+        assert job["scrape_interval"] == endpoint["interval"]
+        assert job["scrape_timeout"] == endpoint["scrapeTimeout"]
+        keeps = {
+            tuple(r["source_labels"]): r["regex"]
+            for r in job["relabel_configs"]
+            if r.get("action") == "keep"
+        }
+        (app,) = monitor["spec"]["selector"]["matchLabels"].values()
+        assert keeps == {
+            ("__meta_kubernetes_pod_label_app_kubernetes_io_name",): app,
+            ("__meta_kubernetes_pod_container_port_name",): endpoint["port"],
+        }
+        targets = {r.get("target_label") for r in job["relabel_configs"]}
+        assert {"namespace", "pod", "container", "endpoint"} <= targets
+        assert job["kubernetes_sd_configs"] == [
+            {"role": "pod", "namespaces": {"names": ["krea-ops"]}}
+        ]
+    assert jobs["krea-ops/krea-ops-exporter"]  # the exporter's job, named as the alerts expect
+
+    (vm_svc,) = [d for d in objects if d["kind"] == "Service"]
+    (agent,) = [d for d in objects if d["kind"] == "Deployment"]
+    args = agent["spec"]["template"]["spec"]["containers"][0]["args"]
+    vm_port = vm_svc["spec"]["ports"][0]["port"]
+    assert f"-remoteWrite.url=http://victoria-metrics.monitoring.svc:{vm_port}/api/v1/write" in args
+    assert "-promscrape.config=/config/scrape.yaml" in args
+
+
+def test_victoriametrics_scrape_config_loads_into_vmagent() -> None:
+    vmagent = require_binary("vmagent")
+    check = subprocess.run(
+        [vmagent, "-promscrape.config=scrape.yaml", "-promscrape.config.dryRun"],
+        cwd=DEPLOY / "victoriametrics",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr

@@ -376,7 +376,12 @@ class PrometheusSource(TelemetrySource):
             # nodes: too long for some proxies' URL limits); GET otherwise, which any
             # Prometheus-compatible API answers. The session carries prometheus-api-client's
             # adapter (retries).
-            form = {"query": promql, "time": f"{at:.3f}"}
+            # ``nocache=1``: VictoriaMetrics otherwise moves an instant query within its
+            # -search.latencyOffset (30 s by default) of now back to now minus that offset,
+            # so every reading (and each node's freshness) would be 30 s older than the
+            # same read of Prometheus, which ignores the parameter (docs/operations.md,
+            # "Metrics on VictoriaMetrics")
+            form = {"query": promql, "time": f"{at:.3f}", "nocache": "1"}
             url = f"{self.url}/api/v1/query"
             if len(promql) > 4000:
                 response = self._session.post(url, data=form, timeout=self.timeout_s)

@@ -125,9 +125,12 @@ class Prometheus:
         interval_s: float = SCRAPE_INTERVAL_S,
         rules: str = "",
         port: int | None = None,
+        remote_write: str | None = None,
     ) -> None:
         """``rules``: the text of a rule file Prometheus evaluates every interval.
-        ``port``: listen there (a Prometheus restarted where the last one was)."""
+        ``port``: listen there (a Prometheus restarted where the last one was).
+        ``remote_write``: a remote-write URL every sample is also sent to, in batches
+        of at most a second (a VictoriaMetrics fed the same scrapes)."""
         binary = require_binary("prometheus")
         self._tmp = tempfile.TemporaryDirectory()
         tmp = Path(self._tmp.name)
@@ -140,6 +143,15 @@ class Prometheus:
             f"  scrape_timeout: {interval_s:g}s",
             f"  evaluation_interval: {interval_s:g}s",
         ]
+        if remote_write:
+            lines += [
+                "remote_write:",
+                f"  - url: {remote_write}",
+                "    queue_config:",
+                "      batch_send_deadline: 1s",
+                "      min_backoff: 100ms",
+                "      max_backoff: 1s",
+            ]
         if rules:
             (tmp / "rules.yaml").write_text(rules)
             lines += ["rule_files:", f"  - {tmp / 'rules.yaml'}"]
