@@ -175,7 +175,7 @@ def lists_of(sim: LocalApiServer, replica: Replica) -> dict[str, int]:
 LISTS = {
     "burst-taint": ["nodes", "pods"],
     "migrate-back": ["nodes", "pods", "poddisruptionbudgets"],
-    "node-health": ["nodes", "jobsets", "pods"],
+    "node-health": ["nodes", "jobsets", "pods", "jobs"],  # jobs: the validation Jobs
     "quota-sync": ["clusterqueues", "resourceflavors", "cohorts", "nodes"],
 }
 FAILURES: dict[str, dict[str, Any]] = {
