@@ -598,8 +598,9 @@ class Console:
     def plan_restore(
         self, nodes: Collection[str], *, force: bool = False, reason: str | None = None
     ) -> Plan:
-        """The plan of ``nodes restore``; BadInput for an unknown node, or a node krea-ops
-        did not evict (unless ``force``)."""
+        """The plan of ``nodes restore``; BadInput for an unknown node, a node krea-ops
+        did not evict, or one it evicted that has not passed a validation since (each
+        unless ``force``)."""
         from krea_ops.runbook.nodes import plan_restore
 
         health = self.node_health()
