@@ -22,7 +22,11 @@ CLI = [sys.executable, "-m", "commands"]
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*CLI, *args], capture_output=True, text=True, cwd=ROOT, timeout=120,
+        [*CLI, *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
         env={**os.environ, "KREA_OPS_CONFIG": "/nonexistent", **(env or {})},
     )
 
@@ -113,7 +117,10 @@ def test_serve_upstream_runs_the_real_versions_and_stops_everything(tmp_path: Pa
     state = tmp_path / "state"
     proc = subprocess.Popen(
         [*CLI, "sim", "serve", "--control-plane", "upstream", "--api-only", "--state", str(state)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
         env={**os.environ, "KREA_OPS_CONFIG": "/nonexistent"},
     )
     try:
@@ -135,8 +142,10 @@ def test_serve_upstream_runs_the_real_versions_and_stops_everything(tmp_path: Pa
         assert version["serverVersion"]["gitVersion"] == pins["KUBERNETES_VERSION"]
         # the project's Kueue setup is there, through Kueue's own webhooks
         queues = kubectl("get", "clusterqueues", "-o", "name").stdout.split()
-        assert queues == ["clusterqueue.kueue.x-k8s.io/inference",
-                          "clusterqueue.kueue.x-k8s.io/training"]
+        assert queues == [
+            "clusterqueue.kueue.x-k8s.io/inference",
+            "clusterqueue.kueue.x-k8s.io/training",
+        ]
         # every component listens on loopback only
         pids = _children(proc.pid)
         names = {Path(f"/proc/{p}/comm").read_text().strip() for p in pids}
@@ -159,3 +168,53 @@ def test_serve_upstream_runs_the_real_versions_and_stops_everything(tmp_path: Pa
     for port in ports:
         with socket.socket() as s:
             assert s.connect_ex(("127.0.0.1", port)) != 0, port
+
+
+def test_a_component_whose_port_was_taken_meanwhile_starts_again_on_new_ones(
+    tmp_path: Path,
+) -> None:
+    """Between picking a free port and a component binding it, another process on a busy
+    machine can take it: the component exits with "bind: address already in use"; it is
+    started again on new ports (the API server's URL follows), but not when the caller gave
+    the port."""
+    from krea_ops.sim.upstream.controlplane import (
+        PORT_TRIES,
+        PortTaken,
+        Process,
+        UpstreamControlPlane,
+    )
+
+    plane = UpstreamControlPlane.__new__(
+        UpstreamControlPlane
+    )  # the plumbing only: nothing is started
+    bind_error = "listen tcp 127.0.0.1:1: bind: address already in use"
+    plane._say, plane._t0, plane.host = (lambda _line: None), time.monotonic(), "127.0.0.1"
+    plane.port, plane.url = 1, "https://127.0.0.1:1"
+    # how a component that could not bind is told apart from one that failed otherwise
+    taken = Process(
+        "kube-apiserver",
+        [sys.executable, "-c", f"print({bind_error!r}); raise SystemExit(1)"],
+        tmp_path / "a.log",
+    )
+    with pytest.raises(PortTaken):
+        plane._wait(taken, "ready", lambda: False, 10)
+    other = Process("etcd", [sys.executable, "-c", "raise SystemExit(2)"], tmp_path / "b.log")
+    with pytest.raises(Exception) as failed:
+        plane._wait(other, "serving", lambda: False, 10)
+    assert not isinstance(failed.value, PortTaken)
+
+    calls: list[int] = []
+
+    def start() -> None:
+        calls.append(plane.port)
+        if len(calls) < PORT_TRIES:
+            raise PortTaken("bind: address already in use")
+
+    plane._start_apiserver = start  # type: ignore[method-assign]
+    plane._again_on_other_ports(plane._start_apiserver)
+    assert len(calls) == PORT_TRIES and len(set(calls)) == PORT_TRIES
+    assert plane.url == f"https://127.0.0.1:{plane.port}"
+    calls.clear()
+    with pytest.raises(PortTaken):
+        plane._again_on_other_ports(plane._start_apiserver, fixed=True)
+    assert len(calls) == 1

@@ -63,6 +63,14 @@ KUEUE_EXCLUDED = ["cpu", "memory", "ephemeral-storage", "pods", "hugepages-"]
 Progress = Callable[[str], None]
 
 
+class PortTaken(Unavailable):
+    """A component exited because a port picked for it was taken between the pick and its
+    bind (another process on the machine got it first): started again on other ports."""
+
+
+PORT_TRIES = 3
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -149,14 +157,15 @@ class UpstreamControlPlane:
         self.tokens = self._tokens()
         self.token = self.tokens[ADMIN_USER]
         self.ca_cert = self.pki.ca.cert
+        self._port_given = port is not None
         self.port = port or free_port(host)
         self.url = f"https://{host}:{self.port}"
         from krea_ops.sim.common.kubeconfig import write_kubeconfig
 
         try:
             preinstalled = self._from_template()
-            self._start_etcd()
-            self._start_apiserver()
+            self._again_on_other_ports(self._start_etcd)
+            self._again_on_other_ports(self._start_apiserver, fixed=self._port_given)
             self.kubeconfig = write_kubeconfig(
                 kubeconfig_out or self.state_dir / "kubeconfig",
                 self.url,
@@ -164,11 +173,11 @@ class UpstreamControlPlane:
                 self.ca_cert.read_bytes(),
             )
             self._node_grace_s = node_grace_s
-            self._start_kcm(node_grace_s)
-            self._start_scheduler()
+            self._again_on_other_ports(lambda: self._start_kcm(node_grace_s))
+            self._again_on_other_ports(self._start_scheduler)
             self._apply_crds(apply=not preinstalled)
-            self._start_jobset()
-            self._start_kueue(kueue_feature_gates or {})
+            self._again_on_other_ports(self._start_jobset)
+            self._again_on_other_ports(lambda: self._start_kueue(kueue_feature_gates or {}))
             if kueue_setup:
                 self.apply_files(kueue_setup_files())
         except BaseException:
@@ -176,6 +185,22 @@ class UpstreamControlPlane:
             raise
 
     # -- plumbing -------------------------------------------------------------------------
+
+    def _again_on_other_ports(self, start: Callable[[], None], *, fixed: bool = False) -> None:
+        """``start`` a component; when a port picked for it was taken before it bound
+        (``PortTaken``), start it again on new ones, up to ``PORT_TRIES`` times. ``fixed``:
+        its port was given by the caller, so a taken one is the caller's error."""
+        for attempt in range(1, PORT_TRIES + 1):
+            try:
+                start()
+                return
+            except PortTaken:
+                if fixed or attempt == PORT_TRIES:
+                    raise
+                self._progress("a port picked for it was taken meanwhile: again on new ones")
+                if start == self._start_apiserver:
+                    self.port = free_port(self.host)
+                    self.url = f"https://{self.host}:{self.port}"
 
     def _progress(self, line: str) -> None:
         self._say(f"{line} ({time.monotonic() - self._t0:.1f} s)")
@@ -226,9 +251,11 @@ class UpstreamControlPlane:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not proc.alive():
-                raise Unavailable(
+                tail = proc.tail()
+                error = PortTaken if "address already in use" in tail else Unavailable
+                raise error(
                     f"{proc.name} exited with {proc.proc.returncode} before {what}: "
-                    f"{proc.tail()} (log: {proc.log})"
+                    f"{tail} (log: {proc.log})"
                 )
             if ok():
                 self._progress(f"{proc.name}: {what}")
@@ -393,11 +420,12 @@ class UpstreamControlPlane:
         self.tokens = self._tokens()
         self.token = self.tokens[ADMIN_USER]
         self.ca_cert = self.pki.ca.cert
+        self._port_given = False
         self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
         try:
-            self._start_etcd()
-            self._start_apiserver()
+            self._again_on_other_ports(self._start_etcd)
+            self._again_on_other_ports(self._start_apiserver)
             self._apply_crds()
         finally:
             self.close()
