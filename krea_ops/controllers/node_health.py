@@ -680,7 +680,7 @@ class NodeHealth:
             evict = read_evict(cluster, actable) if actable else no_evict_inputs()
         except BadInput as exc:  # a node deleted since the list: the next pass sees it gone
             raise Unavailable(f"{NAME}: nodes changed while read ({exc})") from exc
-        ladder = self._read_ladder(inputs, objs, now) if self.config.validate else None
+        ladder = self._read_ladder(inputs, objs, infos, now) if self.config.validate else None
         return NodeHealthSnapshot(
             nodes=objs,
             verdicts=verdicts,
@@ -720,7 +720,9 @@ class NodeHealth:
             tails=restarts.rank0_tails(),
         )
 
-    def _read_ladder(self, inputs: Inputs, objs: Mapping[str, Obj], now: float) -> LadderInputs:
+    def _read_ladder(
+        self, inputs: Inputs, objs: Mapping[str, Obj], infos: Sequence[NodeInfo], now: float
+    ) -> LadderInputs:
         """The validation Jobs (one list); the newest finished Job of each node whose
         result is not on the node yet, judged from its pod's log; the pods of the nodes
         the ladder may validate (ours, and those pending validation, with no Job running);
@@ -741,7 +743,11 @@ class NodeHealth:
             recorded = Validation.from_annotation(node, _annotation(objs[node], RESULT_ANNOTATION))
             if recorded is None or recorded.job != job_key(job):
                 wanted[node] = job_key(job)
-        results = read_finished(cluster, spec, wanted, now).done if wanted else {}
+        results = (
+            read_finished(cluster, spec, wanted, now, jobs_read=jobs, nodes_read=infos).done
+            if wanted
+            else {}
+        )
         running = running_validations(jobs)
         candidates = [
             n

@@ -372,13 +372,19 @@ def read_finished(
     spec: ValidationSpec,
     wanted: Mapping[str, str],
     now: float,
+    *,
+    jobs_read: Sequence[Obj] | None = None,
+    nodes_read: Sequence[Any] | None = None,
 ) -> Waiting:
     """One look at the Jobs ``wanted`` (node -> namespace/name): each finished one judged
-    from its pod's log against its pool's baselines."""
-    jobs = {job_key(j): j for j in list_validation_jobs(cluster, spec.namespace)}
+    from its pod's log against its pool's baselines. ``jobs_read``/``nodes_read``: the
+    validation Jobs and the nodes (``NodeInfo``) the caller has just listed, not listed
+    again."""
+    listed = list_validation_jobs(cluster, spec.namespace) if jobs_read is None else jobs_read
+    jobs = {job_key(j): j for j in listed}
     pods = pages(cluster, "validation pods", f"/api/v1/namespaces/{quote(spec.namespace)}/pods",
                  labelSelector=SELECTOR)  # fmt: skip
-    infos = cluster.nodes()
+    infos = cluster.nodes() if nodes_read is None else nodes_read
     pool_of = {n.name: n.labels.get(POOL_LABEL) for n in infos}
     out = Waiting()
     for node, key in wanted.items():
