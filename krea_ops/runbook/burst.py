@@ -33,13 +33,17 @@ Both are bounded: ``--max N`` pods per run (default: as many as the free GPUs on
 other side hold), chosen in order (``--back``: the dearest provider first), and the
 plan names each pod in that order. No free GPU on the other side: refused, nothing is
 written.
+
+Migrate is a read and a pure build, as ``runbook.nodes``' evict is: ``read_migrate``
+(every read of the cluster and of the audit log, as ``MigrateInputs``) then
+``build_migrate``.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -372,6 +376,121 @@ def _order_out(pods: list[Obj]) -> list[Obj]:
     )
 
 
+@dataclass(frozen=True)
+class MigrateInputs:
+    """What a migrate plan is built from, read from the cluster and the audit log in one
+    go (``read_migrate``), for one command (``direction``, ``selector``, ``user``,
+    ``max_pods``): the virtual nodes as read (their ``resourceVersion`` is the plan's
+    precondition), the side the pods go to (``there``) and, ``--out``, the in-cluster
+    side they leave (``home``), the Running pods matching the selector, the
+    PodDisruptionBudgets (read when a pod of the selector runs on the side it leaves),
+    and what an interrupted run of the same command left: the moves it made
+    (``moved``, which ``--max`` bounds) and whether it owes an Event (``owes_event``).
+    ``build_migrate`` turns it into a Plan without another call."""
+
+    direction: str
+    selector: str
+    user: str
+    max_pods: int | None
+    virtual: Mapping[str, Obj]
+    there: Side
+    home: Side | None
+    pods: tuple[Obj, ...]
+    budgets: tuple[Obj, ...] = ()
+    moved: int = 0
+    owes_event: bool = False
+
+    @property
+    def action(self) -> str:
+        return f"burst migrate --{self.direction}"
+
+    @property
+    def steer_reason(self) -> str:
+        return f"{self.action} by krea-ops (replacements go in-cluster)"
+
+
+def _check_migrate_options(direction: str, max_pods: int | None, timeout_s: float) -> None:
+    if direction not in (BACK, OUT):
+        raise BadInput("say which way: --back (offsite pods home) or --out (in-cluster pods out)")
+    if max_pods is not None and max_pods < 1:
+        raise BadInput("--max must be 1 or more pods")
+    if timeout_s <= 0:
+        raise BadInput("--timeout must be more than 0 seconds")
+
+
+def read_migrate(
+    cluster: Cluster,
+    virtual_nodes: Sequence[str],
+    *,
+    direction: str,
+    user: str,
+    max_pods: int | None = None,
+    selector: str | None = None,
+    audit_log: Path | None = None,
+    node_severity: Mapping[str, HealthSeverity] | None = None,
+) -> MigrateInputs:
+    """Every read ``plan_migrate`` makes: the virtual nodes (BadInput when there are
+    none, or one named is missing), both sides' free GPUs (``read_side``; ``node_severity``
+    judges the in-cluster side a pod comes home to), the Running pods matching
+    ``selector``, the budgets, and the audit log's tail for an interrupted run of the
+    same command."""
+    _check_migrate_options(direction, max_pods, 1.0)
+    selector = selector or INFERENCE_SELECTOR
+    vobjs = _virtual_objs(cluster, virtual_nodes)
+    virtual = tuple(vobjs)
+    back = direction == BACK
+    there = read_side(cluster, not back, virtual, node_severity)  # where the pods go
+    home = None if back else read_side(cluster, False, virtual)  # --out: where pods are now
+    here_names = set(virtual) if home is None else set(home.nodes)
+    listed = cluster.list_all(
+        f"list pods matching {selector}",
+        "/api/v1/pods",
+        labelSelector=selector,
+        fieldSelector="status.phase=Running",
+    )
+    budgets: list[Obj] = []
+    if any((p.get("spec") or {}).get("nodeName") in here_names for p in listed):
+        budgets = cluster.list_all(
+            "list poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets"
+        )
+    inputs = MigrateInputs(
+        direction=direction,
+        selector=selector,
+        user=user,
+        max_pods=max_pods,
+        virtual=vobjs,
+        there=there,
+        home=home,
+        pods=tuple(listed),
+        budgets=tuple(budgets),
+    )
+    if audit_log is None:
+        return inputs
+    moved = 0
+    if max_pods is not None:
+        # a run of this very command killed before its end has moved some already: --max
+        # bounds the command, not each attempt at it
+        moved = interrupted_calls(
+            _probe(inputs, {"direction": direction, "max": max_pods, "selector": selector}),
+            audit_log,
+            "/eviction",
+            ("direction", "max", "selector"),
+        )
+    return replace(inputs, moved=moved, owes_event=owes_events(_probe(inputs), audit_log))
+
+
+def _probe(inputs: MigrateInputs, options: Mapping[str, Any] | None = None) -> Plan:
+    """The command's plan as the audit log knows it (action, subject, nodes, options)."""
+    return Plan(
+        action=inputs.action,
+        nodes=tuple(inputs.virtual),
+        reason=inputs.steer_reason,
+        user=inputs.user,
+        steps=(),
+        options=dict(options or {}),
+    )
+
+
 def plan_migrate(
     cluster: Cluster,
     virtual_nodes: Sequence[str],
@@ -385,32 +504,45 @@ def plan_migrate(
     audit_log: Path | None = None,
     node_severity: Mapping[str, HealthSeverity] | None = None,
 ) -> Plan:
-    """``audit_log``: where an interrupted run of the same command may have left an
-    Event owed (``runbook.execute.owed_events``): with nothing left to move or lift, the
-    command still runs to record it, instead of being refused. ``node_severity``: the
-    nodes' health verdicts, by which a BAD node or one of unknown health takes no pod
-    home (None: not judged)."""
-    if direction not in (BACK, OUT):
-        raise BadInput("say which way: --back (offsite pods home) or --out (in-cluster pods out)")
-    if max_pods is not None and max_pods < 1:
-        raise BadInput("--max must be 1 or more pods")
-    if timeout_s <= 0:
-        raise BadInput("--timeout must be more than 0 seconds")
-    selector = selector or INFERENCE_SELECTOR
-    vobjs = _virtual_objs(cluster, virtual_nodes)
+    """``read_migrate`` then ``build_migrate``. ``audit_log``: where an interrupted run
+    of the same command may have left an Event owed (``runbook.execute.owed_events``):
+    with nothing left to move or lift, the command still runs to record it, instead of
+    being refused. ``node_severity``: the nodes' health verdicts, by which a BAD node or
+    one of unknown health takes no pod home (None: not judged)."""
+    _check_migrate_options(direction, max_pods, timeout_s)
+    inputs = read_migrate(
+        cluster,
+        virtual_nodes,
+        direction=direction,
+        user=user,
+        max_pods=max_pods,
+        selector=selector,
+        audit_log=audit_log,
+        node_severity=node_severity,
+    )
+    return build_migrate(inputs, timeout_s=timeout_s, now=now())
+
+
+def build_migrate(
+    inputs: MigrateInputs, *, timeout_s: float = DEFAULT_MIGRATE_TIMEOUT_S, now: float
+) -> Plan:
+    """The migrate plan of ``inputs``, made at ``now`` (Unix s): pure (the sides' free
+    GPUs it places pods on are copies)."""
+    direction, selector, user, max_pods = (
+        inputs.direction,
+        inputs.selector,
+        inputs.user,
+        inputs.max_pods,
+    )
+    _check_migrate_options(direction, max_pods, timeout_s)
+    vobjs = inputs.virtual
     virtual = tuple(vobjs)
     back = direction == BACK
-    action = f"burst migrate --{direction}"
-    there = read_side(cluster, not back, virtual, node_severity)  # where the pods go
-    home = None if back else read_side(cluster, False, virtual)  # --out: where pods are now
+    action = inputs.action
+    there = replace(inputs.there, free=dict(inputs.there.free))  # placing takes its GPUs
+    home = inputs.home
     here_names = set(virtual) if home is None else set(home.nodes)
-    listed = pages(
-        cluster,
-        f"list pods matching {selector}",
-        "/api/v1/pods",
-        labelSelector=selector,
-        fieldSelector="status.phase=Running",
-    )
+    listed = inputs.pods
     findings: list[Finding] = []
     candidates: list[Obj] = []
     for pod in listed:
@@ -454,7 +586,7 @@ def plan_migrate(
                 continue
         candidates.append(pod)
     ordered = order_back(candidates) if back else _order_out(candidates)
-    steer_reason = f"{action} by krea-ops (replacements go in-cluster)"
+    steer_reason = inputs.steer_reason
     # what an earlier run of this command steered with and never lifted (it was killed or
     # stopped before its last steps): this run lifts it at its end
     if back:
@@ -476,17 +608,7 @@ def plan_migrate(
     left_over: list[str] = []
     budget = max_pods
     if max_pods is not None:
-        # a run of this very command killed before its end has moved some already: --max
-        # bounds the command, not each attempt at it
-        probe = Plan(
-            action=action,
-            nodes=virtual,
-            reason=steer_reason,
-            user=user,
-            steps=(),
-            options={"direction": direction, "max": max_pods, "selector": selector},
-        )
-        moved = interrupted_calls(probe, audit_log, "/eviction", ("direction", "max", "selector"))
+        moved = inputs.moved
         budget = max(0, max_pods - moved)
         if moved:
             findings.append(
@@ -534,8 +656,7 @@ def plan_migrate(
         )
     owed = False
     if refusal is not None and not left_steps:
-        probe = Plan(action=action, nodes=virtual, reason=steer_reason, user=user, steps=())
-        owed = owes_events(probe, audit_log)
+        owed = inputs.owes_event
         if not owed:
             raise BadInput(f"{refusal}; nothing was changed")
     if refusal is not None:
@@ -594,7 +715,7 @@ def plan_migrate(
             by_uid.setdefault(str(owner.get("uid")), []).append(pod)
     for uid, pods in by_uid.items():
         ready_now[uid] = sum(1 for p in pods if is_ready(p))
-    budgets = pages(cluster, "list poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets")
+    budgets = inputs.budgets
     moving: dict[str, list[str]] = {}
     for pod, _ in chosen:
         moving.setdefault(workload_name(pod), []).append(_meta(pod).get("name", ""))
@@ -632,7 +753,7 @@ def plan_migrate(
                 )
 
     # The mechanism that steers each replacement, on for the duration.
-    at = rfc3339(now())
+    at = rfc3339(now)
     before: list[Step] = []
     after: list[Step] = []
     if back:

@@ -20,7 +20,13 @@ from krea_ops.burst.status import burst_status, find_virtual_nodes
 from krea_ops.errors import BadInput
 from krea_ops.kube.cluster import Cluster
 from krea_ops.model import Severity as HealthSeverity
-from krea_ops.runbook.burst import plan_migrate, plan_pause, plan_unpause
+from krea_ops.runbook.burst import (
+    build_migrate,
+    plan_migrate,
+    plan_pause,
+    plan_unpause,
+    read_migrate,
+)
 from krea_ops.runbook.execute import execute
 from krea_ops.runbook.plan import StepKind
 from tests.kube.conftest import create, report_ready
@@ -189,3 +195,37 @@ def test_migrate_back_sends_no_pod_to_a_node_queue_list_calls_unhealthy(
     every = {name: HealthSeverity.BAD for name in ("gpu-node-000", "gpu-node-001", "gpu-node-002")}
     with pytest.raises(BadInput, match=r"0 free on 0 healthy nodes; 3 more left out: 3 BAD\)"):
         plan_migrate(cluster, VKS, direction="back", user="alice", node_severity=every)
+
+
+def test_migrate_is_a_read_then_a_pure_build(cluster: Cluster) -> None:
+    """``read_migrate`` does every call; ``build_migrate`` makes none, places pods on
+    copies of the sides it was given (built twice, it plans the same), and plans what
+    ``plan_migrate`` plans."""
+    gpu_nodes(cluster, {"gpu-node-000": 0, "gpu-node-001": 4})
+    virtual_nodes(cluster)
+    for i in range(3):
+        pod_on(cluster, VKS[i % 2], f"serve-{i}", labels=SERVE, gpus=4, tolerations=TOLERATE_VK)
+
+    inputs = read_migrate(cluster, VKS, direction="back", user="alice", max_pods=2)
+    calls: list[str] = []
+    real = cluster.request
+
+    def counted(what: str, *args: Any, **kwargs: Any) -> Any:
+        calls.append(what)
+        return real(what, *args, **kwargs)
+
+    cluster.request = counted  # type: ignore[method-assign]
+    try:
+        first = build_migrate(inputs, now=1_700_000_000.0)
+        again = build_migrate(inputs, now=1_700_000_000.0)
+    finally:
+        cluster.request = real  # type: ignore[method-assign]
+
+    assert calls == []
+    assert first == again
+    assert inputs.there.total_free == 12  # the snapshot's room is not taken by a build
+    assert [s.kind for s in first.steps].count(StepKind.MIGRATE) == 2
+    whole = plan_migrate(
+        cluster, VKS, direction="back", user="alice", max_pods=2, now=lambda: 1_700_000_000.0
+    )
+    assert whole == first
