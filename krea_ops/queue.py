@@ -35,7 +35,7 @@ from typing import Any
 from krea_ops.errors import BadInput, KreaError
 from krea_ops.kube.cluster import GPU_RESOURCE, Cluster, pod_gpus
 from krea_ops.kube.quantity import number as quantity
-from krea_ops.kube.rules import controller_text, labels_match, tolerates
+from krea_ops.kube.rules import TERMINAL_PHASES, controller_text, labels_match, tolerates
 from krea_ops.kube.times import parse_time
 from krea_ops.model import NodeInfo, PodInfo, Severity
 from krea_ops.units import counted
@@ -1143,7 +1143,7 @@ def explain(
     """The report for one workload from what was read (pure)."""
     requested: dict[str, int] = defaultdict(int)
     for p in pods:
-        if p.node and p.phase not in ("Succeeded", "Failed"):
+        if p.node and p.phase not in TERMINAL_PHASES:
             requested[p.node] += p.gpus
     mine = [p for p in pods if _belongs(p, wl)]
     running = unscheduled = None

@@ -51,12 +51,12 @@ from krea_ops.burst import (
     VK_TAINT_KEY,
 )
 from krea_ops.kube.cluster import Cluster
+from krea_ops.kube.rules import TERMINAL_PHASES
 from krea_ops.kube.times import parse_time
 from krea_ops.model import NodeInfo, PodInfo
 
 SOURCE_USAGE = "usage-annotation"
 SOURCE_PODS = "pods"
-TERMINAL_PHASES = ("Succeeded", "Failed")
 KUBERNETES_TAINT_PREFIXES = (
     "node.kubernetes.io/",
     "node.cloudprovider.kubernetes.io/",

@@ -178,10 +178,9 @@ class BurstTaint:
         API server that cannot be read does (Unavailable)."""
         from krea_ops.errors import Unavailable
         from krea_ops.fleet import judged_error, load_fleet, usable
-        from krea_ops.runbook.nodes import pages
 
         cluster = inputs.cluster
-        objs = pages(cluster, "list nodes", "/api/v1/nodes")
+        objs = cluster.list_all("list nodes", "/api/v1/nodes")
         infos: list[NodeInfo] = []
         virtual: dict[str, Obj] = {}
         for obj in objs:

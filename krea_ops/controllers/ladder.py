@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from krea_ops.controllers.base import Alert, Skip
+from krea_ops.kube.rules import meta as _meta
 from krea_ops.kube.times import parse_time
 from krea_ops.model import Severity, Verdict
 from krea_ops.runbook.nodes import EVICTED_AT, build_restore, node_event
@@ -104,10 +105,6 @@ class LadderOutcome:
     escalated: list[str] = field(default_factory=list)  # every node escalated now
     state: dict[str, Any] = field(default_factory=dict)
     gauges: dict[str, float] = field(default_factory=dict)
-
-
-def _meta(obj: Obj) -> Obj:
-    return obj.get("metadata") or {}
 
 
 def pending(obj: Obj) -> bool:

@@ -76,7 +76,13 @@ from krea_ops.errors import BadInput
 from krea_ops.fleet import judged_error, load_fleet
 from krea_ops.health import severities
 from krea_ops.kube.cluster import MissingCrd, node_info, pod_gpus
-from krea_ops.kube.rules import controller_of, is_active, is_ready, selector_matches
+from krea_ops.kube.rules import (
+    UNFINISHED_PODS,
+    controller_of,
+    is_active,
+    is_ready,
+    selector_matches,
+)
 from krea_ops.kube.rules import meta as _meta
 from krea_ops.model import NodeInfo, Severity
 from krea_ops.queue import (
@@ -94,7 +100,6 @@ from krea_ops.runbook.burst import (
     read_side,
     workload_name,
 )
-from krea_ops.runbook.nodes import pages
 from krea_ops.runbook.plan import Finding, FindingSeverity, Plan, PodRef, Step
 from krea_ops.settings import Settings
 
@@ -519,8 +524,7 @@ class MigrateBack:
         offsite = [
             pod
             for v in virtual
-            for pod in pages(
-                cluster,
+            for pod in cluster.list_all(
                 f"list pods matching {self.config.selector} on {v.name}",
                 "/api/v1/pods",
                 labelSelector=self.config.selector,
@@ -542,15 +546,14 @@ class MigrateBack:
         health_error = judged_error(fleet)
         if inputs.source is None and health_error is None:
             health_error = "no telemetry source"
-        pods = pages(
-            cluster,
+        pods = cluster.list_all(
             f"list pods matching {self.config.selector}",
             "/api/v1/pods",
             labelSelector=self.config.selector,
-            fieldSelector="status.phase!=Succeeded,status.phase!=Failed",
+            fieldSelector=UNFINISHED_PODS,
         )
-        budgets = pages(
-            cluster, "list poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets"
+        budgets = cluster.list_all(
+            "list poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets"
         )
         managed = any(QUEUE_LABEL in (_meta(p).get("labels") or {}) for p in offsite)
         kueue = read_kueue(cluster) if managed else None

@@ -171,7 +171,6 @@ from krea_ops.runbook.nodes import (
     evicted_again_by,
     evicted_by_us,
     node_event,
-    pages,
     read_evict,
     update_step,
 )
@@ -648,7 +647,7 @@ class NodeHealth:
         someone else, or quarantined by this controller, and those a planned swap may
         evict now) what their eviction plans need."""
         cluster = inputs.cluster
-        raw = pages(cluster, "list nodes", "/api/v1/nodes")
+        raw = cluster.list_all("list nodes", "/api/v1/nodes")
         objs = {str((o.get("metadata") or {}).get("name")): o for o in raw}
         infos = [node_info(o) for o in raw]
         fleet = load_fleet(
@@ -756,8 +755,8 @@ class NodeHealth:
             and (_marked_by(o) == inputs.user or (self.config.validate_new_nodes and pending(o)))
         ]
         pods = {
-            n: pages(
-                cluster, f"pods on node {n}", "/api/v1/pods", fieldSelector=f"spec.nodeName={n}"
+            n: cluster.list_all(
+                f"pods on node {n}", "/api/v1/pods", fieldSelector=f"spec.nodeName={n}"
             )
             for n in candidates
         }

@@ -45,6 +45,7 @@ from typing import Any
 from krea_ops.errors import Unavailable
 from krea_ops.gangstatus import HEAD_BYTES, STATUS_TAIL
 from krea_ops.kube.cluster import Cluster, MissingCrd
+from krea_ops.kube.rules import is_deleting
 from krea_ops.kube.times import parse_time, rfc3339
 from krea_ops.model import Severity, Verdict
 from krea_ops.training.attribution import (
@@ -635,7 +636,7 @@ def anatomy(
         else:
             told = [t for t, _, _ in events if t >= at - 1.0]
             known["detected_at"] = min(told) if told else None
-    pods = [p for p in gang.pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    pods = [p for p in gang.pods if not is_deleting(p)]
     whole = bool(pods) and len(pods) >= gang.expected
     made = [parse_time((p.get("metadata") or {}).get("creationTimestamp")) for p in pods]
     if known["pods_gone_at"] is None and made and all(t is not None for t in made):

@@ -1,6 +1,7 @@
 """The rules of Kubernetes objects that the reads, the runbook and the controllers share,
-each written once: who controls a pod, whether tolerations tolerate a taint, whether a
-node or pod is Ready, whether a pod still holds its resources, and label selectors.
+each written once: who controls (or owns) an object, whether tolerations tolerate a
+taint, whether a node or pod is Ready, whether a pod has finished, is being deleted or
+still holds its resources, and label selectors, matched and written.
 
 Each follows the upstream rule it names, so that krea-ops judges an object as the
 API server, the scheduler and the controllers do.
@@ -13,6 +14,8 @@ from typing import Any
 
 Obj = Mapping[str, Any]
 TERMINAL_PHASES = ("Succeeded", "Failed")
+# the field selector of the pods that have not finished (``Cluster.active_pods``' list)
+UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 
 def meta(obj: Obj) -> Obj:
@@ -25,6 +28,13 @@ def controller_of(obj: Obj) -> dict[str, Any] | None:
         if owner.get("controller"):
             return dict(owner)
     return None
+
+
+def owned_by(obj: Obj, uid: str | None) -> bool:
+    """Whether one of the object's owner references (controller or not) is ``uid``."""
+    return uid is not None and any(
+        owner.get("uid") == uid for owner in meta(obj).get("ownerReferences") or ()
+    )
 
 
 def controller_text(obj: Obj) -> str | None:
@@ -51,6 +61,16 @@ def tolerates(tolerations: Iterable[Obj], taint: Obj) -> bool:
     return False
 
 
+def condition_status(obj: Obj, kind: str) -> str | None:
+    """The ``status`` (``True``, ``False``, ``Unknown``) of the object's first status
+    condition ``kind``, None when it has none."""
+    for c in (obj.get("status") or {}).get("conditions") or ():
+        if c.get("type") == kind:
+            status = c.get("status")
+            return None if status is None else str(status)
+    return None
+
+
 def condition_true(obj: Obj, kind: str) -> bool:
     """Whether the object's status condition ``kind`` is ``"True"``."""
     return any(
@@ -64,11 +84,21 @@ def is_ready(obj: Obj) -> bool:
     return condition_true(obj, "Ready")
 
 
+def is_terminal(pod: Obj) -> bool:
+    """The pod has finished: phase Succeeded or Failed (its containers will not run
+    again)."""
+    return (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
+
+
+def is_deleting(obj: Obj) -> bool:
+    """A deletion has been asked for (``deletionTimestamp`` set): the object is going."""
+    return bool(meta(obj).get("deletionTimestamp"))
+
+
 def is_active(pod: Obj) -> bool:
     """Not finished and not being deleted: it holds (or is about to hold) its node's
     resources, as the scheduler and ``kubectl drain`` count it."""
-    phase = (pod.get("status") or {}).get("phase")
-    return phase not in TERMINAL_PHASES and not meta(pod).get("deletionTimestamp")
+    return not is_terminal(pod) and not is_deleting(pod)
 
 
 def labels_match(wanted: Mapping[str, str] | None, labels: Mapping[str, str]) -> bool:
@@ -96,3 +126,9 @@ def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, st
         if op == "DoesNotExist" and present:
             return False
     return True
+
+
+def format_selector(labels: Mapping[str, str]) -> str:
+    """Labels as the equality-based LabelSelector string that selects them
+    (``app=serve,tier=web``: sorted by key, as ``labels.SelectorFromSet`` writes it)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))

@@ -62,7 +62,9 @@ from krea_ops.burst import (
 from krea_ops.errors import BadInput
 from krea_ops.kube.cluster import Cluster, node_info, pod_gpus
 from krea_ops.kube.rules import (
+    UNFINISHED_PODS,
     controller_of,
+    format_selector,
     is_active,
     is_ready,
     labels_match,
@@ -82,7 +84,6 @@ from krea_ops.runbook.audit import interrupted_calls, owes_events
 from krea_ops.runbook.nodes import (
     event_call,
     node_event,
-    pages,
     read_nodes,
     update_step,
 )
@@ -303,7 +304,7 @@ def read_side(
     names = set(virtual_names)
     nodes = {
         _meta(n).get("name", ""): n
-        for n in pages(cluster, "list nodes", "/api/v1/nodes")
+        for n in cluster.list_all("list nodes", "/api/v1/nodes")
         if (_meta(n).get("name") in names) == virtual
     }
     # queue list's rule, the one healthy-node count (queue.node_capacity); every taint
@@ -319,8 +320,8 @@ def read_side(
         elif cap.state in (CAPACITY_BAD, CAPACITY_UNKNOWN):
             unhealthy[name] = "BAD" if cap.state == CAPACITY_BAD else "health unknown"
     if free:
-        selector = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
-        for pod in pages(cluster, "list pods", "/api/v1/pods", fieldSelector=selector):
+        selector = f"spec.nodeName!=,{UNFINISHED_PODS}"
+        for pod in cluster.list_all("list pods", "/api/v1/pods", fieldSelector=selector):
             where = (pod.get("spec") or {}).get("nodeName")
             if where in free:
                 free[where] -= pod_gpus(pod.get("spec") or {})
@@ -929,8 +930,8 @@ def move_step(
     owner = controller_of(pod) or {}
     workload = workload_name(pod)
     labels = meta.get("labels") or {}
-    pod_selector = ",".join(
-        f"{k}={v}" for k, v in sorted(labels.items()) if k not in NOT_THE_WORKLOADS_LABELS
+    pod_selector = format_selector(
+        {k: v for k, v in labels.items() if k not in NOT_THE_WORKLOADS_LABELS}
     )
     path = f"/api/v1/namespaces/{quote(ns)}/pods/{quote(name)}"
     gpus = pod_gpus(pod.get("spec") or {})
@@ -981,8 +982,7 @@ POLL_S = 1.0
 
 def _workload_ready(cluster: Cluster, move: MoveSpec) -> tuple[int, int]:
     """(Ready pods of the workload, those of them on the side the move goes to)."""
-    pods = pages(
-        cluster,
+    pods = cluster.list_all(
         f"list pods of {move.workload}",
         f"/api/v1/namespaces/{quote(move.namespace)}/pods",
         labelSelector=move.label_selector or None,

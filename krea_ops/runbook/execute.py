@@ -43,6 +43,7 @@ from krea_ops.errors import EXIT_BLOCKED, EXIT_FAILED, BadInput, KreaError, Unav
 from krea_ops.kube.cluster import ApiAnswer, Cluster
 from krea_ops.kube.events import NORMAL, WARNING, EventRecorder, ObjectRef, client_secrets
 from krea_ops.kube.eviction import CONCURRENCY, EvictionResult, Outcome, evict_all
+from krea_ops.kube.rules import condition_status, is_deleting
 from krea_ops.kube.times import rfc3339
 from krea_ops.kube.writes import update
 from krea_ops.runbook.audit import AuditLog, owed_events, tail_records
@@ -500,10 +501,7 @@ def _kubelet_lost(cluster: Cluster, node: str) -> bool:
     answer = cluster.request(f"get node {node}", "GET", f"/api/v1/nodes/{node}")
     if not answer.ok or not isinstance(answer.body, dict):
         return False
-    for cond in (answer.body.get("status") or {}).get("conditions") or ():
-        if cond.get("type") == "Ready":
-            return bool(cond.get("status") == "Unknown")
-    return False
+    return condition_status(answer.body, "Ready") == "Unknown"
 
 
 def _pod_event(
@@ -559,7 +557,7 @@ def _gone(
         meta = (answer.body or {}).get("metadata") or {}
         if answer.ok and meta.get("uid") != pod.uid:
             return True
-        if answer.ok and meta.get("deletionTimestamp") and kubelet_lost():
+        if answer.ok and is_deleting(answer.body or {}) and kubelet_lost():
             return None
         if clock() >= deadline:
             return False

@@ -45,9 +45,9 @@ from typing import Any
 from urllib.parse import quote
 
 from krea_ops.errors import BadInput
-from krea_ops.kube.cluster import PAGE_SIZE, VIRTUAL_NODE_LABEL, Cluster
+from krea_ops.kube.cluster import VIRTUAL_NODE_LABEL, Cluster
 from krea_ops.kube.events import ObjectRef
-from krea_ops.kube.rules import controller_of, selector_matches
+from krea_ops.kube.rules import UNFINISHED_PODS, controller_of, is_deleting, selector_matches
 from krea_ops.kube.times import parse_time, rfc3339
 from krea_ops.kube.writes import (
     AddTaint,
@@ -144,22 +144,11 @@ def read_nodes(cluster: Cluster, names: Sequence[str]) -> dict[str, Obj]:
     return found
 
 
-def pages(cluster: Cluster, what: str, path: str, **query: str | None) -> list[Obj]:
-    items: list[Obj] = []
-    token: str | None = None
-    while True:
-        body = cluster.get(what, path, limit=PAGE_SIZE, **query, **{"continue": token})
-        items.extend(body.get("items") or ())
-        token = (body.get("metadata") or {}).get("continue")
-        if not token:
-            return items
-
-
 def _fleet_size(cluster: Cluster) -> int:
     """Nodes that can be taken offline: every node but the virtual ones (a provider's
     virtual-kubelet node is not capacity of ours)."""
     key, value = VIRTUAL_NODE_LABEL
-    nodes = pages(cluster, "list nodes", "/api/v1/nodes", labelSelector=f"{key}!={value}")
+    nodes = cluster.list_all("list nodes", "/api/v1/nodes", labelSelector=f"{key}!={value}")
     return len(nodes)
 
 
@@ -246,7 +235,7 @@ def _stays(pod: Obj) -> str | None:
     if (meta.get("labels") or {}).get(VALIDATION_APP_LABEL) == VALIDATION_APP:
         # it tolerates the quarantine: it runs on the node because the node is out
         return f"validation Job {owner.get('name') if owner else ''}".rstrip()
-    if meta.get("deletionTimestamp"):
+    if is_deleting(pod):
         return "already terminating"
     return None
 
@@ -622,8 +611,8 @@ def read_evict(
     pods: dict[str, list[Obj]] = {}
     stays: list[Finding] = []
     for name in nodes:
-        selector = f"spec.nodeName={name},status.phase!=Succeeded,status.phase!=Failed"
-        listed = pages(cluster, f"list pods on {name}", "/api/v1/pods", fieldSelector=selector)
+        selector = f"spec.nodeName={name},{UNFINISHED_PODS}"
+        listed = cluster.list_all(f"list pods on {name}", "/api/v1/pods", fieldSelector=selector)
         moving: list[Obj] = []
         for pod in sorted(
             listed, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])
@@ -645,8 +634,8 @@ def read_evict(
         pods[name] = moving
     budgets: list[Obj] = []
     if any(pods.values()):
-        budgets = pages(
-            cluster, "list poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets"
+        budgets = cluster.list_all(
+            "list poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets"
         )
     return EvictInputs(
         nodes=nodes,

@@ -36,8 +36,10 @@ from urllib.parse import quote
 
 from krea_ops.errors import BadInput
 from krea_ops.kube.cluster import Cluster
+from krea_ops.kube.rules import is_deleting, is_ready, is_terminal, owned_by
+from krea_ops.kube.rules import meta as _meta
 from krea_ops.kube.writes import RemoveTaint, SetAnnotations, SetLabels
-from krea_ops.runbook.nodes import gang_of, node_event, pages, read_nodes, update_step
+from krea_ops.runbook.nodes import gang_of, node_event, read_nodes, update_step
 from krea_ops.runbook.plan import Call, Finding, FindingSeverity, Plan, Step, StepKind
 from krea_ops.validation import (
     APP,
@@ -68,10 +70,6 @@ def jobs_path(namespace: str) -> str:
     return f"/apis/batch/v1/namespaces/{quote(namespace)}/jobs"
 
 
-def _meta(obj: Obj) -> Obj:
-    return obj.get("metadata") or {}
-
-
 def job_node(job: Obj) -> str | None:
     return (_meta(job).get("annotations") or {}).get(NODE_ANNOTATION)
 
@@ -94,13 +92,13 @@ def running_validations(jobs: Sequence[Obj]) -> dict[str, Obj]:
     out: dict[str, Obj] = {}
     for job in jobs:
         node = job_node(job)
-        if node and job_finished(job) is None and not _meta(job).get("deletionTimestamp"):
+        if node and job_finished(job) is None and not is_deleting(job):
             out[node] = job
     return out
 
 
 def list_validation_jobs(cluster: Cluster, namespace: str) -> list[Obj]:
-    return pages(cluster, "validation jobs", jobs_path(namespace), labelSelector=SELECTOR)
+    return cluster.list_all("validation jobs", jobs_path(namespace), labelSelector=SELECTOR)
 
 
 @dataclass(frozen=True)
@@ -118,7 +116,7 @@ class ValidateInputs:
 def read_validate(cluster: Cluster, names: Sequence[str], spec: ValidationSpec) -> ValidateInputs:
     nodes = read_nodes(cluster, names)
     pods = {
-        n: pages(cluster, f"pods on node {n}", "/api/v1/pods", fieldSelector=f"spec.nodeName={n}")
+        n: cluster.list_all(f"pods on node {n}", "/api/v1/pods", fieldSelector=f"spec.nodeName={n}")
         for n in nodes
     }
     jobs = list_validation_jobs(cluster, spec.namespace)
@@ -157,10 +155,6 @@ def _pod_gpus(pod: Obj) -> int:
     return total
 
 
-def _live(pod: Obj) -> bool:
-    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-
-
 def _virtual(obj: Obj) -> bool:
     return (_meta(obj).get("labels") or {}).get("type") == "virtual-kubelet"
 
@@ -171,13 +165,9 @@ def blockers(name: str, obj: Obj, pods: Sequence[Obj]) -> str | None:
         return f"node {name} is a virtual node: there is no hardware to validate"
     if _gpus(obj) <= 0:
         return f"node {name} has no GPUs"
-    ready = next(
-        (c for c in (obj.get("status") or {}).get("conditions") or () if c.get("type") == "Ready"),
-        None,
-    )
-    if ready is None or ready.get("status") != "True":
+    if not is_ready(obj):
         return f"node {name} is not Ready: its kubelet would not run the validation"
-    live = [p for p in pods if _live(p)]
+    live = [p for p in pods if not is_terminal(p)]
     gangs = sorted({"/".join(g) for p in live if (g := gang_of(p)) is not None})
     if gangs:
         return (
@@ -293,9 +283,7 @@ def pool_results(nodes: Sequence[Any], pool: str | None, but: str) -> list[Valid
 def job_pod(pods: Sequence[Obj], job: Obj) -> Obj | None:
     """The Job's pod (owned by its UID), the newest if there are several."""
     uid = _meta(job).get("uid")
-    mine = [
-        p for p in pods if any(r.get("uid") == uid for r in _meta(p).get("ownerReferences") or ())
-    ]
+    mine = [p for p in pods if owned_by(p, uid)]
     mine.sort(key=lambda p: str(_meta(p).get("creationTimestamp") or ""))
     return mine[-1] if mine else None
 
@@ -382,7 +370,7 @@ def read_finished(
     again."""
     listed = list_validation_jobs(cluster, spec.namespace) if jobs_read is None else jobs_read
     jobs = {job_key(j): j for j in listed}
-    pods = pages(cluster, "validation pods", f"/api/v1/namespaces/{quote(spec.namespace)}/pods",
+    pods = cluster.list_all("validation pods", f"/api/v1/namespaces/{quote(spec.namespace)}/pods",
                  labelSelector=SELECTOR)  # fmt: skip
     infos = cluster.nodes() if nodes_read is None else nodes_read
     pool_of = {n.name: n.labels.get(POOL_LABEL) for n in infos}

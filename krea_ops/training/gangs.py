@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from krea_ops.kube.cluster import Cluster, pod_gpus
+from krea_ops.kube.rules import is_deleting
 from krea_ops.kube.times import parse_time
 from krea_ops.training.attribution import FailedPod
 from krea_ops.training.runs import JOBSET, TRAINING_SELECTOR
@@ -142,7 +143,7 @@ def gangs_of(jobsets: list[Obj], pods: list[Obj]) -> list[Gang]:
             < restarts
         ]
         expected = _expected(js)
-        live = [p for p in current if not (p.get("metadata") or {}).get("deletionTimestamp")]
+        live = [p for p in current if not is_deleting(p)]
         nodes = sorted({n for p in current if (n := (p.get("spec") or {}).get("nodeName"))})
         running = (
             expected > 0
