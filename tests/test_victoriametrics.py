@@ -45,10 +45,10 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -92,6 +92,7 @@ class VictoriaMetrics:
         self._tmp = tempfile.TemporaryDirectory()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.write_url = f"{self.url}/api/v1/write"
         self._log = open(Path(self._tmp.name) / "vm.log", "wb")  # noqa: SIM115 (the child's)
         self.proc = subprocess.Popen(
             [
@@ -162,10 +163,20 @@ def bump(path: Path, by: int) -> None:
         f.truncate()
 
 
+class Store(Protocol):
+    """A VictoriaMetrics Prometheus remote-writes into: ``url`` is where krea-ops reads it
+    (the base under which ``/api/v1/query`` answers), ``write_url`` its remote-write URL."""
+
+    url: str
+    write_url: str
+
+    def stop(self) -> None: ...
+
+
 @dataclass
 class Stack:
     prom: Prometheus
-    vm: VictoriaMetrics
+    vm: Store
     krea: dict[str, KreaNode]
     api: LocalApiServer
     # the instant the pinned reads are evaluated at: both stores hold every sample
@@ -199,7 +210,15 @@ def same_samples(prom: str, vm: str, at: float) -> bool:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     require_binary("prometheus")
-    tmp = tmp_path_factory.mktemp("vm")
+    with running_stack(tmp_path_factory.mktemp("vm"), VictoriaMetrics) as made:
+        yield made
+
+
+@contextlib.contextmanager
+def running_stack(tmp: Path, store: Callable[[], Store]) -> Iterator[Stack]:
+    """The exporters, ``store()`` and a Prometheus that scrapes them and remote-writes
+    into it, the API server, filled and pinned (see the module's docstring); all stopped
+    after. tests/test_victoriametrics_cluster.py runs the same with the cluster version."""
     stop = threading.Event()
     started: list[Any] = []
     try:
@@ -242,14 +261,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         mover = threading.Thread(target=move, daemon=True)
         mover.start()
 
-        vm = VictoriaMetrics()
+        vm = store()
         started.append(vm)
         targets = [Target(k.address, "krea") for k in krea.values()]
         targets += [
             Target(servers[0].address, "dcgm"),
             Target(servers[1].address, "node-exporter", {"node": "ib-node"}),
         ]
-        prom = Prometheus(targets, remote_write=f"{vm.url}/api/v1/write")
+        prom = Prometheus(targets, remote_write=vm.write_url)
         started.append(prom)
 
         # the API server the commands list nodes from: one Ready node per exporter's
@@ -503,6 +522,39 @@ def test_the_read_commands_print_the_same_figures(
     # what they showed: the faults, alike on both (the last read: gpu-node-002)
     assert on_vm[0]["verdict"] == "SUSPECT"
     assert any("NVLink" in r for r in on_vm[0]["reasons"])
+
+
+def test_a_url_with_a_path_prefix_reads_the_same(
+    stack: Stack, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Prometheus URL setting is the base under which ``/api/v1/query`` answers, path
+    and all: the cluster version's vmselect answers under ``/select/<tenant>/prometheus``
+    (tests/test_victoriametrics_cluster.py), and the single-node VictoriaMetrics under
+    ``/prometheus`` as well as at its root. A read and a command through that prefix (with
+    a trailing slash, as one is often pasted) give what the root gives."""
+    prefixed = f"{stack.vm.url}/prometheus/"
+    at_root = pinned(stack, stack.vm.url)
+    through = pinned(stack, prefixed)
+    assert through.errors == () and through.nodes
+    assert differences(at_root, through) == []
+    monkeypatch.setenv("KREA_OPS_CONFIG", "/nonexistent/krea-ops.yaml")
+    monkeypatch.setenv("KREA_OPS_TELEMETRY_WINDOW_S", f"{WINDOW_S:g}")
+    monkeypatch.setenv("KREA_OPS_TELEMETRY_STALE_S", f"{STALE_S:g}")
+    monkeypatch.delenv("KREA_OPS_PROMETHEUS_URL", raising=False)
+    defaults = dict(PrometheusSource.__init__.__kwdefaults__ or {})
+    monkeypatch.setattr(
+        PrometheusSource.__init__, "__kwdefaults__", {**defaults, "clock": stack.clock}
+    )
+    printed = []
+    for url in (stack.vm.url, prefixed):
+        capsys.readouterr()
+        code = invoke(
+            ["--kubeconfig", str(stack.api.kubeconfig), "--prometheus", url, "gpus", "-o", "json"]
+        )
+        out, err = capsys.readouterr()
+        assert code == 0, (url, err)
+        printed.append(json.loads(out))
+    assert printed[0] and differences(printed[0], printed[1]) == []
 
 
 def test_the_comparison_sees_a_difference() -> None:
