@@ -52,6 +52,16 @@ def serve(
         "kube-scheduler, Kueue and JobSet built from their Go modules (krea-ops sim "
         "upstream build; needs Go), with only the machines simulated",
     ),
+    telemetry_nodes: str = typer.Option(
+        None,
+        "--telemetry-nodes",
+        metavar="N",
+        help="the scale mode: devices, exporters and readings for the first N nodes only "
+        "(0 to --nodes); every node keeps its kubelet, the machines follow the cluster "
+        "through watches, and trainings of 64-512 nodes run instead of the demo's story "
+        "(default: every node, no scale mode)",
+        show_default=False,
+    ),
 ) -> None:
     """Run the simulator in the foreground until interrupted.
 
@@ -60,10 +70,16 @@ def serve(
     --api-only serves an empty cluster without the world. --faults makes the API server
     refuse, slow down or hang up on the requests its rules name; the ConfigMap
     krea-sim/api-faults (key faults.yaml) does the same while it runs.
+    --telemetry-nodes N runs a big fleet cheaply (e.g. --control-plane upstream --nodes
+    5000 --telemetry-nodes 256): only the first N nodes have GPUs, exporters and
+    readings; the others are kept alive in the API by their kubelets.
     """
     if nodes < 1 or gpus_per_node < 1 or speed <= 0:
         raise BadInput("--nodes and --gpus-per-node must be >= 1 and --speed > 0")
     check_control_plane(control_plane)
+    telemetry = parse_telemetry_nodes(telemetry_nodes, nodes)
+    if telemetry is not None and api_only:
+        raise BadInput("--telemetry-nodes sizes the world: --api-only runs none")
     if faults is not None and control_plane != "embedded":
         raise BadInput("--faults is the embedded API server's fault switch: not with upstream")
     fault_rules = None
@@ -95,7 +111,10 @@ def serve(
         from krea_ops.sim.upstream.controlplane import UpstreamControlPlane
 
         sim = UpstreamControlPlane(
-            state or _temp_state(), host=host, port=port, kubeconfig_out=kubeconfig_out,
+            state or _temp_state(),
+            host=host,
+            port=port,
+            kubeconfig_out=kubeconfig_out,
             progress=say,
         )
         exporters: dict[str, str] = {}
@@ -107,16 +126,15 @@ def serve(
         exporters = {}
         closer, prometheus = sim, None
     else:
+        from krea_ops.sim.machines.fleet import scale_config
         from krea_ops.sim.machines.story import story_config
         from krea_ops.sim.world import SimWorld
 
+        world_seed = 0 if seed is None else seed
         config = dataclasses.replace(
-            story_config(
-                nodes=nodes,
-                gpus_per_node=gpus_per_node,
-                seed=0 if seed is None else seed,
-                speed=speed,
-            ),
+            story_config(nodes, gpus_per_node, world_seed, speed)
+            if telemetry is None
+            else scale_config(nodes, telemetry, gpus_per_node, world_seed, speed),
             control_plane=control_plane,
         )
         world = SimWorld(
@@ -144,6 +162,12 @@ def serve(
             f"seed {0 if seed is None else seed}",
             flush=True,
         )
+        if telemetry is not None:
+            print(
+                f"scale mode: devices and exporters on the first {telemetry} of {nodes} "
+                "nodes; the others are kept alive by their kubelets only",
+                flush=True,
+            )
         for node_name, url in sorted(exporters.items()):
             print(f"exporter {node_name}: {url}", flush=True)
         if prometheus:
@@ -175,6 +199,22 @@ def serve(
 
 
 CONTROL_PLANES = ("embedded", "upstream")
+
+
+def parse_telemetry_nodes(value: str | None, nodes: int) -> int | None:
+    """``--telemetry-nodes``: None (not given: every node), else a whole number within
+    0..``nodes``; anything else is bad input (one line, exit 2)."""
+    if value is None:
+        return None
+    text = value.strip()
+    if not text.isdigit():
+        raise BadInput(
+            f"--telemetry-nodes {value!r}: give a whole number of nodes, 0 to --nodes ({nodes})"
+        )
+    count = int(text)
+    if count > nodes:
+        raise BadInput(f"--telemetry-nodes {count} is more than --nodes {nodes}: 0 to {nodes}")
+    return count
 
 
 def check_control_plane(value: str) -> None:

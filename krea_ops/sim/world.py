@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -21,11 +22,12 @@ from typing import Any
 
 from krea_ops.sim.apiserver.local import LocalApiServer
 from krea_ops.sim.common.actor import Actor, World, WorldConfig
-from krea_ops.sim.common.api import Api, ClusterView
+from krea_ops.sim.common.api import Api, ClusterView, WatchedClusterView
 from krea_ops.sim.common.clock import SimClock
 from krea_ops.sim.machines.burst import InferenceAutoscaler, VirtualKubelet
 from krea_ops.sim.machines.devices import DeviceActor, DeviceService
 from krea_ops.sim.machines.faults import FailureActor, FaultActor
+from krea_ops.sim.machines.fleet import FleetLoad
 from krea_ops.sim.machines.joins import NodeJoins
 from krea_ops.sim.machines.kubelet import Kubelet
 from krea_ops.sim.machines.nodes import bootstrap
@@ -62,7 +64,11 @@ def cluster_actors(world: World) -> list[Actor]:
     shared endpoint serves ``kubectl logs`` (the API server proxies there) and the real
     scheduler and controller-manager do the rest."""
     api = Api(world.client)
-    view = ClusterView(api)
+    # The scale mode follows the cluster through watches: a relist of 5,000 nodes and
+    # their pods every half second is more than the whole world may spend.
+    view = (
+        WatchedClusterView(api, threading.Event()) if world.config.scale_mode else ClusterView(api)
+    )
     world.services["cluster-view"] = view
     kubelet = Kubelet(world, view, api)
     endpoint = None
@@ -116,7 +122,10 @@ def burst_actors(world: World) -> list[Actor]:
 
 
 def story_actors(world: World) -> list[Actor]:
-    """The demo's story (``WorldConfig.story``: ``demo`` and ``sim serve``), else none."""
+    """The demo's story (``WorldConfig.story``: ``demo`` and ``sim serve``), the fleet's
+    load in the scale mode (``extra["fleet_load"]``: ``machines/fleet.py``), else none."""
+    if world.config.extra.get("fleet_load"):
+        return [FleetLoad(world)]
     return [StoryActor(world)] if world.config.story else []
 
 

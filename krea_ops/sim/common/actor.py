@@ -51,7 +51,25 @@ class WorldConfig:
     # scheduler, kcm, Job/JobSet and Kueue stand-ins) or "upstream" (the real binaries,
     # krea_ops.sim.upstream; only the machines run here).
     control_plane: str = "embedded"
+    # The scale mode (``sim serve --telemetry-nodes N``): None, every node has its devices,
+    # exporter and readings (the world as it always was); N, only the first N nodes do, the
+    # rest are API objects kept alive by the kubelets only, the machines read the cluster
+    # through watches instead of lists, and the fleet's load (``machines/fleet.py``) runs
+    # instead of the demo's story.
+    telemetry_nodes: int | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def scale_mode(self) -> bool:
+        return self.telemetry_nodes is not None
+
+    def has_telemetry(self, node: str) -> bool:
+        """Whether ``node`` (``gpu-node-NNN``) has simulated devices and an exporter: every
+        node outside the scale mode, else the first ``telemetry_nodes`` of the fleet."""
+        if self.telemetry_nodes is None:
+            return True
+        digits = node.rpartition("-")[2]
+        return digits.isdigit() and int(digits) < self.telemetry_nodes
 
 
 class World:

@@ -871,7 +871,8 @@ class DeviceService:
     def start(self) -> None:
         cfg = self.world.config
         for i in range(cfg.nodes):
-            self.ensure_node(f"gpu-node-{i:03d}", cfg.gpus_per_node)
+            if cfg.has_telemetry(f"gpu-node-{i:03d}"):
+                self.ensure_node(f"gpu-node-{i:03d}", cfg.gpus_per_node)
         binary = shutil.which("prometheus")
         if cfg.prometheus and cfg.exporters and binary:
             self.prometheus = Prometheus(
@@ -902,6 +903,8 @@ class DeviceService:
             labels = meta.get("labels") or {}
             if labels.get("nvidia.com/gpu.present") != "true" and not _GPU_NODE_RE.match(name):
                 continue
+            if not self.world.config.has_telemetry(name) and name not in self.nodes:
+                continue  # the scale mode: a node without simulated devices
             count = labels.get("nvidia.com/gpu.count") or (
                 (obj.get("status") or {}).get("capacity") or {}
             ).get(GPU_RESOURCE)
@@ -1284,12 +1287,19 @@ class DeviceActor(Actor):
         now = self.clock.time()
         dt = self.period_s if self.last is None else max(0.0, now - self.last)
         self.last = now
-        nodes = json.loads(self.core.list_node(_preload_content=False).data).get("items") or []
-        svc.sync_nodes(nodes)
-        resp = self.core.list_pod_for_all_namespaces(
-            field_selector="status.phase=Running", _preload_content=False
-        )
-        pods = parse_pods(json.loads(resp.data).get("items") or [], set(svc.nodes))
+        view = self.world.services.get("cluster-view") if self.world.config.scale_mode else None
+        if view is not None:
+            # the scale mode: the cluster as the machines' shared watch has it, no lists
+            svc.sync_nodes(view.nodes())
+            running = [p for p in view.pods() if (p.get("status") or {}).get("phase") == "Running"]
+            pods = parse_pods(running, set(svc.nodes))
+        else:
+            nodes = json.loads(self.core.list_node(_preload_content=False).data)
+            svc.sync_nodes(nodes.get("items") or [])
+            resp = self.core.list_pod_for_all_namespaces(
+                field_selector="status.phase=Running", _preload_content=False
+            )
+            pods = parse_pods(json.loads(resp.data).get("items") or [], set(svc.nodes))
         svc.advance(now, dt, pods)
         svc.poll_prometheus()
         svc.publish()

@@ -70,6 +70,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kubernetes.client.rest import ApiException
@@ -112,6 +113,8 @@ LEASE_RENEW_S = 10.0
 LEASE_WRITES_PER_WALL_S = 32.0
 # Without a change to report, a real kubelet writes its node status every 5 minutes.
 NODE_STATUS_REPORT_S = 300.0
+# Threads that sync the nodes' pods in the scale mode (``extra["kubelet_workers"]``).
+SCALE_WORKERS = 8
 # A pod whose container start was not planned by this kubelet (a restart of the world)
 # starts this many simulated seconds after its startTime.
 DEFAULT_START_S = 4.0
@@ -173,6 +176,16 @@ class Kubelet(ViewActor):
         self._started: dict[str, float] = {}
         self._killing: dict[str, float] = {}
         self.exits: ContainerExits = world.services.setdefault(EXITS_SERVICE, ContainerExits())
+        workers = SCALE_WORKERS if world.config.scale_mode else 1
+        self.workers = int(world.config.extra.get("kubelet_workers", workers))
+        self._pool: ThreadPoolExecutor | None = None
+        if self.workers > 1:
+            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="sim-kubelet")
+
+    def join(self, timeout: float = 5.0) -> None:
+        super().join(timeout)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
     @staticmethod
     def renew_for(config: WorldConfig) -> float:
@@ -204,17 +217,31 @@ class Kubelet(ViewActor):
             if node_name_ in mine:
                 by_node[node_name_].append(pod)
         live: set[str] = set()
-        for name, node_pods in by_node.items():
-            node = mine[name]
-            if name in failed:
-                cause = annotations_of(node).get(FAILED_ANNOTATION, "")
+
+        def sync(batch: list[tuple[str, list[dict[str, Any]]]]) -> None:
+            for name, node_pods in batch:
+                node = mine[name]
+                if name in failed:
+                    cause = annotations_of(node).get(FAILED_ANNOTATION, "")
+                    for pod in node_pods:
+                        self._fail_pod(pod, name, cause, now)
+                    continue
+                used_ips = {
+                    status_of(p).get("podIP") for p in node_pods if status_of(p).get("podIP")
+                }
                 for pod in node_pods:
-                    self._fail_pod(pod, name, cause, now)
-                continue
-            used_ips = {status_of(p).get("podIP") for p in node_pods if status_of(p).get("podIP")}
-            for pod in node_pods:
-                live.add(str(meta_of(pod).get("uid")))
-                self._sync_pod(pod, node, now, used_ips)
+                    live.add(str(meta_of(pod).get("uid")))
+                    self._sync_pod(pod, node, now, used_ips)
+
+        work = list(by_node.items())
+        if self._pool is None or len(work) < 2 * self.workers:
+            sync(work)
+        else:
+            # the scale mode: the nodes' pods in parallel, a node's own in order (a fleet's
+            # kubelets are that many processes; one thread's round trips took minutes to
+            # start 5,000 nodes' DaemonSet pods)
+            for _ in self._pool.map(sync, [work[k :: self.workers] for k in range(self.workers)]):
+                pass
         for memo in (self._due, self._ready_at, self._started, self._killing):
             for uid in [u for u in memo if u not in live]:
                 del memo[uid]
