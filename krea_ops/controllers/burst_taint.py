@@ -30,7 +30,7 @@ so: a ``stale`` skip and a ``stale-input`` alert (metrics and log).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from krea_ops.burst import ANN_PRICE, VIRTUAL_NODE_SELECTORS
@@ -158,6 +158,48 @@ def has_taint(obj: Obj) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class BurstTaintState:
+    """What burst-taint persists (its key of the state ConfigMap): whether it wants the
+    virtual nodes tainted (None: no state yet, the nodes say), since when more than
+    ``free_gpus_high`` (``high_since``) or fewer than ``free_gpus_low`` (``low_since``)
+    GPUs have been free, the free GPUs of the last judged pass and when it last changed
+    a node. A value that is not of its type reads as absent."""
+
+    tainted: bool | None = None
+    high_since: float | None = None
+    low_since: float | None = None
+    free_gpus: int | None = None
+    changed_at: float | None = None
+
+    @staticmethod
+    def from_json(data: Any) -> BurstTaintState:
+        data = data if isinstance(data, Mapping) else {}
+        tainted = data.get("tainted")
+        free = data.get("free_gpus")
+        return BurstTaintState(
+            tainted=tainted if isinstance(tainted, bool) else None,
+            high_since=_time(data.get("high_since")),
+            low_since=_time(data.get("low_since")),
+            free_gpus=free if isinstance(free, int) and not isinstance(free, bool) else None,
+            changed_at=_time(data.get("changed_at")),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON the ConfigMap keeps: ``tainted`` and both hold times always (null
+        when not holding), the free GPUs and the last change once there are any."""
+        out: dict[str, Any] = {
+            "tainted": self.tainted,
+            "high_since": self.high_since,
+            "low_since": self.low_since,
+        }
+        if self.free_gpus is not None:
+            out["free_gpus"] = self.free_gpus
+        if self.changed_at is not None:
+            out["changed_at"] = self.changed_at
+        return out
+
+
 class BurstTaint:
     """The controller (``controllers.base.Controller``)."""
 
@@ -240,8 +282,9 @@ class BurstTaint:
         self, snapshot: BurstTaintSnapshot, now: float, state: Mapping[str, Any]
     ) -> Decision:
         cfg = self.config
-        wanted = state.get("tainted")
-        if not isinstance(wanted, bool):  # no state yet: what the nodes show
+        stored = BurstTaintState.from_json(state)
+        wanted = stored.tainted
+        if wanted is None:  # no state yet: what the nodes show
             wanted = any(has_taint(o) for o in snapshot.virtual.values())
         gauges: dict[str, float] = {
             "virtual_nodes": float(len(snapshot.virtual)),
@@ -252,18 +295,17 @@ class BurstTaint:
         stale = self._stale(snapshot)
         if stale is not None:
             # nothing changes, and the hold restarts: what happened meanwhile is unknown
-            held = {"tainted": wanted, "high_since": None, "low_since": None}
+            held = replace(stored, tainted=wanted, high_since=None, low_since=None)
             return Decision(
                 controller=NAME,
                 skipped=(Skip("virtual nodes", "stale", stale),),
                 alerts=(Alert("stale-input", f"burst-taint changes nothing: {stale}"),),
                 gauges=gauges,
-                state={**state, **held},
+                state=held.to_json(),
             )
         free, healthy = snapshot.free_gpus()
         gauges.update(free_gpus=float(free), healthy_gpus=float(healthy))
-        high_since = _time(state.get("high_since"))
-        low_since = _time(state.get("low_since"))
+        high_since, low_since = stored.high_since, stored.low_since
         skipped: list[Skip] = []
         if free > cfg.free_gpus_high:
             high_since, low_since = (high_since if high_since is not None else now), None
@@ -293,21 +335,20 @@ class BurstTaint:
             f"for {cfg.hold_s:g}s)"
         )
         plan = self._plan(snapshot, wanted, reason)
-        new_state = {
-            **state,
-            "tainted": wanted,
-            "high_since": high_since,
-            "low_since": low_since,
-            "free_gpus": free,
-        }
-        if plan is not None and plan.steps:
-            new_state["changed_at"] = now
+        acts = plan is not None and bool(plan.steps)
+        new_state = BurstTaintState(
+            tainted=wanted,
+            high_since=high_since,
+            low_since=low_since,
+            free_gpus=free,
+            changed_at=now if acts else stored.changed_at,
+        )
         return Decision(
             controller=NAME,
-            plans=(plan,) if plan is not None and plan.steps else (),
+            plans=(plan,) if plan is not None and acts else (),
             skipped=tuple(skipped),
             gauges=gauges,
-            state=new_state,
+            state=new_state.to_json(),
         )
 
     def _stale(self, snapshot: BurstTaintSnapshot) -> str | None:

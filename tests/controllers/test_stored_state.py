@@ -1,0 +1,48 @@
+"""A controller's persisted state, as the version before its state types wrote it, still
+loads: each typed state reads the stored example (``stored_state/<controller>.json``,
+gathered from that version's own test passes: per key, the richest value a pass wrote)
+and writes it back as it was, so a controller upgraded in place keeps its hold timers,
+token buckets and pending changes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from krea_ops.controllers.burst_taint import BurstTaintState
+
+STORED = Path(__file__).parent / "stored_state"
+
+
+def stored(controller: str) -> dict[str, Any]:
+    data = json.loads((STORED / f"{controller}.json").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def test_burst_taint_state_reads_and_writes_the_stored_example() -> None:
+    data = stored("burst-taint")
+    state = BurstTaintState.from_json(data)
+    assert state.tainted is False and state.high_since == 1800003600.0
+    assert state.to_json() == data
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {},
+        {"tainted": "yes", "high_since": True, "low_since": "1", "free_gpus": 1.5},
+        None,
+        [],
+    ],
+)
+def test_burst_taint_state_reads_what_is_not_its_type_as_absent(data: Any) -> None:
+    assert BurstTaintState.from_json(data) == BurstTaintState()
+    assert BurstTaintState().to_json() == {
+        "tainted": None,
+        "high_since": None,
+        "low_since": None,
+    }
