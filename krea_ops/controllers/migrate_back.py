@@ -121,19 +121,97 @@ class Bucket:
     per_hour: float
     burst: float
 
-    def refill(self, entry: Any, now: float) -> float:
-        """The tokens of a stored entry (``{"tokens", "at"}``) at ``now``: absent is full,
-        unreadable is empty, a clock that went back refills nothing."""
-        if entry is None:
+    def refill(self, level: BucketLevel | None, now: float) -> float:
+        """The tokens of a stored level at ``now``: absent is full, unreadable is empty, a
+        clock that went back refills nothing."""
+        if level is None:
             return self.burst
+        if level.at is None:
+            return 0.0
+        gained = max(0.0, now - level.at) * self.per_hour / 3600.0
+        return max(0.0, min(self.burst, level.tokens + gained))
+
+
+@dataclass(frozen=True)
+class BucketLevel:
+    """A bucket as stored: ``tokens`` at ``at``. ``at`` None: the stored entry could not
+    be read, and the bucket counts as empty (a corrupt state never buys a burst of
+    evictions)."""
+
+    tokens: float
+    at: float | None
+
+    @staticmethod
+    def from_json(data: Any) -> BucketLevel:
         try:
-            tokens, at = float(entry["tokens"]), float(entry["at"])
+            tokens, at = float(data["tokens"]), float(data["at"])
         except (KeyError, TypeError, ValueError):
-            return 0.0
+            return UNREADABLE
         if not (math.isfinite(tokens) and math.isfinite(at)):
-            return 0.0
-        gained = max(0.0, now - at) * self.per_hour / 3600.0
-        return max(0.0, min(self.burst, tokens + gained))
+            return UNREADABLE
+        return BucketLevel(tokens, at)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tokens": self.tokens, "at": self.at}
+
+
+UNREADABLE = BucketLevel(0.0, None)
+
+
+@dataclass(frozen=True)
+class MoveMemo:
+    """A workload's last move: its Ready pods (by name) when the move was planned, and
+    when; it holds the workload's next move until it is back to that count."""
+
+    ready: int
+    at: float
+
+    @staticmethod
+    def from_json(data: Any) -> MoveMemo | None:
+        """None for an entry that cannot be read (it is forgotten)."""
+        try:
+            return MoveMemo(int(data["ready"]), float(data["at"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ready": self.ready, "at": self.at}
+
+
+@dataclass(frozen=True)
+class MigrateBackState:
+    """What migrate-back persists (its key of the state ConfigMap, ``{"version": 1,
+    "buckets": {key: {"tokens", "at"}}, "moves": {workload: {"ready", "at"}}}``): the
+    token buckets that are not full, and the workloads whose last move's replacement is
+    not Ready yet."""
+
+    buckets: Mapping[str, BucketLevel] = field(default_factory=dict)
+    moves: Mapping[str, MoveMemo] = field(default_factory=dict)
+
+    @staticmethod
+    def from_json(data: Any) -> MigrateBackState:
+        data = data if isinstance(data, Mapping) else {}
+        buckets = data.get("buckets")
+        moves = data.get("moves")
+        return MigrateBackState(
+            buckets={  # a null entry is as absent: full
+                str(k): BucketLevel.from_json(v)
+                for k, v in (buckets.items() if isinstance(buckets, Mapping) else ())
+                if v is not None
+            },
+            moves={
+                str(k): memo
+                for k, v in (moves.items() if isinstance(moves, Mapping) else ())
+                if (memo := MoveMemo.from_json(v)) is not None
+            },
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "buckets": {k: v.to_json() for k, v in self.buckets.items()},
+            "moves": {k: v.to_json() for k, v in self.moves.items()},
+        }
 
 
 def _bucket(section: str, raw: Any, default: Bucket) -> Bucket:
@@ -428,26 +506,19 @@ def _room(snapshot: MigrateBackSnapshot, count_unknown: bool) -> Side:
     return Side({n: dict(snapshot.in_cluster[n]) for n in free}, free)
 
 
-def _state_of(state: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
-    buckets = state.get("buckets") if isinstance(state, Mapping) else None
-    moves = state.get("moves") if isinstance(state, Mapping) else None
-    return (
-        buckets if isinstance(buckets, Mapping) else {},
-        moves if isinstance(moves, Mapping) else {},
-    )
-
-
 class _Pace:
     """The three kinds of bucket, refilled to ``now`` from the stored state."""
 
-    def __init__(self, config: MigrateBackConfig, stored: Mapping[str, Any], now: float) -> None:
+    def __init__(
+        self, config: MigrateBackConfig, stored: Mapping[str, BucketLevel], now: float
+    ) -> None:
         self.config = config
         self.now = now
         self.tokens: dict[str, float] = {}
-        for key, entry in stored.items():
-            bucket = self.bucket(str(key))
+        for key, level in stored.items():
+            bucket = self.bucket(key)
             if bucket is not None:
-                self.tokens[str(key)] = bucket.refill(entry, now)
+                self.tokens[key] = bucket.refill(level, now)
 
     def bucket(self, key: str) -> Bucket | None:
         if key == "cluster":
@@ -479,13 +550,13 @@ class _Pace:
             return None
         return (1.0 - self._get(key)) * 3600.0 / bucket.per_hour
 
-    def stored(self) -> dict[str, Any]:
+    def stored(self) -> dict[str, BucketLevel]:
         """Buckets not full, as the state keeps them (absent means full)."""
-        out: dict[str, Any] = {}
+        out: dict[str, BucketLevel] = {}
         for key in sorted(self.tokens):
             bucket = self.bucket(key)
             if bucket is not None and self.tokens[key] < bucket.burst:
-                out[key] = {"tokens": self.tokens[key], "at": self.now}
+                out[key] = BucketLevel(self.tokens[key], self.now)
         return out
 
 
@@ -579,11 +650,11 @@ class MigrateBack:
         self, snapshot: MigrateBackSnapshot, now: float, state: Mapping[str, Any]
     ) -> Decision:
         config = self.config
-        stored_buckets, stored_moves = _state_of(state)
+        stored = MigrateBackState.from_json(state)
         disabled = [v for v in snapshot.virtual if _disabled(v)]
         if not disabled:
             return Decision(NAME, gauges={"burst_disabled": 0.0})
-        pace = _Pace(config, stored_buckets, now)
+        pace = _Pace(config, stored.buckets, now)
         gauges: dict[str, float] = {"burst_disabled": 1.0}
         skipped: list[Skip] = []
         alerts: list[Alert] = []
@@ -598,17 +669,20 @@ class MigrateBack:
         gauges["offsite_pods"] = float(len(offsite))
         room = _room(snapshot, config.count_unknown)
 
-        def done(steps: list[Step], moves: Mapping[str, Any], findings: list[Finding]) -> Decision:
+        def done(
+            steps: list[Step], moves: Mapping[str, MoveMemo], findings: list[Finding]
+        ) -> Decision:
             gauges["moves_planned"] = float(len(steps))
             buckets = pace.stored()
-            new_state = {"version": STATE_VERSION, "buckets": buckets, "moves": dict(moves)}
+            new_state = MigrateBackState(buckets, dict(moves))
             # the cluster's bucket always (a gauge left out keeps its last value); the
             # namespaces' and workloads' as one count (one series each would be unbounded)
+            cluster_bucket = buckets.get("cluster")
             gauges["cluster_bucket_tokens"] = float(
-                buckets.get("cluster", {}).get("tokens", config.cluster.burst)
+                config.cluster.burst if cluster_bucket is None else cluster_bucket.tokens
             )
             gauges["empty_buckets"] = float(
-                sum(1 for e in buckets.values() if e["tokens"] < 1.0 - TOKEN_EPSILON)
+                sum(1 for e in buckets.values() if e.tokens < 1.0 - TOKEN_EPSILON)
             )
             plans: tuple[Plan, ...] = ()
             if steps:
@@ -641,7 +715,7 @@ class MigrateBack:
                 skipped=tuple(skipped),
                 alerts=tuple(alerts),
                 gauges=gauges,
-                state=new_state,
+                state=new_state.to_json(),
             )
 
         # Ready pods per workload (controller UID, as the executor counts them) and per
@@ -655,14 +729,11 @@ class MigrateBack:
             uid = str(owner.get("uid"))
             ready_by_uid[uid] = ready_by_uid.get(uid, 0) + 1
             ready_by_name[workload_name(pod)] = ready_by_name.get(workload_name(pod), 0) + 1
-        moves: dict[str, Any] = {}
-        for workload, entry in stored_moves.items():
-            try:
-                was, at = int(entry["ready"]), float(entry["at"])
-            except (KeyError, TypeError, ValueError):
-                continue
-            if ready_by_name.get(str(workload), 0) < was and now - at < config.floor_hold_s:
-                moves[str(workload)] = {"ready": was, "at": at}
+        moves: dict[str, MoveMemo] = {
+            workload: memo
+            for workload, memo in stored.moves.items()
+            if ready_by_name.get(workload, 0) < memo.ready and now - memo.at < config.floor_hold_s
+        }
 
         if not offsite:  # (the in-cluster nodes were not read)
             return done([], moves, [])
@@ -702,7 +773,7 @@ class MigrateBack:
             workload = workload_name(pod)
             ready_now = ready_by_uid.get(str(owner.get("uid")), 0)
             if workload in moves and workload not in planned:
-                was = moves[workload]["ready"]
+                was = moves[workload].ready
                 skipped.append(
                     Skip(
                         what,
@@ -790,7 +861,7 @@ class MigrateBack:
                 quota.take(admitted, pod)
             pace.take(keys)
             planned[workload] = planned.get(workload, 0) + 1
-            moves[workload] = {"ready": ready_by_name.get(workload, 0), "at": now}
+            moves[workload] = MoveMemo(ready_by_name.get(workload, 0), now)
             steps.append(
                 move_step(
                     pod,

@@ -13,6 +13,12 @@ from typing import Any
 import pytest
 
 from krea_ops.controllers.burst_taint import BurstTaintState
+from krea_ops.controllers.migrate_back import (
+    UNREADABLE,
+    BucketLevel,
+    MigrateBackState,
+    MoveMemo,
+)
 
 STORED = Path(__file__).parent / "stored_state"
 
@@ -46,3 +52,24 @@ def test_burst_taint_state_reads_what_is_not_its_type_as_absent(data: Any) -> No
         "high_since": None,
         "low_since": None,
     }
+
+
+def test_migrate_back_state_reads_and_writes_the_stored_example() -> None:
+    data = stored("migrate-back")
+    state = MigrateBackState.from_json(data)
+    assert state.buckets["cluster"] == BucketLevel(98.0, 3600.0)
+    assert state.moves["Deployment ns1/a"] == MoveMemo(4, 3600.0)
+    assert state.to_json() == data
+
+
+def test_migrate_back_state_counts_an_unreadable_bucket_empty_and_forgets_a_bad_move() -> None:
+    state = MigrateBackState.from_json(
+        {
+            "version": 1,
+            "buckets": {"cluster": {"tokens": "x"}, "namespace/a": None, "namespace/b": []},
+            "moves": {"Deployment a/x": {"ready": "many"}, "Deployment a/y": {"ready": 2, "at": 5}},
+        }
+    )
+    assert state.buckets == {"cluster": UNREADABLE, "namespace/b": UNREADABLE}
+    assert state.moves == {"Deployment a/y": MoveMemo(2, 5.0)}
+    assert MigrateBackState.from_json(None) == MigrateBackState()
