@@ -301,6 +301,59 @@ def _cohort_quota(snapshot: QuotaSyncSnapshot, managed: list[str], flavor: str) 
 # -- the controller ---------------------------------------------------------------------------
 
 
+def _number(value: Any) -> int | float | None:
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class PendingQuota:
+    """A quota change waiting for its hold: the ``quota`` wanted and ``since`` when it
+    has been (None: unreadable, so its hold starts again)."""
+
+    quota: int | float | None
+    since: float | None
+
+    @staticmethod
+    def from_json(data: Any) -> PendingQuota | None:
+        """None for an entry that is not an object (it is forgotten)."""
+        if not isinstance(data, Mapping):
+            return None
+        try:
+            since: float | None = float(data["since"])
+        except (KeyError, TypeError, ValueError):
+            since = None
+        return PendingQuota(_number(data.get("quota")), since)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"quota": self.quota, "since": self.since}
+
+
+@dataclass(frozen=True)
+class QuotaSyncState:
+    """What quota-sync persists (its key of the state ConfigMap, ``{"version": 1,
+    "pending": {"<cluster queue>/<flavor>": {"quota", "since"}}}``): the changes that
+    wait for ``raise_after_s`` or ``lower_after_s``."""
+
+    pending: Mapping[str, PendingQuota] = field(default_factory=dict)
+
+    @staticmethod
+    def from_json(data: Any) -> QuotaSyncState:
+        raw = data.get("pending") if isinstance(data, Mapping) else None
+        return QuotaSyncState(
+            {
+                str(k): entry
+                for k, v in (raw.items() if isinstance(raw, Mapping) else ())
+                if (entry := PendingQuota.from_json(v)) is not None
+            }
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "pending": {k: v.to_json() for k, v in self.pending.items()},
+        }
+
+
 class QuotaSync:
     """The quota-sync controller (``krea-ops controller run quota-sync``)."""
 
@@ -357,9 +410,8 @@ class QuotaSync:
 
     def decide(self, snapshot: QuotaSyncSnapshot, now: float, state: Mapping[str, Any]) -> Decision:
         config = self.config
-        stored = state.get("pending") if isinstance(state, Mapping) else None
-        stored = stored if isinstance(stored, Mapping) else {}
-        pending: dict[str, Any] = {}
+        stored = QuotaSyncState.from_json(state).pending
+        pending: dict[str, PendingQuota] = {}
         skipped: list[Skip] = []
         alerts: list[Alert] = []
         gauges: dict[str, float] = {}
@@ -438,12 +490,9 @@ class QuotaSync:
                 delay = config.raise_after_s if target > current else config.lower_after_s
                 entry = stored.get(key)
                 since = now
-                if isinstance(entry, Mapping) and entry.get("quota") == target:
-                    try:
-                        since = min(float(entry["since"]), now)
-                    except (KeyError, TypeError, ValueError):
-                        since = now
-                pending[key] = {"quota": target, "since": since}
+                if entry is not None and entry.quota == target and entry.since is not None:
+                    since = min(entry.since, now)
+                pending[key] = PendingQuota(target, since)
                 if now - since < delay:
                     left = delay - (now - since)
                     skipped.append(Skip(where, "hold", f"{change}, once it holds {left:.0f}s more"))
@@ -465,5 +514,5 @@ class QuotaSync:
             skipped=tuple(skipped),
             alerts=tuple(alerts),
             gauges=gauges,
-            state={"version": STATE_VERSION, "pending": pending},
+            state=QuotaSyncState(pending).to_json(),
         )

@@ -19,6 +19,7 @@ from krea_ops.controllers.migrate_back import (
     MigrateBackState,
     MoveMemo,
 )
+from krea_ops.controllers.quota_sync import PendingQuota, QuotaSyncState
 
 STORED = Path(__file__).parent / "stored_state"
 
@@ -73,3 +74,12 @@ def test_migrate_back_state_counts_an_unreadable_bucket_empty_and_forgets_a_bad_
     assert state.buckets == {"cluster": UNREADABLE, "namespace/b": UNREADABLE}
     assert state.moves == {"Deployment a/y": MoveMemo(2, 5.0)}
     assert MigrateBackState.from_json(None) == MigrateBackState()
+
+
+def test_quota_sync_state_reads_and_writes_the_stored_example() -> None:
+    data = stored("quota-sync")
+    state = QuotaSyncState.from_json(data)
+    assert state.pending["training/h200"] == PendingQuota(24, 1020.0)
+    assert state.to_json() == data
+    odd = QuotaSyncState.from_json({"pending": {"a/x": [], "b/x": {"quota": 3, "since": "?"}}})
+    assert odd.pending == {"b/x": PendingQuota(3, None)}
