@@ -153,6 +153,14 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+WAL_NOTE = " (its WAL and head chunks: nothing compacted into a block yet)"
+
+
+def du(path: Path) -> int:
+    """Bytes of the files under ``path``."""
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
 def get(url: str, timeout: float = 5) -> int:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
@@ -513,10 +521,14 @@ def main(argv: list[str] | None = None) -> int:
                 reads = time_reads(store, settings, args.repeat, t0)
                 after_reads = store.rss_mib()
                 peak = store.rss_mib("VmHWM")
+                store.flush()
+                disk = du(tmp / "data")
                 print(
                     f"- {store.name} ({store.version}): ingest + searchable {ingest:.0f} s; RSS"
                     f" idle {idle:.0f} MiB, after ingest {after_ingest:.0f} MiB, after reads"
-                    f" {after_reads:.0f} MiB, peak {peak:.0f} MiB",
+                    f" {after_reads:.0f} MiB, peak {peak:.0f} MiB; data directory"
+                    f" {disk / 2**20:.0f} MiB, {disk / (samples + n2):.2f} bytes per sample"
+                    f"{WAL_NOTE if key == 'prometheus' else ''}",
                     flush=True,
                 )
                 for name, r in reads.items():
