@@ -245,7 +245,7 @@ def _args(workload: dict[str, Any]) -> dict[str, str]:
 def test_the_cluster_manifests_wire_vminsert_and_vmselect_to_every_vmstorage() -> None:
     """deploy/victoriametrics/cluster: vminsert and vmselect name every vmstorage replica
     at its port for them; replication is within the replicas, and vmselect dedups what it
-    replicates and refuses partial answers; every pod runs as nobody with nothing it does
+    replicates; every pod runs as nobody with nothing it does
     not need (no token, no privilege escalation, no capabilities, a read-only root); the
     storage ports admit only vminsert and vmselect."""
     kustomized = yaml.safe_load((CLUSTER_DEPLOY / "kustomization.yaml").read_text())
@@ -271,7 +271,6 @@ def test_the_cluster_manifests_wire_vminsert_and_vmselect_to_every_vmstorage() -
     selecting = _args(objects[("Deployment", "vmselect")])
     if factor > 1:
         assert "dedup.minScrapeInterval" in selecting
-    assert "search.denyPartialResponse" in selecting
     for (kind, name), d in objects.items():
         assert d["metadata"]["namespace"] == "monitoring", name
         if kind not in ("Deployment", "StatefulSet"):
