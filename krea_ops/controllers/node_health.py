@@ -129,7 +129,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import quote
 
@@ -145,6 +145,14 @@ from krea_ops.controllers.base import (
 )
 from krea_ops.controllers.ladder import LadderConfig, LadderInputs, climb, pending
 from krea_ops.controllers.ledger import observe, repair_stats
+from krea_ops.controllers.node_health_state import (
+    CapState,
+    Evicting,
+    GangWatch,
+    LemonMark,
+    NodeHealthState,
+    VetoState,
+)
 from krea_ops.controllers.planned_swaps import with_stragglers
 from krea_ops.controllers.restarts import (
     RecorderConfig,
@@ -793,7 +801,7 @@ class _Pass:
         state: Mapping[str, Any],
     ) -> None:
         self.cfg, self.snap, self.now = config, snap, now
-        self.prev = state or {}
+        self.prev = NodeHealthState.from_json(state)
         self.plans: list[Plan] = []
         self.skipped: list[Skip] = []
         self.alerts: list[Alert] = []
@@ -807,10 +815,6 @@ class _Pass:
         self.swap_verdicts = (
             with_stragglers(self.verdicts, snap.stalls) if config.straggler_swaps else self.verdicts
         )
-
-    def _prev(self, key: str) -> dict[str, Any]:
-        value = self.prev.get(key)
-        return dict(value) if isinstance(value, Mapping) else {}
 
     def run(self) -> Decision:
         snap, user = self.snap, self.snap.user
@@ -833,7 +837,7 @@ class _Pass:
                 {n for n, i in self.infos.items() if _opted_out(i)},
                 user=user,
                 now=self.now,
-                prev=self._prev("validation"),
+                prev=dict(self.prev.validation),
             )
             self.plans.extend(ladder.plans)
             self.skipped.extend(ladder.skipped)
@@ -870,15 +874,15 @@ class _Pass:
                 if n in new and n not in ours
             ],
             self.now,
-            self._prev("recorder"),
+            dict(self.prev.recorder),
             self.cfg.recorder(),
-            hung={k: h for k, h in hangs.items() if h.get("state") == HUNG},
-            progressing={k for k, h in hangs.items() if h.get("state") in PROGRESSING},
+            hung={k: h.to_json() for k, h in hangs.items() if h.state == HUNG},
+            progressing={k for k, h in hangs.items() if h.state in PROGRESSING},
         )
         lemons = self._restart_lemons(recorder, lemons)
         # every node as listed (a node gone from the list is written deleted)
         ledger = observe(
-            self.prev.get("ledger") if isinstance(self.prev.get("ledger"), Mapping) else None,
+            self.prev.ledger,
             snap.nodes,
             self.now,
             user=user,
@@ -914,41 +918,41 @@ class _Pass:
                 for state in (HUNG, STRAGGLER, SLOW, STALLED)
             },
         }
-        new_state = {
-            "onsets": onsets,
-            "healthy": healthy,
-            "remediations": remediations,
-            "lemons": lemons,
-            "restored": restored,
-            "marked": sorted(marked),
-            "restoring": sorted(restoring),
-            "recorder": recorder,
+        new_state = NodeHealthState(
+            onsets=onsets,
+            healthy=healthy,
+            remediations={n: tuple(ts) for n, ts in remediations.items()},
+            lemons=lemons,
+            restored=restored,
+            marked=tuple(sorted(marked)),
+            restoring=tuple(sorted(restoring)),
+            recorder=recorder,
             # what `krea-ops controller status` shows
-            "cap": {
-                "quarantined_unacked": quarantined,
+            cap=CapState(
+                quarantined_unacked=quarantined,
                 # out by an operator's evict (the cap does not count them)
-                "operators": len(marked - ours),
-                "limit": cap,
-                "reached": quarantined >= cap,
-                "acked_at": rfc3339(snap.ack_at) if snap.ack_at is not None else None,
-            },
-            "veto": {"active": bool(vetoed), "classes": dict(sorted(vetoed.items()))},
-            "evicting": {
-                n: [_version(self.snap.evict.objs.get(n) or self.snap.nodes[n]), stamp]
+                operators=len(marked - ours),
+                limit=cap,
+                reached=quarantined >= cap,
+                acked_at=rfc3339(snap.ack_at) if snap.ack_at is not None else None,
+            ),
+            veto=VetoState(bool(vetoed), {k: tuple(v) for k, v in sorted(vetoed.items())}),
+            evicting={
+                n: Evicting(_version(self.snap.evict.objs.get(n) or self.snap.nodes[n]), stamp)
                 for n in sorted(new - ours)
             },
-            "swaps": swaps.state,
-            "stalls": hangs,
-            "validation": ladder.state if ladder is not None else {},
-            "ledger": ledger,
-        }
+            swaps=swaps.state,
+            stalls=hangs,
+            validation=ladder.state if ladder is not None else {},
+            ledger=ledger,
+        )
         return Decision(
             controller=NAME,
             plans=tuple(p for p in self.plans if p.steps),
             skipped=tuple(self.skipped),
             alerts=tuple(self.alerts),
             gauges=gauges,
-            state=new_state,
+            state=new_state.to_json(),
         )
 
     # -- what the state remembers ---------------------------------------------------
@@ -956,12 +960,12 @@ class _Pass:
     def _manual_restores(self, marked: set[str]) -> dict[str, float]:
         """Node -> when a restore not ours was seen, while its cool-down lasts."""
         restored = {
-            n: float(t)
-            for n, t in self._prev("restored").items()
-            if n in self.infos and self.now - float(t) < self.cfg.cooldown_s
+            n: t
+            for n, t in self.prev.restored.items()
+            if n in self.infos and self.now - t < self.cfg.cooldown_s
         }
-        before = set(self.prev.get("marked") or ())
-        ours = set(self.prev.get("restoring") or ())
+        before = set(self.prev.marked)
+        ours = set(self.prev.restoring)
         # evicted last pass, never seen marked: restored since, unless the eviction
         # never happened (the node is still the object the plan was made from)
         for name in self._evicted_since():
@@ -977,12 +981,9 @@ class _Pass:
         node -> the evicted-at it wrote. One still at the resourceVersion that pass read
         was never evicted (its plan failed)."""
         out: dict[str, float] = {}
-        for name, entry in self._prev("evicting").items():
-            if name not in self.infos or not isinstance(entry, list | tuple) or len(entry) != 2:
-                continue
-            version, at = entry
-            if _version(self.snap.nodes[name]) != str(version):
-                out[name] = float(at)
+        for name, entry in self.prev.evicting.items():
+            if name in self.infos and _version(self.snap.nodes[name]) != entry.version:
+                out[name] = entry.at
         return out
 
     def _remediations(self, marked: set[str]) -> dict[str, list[float]]:
@@ -990,8 +991,8 @@ class _Pass:
         evicted it at), within the lemon window."""
         horizon = self.now - self.cfg.lemon_window_s
         out: dict[str, list[float]] = {}
-        for name, times in self._prev("remediations").items():
-            kept = sorted({float(t) for t in times or () if float(t) > horizon})
+        for name, times in self.prev.remediations.items():
+            kept = sorted({t for t in times if t > horizon})
             if kept and name in self.infos:
                 out[name] = kept
         seen_at = dict(self._evicted_since())
@@ -1011,11 +1012,11 @@ class _Pass:
     def _onsets(self) -> dict[str, dict[str, float]]:
         """Node -> finding class -> when it was first seen BAD. A node we cannot see
         keeps what it had; a node seen without the finding loses it."""
-        prev = self._prev("onsets")
+        prev = self.prev.onsets
         out: dict[str, dict[str, float]] = {}
         for name, info in self.infos.items():
             verdict = self.verdicts[name]
-            had = {c: float(t) for c, t in (prev.get(name) or {}).items()}
+            had = dict(prev.get(name) or {})
             now_bad: dict[str, float] = {}
             for reason in _bad_reasons(verdict):
                 cls = finding_class(reason.code)
@@ -1033,9 +1034,9 @@ class _Pass:
 
     def _healthy(self, ours: set[str]) -> dict[str, float]:
         """Node we quarantined -> since when it is OK."""
-        prev = self._prev("healthy")
+        prev = self.prev.healthy
         return {
-            n: float(prev.get(n, self.now))
+            n: prev.get(n, self.now)
             for n in sorted(ours)
             if self.verdicts[n].severity is Severity.OK
         }
@@ -1067,25 +1068,25 @@ class _Pass:
             restoring.add(name)
         return restoring
 
-    def _lemons(self, remediations: Mapping[str, list[float]]) -> dict[str, Any]:
+    def _lemons(self, remediations: Mapping[str, list[float]]) -> dict[str, LemonMark]:
         """Label the nodes remediated too often; remember each labelled lemon (``at``:
         its newest eviction then; ``seen``: the label was seen on it since)."""
-        out: dict[str, Any] = {}
-        prev = self._prev("lemons")
+        out: dict[str, LemonMark] = {}
+        prev = self.prev.lemons
         total = sum(len(ts or ()) for ts in remediations.values())
         fleet = len(self.infos)
         for name, info in self.infos.items():
             times = remediations.get(name) or []
             labelled = info.labels.get(LEMON_LABEL) == "true"
-            had = prev.get(name) if isinstance(prev.get(name), Mapping) else None
-            if had is not None and not labelled and had.get("seen"):
+            had = prev.get(name)
+            if had is not None and not labelled and had.seen:
                 # an operator cleared it: the evictions up to then are forgiven
-                cutoff = float(had.get("at", 0.0))
+                cutoff = had.at
                 times[:] = [t for t in times if t > cutoff]
                 had = None
             if labelled:
-                at = float(had.get("at")) if had else (times[-1] if times else self.now)
-                out[name] = {"at": at, "seen": True}
+                at = had.at if had else (times[-1] if times else self.now)
+                out[name] = LemonMark(at, True)
                 continue
             # as for restarts (attribution.lemon_candidates): where the fleet's nodes are
             # evicted often, two evictions of one node in the window can be chance
@@ -1105,12 +1106,12 @@ class _Pass:
                 self.skipped.append(Skip(name, "opt-out", f"{why}: not labelled a lemon"))
                 continue
             self.plans.append(self._lemon_plan(name, why))
-            out[name] = {"at": times[-1], "seen": False}
+            out[name] = LemonMark(times[-1], False)
         return out
 
     def _restart_lemons(
-        self, recorder: Mapping[str, Any], lemons: dict[str, Any]
-    ) -> dict[str, Any]:
+        self, recorder: Mapping[str, Any], lemons: dict[str, LemonMark]
+    ) -> dict[str, LemonMark]:
         """Label the nodes attributed ``lemon_restarts`` training restarts within the
         lemon window (``attribution.lemon_candidates``), as many as the blast cap allows
         beside the lemons labelled since the last acknowledgement (a lying exporter could
@@ -1126,11 +1127,7 @@ class _Pass:
         )
         ack = self.snap.ack_at
         cap = self.cfg.cap(len(self.infos))
-        counted = sum(
-            1
-            for entry in lemons.values()
-            if isinstance(entry, Mapping) and (ack is None or float(entry.get("at", 0)) > ack)
-        )
+        counted = sum(1 for entry in lemons.values() if ack is None or entry.at > ack)
         window = (
             _for(self.cfg.lemon_window_s)
             if self.cfg.lemon_window_s < 2 * 86400
@@ -1157,7 +1154,7 @@ class _Pass:
                 )
                 continue
             self.plans.append(self._lemon_plan(name, why))
-            lemons[name] = {"at": times[-1], "seen": False}
+            lemons[name] = LemonMark(times[-1], False)
             counted += 1
         return lemons
 
@@ -1305,7 +1302,7 @@ class _Pass:
             return {}
         tried = {
             str(k)
-            for entry in self._prev("swaps").values()
+            for entry in self.prev.swaps.values()
             if isinstance(entry, Mapping)
             for k in entry.get("tried") or ()
         }
@@ -1327,7 +1324,7 @@ class _Pass:
 
     def _hangs(
         self, marks: Mapping[str, str | None], counted: int, restored: Mapping[str, float]
-    ) -> tuple[dict[str, Any], int]:
+    ) -> tuple[dict[str, GangWatch], int]:
         """The running gangs' states, remembered (``namespace/name`` -> ``state``,
         ``since``, ``uid``, ``attempt``, ``node``, ``gpu``, ``reasons``, ``acted``), and the
         restart of a gang HUNG for ``stalls.hang_restart_after_s``: its likely node evicted
@@ -1335,8 +1332,8 @@ class _Pass:
         evicted so that the JobSet's failure policy restarts the gang. Once per attempt.
         Returns the state and the nodes counted by the cap after it."""
         cfg, snap, now = self.cfg, self.snap, self.now
-        prev = self._prev("stalls")
-        out: dict[str, Any] = {}
+        prev = self.prev.stalls
+        out: dict[str, GangWatch] = {}
         gangs = {g.key: g for g in snap.restarts.gangs}
         evicting = {n for p in self.plans if p.action == "nodes evict" for n in p.nodes}
         for key, status in sorted(snap.stalls.items()):
@@ -1344,25 +1341,22 @@ class _Pass:
             j = status.judgement
             if gang is None:
                 continue
-            raw = prev.get(key)
-            old: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
-            same = old.get("uid") == gang.uid and old.get("attempt") == gang.restarts
-            kept = old.get("since")
-            keep = same and old.get("state") == j.state and isinstance(kept, (int, float))
-            since = float(kept) if keep and isinstance(kept, (int, float)) else now
-            acted = bool(old.get("acted")) if same else False
-            entry = {
-                "state": j.state,
-                "since": since,
-                "uid": gang.uid,
-                "attempt": gang.restarts,
-                "node": j.node,
-                "gpu": j.gpu,
-                "reasons": list(j.reasons),
-                "last_step_at": status.progress.last_step_at,
-                "acted": acted,
-            }
-            out[key] = entry
+            old = prev.get(key)
+            same = old is not None and old.uid == gang.uid and old.attempt == gang.restarts
+            kept = old.since if old is not None and same and old.state == j.state else None
+            since = kept if kept is not None else now
+            acted = old.acted if old is not None and same else False
+            out[key] = GangWatch(
+                state=j.state,
+                since=since,
+                uid=gang.uid,
+                attempt=gang.restarts,
+                node=j.node,
+                gpu=j.gpu,
+                reasons=tuple(j.reasons),
+                last_step_at=status.progress.last_step_at,
+                acted=acted,
+            )
             if j.state != HUNG or acted or not cfg.hang_restarts:
                 continue
             if now - since < cfg.stalls.hang_restart_after_s:
@@ -1370,7 +1364,8 @@ class _Pass:
             why = f"{key} HUNG: " + "; ".join(j.reasons)
             node = j.node
             if node is not None and (marks.get(node) is not None or node in evicting):
-                entry["acted"] = True  # already going: its eviction restarts the gang
+                # already going: its eviction restarts the gang
+                out[key] = replace(out[key], acted=True)
                 continue
             if node is not None and node in self.infos:
                 held = self._held(node, counted, restored)
@@ -1379,7 +1374,7 @@ class _Pass:
                     if not plan.refused:
                         self.plans.append(plan)
                         counted += 1
-                        entry["acted"] = True
+                        out[key] = replace(out[key], acted=True)
                         continue
                     held = ("refused", plan.refused)
                 if held is not None:
@@ -1401,7 +1396,7 @@ class _Pass:
                 self.skipped.append(Skip(key, "refused", restart.refused))
                 continue
             self.plans.append(restart)
-            entry["acted"] = True
+            out[key] = replace(out[key], acted=True)
         return out, counted
 
     def _evict(self, node: str, reason: str) -> Plan:
@@ -1447,7 +1442,7 @@ class _Pass:
             evict=snap.evict,
             user=snap.user,
             now=self.now,
-            state=self._prev("swaps"),
+            state=dict(self.prev.swaps),
             cfg=SwapConfig(timeout_s=cfg.swap_timeout_s, after_s=cfg.swap_after_s),
             cap=cfg.cap(len(self.infos)),
             counted=counted,

@@ -19,6 +19,7 @@ from krea_ops.controllers.migrate_back import (
     MigrateBackState,
     MoveMemo,
 )
+from krea_ops.controllers.node_health_state import Evicting, LemonMark, NodeHealthState
 from krea_ops.controllers.quota_sync import PendingQuota, QuotaSyncState
 
 STORED = Path(__file__).parent / "stored_state"
@@ -83,3 +84,34 @@ def test_quota_sync_state_reads_and_writes_the_stored_example() -> None:
     assert state.to_json() == data
     odd = QuotaSyncState.from_json({"pending": {"a/x": [], "b/x": {"quota": 3, "since": "?"}}})
     assert odd.pending == {"b/x": PendingQuota(3, None)}
+
+
+def test_node_health_state_reads_and_writes_the_stored_example() -> None:
+    data = stored("node-health")
+    state = NodeHealthState.from_json(data)
+    assert state.evicting["gpu-node-000"] == Evicting("1", 1800000660.0)
+    assert state.stalls["training/dit"].state == "HUNG"
+    assert state.lemons["gpu-node-003"] == LemonMark(1799917200.0, True)
+    assert state.veto is not None and state.veto.active
+    assert state.to_json() == data
+
+
+def test_node_health_state_forgets_what_is_not_of_its_type() -> None:
+    state = NodeHealthState.from_json(
+        {
+            "restored": {"a": "soon", "b": 5},
+            "evicting": {"a": ["1"], "b": ["7", 9], "c": "x"},
+            "remediations": {"a": [1, "x", 2.5], "b": 3},
+            "lemons": {"a": {"seen": True}, "b": []},
+            "stalls": {"ns/run": {"state": "HUNG", "since": "now", "acted": 1}},
+            "marked": "gpu-node-000",
+            "ledger": [],
+        }
+    )
+    assert state.restored == {"b": 5.0}
+    assert state.evicting == {"b": Evicting("7", 9.0)}
+    assert state.remediations == {"a": (1.0, 2.5)}
+    assert state.lemons == {"a": LemonMark(0.0, True)}
+    assert state.stalls["ns/run"].since is None and state.stalls["ns/run"].acted
+    assert state.marked == () and state.ledger is None
+    assert NodeHealthState.from_json(None) == NodeHealthState()
