@@ -1,4 +1,4 @@
-"""Dashboard speed at 64, 512 and 4,096 nodes x 8 GPUs (issue 6).
+"""Dashboard speed at 64, 512, 4,096 and 5,000 nodes x 8 GPUs (issues 6 and 28).
 
 For each size, a headless ``KreaOpsApp`` (Textual's ``run_test``, 160x50) runs on a
 ``FixedConsole`` whose ``fleet()`` builds a fresh synthetic fleet on the worker thread every
@@ -7,9 +7,15 @@ health verdicts included, so a refresh costs the worker real CPU and holds the G
 a Prometheus read and its assembly do). Measured:
 
 * first paint: app start until the heatmap holds every node and the screen has rendered;
-* refresh render: UI-thread time to apply one new snapshot (heat rows, set_rows, totals);
+  and from the first data (the first fleet read returned on the worker) to that paint;
+* refresh render: UI-thread time to apply one new snapshot (heat rows, set_rows, totals),
+  wall and the UI thread's own CPU (the wall includes waiting for the GIL and the CPU);
 * keypress latency: ``down`` delivered 40 times (as the terminal driver posts it) while
-  refreshes run back to back (refresh interval 0.5 s); time until the cursor moved.
+  refreshes run back to back (refresh interval 0.5 s); time until the cursor moved;
+* stalls: the longest the UI's event loop was kept from running (a probe that sleeps
+  5 ms and records how late it woke), over the keypresses and refreshes;
+* memory: the process' resident set after the first paint and at the end (the app, two
+  fleets in flight, Python and Textual), and its peak.
 
 ``--demo`` measures ``krea-ops demo`` itself instead, as a user meets it: the command in a
 real terminal (tmux, 160x50) on a fresh state, the screen read every 0.1 s. Measured:
@@ -18,7 +24,7 @@ real readings (the headline without ``no reading:``, every GPU read), and the qu
 until the shell prints the exit status); the load average beside each run, since the
 machine is shared.
 
-    .venv/bin/python benchmarks/bench_dashboard.py [--sizes 64,512,4096] [--presses 40]
+    .venv/bin/python benchmarks/bench_dashboard.py [--sizes 64,512,4096,5000] [--presses 40]
     .venv/bin/python benchmarks/bench_dashboard.py --demo [--nodes 64] [--runs 3]
 """
 
@@ -28,6 +34,7 @@ import argparse
 import asyncio
 import os
 import re
+import resource
 import shlex
 import shutil
 import statistics
@@ -60,25 +67,56 @@ class BuildingHub(FixedConsole):
         self.nodes = nodes
         self.reads = 0
         self.read_s: list[float] = []
+        self.first_data: float | None = None  # perf_counter when the first read returned
 
     def fleet(self, scope: FleetScope = EVERYTHING) -> FleetSnapshot:
         start = time.perf_counter()
         self.reads += 1
         self.fleet_snapshot = synthetic_fleet(self.nodes, seed=1 + self.reads % 2)
-        self.read_s.append(time.perf_counter() - start)
+        done = time.perf_counter()
+        self.read_s.append(done - start)
+        if self.first_data is None:
+            self.first_data = done
         return self.fleet_snapshot
 
 
+def rss_mib() -> float:
+    """This process' resident set now, MiB."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class LagProbe:
+    """How late the event loop wakes a task that sleeps 5 ms: the UI's stalls."""
+
+    def __init__(self) -> None:
+        self.lags: list[float] = []
+        self.running = True
+
+    async def run(self) -> None:
+        while self.running:
+            t0 = time.perf_counter()
+            await asyncio.sleep(0.005)
+            self.lags.append(time.perf_counter() - t0 - 0.005)
+
+
 async def measure(nodes: int, presses: int) -> dict[str, Any]:
+    load = os.getloadavg()[0]
     hub = BuildingHub(nodes)
     app = KreaOpsApp(hub, refresh_s=0.5, clock=lambda: EPOCH + 1.0)
     render_s: list[float] = []
     original = FleetScreen.update_data
 
+    render_cpu_s: list[float] = []
+
     def timed(self: FleetScreen, loaded: Loaded) -> None:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         original(self, loaded)
         render_s.append(time.perf_counter() - start)
+        render_cpu_s.append(time.thread_time() - cpu)
 
     FleetScreen.update_data = timed  # type: ignore[method-assign]
     try:
@@ -90,7 +128,12 @@ async def measure(nodes: int, presses: int) -> dict[str, Any]:
                     break
                 await asyncio.sleep(0.005)
             await pilot.pause()
-            first_paint = time.perf_counter() - start
+            painted = time.perf_counter()
+            first_paint = painted - start
+            after_data = painted - (hub.first_data or start)
+            rss_painted = rss_mib()
+            probe = LagProbe()
+            probing = asyncio.create_task(probe.run())
             latencies = []
             reads_before = hub.reads
             widget = app.screen.query_one(GpuHeatmap)
@@ -104,14 +147,31 @@ async def measure(nodes: int, presses: int) -> dict[str, Any]:
                 latencies.append(time.perf_counter() - t0)
                 await asyncio.sleep(0.05)
             reads_during = hub.reads - reads_before
+            # refreshes alone, no keys: a few more applied snapshots under the probe
+            renders_before = len(render_s)
+            deadline = time.perf_counter() + 30
+            while len(render_s) < renders_before + 3 and time.perf_counter() < deadline:
+                await asyncio.sleep(0.05)
+            probe.running = False
+            await probing
+            rss_end = rss_mib()
     finally:
         FleetScreen.update_data = original  # type: ignore[method-assign]
     return {
         "nodes": nodes,
+        "load": load,
         "first_paint_s": first_paint,
+        "paint_after_data_s": after_data,
+        "stall_ms_max": max(probe.lags) * 1000,
+        "stall_ms_p99": sorted(probe.lags)[int(len(probe.lags) * 0.99)] * 1000,
+        "rss_painted_mib": rss_painted,
+        "rss_end_mib": rss_end,
+        "rss_peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "read_s": statistics.median(hub.read_s),
         "render_ms_median": statistics.median(render_s) * 1000,
         "render_ms_max": max(render_s) * 1000,
+        "render_cpu_ms_median": statistics.median(render_cpu_s) * 1000,
+        "render_cpu_ms_max": max(render_cpu_s) * 1000,
         "renders": len(render_s),
         "key_ms_median": statistics.median(latencies) * 1000,
         "key_ms_worst": max(latencies) * 1000,
@@ -188,7 +248,7 @@ def demo_main(nodes: int, runs: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="64,512,4096")
+    parser.add_argument("--sizes", default="64,512,4096,5000")
     parser.add_argument("--presses", type=int, default=40)
     parser.add_argument("--demo", action="store_true", help="time `krea-ops demo` itself")
     parser.add_argument("--nodes", type=int, default=64, help="--demo: simulated nodes")
@@ -200,17 +260,29 @@ def main() -> None:
     rows = [asyncio.run(measure(int(n), args.presses)) for n in args.sizes.split(",")]
     print(f"`{' '.join(['.venv/bin/python', *sys.argv])}` (terminal 160x50, refresh 0.5 s)\n")
     print(
-        "| nodes | first paint | fleet read (worker) | refresh render median / max "
-        "| keypress median / worst | reads during keys |"
+        "| nodes | first paint | after first data | fleet read (worker) "
+        "| refresh render median / max | its UI-thread CPU median / max "
+        "| keypress median / worst | reads during keys "
+        "| event-loop stall p99 / max | RSS painted / end / peak | load |"
     )
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
-            f"| {r['nodes']:,} | {r['first_paint_s']:.2f} s | {r['read_s'] * 1000:.0f} ms "
+            f"| {r['nodes']:,} | {r['first_paint_s']:.2f} s | {r['paint_after_data_s']:.2f} s "
+            f"| {r['read_s'] * 1000:.0f} ms "
             f"| {r['render_ms_median']:.1f} / {r['render_ms_max']:.1f} ms "
+            f"| {r['render_cpu_ms_median']:.1f} / {r['render_cpu_ms_max']:.1f} ms "
             f"| {r['key_ms_median']:.1f} / {r['key_ms_worst']:.1f} ms "
-            f"| {r['reads_during_keys']} |"
+            f"| {r['reads_during_keys']} "
+            f"| {r['stall_ms_p99']:.0f} / {r['stall_ms_max']:.0f} ms "
+            f"| {r['rss_painted_mib']:.0f} / {r['rss_end_mib']:.0f} / {r['rss_peak_mib']:.0f} MiB "
+            f"| {r['load']:.1f} |"
         )
+    print(
+        "\nRSS is the whole benchmark process (sizes run one after another in it, so a"
+        " later size's peak may include an earlier one's); run one size per process for"
+        " its own figures."
+    )
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -708,6 +708,40 @@ def same_gpus(plain: bytes, summarized: bytes) -> str:
     return f"gpus: ROWS DIFFER for {len(differ):,} GPUs, e.g. {first}: {fields}"
 
 
+def same_output(name: str, plain: bytes, summarized: bytes, rising: Iterable[str] = ()) -> str:
+    """Whether a command's ``-o json`` says the same with and without the node summaries,
+    sample times and ages aside, and the ``rising`` fields (counter totals at "now",
+    which the synthesized readings raise between the two phases)."""
+    volatile = {"sampled_at", "age_s", "collected_at", "last_sample_at", "telemetry_age_s"}
+    volatile |= set(rising)
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in volatile}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    try:
+        a, b = strip(json.loads(plain)), strip(json.loads(summarized))
+    except ValueError as exc:
+        return f"{name}: not comparable: {exc}"
+    if a == b:
+        rows = len(a) if isinstance(a, list) else 1
+        return f"{name}: the same output ({rows:,} rows) with and without the summaries"
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        differ = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+        first = differ[0]
+        keys = sorted(k for k in a[first] if a[first].get(k) != b[first].get(k))
+        shown = {k: (a[first].get(k), b[first].get(k)) for k in keys}
+        where = {k: a[first].get(k) for k in ("node", "kind", "port", "name") if k in a[first]}
+        return (
+            f"{name}: OUTPUT DIFFERS in {len(differ):,} rows, e.g. row {first} {where}:"
+            f" {str(shown)[:300]}"
+        )
+    return f"{name}: OUTPUT DIFFERS"
+
+
 def free_port() -> int:
     import socket
 
@@ -721,9 +755,53 @@ def free_port() -> int:
 
 
 def process_cpu(pid: int) -> float:
-    """User + system CPU seconds a process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds a process and its live descendants have used so far
+    (the upstream control plane's kube-apiserver and etcd are children of
+    ``sim serve``)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # (gone meanwhile)
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        todo.extend(children.get(p, ()))
+    return total
+
+
+# The official Python client's own floor: a fresh interpreter that imports
+# ``kubernetes.client``, loads the kubeconfig and makes one list call, printing the
+# answer as it came (no model objects, as krea-ops builds none). FLOOR_LEAN goes through
+# ``ApiClient`` as krea-ops does; FLOOR_API through the generated ``CoreV1Api``, as most
+# programs using the client are written (its import wraps every method in pydantic's
+# ``validate_call``, ~0.6 s).
+FLOOR_LEAN = """\
+import sys
+import kubernetes.client
+from kubernetes.config import load_kube_config
+config = kubernetes.client.Configuration()
+load_kube_config(sys.argv[1], client_configuration=config)
+api = kubernetes.client.ApiClient(config)
+call = api.param_serialize("GET", "/api/v1/nodes", auth_settings=["BearerToken"])
+resp = api.call_api(*call[:2], header_params=call[2], body=call[3], post_params=call[4])
+sys.stdout.buffer.write(resp.read())
+"""
+FLOOR_API = """\
+import sys
+import kubernetes.client
+from kubernetes.config import load_kube_config
+load_kube_config(sys.argv[1])
+resp = kubernetes.client.CoreV1Api().list_node(_preload_content=False)
+sys.stdout.buffer.write(resp.data)
+"""
 
 
 @dataclass
@@ -735,6 +813,7 @@ class Timing:
     rows: int
     err: str
     out: bytes = b""  # the last run's output
+    load: list[float] = field(default_factory=list)  # 1-min load average at each start
 
 
 def time_command(argv: list[str], env: dict[str, str], repeat: int, servers: list[int]) -> Timing:
@@ -742,6 +821,7 @@ def time_command(argv: list[str], env: dict[str, str], repeat: int, servers: lis
     the first stderr line."""
     t = Timing([], [], [], 0, 0, "")
     for _ in range(repeat):
+        t.load.append(os.getloadavg()[0])
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         served = sum(process_cpu(pid) for pid in servers)
         t0 = time.perf_counter()
@@ -939,8 +1019,17 @@ def main(argv: list[str] | None = None) -> int:
             ko = [cli, *kc, "--prometheus", prom.url]
             kueue_setup(args.kubectl, kc, tmp, env, args.nodes)
             one = node_name(0)
+            kubeconfig = str(server.target.kubeconfig)
             runs = [
                 ("kubectl get nodes -o json", [args.kubectl, *kc, "get", "nodes", "-o", "json"]),
+                (
+                    "python: kubernetes.client ApiClient, one list of nodes (the floor)",
+                    [sys.executable, "-c", FLOOR_LEAN, kubeconfig],
+                ),
+                (
+                    "python: kubernetes.client CoreV1Api().list_node()",
+                    [sys.executable, "-c", FLOOR_API, kubeconfig],
+                ),
                 ("krea-ops gpus -o json", [*ko, "gpus", "-o", "json"]),
                 ("krea-ops nodes list -o json", [*ko, "nodes", "list", "-o", "json"]),
                 ("krea-ops fabric -o json", [*ko, "fabric", "-o", "json"]),
@@ -961,7 +1050,11 @@ def main(argv: list[str] | None = None) -> int:
                     out.append(timing)
                     results.append((name, timing, out[0]))
                     median = statistics.median(timing.walls)
-                    print(f"  {name}: median {median:.2f} s {timing.err.strip()}", flush=True)
+                    print(
+                        f"  {name}: median {median:.2f} s (load average"
+                        f" {statistics.median(timing.load):.1f}) {timing.err.strip()}",
+                        flush=True,
+                    )
                 return out
 
             plain = timed(runs)
@@ -971,17 +1064,34 @@ def main(argv: list[str] | None = None) -> int:
                 ko = [cli, *kc, "--prometheus", prom.url]
                 listing = [*ko, "nodes", "list", "-o", "json"]
                 showing = [*ko, "gpus", "-o", "json"]
-                # kubectl again, side by side, on the restarted Prometheus
-                _, gpus, listed = timed(
-                    [
-                        ("kubectl get nodes -o json (node summaries published)", runs[0][1]),
-                        ("krea-ops gpus -o json (node summaries)", showing),
-                        ("krea-ops nodes list -o json (node summaries)", listing),
-                    ]
-                )
-                print(f"  {same_verdicts(plain[2].out, listed.out)}", flush=True)
-                print(f"  {same_gpus(plain[1].out, gpus.out)}", flush=True)
-                for what, argv in (("nodes list", listing[:-2]), ("gpus", showing[:-2])):
+                # every command again, side by side with kubectl and the floor, on the
+                # restarted Prometheus (today's exporters: the node summaries published)
+                again = [
+                    (
+                        f"{name} (node summaries)",
+                        [*ko, *argv[len(ko) :]] if argv[: len(ko) - 1] == ko[:-1] else argv,
+                    )
+                    for name, argv in runs
+                ]
+                second = timed(again)
+                by_name = {name: t for (name, _), t in zip(runs, second, strict=True)}
+                before = {name: t for (name, _), t in zip(runs, plain, strict=True)}
+                listed = by_name["krea-ops nodes list -o json"]
+                gpus = by_name["krea-ops gpus -o json"]
+                print(f"  {same_verdicts(before['krea-ops nodes list -o json'].out, listed.out)}")
+                print(f"  {same_gpus(before['krea-ops gpus -o json'].out, gpus.out)}")
+                for name, rising in (
+                    ("krea-ops fabric -o json", ("errors_total", "counters")),
+                    (f"krea-ops nodes show {one} -o json", ()),
+                    ("krea-ops queue list -o json", ()),
+                ):
+                    compared = same_output(name, before[name].out, by_name[name].out, rising)
+                    print(f"  {compared}", flush=True)
+                for what, argv in (
+                    ("nodes list", listing[:-2]),
+                    ("gpus", showing[:-2]),
+                    ("fabric", [*ko, "fabric"]),
+                ):
                     table_run = subprocess.run(argv, env=env, capture_output=True, cwd=ROOT)
                     said = [
                         line
@@ -1017,6 +1127,7 @@ def main(argv: list[str] | None = None) -> int:
                     "servers' CPU s",
                     "output bytes",
                     "rows",
+                    "load",
                 ],
                 [
                     [
@@ -1029,6 +1140,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{statistics.median(t.servers_cpu):.2f}",
                         f"{t.nbytes:,}",
                         f"{t.rows:,}",
+                        f"{statistics.median(t.load):.1f}",
                     ]
                     for name, t, k in results
                 ],
@@ -1037,7 +1149,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             "\nown CPU: the command's user + system CPU (median); servers' CPU: what"
             " Prometheus and the API server used meanwhile (median; kubectl uses only the"
-            " API server)."
+            " API server; on the upstream control plane its kube-apiserver and etcd);"
+            " load: the machine's 1-minute load average as each run started (median)."
         )
         print(
             f"\n{args.nodes} nodes x {GPUS} GPUs x {HCAS} HCAs, {args.repeat} runs each, "

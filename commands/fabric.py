@@ -16,6 +16,11 @@ from krea_ops.errors import Unavailable
 from krea_ops.fleet import FabricEntry, FleetSnapshot, fabric_entries
 
 
+# what the fabric rows are built from (telemetry.dialects groups): every port's and
+# link's readings, and of the GPUs only what says which links to read (``LINKS``)
+FABRIC_FAMILIES = ("nvlink", "nvlink_detail", "ib", "ib_detail", "links")
+
+
 class FabricKind(StrEnum):
     all = "all"
     ib = "ib"
@@ -132,7 +137,7 @@ def register(app: typer.Typer) -> None:
         """One row per InfiniBand port and NVLink link, worst first: errors over the
         telemetry window (never more than the counters hold), their rate, and the share
         of the time each IB port waited for credit to send (congestion)."""
-        snapshot = read_fleet(ctx, node=node, selector=selector, families=None)
+        snapshot = read_fleet(ctx, node=node, selector=selector, families=FABRIC_FAMILIES)
         if snapshot.telemetry_error:
             raise Unavailable(snapshot.telemetry_error)
         rows = fabric_rows(snapshot, kind)

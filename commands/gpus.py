@@ -256,15 +256,30 @@ def skipped_line(snapshot: FleetSnapshot) -> str:
     from krea_ops.telemetry.summary import PROVEN_EMPTY
 
     tel = snapshot.telemetry
-    empty = [nodes for key, nodes in (tel.skipped if tel else {}).items() if key in PROVEN_EMPTY]
-    if tel is None or not empty:
+    skipped = {k: v for k, v in (tel.skipped if tel else {}).items() if k in PROVEN_EMPTY}
+    if tel is None or not skipped:
         return ""
-    proven = frozenset.intersection(*empty) & tel.nodes.keys()
+    proven = frozenset.intersection(*skipped.values()) & tel.nodes.keys()
     total = len(tel.nodes)
+    # (a read that asks for fewer readings, ``fabric``'s, names only those it skipped)
+    names = list(dict.fromkeys(SKIPPED_NAMES[k] for k in SKIPPED_NAMES if k in skipped))
+    names += [k for k in skipped if k not in SKIPPED_NAMES]
+    what = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
     return (
-        f"node summaries: NVLink faults, XIDs, ECC and row remapping asked of "
+        f"node summaries: {what} asked of "
         f"{total - len(proven):,} of {total:,} nodes (the others' summaries prove them 0)\n"
     )
+
+
+# what the skipped-readings line calls each reading the summaries can prove empty
+SKIPPED_NAMES = {
+    "nvlink_fault_rate": "NVLink faults",
+    "xid_last": "XIDs",
+    "xid_rate": "XIDs",
+    "ecc_uncorrected_rate": "ECC",
+    "row_remap_pending": "row remapping",
+    "row_remap_failed": "row remapping",
+}
 
 
 def register(app: typer.Typer) -> None:

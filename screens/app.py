@@ -454,11 +454,21 @@ class KreaOpsApp(App[None]):
         self._in_flight.add(kind)
         self._started[kind] = time.monotonic()
         read = self._reader(kind)
+        # the visible screens' work on the result, done here on the worker (pure: what
+        # each preparer needs of its screen is captured now, on the UI thread)
+        prepare = [
+            p
+            for screen in self.screen_stack
+            if isinstance(screen, DataScreen) and kind in screen.kinds()
+            if (p := screen.preparer(kind)) is not None
+        ]
 
         def work() -> None:
             start = time.perf_counter()
             try:
                 message = read()
+                for step in prepare:
+                    step(message)
             except Exception as exc:  # one line in the footer, never a crash
                 text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 self.post_message(DataFailed(kind, text, self.clock()))

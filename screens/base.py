@@ -18,6 +18,8 @@ from textual.widgets import Input
 from krea_ops.model import Severity
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from screens.app import KreaOpsApp
     from screens.messages import Loaded
 
@@ -53,6 +55,14 @@ class DataScreen(Screen[None]):
 
     def kinds(self) -> tuple[str, ...]:
         return self.KINDS
+
+    def preparer(self, kind: str) -> Callable[[Loaded], None] | None:
+        """Work on a read of ``kind`` to do on the worker thread, before the message is
+        posted (UI thread, when the read starts): a pure function of the message and of
+        what this method captured now, storing its results in ``loaded.prepared`` for
+        ``update_data``. At 5,000 nodes building the rows of a view is a few hundred ms:
+        on the UI thread that is a stall every refresh. None: nothing to prepare."""
+        return None
 
     def update_data(self, loaded: Loaded) -> None:
         """A read of one of this screen's kinds arrived (UI thread). Screens override and

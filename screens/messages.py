@@ -35,6 +35,8 @@ class Loaded(Message):
         super().__init__()
         self.took_s = 0.0
         self.at = 0.0
+        # what the screens' preparers derived from it on the worker (DataScreen.preparer)
+        self.prepared: dict[object, object] = {}
 
     @property
     def key(self) -> str:

@@ -54,6 +54,15 @@ IB_DETAIL = "ib_detail"  # IB data rates and error totals (``fabric``, ``nodes s
 NVLINK_DETAIL = "nvlink_detail"  # NVLink errors per counter (``fabric``, ``nodes show``)
 GPU_DETAIL = "gpu_detail"  # GPU readings no fleet-wide view shows (SM clock)
 GROUPS = (GPU, NVLINK, IB, IB_DETAIL, GPU_DETAIL, NVLINK_DETAIL)
+# Of the GPU readings, only those the fabric rows derive from: the identities (which GPUs
+# answer), a GPU being lost, the per-GPU NVLink fault rate and the per-link counts and
+# rates (which nodes' links are read one by one, and their rates). ``fabric`` asks for
+# this and the NVLink and IB groups, not for the ten dense readings per GPU
+# (temperatures, power, activity, memory, clocks) that no fabric row shows.
+LINKS = "links"
+LINK_READINGS = frozenset(
+    {"gpu_info", "gpu_down", "nvlink_fault_rate", "nvlink_count", "link_rate", "dcgm_link_rate"}
+)
 # What the health rules read, from the gpu, nvlink and ib groups (``nodes list``): the
 # families marked ``verdict``, error-like ones only where they are not 0
 VERDICTS = "verdicts"
@@ -654,18 +663,20 @@ FAMILY_BY_KEY: Mapping[str, Family] = MappingProxyType({f.key: f for f in FAMILI
 
 
 def select(families: Sequence[Family], groups: Collection[str] | None) -> tuple[Family, ...]:
-    """The families a caller asked for (``groups`` of ``GROUPS`` and ``VERDICTS``; None:
-    all), plus freshness, which every snapshot needs."""
+    """The families a caller asked for (``groups`` of ``GROUPS``, ``VERDICTS`` and
+    ``LINKS``; None: all), plus freshness, which every snapshot needs."""
     if groups is None:
         return tuple(families)
-    unknown = set(groups) - {*GROUPS, VERDICTS}
+    unknown = set(groups) - {*GROUPS, VERDICTS, LINKS}
     if unknown:
         raise ValueError(
-            f"unknown telemetry families {sorted(unknown)}: choose from {(*GROUPS, VERDICTS)}"
+            f"unknown telemetry families {sorted(unknown)}: choose from"
+            f" {(*GROUPS, VERDICTS, LINKS)}"
         )
     out: list[Family] = []
+    links = LINKS in groups
     for f in families:
-        if f.group in groups or f.group == "fresh":
+        if f.group in groups or f.group == "fresh" or (links and f.key in LINK_READINGS):
             out.append(f)
         elif VERDICTS in groups and f.verdict and (f.group in (GPU, NVLINK, IB) or f.key in CAPS):
             out.append(f)  # (a Prometheus read may leave its zeros out: verdict_keep)
