@@ -38,7 +38,8 @@ without a ledger (``prev`` None) records what the nodes say of themselves (their
 eviction and validation, with their own times) and cannot see restores made before.
 
 The persisted ledger (JSON; node-health's state ConfigMap, which it shares with the other
-controllers, 1 MiB)::
+controllers, 1 MiB), read and written as a frozen ``Ledger`` of ``LedgerEntry`` and
+``NodeMemo``::
 
     {"at": 1767225600,                       # the pass that wrote it
      "nodes": {"gpu-node-007": [[1767200000, "quarantined", "XID 79", "system:..."], ...]},
@@ -81,7 +82,7 @@ import itertools
 import json
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from krea_ops.kube.cluster import node_info
@@ -156,48 +157,134 @@ def _num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _entry(raw: Any) -> list[Any] | None:
-    if (
-        isinstance(raw, list)
-        and len(raw) == 4
-        and _num(raw[0])
-        and raw[1] in KINDS
-        and isinstance(raw[2], str)
-        and (raw[3] is None or isinstance(raw[3], str))
-    ):
-        return [int(raw[0]), raw[1], raw[2], raw[3]]
-    return None
+def _number(v: Any) -> float | None:
+    return float(v) if _num(v) else None
 
 
-def _entries(ledger: Mapping[str, Any] | None) -> dict[str, list[list[Any]]]:
-    nodes = ledger.get("nodes") if isinstance(ledger, Mapping) else None
-    out: dict[str, list[list[Any]]] = {}
-    for name, raw in nodes.items() if isinstance(nodes, Mapping) else ():
-        kept = [e for e in map(_entry, raw if isinstance(raw, list) else ()) if e is not None]
-        if kept:
-            out[str(name)] = kept
-    return out
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One thing that happened to a node, as the ledger keeps it: ``at`` whole Unix
+    seconds, ``kind`` one of ``KINDS``. JSON: ``[at, kind, detail, by]``."""
+
+    at: int
+    kind: str
+    detail: str
+    by: str | None = None
+
+    @staticmethod
+    def from_json(raw: Any) -> LedgerEntry | None:
+        """None for anything that is not such an entry (it is dropped)."""
+        if (
+            isinstance(raw, list)
+            and len(raw) == 4
+            and _num(raw[0])
+            and raw[1] in KINDS
+            and isinstance(raw[2], str)
+            and (raw[3] is None or isinstance(raw[3], str))
+        ):
+            return LedgerEntry(int(raw[0]), raw[1], raw[2], raw[3])
+        return None
+
+    def to_json(self) -> list[Any]:
+        return [self.at, self.kind, self.detail, self.by]
+
+    def row(self) -> HistoryRow:
+        return HistoryRow(float(self.at), self.kind, self.detail, self.by)
 
 
-def _seen(ledger: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
-    seen = ledger.get("seen") if isinstance(ledger, Mapping) else None
-    return {
-        str(n): dict(m) for n, m in (seen.items() if isinstance(seen, Mapping) else ())
-        if isinstance(m, Mapping)
-    }  # fmt: skip
+@dataclass(frozen=True)
+class NodeMemo:
+    """What the last pass saw of a node, kept only while there is something to
+    remember: it carried our marks (``m``), the pending taint (``p``), the needs-repair
+    label's value (``r``), when node-health restored it (``R``). JSON:
+    ``{"m": 1, "p": 1, "r": value, "R": t}``, each key only when so."""
+
+    marked: bool = False
+    pending: bool = False
+    repair_label: str | None = None
+    restored_at: float | None = None
+
+    @staticmethod
+    def from_json(raw: Any) -> NodeMemo | None:
+        if not isinstance(raw, Mapping):
+            return None
+        label, restored = raw.get("r"), raw.get("R")
+        return NodeMemo(
+            marked=bool(raw.get("m")),
+            pending=bool(raw.get("p")),
+            repair_label=None if label is None else str(label),
+            restored_at=_number(restored),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.marked:
+            out["m"] = 1
+            if self.restored_at is not None:
+                out["R"] = round(self.restored_at)
+        if self.pending:
+            out["p"] = 1
+        if self.repair_label is not None:
+            out["r"] = self.repair_label
+        return out
 
 
-def _observed(ledger: Mapping[str, Any] | None) -> dict[int, float]:
-    raw = ledger.get("observed") if isinstance(ledger, Mapping) else None
-    return {
-        int(d[0]): float(d[1])
-        for d in (raw if isinstance(raw, list) else ())
-        if isinstance(d, list) and len(d) == 2 and _num(d[0]) and _num(d[1])
-    }
+@dataclass(frozen=True)
+class Ledger:
+    """The persisted ledger (the module docstring's JSON): when the pass that wrote it
+    ran (None: no ledger yet), each node's entries oldest first, the memos, and the
+    GPU-node-seconds observed per UTC day."""
+
+    at: float | None = None
+    nodes: Mapping[str, tuple[LedgerEntry, ...]] = field(default_factory=dict)
+    seen: Mapping[str, NodeMemo] = field(default_factory=dict)
+    observed: Mapping[int, float] = field(default_factory=dict)
+
+    @staticmethod
+    def from_json(ledger: Any) -> Ledger:
+        """Whatever is in the ConfigMap: an entry, memo or day that is not of its type is
+        left out; a node with no entry left is too."""
+        data: Mapping[str, Any] = ledger if isinstance(ledger, Mapping) else {}
+        nodes, seen, observed = data.get("nodes"), data.get("seen"), data.get("observed")
+        entries: dict[str, tuple[LedgerEntry, ...]] = {}
+        for name, raw in nodes.items() if isinstance(nodes, Mapping) else ():
+            kept = tuple(
+                e
+                for e in map(LedgerEntry.from_json, raw if isinstance(raw, list) else ())
+                if e is not None
+            )
+            if kept:
+                entries[str(name)] = kept
+        return Ledger(
+            at=_number(data.get("at")),
+            nodes=entries,
+            seen={
+                str(n): memo
+                for n, m in (seen.items() if isinstance(seen, Mapping) else ())
+                if (memo := NodeMemo.from_json(m)) is not None
+            },
+            observed={
+                int(d[0]): float(d[1])
+                for d in (observed if isinstance(observed, list) else ())
+                if isinstance(d, list) and len(d) == 2 and _num(d[0]) and _num(d[1])
+            },
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "at": None if self.at is None else round(self.at),
+            "nodes": {n: [e.to_json() for e in es] for n, es in self.nodes.items()},
+            "seen": {n: m.to_json() for n, m in self.seen.items()},
+            "observed": [[d, s] for d, s in sorted(self.observed.items())],
+        }
 
 
-def _rows(entries: Iterable[Sequence[Any]]) -> list[HistoryRow]:
-    return [HistoryRow(float(e[0]), str(e[1]), str(e[2]), e[3]) for e in entries]
+def _entries(ledger: Mapping[str, Any] | None) -> Mapping[str, tuple[LedgerEntry, ...]]:
+    return Ledger.from_json(ledger).nodes
+
+
+def _rows(entries: Iterable[LedgerEntry]) -> list[HistoryRow]:
+    return [e.row() for e in entries]
 
 
 # -- what a node says of itself ------------------------------------------------------------
@@ -273,27 +360,28 @@ def observe(
     those it escalates this pass (written once: not again while the node's last entry is
     that escalation)."""
     horizon = now - window_s
-    last_pass = ledger_at(prev)
+    before = Ledger.from_json(prev)
+    last_pass = before.at
     since = last_pass if last_pass is not None else -math.inf
-    entries = _entries(prev)
-    memos = _seen(prev)
+    entries = {n: list(es) for n, es in before.nodes.items()}
+    memos = before.seen
     restoring = set(restoring)
     escalated = set(escalated)
-    seen: dict[str, dict[str, Any]] = {}
+    seen: dict[str, NodeMemo] = {}
     gpu_nodes = 0
 
     for name, obj in nodes.items():
         info = node_info(obj)
         if (info.gpu_capacity or 0) > 0 and not info.virtual:
             gpu_nodes += 1
-        memo = memos.get(name, {})
+        memo = memos.get(name, NodeMemo())
         mine = entries.setdefault(name, [])
-        known = {(e[1], e[0]) for e in mine}
-        new: list[list[Any]] = []
+        known = {(e.kind, e.at) for e in mine}
+        new: list[LedgerEntry] = []
         marked, pending = _marked(info), _pending(info)
         repair_label = info.labels.get(NEEDS_REPAIR_LABEL)
         v = _validation(info)
-        if pending and not memo.get("p"):
+        if pending and not memo.pending:
             created = info.created_at
             _add(
                 new,
@@ -305,55 +393,52 @@ def observe(
         for row in node_says(info):
             if row.at >= horizon and (row.kind, int(row.at)) not in known:
                 _add(new, row.at, row.kind, row.detail, row.by)
-        if repair_label is not None and "r" not in memo:
+        if repair_label is not None and memo.repair_label is None:
             t = v.at if v is not None and not v.passed and since < v.at <= now else now
             _add(new, t, NEEDS_REPAIR, repair_label, None)
-        elif repair_label is None and "r" in memo:
+        elif repair_label is None and memo.repair_label is not None:
             fresh = v is not None and v.passed and since < v.at <= now  # it lifted the label
             t = v.at if fresh and v is not None else now
-            _add(new, t, REPAIRED, str(memo["r"]), v.by if fresh and v is not None else None)
-        if memo.get("m") and not marked:
-            ours = name in restoring or _num(memo.get("R"))
-            t = now if name in restoring or not _num(memo.get("R")) else float(memo["R"])
+            _add(new, t, REPAIRED, memo.repair_label, v.by if fresh and v is not None else None)
+        if memo.marked and not marked:
+            ours = name in restoring or memo.restored_at is not None
+            t = now if name in restoring or memo.restored_at is None else memo.restored_at
             _add(new, t, RESTORED, "", user if ours else OPERATOR)
         if name in escalated:
-            last = (new or mine or [[0, None]])[-1]
-            if last[1] != ESCALATED:
+            last = new[-1] if new else (mine[-1] if mine else None)
+            if last is None or last.kind != ESCALATED:
                 failed = _failures_since_quarantine([*mine, *new])
                 _add(new, now, ESCALATED, f"after {failed} failed validations", user)
         mine.extend(new)
 
-        memo_now: dict[str, Any] = {}
-        if marked:
-            memo_now["m"] = 1
-            if name in restoring:
-                memo_now["R"] = round(now)
-        if pending:
-            memo_now["p"] = 1
-        if repair_label is not None:
-            memo_now["r"] = repair_label
-        if memo_now:
+        memo_now = NodeMemo(
+            marked=marked,
+            pending=pending,
+            repair_label=repair_label,
+            restored_at=float(round(now)) if marked and name in restoring else None,
+        )
+        if memo_now.to_json():
             seen[name] = memo_now
 
     for name in (set(entries) | set(memos)) - set(nodes):
         mine = entries.setdefault(name, [])
-        if not mine or mine[-1][1] != DELETED:
-            mine.append([round(now), DELETED, "", None])
+        if not mine or mine[-1].kind != DELETED:
+            mine.append(LedgerEntry(round(now), DELETED, "", None))
 
-    observed = _observed(prev)
+    observed = dict(before.observed)
     if last_pass is not None and now > last_pass:
         day = int(now // DAY_S * DAY_S)
         observed[day] = observed.get(day, 0.0) + gpu_nodes * min(now - last_pass, MAX_GAP_S)
-    return {
-        "at": round(now),
-        "nodes": _bounded(entries, horizon, per_node, total),
-        "seen": seen,
-        "observed": [[d, round(s, 1)] for d, s in sorted(observed.items()) if d + DAY_S > horizon],
-    }
+    return Ledger(
+        at=float(round(now)),
+        nodes=_bounded(entries, horizon, per_node, total),
+        seen=seen,
+        observed={d: round(s, 1) for d, s in observed.items() if d + DAY_S > horizon},
+    ).to_json()
 
 
-def _add(new: list[list[Any]], t: float, kind: str, detail: str, by: str | None) -> None:
-    new.append([round(t), kind, detail[:DETAIL_CHARS], by])
+def _add(new: list[LedgerEntry], t: float, kind: str, detail: str, by: str | None) -> None:
+    new.append(LedgerEntry(round(t), kind, detail[:DETAIL_CHARS], by))
 
 
 def ledger_at(ledger: Mapping[str, Any] | None) -> float | None:
@@ -362,32 +447,32 @@ def ledger_at(ledger: Mapping[str, Any] | None) -> float | None:
     return float(at) if _num(at) else None
 
 
-def _failures_since_quarantine(entries: Sequence[Sequence[Any]]) -> int:
+def _failures_since_quarantine(entries: Sequence[LedgerEntry]) -> int:
     n = 0
     for e in reversed(entries):
-        if e[1] == QUARANTINED:
+        if e.kind == QUARANTINED:
             break
-        n += e[1] == VALIDATION_FAILED
+        n += e.kind == VALIDATION_FAILED
     return n
 
 
 def _bounded(
-    entries: Mapping[str, list[list[Any]]], horizon: float, per_node: int, total: int
-) -> dict[str, list[list[Any]]]:
+    entries: Mapping[str, list[LedgerEntry]], horizon: float, per_node: int, total: int
+) -> dict[str, tuple[LedgerEntry, ...]]:
     """Within the window, the newest ``per_node`` of each node and ``total`` in all; the
     entries one pass wrote at one time stay in the order it wrote them."""
-    kept: list[tuple[int, int, str, list[Any]]] = []
+    kept: list[tuple[int, int, str, LedgerEntry]] = []
     seq = 0
     for name, mine in entries.items():
-        inside = sorted((e for e in mine if e[0] >= horizon), key=lambda e: e[0])
+        inside = sorted((e for e in mine if e.at >= horizon), key=lambda e: e.at)
         for e in inside[-per_node:] if per_node > 0 else ():
-            kept.append((e[0], seq, name, e))
+            kept.append((e.at, seq, name, e))
             seq += 1
     kept.sort(key=lambda k: (k[0], k[1]))
-    out: dict[str, list[list[Any]]] = {}
+    out: dict[str, list[LedgerEntry]] = {}
     for _, _, name, e in kept[-total:] if total > 0 else ():
         out.setdefault(name, []).append(e)
-    return out
+    return {n: tuple(es) for n, es in out.items()}
 
 
 # -- a node's history ----------------------------------------------------------------------
@@ -545,9 +630,10 @@ def repair_stats(
     nodes = tuple(
         node_repair(n, _rows(es), now, window_s=window_s)
         for n, es in sorted(_entries(ledger).items())
-        if any(e[0] >= horizon for e in es)
+        if any(e.at >= horizon for e in es)
     )
-    node_days = sum(s for d, s in _observed(ledger).items() if d + DAY_S > horizon) / DAY_S
+    observed = Ledger.from_json(ledger).observed
+    node_days = sum(s for d, s in observed.items() if d + DAY_S > horizon) / DAY_S
     incidents = sum(n.incidents for n in nodes)
     repairs = [t for n in nodes for t in n.repairs]
     return RepairStats(

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from krea_ops.controllers.burst_taint import BurstTaintState
+from krea_ops.controllers.ledger import Ledger, LedgerEntry, NodeMemo
 from krea_ops.controllers.migrate_back import (
     UNREADABLE,
     BucketLevel,
@@ -115,3 +116,18 @@ def test_node_health_state_forgets_what_is_not_of_its_type() -> None:
     assert state.stalls["ns/run"].since is None and state.stalls["ns/run"].acted
     assert state.marked == () and state.ledger is None
     assert NodeHealthState.from_json(None) == NodeHealthState()
+
+
+def test_the_ledger_reads_and_writes_the_stored_example() -> None:
+    data = stored("node-health")["ledger"]
+    ledger = Ledger.from_json(data)
+    assert ledger.nodes["gpu-node-000"][0] == LedgerEntry(
+        1800000000,
+        "quarantined",
+        "GPU 3 at 84 °C, at or above 78 °C for the last 5 min",
+        "system:serviceaccount:krea-ops:node-health",
+    )
+    assert ledger.to_json() == data
+    memo = NodeMemo.from_json({"m": 1, "R": 1800000000, "r": "gpu-3"})
+    assert memo == NodeMemo(marked=True, repair_label="gpu-3", restored_at=1800000000.0)
+    assert memo.to_json() == {"m": 1, "R": 1800000000, "r": "gpu-3"}
