@@ -81,6 +81,18 @@ def run(
         if absent:
             print(f"not in this build, not run: {', '.join(absent)}", file=sys.stderr)
     cluster = console.cluster
+    watched = None
+    if settings.controller_watch and not once:
+        from krea_ops.kube.watch import WatchedCluster
+
+        if settings.controller_watch_resync_s < 0:
+            raise BadInput("controller_watch_resync_s must be 0 (never) or more seconds")
+        # One set of watch caches for every controller of this process: their passes
+        # read nodes, pods and the rest from memory; the runner's writes go through it
+        # too, so a pass never reads a cache that has not seen this process's own writes.
+        watched = WatchedCluster(cluster, resync_s=settings.controller_watch_resync_s)
+        ctx.call_on_close(watched.close)
+        cluster = watched
     inputs = LiveInputs(settings, cluster, namespace)
     ctx.call_on_close(inputs.close)
     path = Path(settings.audit_log) if settings.audit_log else default_path()
@@ -89,6 +101,8 @@ def run(
         server = metrics.serve(metrics_port, metrics_address)
         ctx.call_on_close(server.shutdown)
         print(f"metrics on http://{metrics_address}:{server.server_port}/metrics", file=sys.stderr)
+    if watched is not None:
+        metrics.watch_caches(watched)
     runner = Runner(
         cluster,
         controllers,

@@ -175,6 +175,21 @@ class Settings:
         ),
     )
     # --- controllers (krea_ops/controllers) ---
+    controller_watch: bool = field(
+        default=True,
+        metadata=_doc(
+            "controllers: read nodes, pods, Jobs, JobSets and Kueue's objects through watch "
+            "caches (one list-and-watch per kind for every controller of the process); "
+            "false: list them every pass"
+        ),
+    )
+    controller_watch_resync_s: float = field(
+        default=3600.0,
+        metadata=_doc(
+            "controllers: the watch caches relist this often as a safety net, seconds "
+            "(0: never; a watch that ends is resumed, a 410 Gone relists)"
+        ),
+    )
     burst_taint_free_gpus_high: int = field(
         default=16,
         metadata=_doc(
@@ -254,8 +269,7 @@ class Settings:
     node_health_auto_restore: bool = field(
         default=True,
         metadata=_doc(
-            "node-health: restore a node that passed validation (false: report it ready to "
-            "restore)"
+            "node-health: restore a node that passed validation (false: report it ready to restore)"
         ),
     )
     node_health_validate_new_nodes: bool = field(

@@ -29,6 +29,7 @@ import pytest
 import yaml
 
 from krea_ops.kube.cluster import Cluster
+from krea_ops.kube.watch import WatchedCluster
 from krea_ops.sim.apiserver.local import LocalApiServer
 from tests.conftest import KUBECTL, ROOT, Kubectl, require_binary, wait_for
 
@@ -63,31 +64,41 @@ CLUSTER_CALLS: dict[str, set[tuple[str, str, str]]] = {
     "burst-taint": {
         ("", "nodes", "get"),
         ("", "nodes", "list"),
+        ("", "nodes", "watch"),
         ("", "nodes", "patch"),
         ("", "pods", "list"),
+        ("", "pods", "watch"),
         *EVENTS,
     },
     "migrate-back": {
         ("", "nodes", "list"),
+        ("", "nodes", "watch"),
         ("", "pods", "get"),
         ("", "pods", "list"),
+        ("", "pods", "watch"),
         ("", "pods/eviction", "create"),
         ("policy", "poddisruptionbudgets", "list"),
         ("kueue.x-k8s.io", "clusterqueues", "list"),
+        ("kueue.x-k8s.io", "clusterqueues", "watch"),
         ("kueue.x-k8s.io", "localqueues", "list"),
+        ("kueue.x-k8s.io", "localqueues", "watch"),
         ("kueue.x-k8s.io", "resourceflavors", "list"),
+        ("kueue.x-k8s.io", "resourceflavors", "watch"),
         *EVENTS,
     },
     "node-health": {
         ("", "nodes", "get"),
         ("", "nodes", "list"),
+        ("", "nodes", "watch"),
         ("", "nodes", "patch"),
         ("", "pods", "get"),
         ("", "pods", "list"),
+        ("", "pods", "watch"),
         ("", "pods/eviction", "create"),
         ("policy", "poddisruptionbudgets", "list"),
         ("jobset.x-k8s.io", "jobsets", "get"),
         ("jobset.x-k8s.io", "jobsets", "list"),
+        ("jobset.x-k8s.io", "jobsets", "watch"),
         ("jobset.x-k8s.io", "jobsets", "patch"),
         ("", "pods/log", "get"),
         ("", "events", "list"),
@@ -97,11 +108,15 @@ CLUSTER_CALLS: dict[str, set[tuple[str, str, str]]] = {
     },
     "quota-sync": {
         ("", "nodes", "list"),
+        ("", "nodes", "watch"),
         ("kueue.x-k8s.io", "clusterqueues", "get"),
         ("kueue.x-k8s.io", "clusterqueues", "list"),
+        ("kueue.x-k8s.io", "clusterqueues", "watch"),
         ("kueue.x-k8s.io", "clusterqueues", "patch"),
         ("kueue.x-k8s.io", "resourceflavors", "list"),
+        ("kueue.x-k8s.io", "resourceflavors", "watch"),
         ("kueue.x-k8s.io", "cohorts", "list"),
+        ("kueue.x-k8s.io", "cohorts", "watch"),
         *EVENTS,
     },
 }
@@ -297,7 +312,11 @@ def test_each_controller_has_its_own_identity_and_only_the_calls_its_code_makes(
             ("", "configmaps", "create", ()),
             # node-health's validation Jobs (the repair ladder), in krea-ops only
             *(
-                {("batch", "jobs", "create", ()), ("batch", "jobs", "list", ())}
+                {
+                    ("batch", "jobs", "create", ()),
+                    ("batch", "jobs", "list", ()),
+                    ("batch", "jobs", "watch", ()),
+                }
                 if name == "node-health"
                 else set()
             ),
@@ -999,6 +1018,23 @@ class RecordingCluster(Cluster):
             self.calls.append(api_call(method, path, query, answer.status))
         return answer
 
+    @contextlib.contextmanager
+    def watch(self, what: str, path: str, *, query: dict[str, Any]) -> Iterator[Any]:
+        """A watch (the watch caches'), noted as RBAC sees it once answered: 403 when
+        refused."""
+        from krea_ops.errors import Unavailable
+
+        try:
+            with self.inner.watch(what, path, query=query) as events:
+                with self._lock:
+                    self.calls.append(api_call("GET", path, query, 200))
+                yield events
+        except Unavailable as exc:
+            if str(exc).startswith("forbidden"):
+                with self._lock:
+                    self.calls.append(api_call("GET", path, query, 403))
+            raise
+
 
 def _grant_atoms(base: list[Obj], name: str) -> tuple[set[Atom], set[Atom]]:
     """(the ClusterRole's grants, the Role's in krea-ops), one per resourceName."""
@@ -1105,9 +1141,12 @@ def _own_pass(
         finally:
             found.close()
         user = f"system:serviceaccount:{NAMESPACE}:{account or f'krea-ops-{name}'}"
-        inputs = Inputs(cluster, RecordedSource(_fleet(admin)), policy, user)
+        # as the pod reads: through the watch caches (commands/controller.py), its
+        # writes too (a read waits for the cache to have seen them)
+        watched = WatchedCluster(cluster)
+        inputs = Inputs(watched, RecordedSource(_fleet(admin)), policy, user)
         runner = Runner(
-            cluster,
+            watched,
             [controller],
             lambda _: inputs,
             identity=identity_of({"POD_NAME": f"krea-ops-{name}-0"}),
@@ -1121,7 +1160,13 @@ def _own_pass(
         try:
             lease = admin.get("lease", lease_path(NAMESPACE, lease_name(name)))
             result = runner.pass_once(controller)
+            # each cache the pass started has made its watch (or been refused it)
+            wait_for(
+                lambda: all(r.connected or r.counts.errors for r in watched.reflectors.values()),
+                timeout=30,
+            )
         finally:
+            watched.close()
             elector.release()
             # gone again: a test after this one may take the Lease as another holder
             admin.request("lease", "DELETE", lease_path(NAMESPACE, lease_name(name)))
@@ -1700,10 +1745,12 @@ def test_node_health_with_its_own_token_quarantines_a_dead_node(
     assert [p["metadata"]["name"] for p in _pods_on(admin, dead)
             if not p["metadata"].get("deletionTimestamp")] == []  # fmt: skip
     gang = [c for c in done.calls if c.resource == "jobsets"]
-    # the restart recorder's list (planned swaps read it too), then the preflight's read
-    assert [(c.verb, c.name, c.status) for c in gang] == [
-        ("list", None, 200),
+    # the restart recorder's list (planned swaps read it too) and its cache's watch, then
+    # the preflight's read
+    assert sorted((c.verb, c.name or "", c.status) for c in gang) == [
         ("get", "run-1", 200),
+        ("list", "", 200),
+        ("watch", "", 200),
     ]
     events = admin.get("events", "/api/v1/namespaces/default/events")["items"]
     assert {e["reason"] for e in events if e["involvedObject"]["name"] == dead} >= {
@@ -1773,6 +1820,12 @@ WITHOUT_GRANT = {
     ("kueue.x-k8s.io", "clusterqueues", "list"): "unavailable",
     ("kueue.x-k8s.io", "resourceflavors", "list"): "unavailable",
     ("kueue.x-k8s.io", "cohorts", "list"): "unavailable",
+    # a watch refused: the pass reads what the cache's list brought and acts; the
+    # cache then fails its reads once its watch has been down stale_s (tests/kube/test_watch.py)
+    ("", "nodes", "watch"): "done",
+    ("kueue.x-k8s.io", "clusterqueues", "watch"): "done",
+    ("kueue.x-k8s.io", "resourceflavors", "watch"): "done",
+    ("kueue.x-k8s.io", "cohorts", "watch"): "done",
     ("kueue.x-k8s.io", "clusterqueues", "get"): "failed",
     ("kueue.x-k8s.io", "clusterqueues", "patch"): "failed",
     ("", "events", "create"): "done",

@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -330,6 +330,70 @@ class ControllerMetrics:
         for kind in now:
             self.alerts.labels(controller, kind).set(1)
         self._alert_kinds[controller] = now
+
+    def watch_caches(self, watched: Any) -> None:
+        """Export ``watched``'s caches (a ``kube.watch.WatchedCluster``), read at each
+        scrape: what they asked of the API server, the events applied, the objects kept,
+        and whether each watch is open."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        class Caches:
+            def collect(self) -> Iterator[Any]:
+                labels = ["resource", "namespace"]
+                requests = CounterMetricFamily(
+                    "krea_ops_controller_watch_requests",
+                    "Requests of the watch caches, by request: list (pages, the first "
+                    "list's included), relist (pages after it: 410 Gone, a resync, a failed "
+                    "attempt), watch (the first), resume (a watch again from the last "
+                    "resourceVersion)",
+                    labels=[*labels, "request"],
+                )
+                events = CounterMetricFamily(
+                    "krea_ops_controller_watch_events",
+                    "Watch events applied to the cache",
+                    labels=labels,
+                )
+                gone = CounterMetricFamily(
+                    "krea_ops_controller_watch_gone",
+                    "410 Gone answers (the resourceVersion compacted away): each relists",
+                    labels=labels,
+                )
+                objects = GaugeMetricFamily(
+                    "krea_ops_controller_watch_objects",
+                    "Objects in the cache",
+                    labels=labels,
+                )
+                connected = GaugeMetricFamily(
+                    "krea_ops_controller_watch_connected",
+                    "1 while the collection's watch is open",
+                    labels=labels,
+                )
+                for r in list(watched.reflectors.values()):
+                    where = [r.collection.resource, r.collection.namespace or ""]
+                    c = r.counts
+                    firsts = c.lists - c.relists
+                    for request, n in (
+                        ("list", firsts),
+                        ("relist", c.relists),
+                        ("watch", min(c.watches, 1)),
+                        ("resume", c.resumes),
+                    ):
+                        requests.add_metric([*where, request], n)
+                    events.add_metric(where, c.events)
+                    gone.add_metric(where, c.gone)
+                    objects.add_metric(where, len(r.objects))
+                    connected.add_metric(where, 1 if r.connected else 0)
+                lists = CounterMetricFamily(
+                    "krea_ops_controller_uncached_lists",
+                    "Lists the passes sent to the API server themselves: kinds not watched "
+                    "(a JobSet's Events after it restarted)",
+                    labels=labels,
+                )
+                for where, n in sorted(dict(watched.uncached).items()):
+                    lists.add_metric(list(where), n)
+                yield from (requests, events, gone, objects, connected, lists)
+
+        self.registry.register(Caches())  # type: ignore[arg-type]
 
     def serve(self, port: int, address: str = "127.0.0.1") -> Any:
         """Serve ``/metrics`` on ``address:port`` (0: a free port); the server, whose

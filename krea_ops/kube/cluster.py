@@ -9,6 +9,7 @@ RBAC that forbids the list, a CRD that is not installed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -172,6 +173,47 @@ def _throttled_wait(method: str, answer: ApiAnswer) -> float | None:
     return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
 
 
+class Expired(Unavailable):
+    """410 Gone: a watch (or a list's continue token) asked for a resourceVersion older
+    than the API server keeps. A watch cache relists (``kube/watch.py``)."""
+
+
+class WatchEvents:
+    """The events of one watch request, decoded, as the API server streams them
+    (newline-delimited JSON, read with the official client's ``iter_resp_lines``).
+    ``close`` from another thread ends the iteration (a cache that stops)."""
+
+    def __init__(self, cluster: Cluster, what: str, response: Any) -> None:
+        self.cluster = cluster
+        self.what = what
+        self.response = response  # urllib3's, unread
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        import urllib3
+        from kubernetes.watch.watch import iter_resp_lines
+
+        started = time.monotonic()
+        try:
+            for line in iter_resp_lines(self.response):
+                if not line.strip():
+                    continue
+                event = orjson.loads(line)
+                if isinstance(event, dict):
+                    yield event
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise self.cluster._unreachable(self.what, exc, time.monotonic() - started) from None
+        except ValueError as exc:  # a line that is not JSON: the stream cannot be trusted
+            raise Unavailable(f"{self.what}: the API server sent a watch event that is not "
+                              f"JSON ({exc})") from None  # fmt: skip
+
+    def close(self) -> None:
+        # shutdown() (urllib3 2.3+) closes the socket under a read blocked in another
+        # thread; close() alone leaves it open until the server's next bytes
+        for step in ("shutdown", "close"):
+            with contextlib.suppress(Exception):
+                getattr(self.response, step, lambda: None)()
+
+
 class Cluster:
     """Snapshots of the cluster through the official client (one ``ApiClient``)."""
 
@@ -272,6 +314,55 @@ class Cluster:
                 return answer
             self.sleep(wait)
             waited += wait
+
+    @contextlib.contextmanager
+    def watch(
+        self, what: str, path: str, *, query: dict[str, str | int | None]
+    ) -> Iterator[WatchEvents]:
+        """A watch request (``query`` holds ``watch=true``, the resourceVersion, the
+        ``timeoutSeconds``): its events as they come. ``Expired`` for 410 Gone, the
+        usual one-line errors for any other refusal. The read timeout is the watch's own
+        plus half a minute: a server that went silent past it is a dropped watch."""
+        import urllib3
+
+        params = [(k, str(v)) for k, v in query.items() if v is not None]
+        method_, url, headers_, payload, post = self.api.param_serialize(
+            "GET",
+            path,
+            query_params=params,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        watch_s = float(query.get("timeoutSeconds") or 0)
+        timeout = (min(CONNECT_TIMEOUT_S, self.timeout_s), watch_s + 30 if watch_s else None)
+        started = time.monotonic()
+        try:
+            resp = self.api.call_api(
+                method_, url, header_params=headers_, body=payload, post_params=post,
+                _request_timeout=timeout,
+            )  # fmt: skip
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise self._unreachable(what, exc, time.monotonic() - started) from None
+        if resp.status != 200:
+            data = resp.read()
+            try:
+                decoded = orjson.loads(data) if data else None
+            except ValueError:
+                decoded = None
+            answer = ApiAnswer(
+                status=int(resp.status),
+                body=decoded if isinstance(decoded, dict) else None,
+                reason=str(resp.reason or ""),
+            )
+            if answer.status == 410:
+                raise Expired(f"{what}: {answer.message or '410 Gone'}")
+            # the reader role has no watch: a refused watch is the controller's own role's
+            raise self._error_line(what, answer.status, answer.message, answer.reason, write=True)
+        events = WatchEvents(self, what, resp.response)
+        try:
+            yield events
+        finally:
+            events.close()
 
     def get(self, what: str, path: str, **query: str | int | None) -> Any:
         """GET ``path`` (``/api/v1/nodes``) with query parameters; the decoded JSON."""

@@ -170,3 +170,128 @@ def test_bad_input_is_one_line_and_exit_2(
 ) -> None:
     code, _, err = run(capsys, *kc, "controller", *args)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+# -- controller run all: the watch caches --------------------------------------------------------
+
+
+def _scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def _total(metrics: dict[Any, float], name: str, **labels: str) -> float:
+    return sum(
+        v
+        for (n, lab), v in metrics.items()
+        if n == name and all(dict(lab).get(k) == want for k, want in labels.items())
+    )
+
+
+def _apiserver_lists(ops: Cluster) -> dict[str, float]:
+    """LIST requests the upstream kube-apiserver has served, by resource (its own
+    ``apiserver_request_total``)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    answer = ops.request("metrics", "GET", "/metrics", raw=True)
+    assert answer.ok, answer.status
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(answer.text or ""):
+        for s in family.samples:
+            if s.name == "apiserver_request_total" and s.labels.get("verb") == "LIST":
+                out[s.labels["resource"]] = out.get(s.labels["resource"], 0) + s.value
+    return out
+
+
+def test_run_all_reads_through_watch_caches_and_lists_nothing_in_the_steady_state(
+    kc: list[str], ops: Cluster, tmp_path: Path, control_plane: str
+) -> None:
+    """Four controllers, one process, one list-and-watch per kind: after the first pass
+    the passes go on (burst-taint even acts) and no list is sent, by the process's own
+    count and, on the upstream control plane, by kube-apiserver's."""
+    import os
+    import subprocess
+    import time
+
+    from tests.conftest import KREA_OPS, ROOT, wait_for
+
+    env = {**os.environ, "KREA_OPS_CONFIG": "/nonexistent/krea-ops.yaml"}
+    proc = subprocess.Popen(
+        [*KREA_OPS, *kc, "controller", "run", "all", "--interval", "0.5", "--metrics-port", "0"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+    try:
+        assert proc.stderr is not None
+        url = None
+        while url is None:
+            line = proc.stderr.readline()
+            assert line, "controller run all exited before serving its metrics"
+            if line.startswith("metrics on "):
+                url = line.split()[2]
+
+        def passes() -> float:
+            return _total(_scrape(url), "krea_ops_controller_passes_total", result="ok")
+
+        wait_for(lambda: passes() >= 8, timeout=60, interval=0.5)
+        first = _scrape(url)
+        upstream = control_plane == "upstream"
+        before = _apiserver_lists(ops) if upstream else {}
+        started = passes()
+        wait_for(lambda: passes() >= started + 12, timeout=60, interval=0.5)
+        time.sleep(1)
+        after = _scrape(url)
+        listed = {
+            name: _total(after, name) - _total(first, name)
+            for name in (
+                "krea_ops_controller_uncached_lists_total",
+                "krea_ops_controller_watch_gone_total",
+            )
+        }
+        listed["relists"] = _total(
+            after, "krea_ops_controller_watch_requests_total", request="relist"
+        ) - _total(first, "krea_ops_controller_watch_requests_total", request="relist")
+        assert listed == {
+            "krea_ops_controller_uncached_lists_total": 0,
+            "krea_ops_controller_watch_gone_total": 0,
+            "relists": 0,
+        }
+        # one cache per collection for the four of them, each listed once, watching now
+        firsts = {
+            dict(lab)["resource"]: v
+            for (n, lab), v in after.items()
+            if n == "krea_ops_controller_watch_requests_total" and dict(lab)["request"] == "list"
+        }
+        assert {"nodes", "pods", "clusterqueues", "resourceflavors"} <= set(firsts), firsts
+        assert all(v == 1 for v in firsts.values()), firsts
+        connected = [
+            v for (n, _lab), v in after.items() if n == "krea_ops_controller_watch_connected"
+        ]
+        assert connected and all(v == 1 for v in connected), after
+        assert _total(after, "krea_ops_controller_watch_objects", resource="nodes") >= 2
+        # burst-taint acted through the cached reads: the virtual node is tainted
+        assert OURS in taints_of(ops, "vk-0")
+        if upstream:
+            # what kube-apiserver served meanwhile: no LIST of what the controllers read
+            # (the upstream controllers list nothing in their steady state either)
+            now = _apiserver_lists(ops)
+            grew = {r: now.get(r, 0) - before.get(r, 0) for r in now}
+            assert {r: n for r, n in grew.items() if n and r in firsts} == {}, grew
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
