@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from krea_ops.controllers.base import Alert, Skip
@@ -95,6 +95,45 @@ class LadderInputs:
     priority_class: bool = True
 
 
+@dataclass(frozen=True)
+class ValidationMemo:
+    """A node's place on the ladder (its entry of ``validation`` in node-health's
+    state): since when it is counted (its quarantine, or when it joined pending), the
+    validations it failed since, whether it was escalated, and whether it is ready to
+    restore by hand. JSON: ``{"since", "failures", "escalated"}``, and ``"ready": true``
+    while it is."""
+
+    since: float | None
+    failures: int = 0
+    escalated: bool = False
+    ready: bool = False
+
+    @staticmethod
+    def from_json(data: Any) -> ValidationMemo | None:
+        """None for an entry that is not an object (it is forgotten)."""
+        if not isinstance(data, Mapping):
+            return None
+        since, failures = data.get("since"), data.get("failures")
+        return ValidationMemo(
+            since=float(since)
+            if isinstance(since, int | float) and not isinstance(since, bool)
+            else None,
+            failures=int(failures) if isinstance(failures, int | float) else 0,
+            escalated=bool(data.get("escalated")),
+            ready=bool(data.get("ready")),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "since": self.since,
+            "failures": self.failures,
+            "escalated": self.escalated,
+        }
+        if self.ready:
+            out["ready"] = True
+        return out
+
+
 @dataclass
 class LadderOutcome:
     plans: list[Plan] = field(default_factory=list)
@@ -149,15 +188,17 @@ def climb(
     running = running_validations(inputs.jobs)
     gpu_nodes = len(nodes)
     slots = spec.at_once(gpu_nodes) - sum(1 for n in running if n in nodes)
-    prev_nodes = {k: v for k, v in prev.items() if isinstance(v, Mapping)}
-    state: dict[str, dict[str, Any]] = {}
+    prev_nodes = {
+        str(k): memo for k, v in prev.items() if (memo := ValidationMemo.from_json(v)) is not None
+    }
+    state: dict[str, ValidationMemo] = {}
 
     def since_of(name: str, obj: Obj) -> float | None:
         if name in ours:
             return quarantined_at(obj)
         if cfg.new_nodes and pending(obj):
-            kept = prev_nodes.get(name, {}).get("since")
-            return float(kept) if isinstance(kept, (int, float)) else now
+            had = prev_nodes.get(name)
+            return had.since if had is not None and had.since is not None else now
         return None
 
     # record what finished; count failures since the node went out
@@ -167,21 +208,21 @@ def climb(
             continue
         plan = build_record(obj, v, user=user)
         since = since_of(name, obj)
-        memo = dict(prev_nodes.get(name, {}))
-        if since is not None and memo.get("since") != since:
-            memo = {"since": since, "failures": 0, "escalated": False}
+        memo = prev_nodes.get(name) or ValidationMemo(None)
+        if since is not None and memo.since != since:
+            memo = ValidationMemo(since)
         if plan.steps:
-            memo["failures"] = 0 if v.passed else int(memo.get("failures") or 0) + 1
+            memo = replace(memo, failures=0 if v.passed else memo.failures + 1)
             if (
                 not v.passed
-                and memo["failures"] >= cfg.escalate_after
-                and not memo.get("escalated")
+                and memo.failures >= cfg.escalate_after
+                and not memo.escalated
                 and since is not None
             ):
-                memo["escalated"] = True
+                memo = replace(memo, escalated=True)
                 out.escalated_now.append(name)
                 note = (
-                    f"failed validation {memo['failures']} times since it went out "
+                    f"failed validation {memo.failures} times since it went out "
                     f"({', '.join(v.failed())}): needs a person; repair it, then "
                     f"krea-ops nodes validate {name}"
                 )
@@ -194,9 +235,9 @@ def climb(
         since = since_of(name, obj)
         if since is None:
             continue
-        memo = state.get(name) or dict(prev_nodes.get(name, {}))
-        if memo.get("since") != since:
-            memo = {"since": since, "failures": 0, "escalated": False}
+        memo = state.get(name) or prev_nodes.get(name) or ValidationMemo(None)
+        if memo.since != since:
+            memo = ValidationMemo(since)
         state[name] = memo
         last = latest(obj, name, inputs.results)
         current = last if last is not None and last.at >= since else None
@@ -206,12 +247,12 @@ def climb(
             if name in ours:
                 _restore(cfg, out, name, obj, current, verdicts.get(name), name in opted_out, user)
             continue
-        if memo.get("escalated"):
+        if memo.escalated:
             out.skipped.append(
                 Skip(
                     name,
                     "needs-repair",
-                    f"failed validation {memo.get('failures')} times: needs a person "
+                    f"failed validation {memo.failures} times: needs a person "
                     f"(repair it, then krea-ops nodes validate {name})",
                 )
             )
@@ -261,11 +302,8 @@ def climb(
         slots -= 1
 
     ready = {s.target for s in out.skipped if s.why == "ready"}
-    for name, memo in state.items():
-        memo.pop("ready", None)
-        if name in ready:
-            memo["ready"] = True
-    escalated = sorted(n for n, m in state.items() if m.get("escalated"))
+    state = {name: replace(memo, ready=name in ready) for name, memo in state.items()}
+    escalated = sorted(n for n, m in state.items() if m.escalated)
     out.escalated = escalated
     if escalated:
         out.alerts.append(
@@ -276,7 +314,7 @@ def climb(
                 tuple(escalated),
             )
         )
-    out.state = {n: m for n, m in state.items() if n in nodes}
+    out.state = {n: m.to_json() for n, m in state.items() if n in nodes}
     started = sum(1 for p in out.plans if p.action == "nodes validate" and p.steps)
     out.gauges = {
         "validations_running": float(sum(1 for n in running if n in nodes) + started),
