@@ -85,6 +85,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from krea_ops.controllers.restarts import attributed_of
 from krea_ops.kube.cluster import node_info
 from krea_ops.kube.times import parse_time
 from krea_ops.model import NodeInfo
@@ -496,11 +497,9 @@ def history(
     if current is not None:
         known = {(r.kind, int(r.at)) for r in rows}
         rows += [r for r in node_says(current) if (r.kind, int(r.at)) not in known]
-    attributed = recorder.get("attributed") if isinstance(recorder, Mapping) else None
-    for a in attributed if isinstance(attributed, list) else ():
-        if isinstance(a, list) and len(a) == 5 and a[0] == node and _num(a[1]):
-            detail = f"{a[2]} restart #{a[3]} ({a[4]})"
-            rows.append(HistoryRow(float(a[1]), RESTART, detail, None))
+    for a in attributed_of(recorder):
+        if a.node == node:
+            rows.append(HistoryRow(a.at, RESTART, f"{a.run} restart #{a.number} ({a.cause})", None))
     order = {id(r): i for i, r in enumerate(rows)}
     rows.sort(key=lambda r: (r.at, order[id(r)]), reverse=True)
     return rows

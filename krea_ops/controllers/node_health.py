@@ -157,6 +157,7 @@ from krea_ops.controllers.planned_swaps import with_stragglers
 from krea_ops.controllers.restarts import (
     RecorderConfig,
     RestartInputs,
+    attributed_of,
     attributed_restarts,
     read_restart_inputs,
     record,
@@ -1133,10 +1134,7 @@ class _Pass:
             if self.cfg.lemon_window_s < 2 * 86400
             else f"{self.cfg.lemon_window_s / 86400:g} days"
         )
-        runs = {
-            (str(a[0]), float(a[1])): f"{a[2]} #{a[3]} ({a[4]})"
-            for a in recorder.get("attributed") or ()
-        }
+        runs = {(a.node, a.at): f"{a.run} #{a.number} ({a.cause})" for a in attributed_of(recorder)}
         for name, times in candidates.items():
             info = self.infos.get(name)
             if info is None or name in lemons or info.labels.get(LEMON_LABEL) == "true":

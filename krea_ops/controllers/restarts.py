@@ -219,6 +219,43 @@ def _steps(v: Any) -> list[list[float]]:
     return out
 
 
+@dataclass(frozen=True)
+class AttributedRestart:
+    """A training restart the recorder attributed to a node: the node, when the restart
+    happened, the run (``namespace/name``), the restart's number and its cause. JSON:
+    ``[node, at, run, number, cause]``, as the recorder's ``attributed`` keeps it."""
+
+    node: str
+    at: float
+    run: str
+    number: int
+    cause: str
+
+    @staticmethod
+    def from_json(a: Any) -> AttributedRestart | None:
+        """None for anything that is not such an entry (it is dropped)."""
+        if (
+            isinstance(a, list)
+            and len(a) == 5
+            and isinstance(a[0], str)
+            and _num(a[1])
+            and isinstance(a[2], str)
+            and (number := _int_or_none(a[3])) is not None
+            and isinstance(a[4], str)
+        ):
+            return AttributedRestart(a[0], float(a[1]), a[2], number, a[4])
+        return None
+
+    def to_json(self) -> list[Any]:
+        return [self.node, self.at, self.run, self.number, self.cause]
+
+
+def attributed_of(recorder: Any) -> list[AttributedRestart]:
+    """The recorder's ``attributed`` entries that can be read, oldest first."""
+    raw = recorder.get("attributed") if isinstance(recorder, Mapping) else None
+    return [a for a in map(AttributedRestart.from_json, raw if isinstance(raw, list) else ()) if a]
+
+
 def _failed_list(v: Any) -> list[dict[str, Any]]:
     return [_failed_json(f) for f in map(_failed_of, v if isinstance(v, list) else ()) if f]
 
@@ -357,17 +394,7 @@ def sane_state(prev: Any) -> dict[str, Any]:
             r["failed"] = [_kept(f) for f in map(_failed_of, pods) if f][:2]
         if kept:
             log[str(run)] = kept
-    attributed = [
-        list(a)
-        for a in (prev.get("attributed") if isinstance(prev.get("attributed"), list) else ())
-        if isinstance(a, list)
-        and len(a) == 5
-        and isinstance(a[0], str)
-        and _num(a[1])
-        and isinstance(a[2], str)
-        and _int_or_none(a[3]) is not None
-        and isinstance(a[4], str)
-    ]
+    attributed = [list(a) for a in prev.get("attributed") or () if AttributedRestart.from_json(a)]
     return {
         "signals": signals,
         "gangs": gangs,
@@ -711,7 +738,7 @@ def record(
     log: dict[str, list[dict[str, Any]]] = {
         k: [dict(r) for r in v] for k, v in (prev.get("log") or {}).items()
     }
-    attributed = [list(a) for a in prev.get("attributed") or () if isinstance(a, list)]
+    attributed = attributed_of(prev)
     gangs: dict[str, Any] = {}
     heads_by_run: dict[str, int] = {}
     for gang in inputs.gangs:
@@ -871,7 +898,9 @@ def record(
             rec["steps"] = p.get("steps") or []  # kept until the new attempt says
         log.setdefault(str(p["run"]), []).append(rec)
         if got.attributed and got.node is not None:
-            attributed.append([got.node, at, str(p["run"]), restart.number, got.cause])
+            attributed.append(
+                AttributedRestart(got.node, float(at), str(p["run"]), restart.number, got.cause)
+            )
 
     # lost work the new attempt told us about since
     for run, records in log.items():
@@ -902,7 +931,7 @@ def record(
                 )
 
     lemon_horizon = now - cfg.lemon_window_s
-    attributed = [a for a in attributed if len(a) == 5 and float(a[1]) >= lemon_horizon]
+    attributed = [a for a in attributed if a.at >= lemon_horizon]
     for run in list(log):
         log[run] = log[run][-cfg.keep_per_run :]
     if len(log) > cfg.keep_runs:
@@ -920,7 +949,7 @@ def record(
         "gangs": gangs,
         "pending": still,
         "log": log,
-        "attributed": attributed,
+        "attributed": [a.to_json() for a in attributed],
     }
     gauges = {
         "restarts_pending": float(len(still)),
@@ -933,11 +962,7 @@ def attributed_restarts(state: Mapping[str, Any]) -> list[tuple[str, float]]:
     """(node, time) of each attributed restart the recorder remembers that counts towards
     a lemon (``attribution.counts_towards_lemon``: not the restarts node-health's own
     evictions made)."""
-    return [
-        (str(a[0]), float(a[1]))
-        for a in sane_state(state)["attributed"]
-        if counts_towards_lemon(str(a[4]))
-    ]
+    return [(a.node, a.at) for a in attributed_of(state) if counts_towards_lemon(a.cause)]
 
 
 # -- what `krea-ops train restarts` and `krea-ops nodes lemons` show ----------------------
@@ -1079,11 +1104,9 @@ def lemon_rows(
     recorder = sane_state(state.get("recorder"))
     horizon = now - window_s
     restarts: dict[str, list[tuple[float, str, int, str]]] = {}
-    for a in recorder.get("attributed") or ():
-        if isinstance(a, list) and len(a) == 5 and float(a[1]) >= horizon:
-            restarts.setdefault(str(a[0]), []).append(
-                (float(a[1]), str(a[2]), int(a[3]), str(a[4]))
-            )
+    for a in attributed_of(recorder):
+        if a.at >= horizon:
+            restarts.setdefault(a.node, []).append((a.at, a.run, a.number, a.cause))
     remediations = state.get("remediations")
     evictions = {
         str(n): tuple(sorted(float(t) for t in ts if _num(t) and float(t) >= horizon))

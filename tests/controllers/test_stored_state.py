@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from krea_ops.controllers.burst_taint import BurstTaintState
+from krea_ops.controllers.ladder import ValidationMemo
 from krea_ops.controllers.ledger import Ledger, LedgerEntry, NodeMemo
 from krea_ops.controllers.migrate_back import (
     UNREADABLE,
@@ -22,6 +23,7 @@ from krea_ops.controllers.migrate_back import (
 )
 from krea_ops.controllers.node_health_state import Evicting, LemonMark, NodeHealthState
 from krea_ops.controllers.quota_sync import PendingQuota, QuotaSyncState
+from krea_ops.controllers.restarts import AttributedRestart, attributed_of
 
 STORED = Path(__file__).parent / "stored_state"
 
@@ -131,3 +133,24 @@ def test_the_ledger_reads_and_writes_the_stored_example() -> None:
     memo = NodeMemo.from_json({"m": 1, "R": 1800000000, "r": "gpu-3"})
     assert memo == NodeMemo(marked=True, repair_label="gpu-3", restored_at=1800000000.0)
     assert memo.to_json() == {"m": 1, "R": 1800000000, "r": "gpu-3"}
+
+
+def test_the_ladders_memos_read_and_write_the_stored_example() -> None:
+    data = stored("node-health")["validation"]
+    memos = {n: ValidationMemo.from_json(m) for n, m in data.items()}
+    assert memos["gpu-node-002"] == ValidationMemo(1796586643.0, 0, False)
+    assert {n: m.to_json() for n, m in memos.items() if m is not None} == data
+    ready = ValidationMemo.from_json({"since": 5, "failures": 2, "escalated": True, "ready": True})
+    assert ready == ValidationMemo(5.0, 2, True, True)
+    assert ready.to_json() == {"since": 5.0, "failures": 2, "escalated": True, "ready": True}
+
+
+def test_an_attributed_restart_reads_and_writes_its_positional_entry() -> None:
+    raw = ["gpu-node-003", 1800000000.0, "training/dit", 2, "gpu_hot"]
+    entry = AttributedRestart.from_json(raw)
+    assert entry is not None
+    assert entry == AttributedRestart("gpu-node-003", 1800000000.0, "training/dit", 2, "gpu_hot")
+    assert entry.to_json() == raw
+    recorder = {"attributed": [raw, ["gpu-node-004", "soon", "training/dit", 3, "x"], "junk"]}
+    assert attributed_of(recorder) == [entry]
+    assert attributed_of(stored("node-health")["recorder"]) == []
