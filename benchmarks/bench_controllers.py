@@ -37,6 +37,12 @@ node cordoned, against the bound of two scrape intervals plus the window.
         --concurrency 1,16,32 --repeat 3
     .venv/bin/python benchmarks/bench_controllers.py cost --nodes 4096 --passes 5
     .venv/bin/python benchmarks/bench_controllers.py reaction
+    .venv/bin/python benchmarks/bench_controllers.py reaction --control-plane upstream \
+        --nodes 5000 --telemetry-nodes 64 --speed 10 --scrape 15 --window 60 --interval 30
+
+``reaction`` reads through the watch caches, as ``controller run`` does (``--relist``: a
+list every pass), and with ``--control-plane upstream --telemetry-nodes T`` runs on the
+scale mode's world: the real API server with every node, readings for the first T.
 """
 
 from __future__ import annotations
@@ -74,6 +80,7 @@ from krea_ops.controllers.base import NAMESPACE, Controller, Decision, Inputs  #
 from krea_ops.controllers.loop import PLAN_CONCURRENCY, JsonLog, Runner  # noqa: E402
 from krea_ops.health import HealthPolicy  # noqa: E402
 from krea_ops.kube.cluster import Cluster, connect  # noqa: E402
+from krea_ops.kube.watch import WatchedCluster  # noqa: E402
 from krea_ops.model import FleetTelemetry, GpuSample, NodeTelemetry  # noqa: E402
 from krea_ops.runbook.audit import AuditLog  # noqa: E402
 
@@ -755,8 +762,11 @@ def reaction(args: argparse.Namespace, cli: str) -> None:
 
     bound = 2 * args.scrape + args.window
     print(
-        f"simulated world: {args.nodes} GPU nodes at speed {args.speed:g} (simulated s per "
-        f"wall s), per-node exporters, Prometheus scraping every {args.scrape:g} s, policy "
+        f"simulated world on the {args.control_plane} control plane: {args.nodes} GPU "
+        f"nodes at speed {args.speed:g} (simulated s per wall s), exporters on "
+        f"{'every node' if args.telemetry_nodes is None else f'the first {args.telemetry_nodes}'}"
+        f", reads {'listed every pass' if args.relist else 'through the watch caches'}, "
+        f"Prometheus scraping every {args.scrape:g} s, policy "
         f"window (telemetry_window_s) {args.window:g} s; node-health as shipped (cap, veto "
         f"on) through the Runner every {args.interval:g} s; hot-gpu injected on "
         f"{args.node} GPU {args.gpu} once Prometheus holds a full window\n",
@@ -768,6 +778,8 @@ def reaction(args: argparse.Namespace, cli: str) -> None:
         seed=1,
         prometheus=True,
         failure_multiplier=0.0,
+        control_plane=args.control_plane,
+        telemetry_nodes=args.telemetry_nodes,
         extra={
             "scrape_interval_s": args.scrape,
             "slow_burners": False,
@@ -786,12 +798,14 @@ def reaction(args: argparse.Namespace, cli: str) -> None:
             policy = HealthPolicy.from_settings(settings)
             source = PrometheusSource(prom_url, settings, policy=policy)
             cluster = connect(str(w.kubeconfig), None, timeout_s=60)
+            # as `controller run` reads: through the watch caches, unless --relist
+            reads: Cluster = cluster if args.relist else WatchedCluster(cluster)
             controller = Timed(NodeHealth())
             user = USER_OF.format(controller.name)
             runner = Runner(
-                cluster,
+                reads,
                 [controller],  # type: ignore[list-item]
-                lambda name: Inputs(cluster, source, policy, user),
+                lambda name: Inputs(reads, source, policy, user),
                 identity=f"bench-{os.getpid()}",
                 audit=AuditLog(tmp / "audit.jsonl"),
                 log=JsonLog(io.StringIO()),
@@ -832,6 +846,8 @@ def reaction(args: argparse.Namespace, cli: str) -> None:
                 stop.set()
                 loop.join(timeout=30)
                 source.close()
+                if reads is not cluster:
+                    reads.close()
     cordoned_nodes = [
         n
         for d in controller.decisions
@@ -907,6 +923,14 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--scrape", type=float, default=5.0, help="Prometheus scrape interval, s")
     r.add_argument("--window", type=float, default=60.0, help="the policy's window, s")
     r.add_argument("--interval", type=float, default=5.0, help="controller pass interval, s")
+    r.add_argument("--control-plane", default="embedded", choices=("embedded", "upstream"))
+    r.add_argument(
+        "--telemetry-nodes",
+        type=int,
+        default=None,
+        help="the scale mode: only the first N nodes have devices, exporters and readings",
+    )
+    r.add_argument("--relist", action="store_true", help="list every pass (no watch caches)")
     r.add_argument("--node", default="gpu-node-001")
     r.add_argument("--gpu", type=int, default=3)
     args = parser.parse_args(argv)
