@@ -187,15 +187,6 @@ def gauge(url: str, name: str) -> float | None:
 def settled(api: Api, nodes: int) -> str | None:
     """None once every node is Ready and every DaemonSet, Job and Deployment pod is ready,
     else what is still coming (read from the controllers' status, no pod list)."""
-    node_list = api.json("/api/v1/nodes?labelSelector=nvidia.com%2Fgpu.present%3Dtrue")
-    ready = sum(
-        1
-        for n in node_list["items"]
-        for c in n["status"].get("conditions") or []
-        if c["type"] == "Ready" and c["status"] == "True"
-    )
-    if ready < nodes:
-        return f"{ready}/{nodes} nodes Ready"
     for ds in api.json("/apis/apps/v1/namespaces/kube-system/daemonsets")["items"]:
         st = ds.get("status") or {}
         if st.get("numberReady", 0) < nodes:
@@ -209,6 +200,16 @@ def settled(api: Api, nodes: int) -> str | None:
         st = d.get("status") or {}
         if (st.get("readyReplicas") or 0) < (d["spec"].get("replicas") or 0):
             return f"Deployment {d['metadata']['name']} {st.get('readyReplicas')}"
+    # last, and once: a list of every node is the heaviest read here
+    node_list = api.json("/api/v1/nodes?labelSelector=nvidia.com%2Fgpu.present%3Dtrue")
+    ready = sum(
+        1
+        for n in node_list["items"]
+        for c in n["status"].get("conditions") or []
+        if c["type"] == "Ready" and c["status"] == "True"
+    )
+    if ready < nodes:
+        return f"{ready}/{nodes} nodes Ready"
     return None
 
 
@@ -244,6 +245,7 @@ def one_run(cli: str, args: argparse.Namespace, telemetry: int) -> dict[str, Any
             assert proc.stderr is not None
             for line in proc.stderr:
                 err_lines.append(line)
+                print(f"  {time.monotonic() - t0:5.0f} s:{line.rstrip()}", file=sys.stderr)
                 if "every exporter scraped once" in line and "readings" not in marks:
                     marks["readings"] = time.monotonic() - t0
 

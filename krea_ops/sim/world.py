@@ -244,7 +244,7 @@ class SimWorld:
         self.world = World(config, self.clock, self.client, self.sim.state_dir)
         self.actors: list[Actor] = []
         try:
-            for name, build in PARTS.items():
+            for name, build in self._parts(config):
                 if parts is None or name in parts:
                     self.actors.extend(build(self.world))
                     if name in STARTED:
@@ -257,6 +257,17 @@ class SimWorld:
 
     def _progress(self, line: str) -> None:
         self._say(f"{line} ({time.monotonic() - self._t0:.1f} s)")
+
+    @staticmethod
+    def _parts(config: WorldConfig) -> list[tuple[str, Callable[[World], list[Actor]]]]:
+        """:data:`PARTS` in order; in the scale mode the devices come after the cluster: the
+        exporters' threads and Prometheus' first scrapes of hundreds of nodes starved the
+        registration of thousands (and their overlap with it is worth nothing there)."""
+        order = list(PARTS.items())
+        if config.scale_mode:
+            order.sort(key=lambda part: part[0] == "devices")
+            order.sort(key=lambda part: part[0] not in ("cluster", "devices"))
+        return order
 
     @property
     def kubeconfig(self) -> Path:

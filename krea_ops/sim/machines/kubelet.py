@@ -70,8 +70,9 @@ from __future__ import annotations
 import math
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes.client.rest import ApiException
 
@@ -113,7 +114,8 @@ LEASE_RENEW_S = 10.0
 LEASE_WRITES_PER_WALL_S = 32.0
 # Without a change to report, a real kubelet writes its node status every 5 minutes.
 NODE_STATUS_REPORT_S = 300.0
-# Threads that sync the nodes' pods in the scale mode (``extra["kubelet_workers"]``).
+_T = TypeVar("_T")
+# Threads that sync the nodes and their pods in the scale mode (``extra["kubelet_workers"]``).
 SCALE_WORKERS = 8
 # A pod whose container start was not planned by this kubelet (a restart of the world)
 # starts this many simulated seconds after its startTime.
@@ -182,6 +184,17 @@ class Kubelet(ViewActor):
         if self.workers > 1:
             self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="sim-kubelet")
 
+    def _in_parallel(self, fn: Callable[[list[_T]], None], work: list[_T]) -> None:
+        """``fn(work)``; in the scale mode ``fn`` of a share of ``work`` on each of the
+        pool's threads (a fleet's kubelets are that many processes: one thread's round
+        trips, each a Lease renewal or a pod's status, took minutes at 5,000 nodes and more
+        when the API server was slow to answer)."""
+        if self._pool is None or len(work) < 2 * self.workers:
+            fn(work)
+            return
+        for _ in self._pool.map(fn, [work[k :: self.workers] for k in range(self.workers)]):
+            pass
+
     def join(self, timeout: float = 5.0) -> None:
         super().join(timeout)
         if self._pool is not None:
@@ -208,9 +221,14 @@ class Kubelet(ViewActor):
         pods = self.view.pods(self._wrote)
         mine = {meta_of(n)["name"]: n for n in nodes if not is_virtual(n)}
         failed: set[str] = set()
-        for i, (name, node) in enumerate(sorted(mine.items())):
-            if self._sync_node(node, now, i, len(mine)):
-                failed.add(name)
+        ordered = list(enumerate(sorted(mine.items())))
+
+        def sync_nodes(batch: list[tuple[int, tuple[str, dict[str, Any]]]]) -> None:
+            for i, (name, node) in batch:
+                if self._sync_node(node, now, i, len(mine)):
+                    failed.add(name)
+
+        self._in_parallel(sync_nodes, ordered)
         by_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for pod in pods:
             node_name_ = str(spec_of(pod).get("nodeName") or "")
@@ -233,15 +251,7 @@ class Kubelet(ViewActor):
                     live.add(str(meta_of(pod).get("uid")))
                     self._sync_pod(pod, node, now, used_ips)
 
-        work = list(by_node.items())
-        if self._pool is None or len(work) < 2 * self.workers:
-            sync(work)
-        else:
-            # the scale mode: the nodes' pods in parallel, a node's own in order (a fleet's
-            # kubelets are that many processes; one thread's round trips took minutes to
-            # start 5,000 nodes' DaemonSet pods)
-            for _ in self._pool.map(sync, [work[k :: self.workers] for k in range(self.workers)]):
-                pass
+        self._in_parallel(sync, list(by_node.items()))
         for memo in (self._due, self._ready_at, self._started, self._killing):
             for uid in [u for u in memo if u not in live]:
                 del memo[uid]
