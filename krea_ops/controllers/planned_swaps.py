@@ -45,6 +45,8 @@ from krea_ops.training.swaps import (
     PENDING,
     SLOW_BURN_CODES,
     STRAGGLER_CODE,
+    ActiveSwap,
+    GangSwaps,
     SwapConfig,
     honoured,
     plan_swaps,
@@ -106,6 +108,50 @@ def swap_kind(code: str) -> str:
     return "thermal"
 
 
+@dataclass(frozen=True)
+class PlannedSwapsState:
+    """What planned swaps keep in node-health's state (``swaps``): per gang what
+    ``training.swaps.plan_swaps`` keeps (its JSON, read there as ``GangSwaps``), and
+    when each node first showed each kind of slow burn (``"<node>|<kind>"`` -> seconds),
+    for the veto. JSON: ``{"gangs": {...}, "onsets": {...}}``."""
+
+    gangs: Mapping[str, Any] = field(default_factory=dict)
+    onsets: Mapping[str, float] = field(default_factory=dict)
+
+    @staticmethod
+    def from_json(data: Any) -> PlannedSwapsState:
+        data = data if isinstance(data, Mapping) else {}
+        gangs, onsets = data.get("gangs"), data.get("onsets")
+        return PlannedSwapsState(
+            dict(gangs) if isinstance(gangs, Mapping) else {},
+            {
+                str(k): float(v)
+                for k, v in (onsets.items() if isinstance(onsets, Mapping) else ())
+                if isinstance(v, int | float) and not isinstance(v, bool)
+            },
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"gangs": dict(self.gangs), "onsets": dict(sorted(self.onsets.items()))}
+
+    def active(self) -> dict[str, ActiveSwap]:
+        """Gang -> its swap under way."""
+        return {
+            key: gang.active
+            for key, raw in self.gangs.items()
+            if (gang := GangSwaps.from_json(raw)) is not None and gang.active is not None
+        }
+
+    def tried(self) -> set[str]:
+        """The findings given up on, in every gang."""
+        return {
+            k
+            for raw in self.gangs.values()
+            if (gang := GangSwaps.from_json(raw)) is not None
+            for k in gang.tried
+        }
+
+
 @dataclass
 class SwapOutcome:
     plans: list[Plan] = field(default_factory=list)
@@ -140,25 +186,22 @@ def decide_swaps(
     cap counts so far this pass; ``marked``: nodes carrying eviction marks (anyone's);
     ``evicting``: nodes this pass already evicts."""
     out = SwapOutcome(counted=counted)
-    raw = state.get("gangs")
-    prev: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
-    requests, evictions, new_state = plan_swaps(gangs, verdicts, prev, now, cfg)
+    stored = PlannedSwapsState.from_json(state)
+    requests, evictions, new_gangs = plan_swaps(gangs, verdicts, stored.gangs, now, cfg)
 
     # requests the last pass made that this one gave up on
-    for key, entry in prev.items():
-        active = entry.get("active") if isinstance(entry, Mapping) else None
-        if not isinstance(active, Mapping) or active.get("status") != PENDING:
+    for key, active in stored.active().items():
+        if active.status != PENDING:
             continue
-        after = new_state.get(key) or {}
-        now_active = after.get("active") if isinstance(after, Mapping) else None
-        if active.get("finding") in (after.get("tried") or ()) and not now_active:
+        after = GangSwaps.from_json(new_gangs.get(key)) or GangSwaps(None)
+        if active.finding in after.tried and after.active is None:
             out.skipped.append(
                 Skip(
-                    str(active.get("node")),
+                    active.node,
                     "swap-timeout",
                     f"{key} did not answer the checkpoint request of "
                     f"{cfg.timeout_s:g} s ago: planned swap given up, the node stays "
-                    f"({active.get('message')})",
+                    f"({active.message})",
                 )
             )
     for eviction in evictions:
@@ -184,8 +227,7 @@ def decide_swaps(
         out.counted += 1
 
     # when each node first showed each kind of slow burn, for the veto
-    raw = state.get("onsets")
-    had = {str(k): float(v) for k, v in raw.items()} if isinstance(raw, Mapping) else {}
+    had = stored.onsets
     onsets: dict[str, float] = {}
     for node, verdict in verdicts.items():
         for reason in verdict.reasons:
@@ -197,11 +239,8 @@ def decide_swaps(
     asking = {r.gang for r in requests}
     under_way = sum(
         1
-        for key, entry in new_state.items()
-        if key not in asking
-        and isinstance(entry.get("active"), Mapping)
-        and entry["active"].get("status") in (PENDING, HONOURED)
-        and entry["active"].get("node") not in done
+        for key, active in PlannedSwapsState(new_gangs).active().items()
+        if key not in asking and active.status in (PENDING, HONOURED) and active.node not in done
     )
     by_gang = {f"{g.namespace}/{g.name}": g for g in gangs}
     for request in requests:
@@ -225,7 +264,7 @@ def decide_swaps(
             why = ("cap", f"blast cap of {cap} quarantined nodes reached: {text}")
         if why is not None:
             out.skipped.append(Skip(name, *why))
-            new_state = withdraw(new_state, request)
+            new_gangs = withdraw(new_gangs, request)
             continue
         under_way += 1
         gang = by_gang[request.gang]
@@ -241,16 +280,13 @@ def decide_swaps(
             )
         )
 
-    statuses = [
-        e["active"].get("status")
-        for e in new_state.values()
-        if isinstance(e, Mapping) and isinstance(e.get("active"), Mapping)
-    ]
+    kept = PlannedSwapsState(new_gangs, onsets)
+    statuses = [a.status for a in kept.active().values()]
     out.gauges = {
         "swaps_pending": float(statuses.count(PENDING)),
         "swaps_ready": float(statuses.count(HONOURED)),
     }
-    out.state = {"gangs": new_state, "onsets": dict(sorted(onsets.items()))}
+    out.state = kept.to_json()
     return out
 
 

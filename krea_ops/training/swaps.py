@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from krea_ops.kube.times import parse_time
@@ -220,6 +220,88 @@ def _slow_burns(node: str, verdict: Verdict | None) -> dict[str, Reason]:
     return {finding_key(node, r): r for r in verdict.reasons if swappable(r)}
 
 
+def _seconds(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class ActiveSwap:
+    """A gang's swap under way: the node and finding it is for (``finding_key``), the
+    finding's message, when the checkpoint was requested (whole seconds, as the
+    annotation says), its status (``pending``, ``honoured``, ``gave-up``) and the
+    checkpoint's step once honoured."""
+
+    node: str
+    finding: str
+    message: str
+    requested_at: float
+    status: str
+    step: int | None = None
+
+    @staticmethod
+    def from_json(data: Any) -> ActiveSwap | None:
+        """None for anything that is not such a swap (it is forgotten)."""
+        if not isinstance(data, Mapping):
+            return None
+        requested_at, step = _seconds(data.get("requested_at")), data.get("step")
+        if data.get("node") is None or requested_at is None:
+            return None
+        return ActiveSwap(
+            node=str(data["node"]),
+            finding=str(data.get("finding")),
+            message=str(data.get("message")),
+            requested_at=requested_at,
+            status=str(data.get("status")),
+            step=step if isinstance(step, int) and not isinstance(step, bool) else None,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "finding": self.finding,
+            "message": self.message,
+            "requested_at": self.requested_at,
+            "status": self.status,
+            "step": self.step,
+        }
+
+
+@dataclass(frozen=True)
+class GangSwaps:
+    """What ``plan_swaps`` keeps of one gang (``uid``) between passes: when each slow
+    burn showing was first seen (``seen``), the ``active`` swap, and the findings
+    ``tried`` already. JSON: ``{"uid", "active", "tried", "seen"}``."""
+
+    uid: str | None
+    active: ActiveSwap | None = None
+    tried: tuple[str, ...] = ()
+    seen: Mapping[str, float] = field(default_factory=dict)
+
+    @staticmethod
+    def from_json(data: Any) -> GangSwaps | None:
+        if not isinstance(data, Mapping):
+            return None
+        uid, tried, seen = data.get("uid"), data.get("tried"), data.get("seen")
+        return GangSwaps(
+            uid=None if uid is None else str(uid),
+            active=ActiveSwap.from_json(data.get("active")),
+            tried=tuple(str(k) for k in tried) if isinstance(tried, list | tuple) else (),
+            seen={
+                str(k): t
+                for k, v in (seen.items() if isinstance(seen, Mapping) else ())
+                if (t := _seconds(v)) is not None
+            },
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "uid": self.uid,
+            "active": None if self.active is None else self.active.to_json(),
+            "tried": sorted(self.tried),
+            "seen": dict(self.seen),
+        }
+
+
 def plan_swaps(
     gangs: Iterable[GangView],
     verdicts: Mapping[str, Verdict],
@@ -245,62 +327,45 @@ def plan_swaps(
     out: dict[str, Any] = {}
     for gang in sorted(gangs, key=lambda g: (g.namespace, g.name)):
         key = f"{gang.namespace}/{gang.name}"
-        prev = state.get(key)
-        prev = prev if isinstance(prev, Mapping) and prev.get("uid") == gang.uid else {}
+        prev = GangSwaps.from_json(state.get(key))
+        if prev is None or prev.uid != gang.uid:
+            prev = GangSwaps(gang.uid)
         members = set(gang.nodes)
         showing = {
             k: r for n in sorted(members) for k, r in _slow_burns(n, verdicts.get(n)).items()
         }
-        tried = [k for k in prev.get("tried") or () if k in showing]
-        raw_seen = prev.get("seen")
-        seen_before: Mapping[str, Any] = raw_seen if isinstance(raw_seen, Mapping) else {}
-        seen: dict[str, float] = {}
-        for k in showing:
-            v = seen_before.get(k)
-            seen[k] = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else now
-        active = prev.get("active") if isinstance(prev.get("active"), Mapping) else None
-        if active is not None and str(active.get("node")) not in members:
+        tried = [k for k in prev.tried if k in showing]
+        seen = {k: prev.seen.get(k, now) for k in showing}
+        active = prev.active
+        if active is not None and active.node not in members:
             active = None  # the node left the gang: swapped, or the gang moved on
         if active is not None:
-            active = dict(active)
-            node = str(active["node"])
+            node = active.node
             verdict = verdicts.get(node)
             severity = verdict.severity if verdict is not None else Severity.UNKNOWN
-            status = active.get("status")
-            if status == PENDING:
-                if honoured(gang.annotations, float(active["requested_at"])):
+            if active.status == PENDING:
+                if honoured(gang.annotations, active.requested_at):
                     _, _, step = request_state(gang.annotations)
-                    active.update(status=HONOURED, step=step)
-                    status = HONOURED
-                elif now - float(active["requested_at"]) >= cfg.timeout_s:
-                    active["status"] = status = GAVE_UP
-                    if active["finding"] not in tried:
-                        tried.append(active["finding"])
+                    active = replace(active, status=HONOURED, step=step)
+                elif now - active.requested_at >= cfg.timeout_s:
+                    active = replace(active, status=GAVE_UP)
+                    if active.finding not in tried:
+                        tried.append(active.finding)
                     if severity is Severity.BAD:
                         evictions.append(
                             SwapEviction(
-                                node,
-                                gang.namespace,
-                                gang.name,
-                                str(active["message"]),
-                                None,
+                                node, gang.namespace, gang.name, active.message, None,
                                 planned=False,
                             )
-                        )
-            if status == HONOURED:
+                        )  # fmt: skip
+            if active.status == HONOURED:
                 if severity in (Severity.SUSPECT, Severity.BAD):
                     evictions.append(
-                        SwapEviction(
-                            node,
-                            gang.namespace,
-                            gang.name,
-                            str(active["message"]),
-                            active.get("step"),
-                        )
+                        SwapEviction(node, gang.namespace, gang.name, active.message, active.step)
                     )
                 elif severity is Severity.OK:
                     active = None  # the finding cleared before it could be acted on
-            if active is not None and active.get("status") == GAVE_UP:
+            if active is not None and active.status == GAVE_UP:
                 active = None  # remembered in ``tried`` while the finding lasts
         if active is None and gang.running:
             for finding, reason in showing.items():
@@ -315,17 +380,10 @@ def plan_swaps(
                 if now - seen[finding] < wait:
                     continue  # not yet a slow burn: it may come and go
                 requests.append(SwapRequest(gang.namespace, gang.name, node, reason))
-                active = {
-                    "node": node,
-                    "finding": finding,
-                    "message": reason.message,
-                    "requested_at": requested_at,
-                    "status": PENDING,
-                    "step": None,
-                }
+                active = ActiveSwap(node, finding, reason.message, requested_at, PENDING)
                 break
         if active is not None or tried or seen:
-            out[key] = {"uid": gang.uid, "active": active, "tried": sorted(tried), "seen": seen}
+            out[key] = GangSwaps(gang.uid, active, tuple(tried), seen).to_json()
     return requests, evictions, out
 
 
@@ -352,6 +410,8 @@ __all__ = [
     "CHECKPOINT_REQUESTED_REASON",
     "DEFAULT_TIMEOUT_S",
     "SLOW_BURN_CODES",
+    "ActiveSwap",
+    "GangSwaps",
     "GangView",
     "SwapConfig",
     "SwapEviction",

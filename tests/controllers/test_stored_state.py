@@ -22,8 +22,10 @@ from krea_ops.controllers.migrate_back import (
     MoveMemo,
 )
 from krea_ops.controllers.node_health_state import Evicting, LemonMark, NodeHealthState
+from krea_ops.controllers.planned_swaps import PlannedSwapsState
 from krea_ops.controllers.quota_sync import PendingQuota, QuotaSyncState
 from krea_ops.controllers.restarts import AttributedRestart, attributed_of
+from krea_ops.training.swaps import GangSwaps
 
 STORED = Path(__file__).parent / "stored_state"
 
@@ -154,3 +156,14 @@ def test_an_attributed_restart_reads_and_writes_its_positional_entry() -> None:
     recorder = {"attributed": [raw, ["gpu-node-004", "soon", "training/dit", 3, "x"], "junk"]}
     assert attributed_of(recorder) == [entry]
     assert attributed_of(stored("node-health")["recorder"]) == []
+
+
+def test_planned_swaps_state_reads_and_writes_the_stored_example() -> None:
+    data = stored("node-health")["swaps"]
+    state = PlannedSwapsState.from_json(data)
+    assert state.to_json() == data
+    gangs = {k: GangSwaps.from_json(v) for k, v in data["gangs"].items()}
+    assert {k: g.to_json() for k, g in gangs.items() if g is not None} == data["gangs"]
+    active = state.active()["training/a"]
+    assert active.node == "gpu-node-001" and active.status == "pending"
+    assert active.requested_at == 1800000000.0
