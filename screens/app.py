@@ -38,6 +38,7 @@ from krea_ops.console import ConsoleActions, ConsoleReads, FleetScope
 from krea_ops.errors import KreaError
 from krea_ops.fleet import FleetSnapshot
 from screens.base import DataScreen
+from screens.gcpolicy import frozen_after
 from screens.messages import (
     ActionDone,
     ActionFailed,
@@ -187,6 +188,10 @@ class KreaOpsApp(App[None]):
         if title:
             self.sub_title = title
         self.data: dict[str, Loaded] = {}
+        # reads replaced by newer ones, freed by the next read's worker: dropping the last
+        # reference to a 5,000-node snapshot frees about a million objects, ~40 ms the
+        # UI thread would spend instead of drawing
+        self._retired: list[Loaded] = []
         self.errors: dict[str, str] = {}
         self.updated_at: dict[str, float] = {}
         self.took_s: dict[str, float] = {}
@@ -463,12 +468,18 @@ class KreaOpsApp(App[None]):
             if (p := screen.preparer(kind)) is not None
         ]
 
+        retired, self._retired = self._retired, []
+
         def work() -> None:
+            retired.clear()  # (their last references: freed here, off the UI thread)
             start = time.perf_counter()
             try:
-                message = read()
-                for step in prepare:
-                    step(message)
+                # (no full collection walks the snapshot while it is built, nor after:
+                # screens/gcpolicy.py)
+                with frozen_after():
+                    message = read()
+                    for step in prepare:
+                        step(message)
             except Exception as exc:  # one line in the footer, never a crash
                 text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 self.post_message(DataFailed(kind, text, self.clock()))
@@ -498,6 +509,9 @@ class KreaOpsApp(App[None]):
         self._in_flight.discard(key)
         if self._telemetry_lost(message):
             return
+        replaced = self.data.get(key)
+        if replaced is not None and replaced is not message:
+            self._retired.append(replaced)
         self.data[key] = message
         self.updated_at[key] = message.at
         self.took_s[key] = message.took_s

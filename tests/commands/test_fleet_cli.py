@@ -295,3 +295,42 @@ def test_nvlink_errors_show_where_the_node_summaries_do_not_prove_them_zero(
     assert match is not None, line
     asked, total = int(match.group(1)), int(match.group(2))
     assert 1 <= asked < total == 4, line
+
+
+def test_fabric_reads_only_what_its_rows_show_and_shows_what_a_full_read_would(
+    world: SimWorld,
+) -> None:
+    """``fabric`` asks Prometheus for the port and link readings and the few GPU readings
+    its rows derive from (``FABRIC_FAMILIES``), not the ten dense readings per GPU: at
+    the same instant its rows are those of a read of every family, with a fault on a
+    link and a flapping port among them."""
+    from commands.fabric import FABRIC_FAMILIES, FabricKind, fabric_rows
+    from krea_ops.console import Console, FleetScope
+    from krea_ops.settings import load_settings
+    from krea_ops.telemetry.prometheus import PrometheusSource
+
+    inject_fault(world.client, "nvlink-errors", "gpu-node-002", gpu=1, value="3")
+    inject_fault(world.client, "ib-flap", "gpu-node-003", value=1)
+    settings = load_settings({"kubeconfig": str(world.kubeconfig)})
+    url = world.world.services["devices"].prometheus_url
+    assert url
+
+    def rows(families: tuple[str, ...] | None, at: float) -> list[dict[str, Any]]:
+        source = PrometheusSource(url, settings, clock=lambda: at)
+        console = Console(settings, source=source)
+        try:
+            return fabric_rows(console.fleet(FleetScope.of(families=families)), FabricKind.all)
+        finally:
+            console.close()
+
+    def faulty() -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+        at = time.time()
+        narrow, full = rows(FABRIC_FAMILIES, at), rows(None, at)
+        counting = any(r["kind"] == "nvlink" and r["errors_in_window"] for r in full)
+        # (the queries are evaluated at ``at``; which scrapes fail is Prometheus' targets
+        # API now, which may change between the two reads on a loaded machine: asked
+        # again until both reads saw the same targets)
+        return (narrow, full) if counting and narrow == full else None
+
+    narrow, _ = until(faulty, timeout=90)
+    assert any(r["kind"] == "ib" for r in narrow) and any(r["kind"] == "nvlink" for r in narrow)
