@@ -518,7 +518,13 @@ def main(argv: list[str] | None = None) -> int:
                 ingest = time.perf_counter() - w0
                 time.sleep(5)  # let the ingest's garbage settle before reading RSS
                 after_ingest = store.rss_mib()
-                reads = time_reads(store, settings, args.repeat, t0)
+                try:
+                    reads = time_reads(store, settings, args.repeat, t0)
+                except RuntimeError as exc:  # a query the store refused or timed out
+                    print(f"- {store.name} ({store.version}): ingest + searchable"
+                          f" {ingest:.0f} s; RSS after ingest {after_ingest:.0f} MiB;"
+                          f" a read failed: {exc}", flush=True)  # fmt: skip
+                    continue
                 after_reads = store.rss_mib()
                 peak = store.rss_mib("VmHWM")
                 store.flush()
