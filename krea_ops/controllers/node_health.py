@@ -153,7 +153,7 @@ from krea_ops.controllers.node_health_state import (
     NodeHealthState,
     VetoState,
 )
-from krea_ops.controllers.planned_swaps import with_stragglers
+from krea_ops.controllers.planned_swaps import PlannedSwapsState, with_stragglers
 from krea_ops.controllers.restarts import (
     RecorderConfig,
     RestartInputs,
@@ -1298,12 +1298,8 @@ class _Pass:
         cfg, snap = self.cfg, self.snap
         if not cfg.planned_swaps:
             return {}
-        tried = {
-            str(k)
-            for entry in self.prev.swaps.values()
-            if isinstance(entry, Mapping)
-            for k in entry.get("tried") or ()
-        }
+        # the findings given up on, in every gang (``swaps`` holds ``gangs`` and ``onsets``)
+        tried = PlannedSwapsState.from_json(self.prev.swaps).tried()
         out: dict[str, str] = {}
         for gang in snap.restarts.gangs:
             status = snap.stalls.get(gang.key)

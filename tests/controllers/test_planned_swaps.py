@@ -198,3 +198,21 @@ def test_an_unanswered_request_gives_up_and_leaves_the_suspect_node() -> None:
     assert all(evicted(d) == [] and requests(d) == [] for d in decisions)
     assert [n for d in decisions for n in skips(d, "swap-timeout")] == [name_of(3)]
     assert fleet.quarantined() == []
+
+
+def test_a_bad_node_whose_swap_was_given_up_is_evicted_as_any_bad_node() -> None:
+    """A power brake (BAD) is swapped at once; unanswered, the swap is given up and the
+    node is node-health's ordinary eviction's, not held for a swap no one will ask for."""
+    fleet = SwapFleet(64, NodeHealthConfig(swap_timeout_s=300.0, swap_after_s=0.0))
+    fleet.gangs["dit"] = gang("dit", range(8))
+    brake = Reason(Severity.BAD, "gpu_hw_power_brake", "GPU 2 held by a power brake", gpu=2)
+    fleet.verdicts[name_of(3)] = Verdict.of([brake])
+
+    first = fleet.step(T0)
+    assert requests(first) == ["training/dit"] and evicted(first) == []
+
+    decisions = fleet.run(T0 + MINUTE, T0 + 30 * MINUTE)
+
+    assert [n for d in decisions for n in skips(d, "swap-timeout")] == [name_of(3)]
+    assert [n for d in decisions for n in evicted(d)] == [name_of(3)]
+    assert fleet.quarantined() == [name_of(3)]
