@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import http.client
 import json
 import os
 import re
@@ -220,6 +221,58 @@ def kubectl_time(kubeconfig: Path, home: Path, *args: str) -> tuple[float, int]:
     return time.monotonic() - t0, len(out.stdout)
 
 
+def measure(
+    pid: int, state: Path, home: Path, args: argparse.Namespace, exporters: dict[str, str]
+) -> dict[str, Any]:
+    """The steady state of the running ``sim serve`` ``pid`` (state directory ``state``):
+    CPU and memory per process, the API server's request rates, kubectl's times, etcd's
+    size, the telemetry's series."""
+    api = Api(state / "kubeconfig")
+    before, req0, t_req0 = usage(pid), requests(api), time.monotonic()
+    time.sleep(args.steady)
+    after, req1, t_req1 = usage(pid), requests(api), time.monotonic()
+    window = t_req1 - t_req0
+    rates = {k: (req1.get(k, 0.0) - req0.get(k, 0.0)) / window for k in req1}
+    home.mkdir(exist_ok=True)
+    kubeconfig = state / "kubeconfig"
+    kubectl_time(kubeconfig, home, "get", "namespaces")  # the discovery cache
+    nodes_times = []
+    size = 0
+    for _ in range(args.kubectl_runs):
+        took, size = kubectl_time(kubeconfig, home, "get", "nodes", "-o", "json")
+        nodes_times.append(took)
+    pods_s, pods_bytes = kubectl_time(kubeconfig, home, "get", "pods", "-A", "-o", "json")
+    table_s, _ = kubectl_time(kubeconfig, home, "get", "nodes")
+    pids = tree(pid)
+    etcd = arg_of(pids, "etcd", "--listen-client-urls")
+    db = gauge(f"{etcd}/metrics", "etcd_mvcc_db_total_size_in_bytes") if etcd else None
+    prom_url = _prometheus_url(api)
+    head = gauge(f"{prom_url}/metrics", "prometheus_tsdb_head_series") if prom_url else None
+    per_node = None
+    if exporters:
+        first = sorted(exporters)[0]
+        with urllib.request.urlopen(exporters[first], timeout=10) as resp:
+            body = resp.read().decode()
+        per_node = sum(1 for ln in body.splitlines() if ln and not ln.startswith("#"))
+    return {
+        "cpu_pct": {
+            who: 100 * (after[who][0] - before.get(who, (0.0, 0.0))[0]) / args.steady
+            for who in after
+        },
+        "rss_mib": {who: after[who][1] for who in after},
+        "rates": rates,
+        "kubectl_nodes_s": statistics.median(nodes_times),
+        "kubectl_nodes_mb": size / 1e6,
+        "kubectl_nodes_table_s": table_s,
+        "kubectl_pods_s": pods_s,
+        "kubectl_pods_mb": pods_bytes / 1e6,
+        "etcd_db_mb": None if db is None else db / 1e6,
+        "prometheus_head_series": head,
+        "series_per_node": per_node,
+        "exporters": len(exporters),
+    }
+
+
 def one_run(cli: str, args: argparse.Namespace, telemetry: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         state = Path(tmp) / "state"
@@ -267,8 +320,8 @@ def one_run(cli: str, args: argparse.Namespace, telemetry: int) -> dict[str, Any
         while time.monotonic() < deadline:
             try:
                 waiting = settled(api, args.nodes)
-            except OSError as exc:
-                waiting = f"API: {exc}"
+            except (OSError, http.client.HTTPException) as exc:
+                waiting = f"API: {type(exc).__name__}: {exc}"
             if waiting is None:
                 marks["settled"] = time.monotonic() - t0
                 break
@@ -281,33 +334,8 @@ def one_run(cli: str, args: argparse.Namespace, telemetry: int) -> dict[str, Any
             while "readings" not in marks and time.monotonic() < end:
                 time.sleep(1)
         time.sleep(args.calm)
-        before, req0, t_req0 = usage(proc.pid), requests(api), time.monotonic()
-        time.sleep(args.steady)
-        after, req1, t_req1 = usage(proc.pid), requests(api), time.monotonic()
-        window = t_req1 - t_req0
-        rates = {k: (req1.get(k, 0.0) - req0.get(k, 0.0)) / window for k in req1}
-        home = Path(tmp) / "home"
-        home.mkdir()
-        kubeconfig = state / "kubeconfig"
-        kubectl_time(kubeconfig, home, "get", "namespaces")  # the discovery cache
-        nodes_times = []
-        size = 0
-        for _ in range(args.kubectl_runs):
-            took, size = kubectl_time(kubeconfig, home, "get", "nodes", "-o", "json")
-            nodes_times.append(took)
-        pods_s, pods_bytes = kubectl_time(kubeconfig, home, "get", "pods", "-A", "-o", "json")
-        table_s, _ = kubectl_time(kubeconfig, home, "get", "nodes")
+        result = measure(proc.pid, state, Path(tmp) / "home", args, exporters)
         pids = tree(proc.pid)
-        etcd = arg_of(pids, "etcd", "--listen-client-urls")
-        db = gauge(f"{etcd}/metrics", "etcd_mvcc_db_total_size_in_bytes") if etcd else None
-        prom_url = _prometheus_url(api)
-        head = gauge(f"{prom_url}/metrics", "prometheus_tsdb_head_series") if prom_url else None
-        per_node = None
-        if exporters:
-            first = sorted(exporters)[0]
-            with urllib.request.urlopen(exporters[first], timeout=10) as resp:
-                body = resp.read().decode()
-            per_node = sum(1 for ln in body.splitlines() if ln and not ln.startswith("#"))
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(120)
@@ -319,25 +347,54 @@ def one_run(cli: str, args: argparse.Namespace, telemetry: int) -> dict[str, Any
         if left:
             os.killpg(proc.pid, signal.SIGKILL)
             raise RuntimeError(f"processes left after stop: {left}")
-        return {
-            "telemetry": telemetry,
-            "marks": marks,
-            "cpu_pct": {
-                who: 100 * (after[who][0] - before.get(who, (0.0, 0.0))[0]) / args.steady
-                for who in after
-            },
-            "rss_mib": {who: after[who][1] for who in after},
-            "rates": rates,
-            "kubectl_nodes_s": statistics.median(nodes_times),
-            "kubectl_nodes_mb": size / 1e6,
-            "kubectl_nodes_table_s": table_s,
-            "kubectl_pods_s": pods_s,
-            "kubectl_pods_mb": pods_bytes / 1e6,
-            "etcd_db_mb": None if db is None else db / 1e6,
-            "prometheus_head_series": head,
-            "series_per_node": per_node,
-            "exporters": len(exporters),
-        }
+        return {"telemetry": telemetry, "marks": marks, **result}
+
+
+PROBE = """
+import json, sys, time, urllib.request
+from krea_ops.sim.machines.fleet import scale_config
+from krea_ops.sim.world import SimWorld
+nodes = int(sys.argv[1])
+config = scale_config(nodes, nodes, slow_burners=False)
+with SimWorld(config, parts=["devices"]) as world:
+    assert world.wait_for_readings(300)
+    time.sleep(float(sys.argv[2]))
+    devices = world.world.services["devices"]
+    urls = devices.exporter_urls()
+    body = urllib.request.urlopen(next(iter(urls.values())), timeout=30).read().decode()
+    series = sum(1 for ln in body.splitlines() if ln and not ln.startswith("#"))
+    prom = devices.prometheus
+    print(json.dumps({"exporters": len(urls), "series_per_node": series,
+                      "prometheus_pid": prom.proc.pid if prom and prom.proc else None,
+                      "prometheus_url": prom.url if prom else None}), flush=True)
+    sys.stdin.readline()
+"""
+
+
+def telemetry_probe(nodes: int, settle_s: float) -> dict[str, Any]:
+    """The devices part alone (exporters and Prometheus, on the embedded API server) for
+    ``nodes`` telemetry nodes: the world's and Prometheus' resident memory, the series."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PROBE, str(nodes), str(settle_s)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdin is not None
+    info = json.loads(proc.stdout.readline())
+    world = usage_of(proc.pid)
+    prom = usage_of(info["prometheus_pid"]) if info["prometheus_pid"] else 0.0
+    head = gauge(f"{info['prometheus_url']}/metrics", "prometheus_tsdb_head_series")
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    proc.wait(120)
+    return {**info, "world_rss_mib": world, "prometheus_rss_mib": prom, "head_series": head}
+
+
+def usage_of(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[21]) * PAGE / 2**20
 
 
 def _prometheus_url(api: Api) -> str | None:
@@ -358,7 +415,7 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace) -> None:
     for r in runs:
         m = r["marks"]
         print(
-            f"| {r['telemetry']} | {m['up']:.0f} | {_f(m.get('settled'))} | "
+            f"| {r['telemetry']} | {_f(m.get('up'))} | {_f(m.get('settled'))} | "
             f"{_f(m.get('readings'))} | {r['kubectl_nodes_s']:.2f} ({r['kubectl_nodes_mb']:.0f}) | "
             f"{r['kubectl_nodes_table_s']:.2f} | {r['kubectl_pods_s']:.2f} "
             f"({r['kubectl_pods_mb']:.0f}) | {_f(r['etcd_db_mb'])} |"
@@ -426,12 +483,61 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calm", type=float, default=30.0, help="seconds after settling")
     parser.add_argument("--settle-timeout", type=float, default=1800.0)
     parser.add_argument("--kubectl-runs", type=int, default=3)
+    parser.add_argument(
+        "--attach",
+        type=int,
+        default=0,
+        metavar="PID",
+        help="instead of starting one: measure the running sim serve PID's steady state "
+        "(its --state and --telemetry-nodes read from its command line), leave it running",
+    )
+    parser.add_argument(
+        "--probe-telemetry",
+        default="",
+        help="instead: the devices part alone at these telemetry sizes (e.g. 16,64), for "
+        "the memory and series per telemetry node",
+    )
     args = parser.parse_args(argv)
     cli = str(Path(sys.executable).with_name("krea-ops"))
     command = "python benchmarks/bench_scale.py " + shlex.join(
         argv if argv is not None else sys.argv[1:]
     )
     print(f"# the scale mode on the upstream control plane\n\n    {command.strip()}\n", flush=True)
+    if args.probe_telemetry:
+        probes = [telemetry_probe(int(x), 45.0) for x in args.probe_telemetry.split(",")]
+        print(
+            "| telemetry nodes | series per node | Prometheus head series | world RSS MiB "
+            "| Prometheus RSS MiB |"
+        )
+        print("|---:|---:|---:|---:|---:|")
+        for p in probes:
+            print(
+                f"| {p['exporters']} | {p['series_per_node']} | {_f(p['head_series'])} | "
+                f"{p['world_rss_mib']:.0f} | {p['prometheus_rss_mib']:.0f} |"
+            )
+        if len(probes) >= 2:
+            a, b = probes[-1], probes[0]
+            dn = a["exporters"] - b["exporters"]
+            print(
+                f"\nPer telemetry node ({a['exporters']} minus {b['exporters']}): world "
+                f"{(a['world_rss_mib'] - b['world_rss_mib']) / dn:.2f} MiB, Prometheus "
+                f"{(a['prometheus_rss_mib'] - b['prometheus_rss_mib']) / dn:.2f} MiB"
+            )
+        return 0
+    if args.attach:
+        argv_of = Path(f"/proc/{args.attach}/cmdline").read_bytes().decode().split("\0")
+        state = Path(argv_of[argv_of.index("--state") + 1])
+        telemetry = int(argv_of[argv_of.index("--telemetry-nodes") + 1])
+        api = Api(state / "kubeconfig")
+        print(f"attached to {args.attach} ({state}): {settled(api, args.nodes) or 'settled'}")
+        exporters: dict[str, str] = {}
+        if telemetry:
+            cm = api.json("/api/v1/namespaces/krea-ops/configmaps/krea-ops-config")
+            exporters = json.loads((cm.get("data") or {}).get("exporters") or "{}")
+        with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+            result = measure(args.attach, state, Path(tmp) / "home", args, exporters)
+        report([{"telemetry": telemetry, "marks": {}, **result}], args)
+        return 0
     runs = []
     for size in [int(x) for x in args.telemetry_nodes.split(",")]:
         run = one_run(cli, args, size)
