@@ -12,8 +12,9 @@ The binaries: ``$KREA_OPS_VM_CLUSTER_DIR`` (a directory with ``vmstorage``, ``vm
 and ``vmselect``) or PATH. Neither Debian nor the Go module proxy this project builds from
 has them: the cluster version lives on the ``cluster`` branch of
 github.com/VictoriaMetrics/VictoriaMetrics under ``-cluster`` tags, and the proxy serves
-none of those (docs/operations.md, "Metrics on VictoriaMetrics"). Without them the module
-skips, in CI too, with that reason.
+none of those (docs/operations.md, "Metrics on VictoriaMetrics"). Without them the
+differential tests skip, in CI too, with that reason. The checks of the deploy variant
+(deploy/victoriametrics/cluster) need no binary and always run.
 """
 
 from __future__ import annotations
