@@ -14,10 +14,11 @@ from commands.output import Formatter, OutputFormat, emit, render
 from krea_ops import units
 from krea_ops.errors import Unavailable
 from krea_ops.fleet import FabricEntry, FleetSnapshot, fabric_entries
+from krea_ops.telemetry.dialects import FABRIC
 
 # what the fabric rows are built from (telemetry.dialects groups): every port's and
 # link's readings, and of the GPUs only what says which links to read (``LINKS``)
-FABRIC_FAMILIES = ("nvlink", "nvlink_detail", "ib", "ib_detail", "links")
+FABRIC_FAMILIES = FABRIC
 
 
 class FabricKind(StrEnum):

@@ -25,6 +25,7 @@ from krea_ops import units
 from krea_ops.fleet import FabricEntry, FleetSnapshot, fabric_entries, nvlink_counts, usable
 from krea_ops.health import HealthPolicy
 from krea_ops.model import Severity, Verdict
+from krea_ops.telemetry.dialects import FABRIC
 from screens.base import DataScreen
 from screens.messages import FleetLoaded, Loaded
 from screens.text import SEVERITY_STYLE, severity_text, sync_table
@@ -206,7 +207,8 @@ class FabricScreen(DataScreen):
     SCREEN_NAME = "fabric"
     SCREEN_TITLE = "Fabric"
     KINDS: ClassVar[tuple[str, ...]] = ("fleet",)
-    FAMILIES: ClassVar[tuple[str, ...] | None] = None  # every port's and link's counters
+    # every port's and link's counters, and of the GPUs what says which links to read
+    FAMILIES: ClassVar[tuple[str, ...] | None] = FABRIC
     FILTER_FOCUS = "#fabric"
     HELP = (
         "Every InfiniBand port and NVLink link in the fleet, worst first: errors in the "

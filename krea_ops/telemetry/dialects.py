@@ -63,6 +63,9 @@ LINKS = "links"
 LINK_READINGS = frozenset(
     {"gpu_info", "gpu_down", "nvlink_fault_rate", "nvlink_count", "link_rate", "dcgm_link_rate"}
 )
+# what the fabric views (``fabric``, the dashboard's fabric screen) are built from: every
+# port's and link's readings, and of the GPU readings only ``LINKS``
+FABRIC = (NVLINK, NVLINK_DETAIL, IB, IB_DETAIL, LINKS)
 # What the health rules read, from the gpu, nvlink and ib groups (``nodes list``): the
 # families marked ``verdict``, error-like ones only where they are not 0
 VERDICTS = "verdicts"

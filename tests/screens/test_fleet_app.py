@@ -12,6 +12,7 @@ from typing import Any
 from krea_ops.console import EVERYTHING, FleetScope
 from krea_ops.fleet import FleetSnapshot
 from krea_ops.sim.fixtures import EPOCH, FixedConsole, synthetic_fleet
+from krea_ops.telemetry.dialects import FABRIC
 from screens.app import KreaOpsApp
 from screens.fleet import FleetScreen
 from screens.widgets.heatmap import GpuHeatmap
@@ -226,7 +227,8 @@ def test_fleet_on_the_simulator_filter_and_a_failing_telemetry_source(dashboard_
 
 def test_each_refresh_reads_only_the_telemetry_the_visible_screen_shows() -> None:
     """The heatmap needs the GPU readings, the queue screen only the verdicts its header
-    counts, the fabric screen every port and link. A screen that shows more than the last
+    counts, the fabric screen every port and link (and of the GPU readings only those
+    that say which links to read, ``dialects.FABRIC``). A screen that shows more than the last
     read held gets its read at once (the refresh interval here is a minute: only that
     rule, or ``r``, can start a read during the test)."""
 
@@ -241,8 +243,9 @@ def test_each_refresh_reads_only_the_telemetry_the_visible_screen_shows() -> Non
         async with app.run_test(size=(120, 40)) as pilot:
             await wait_until(pilot, lambda: hub.scopes)
             assert last_scope() == gpu
-            await pilot.press("2")  # fabric: every family, read now
-            await wait_until(pilot, lambda: last_scope() is None)
+            await pilot.press("2")  # fabric: every port's and link's, read now
+            fabric = frozenset({*FABRIC, "verdicts"})
+            await wait_until(pilot, lambda: last_scope() == fabric)
             await pilot.press("3", "r")  # queue, refreshed: the verdicts only
             await wait_until(pilot, lambda: last_scope() == frozenset({"verdicts"}))
             await pilot.press("1")  # the heatmap again: its readings, read now
