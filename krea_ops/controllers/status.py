@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from krea_ops.controllers.base import ACK_AT, ACK_BY, ACK_REASON, STATE_CONFIGMAP
+from krea_ops.controllers.ladder import ValidationMemo
 from krea_ops.controllers.leader import lease_name, read_lease
 from krea_ops.controllers.loop import (
     LAST_ACTION_SUFFIX,
@@ -19,6 +20,7 @@ from krea_ops.controllers.loop import (
     read_state,
     state_path,
 )
+from krea_ops.controllers.node_health_state import NodeHealthState
 from krea_ops.errors import BadInput
 from krea_ops.kube.cluster import Cluster
 from krea_ops.kube.times import parse_time, rfc3339
@@ -38,11 +40,10 @@ ACTED_ON = ("HUNG", "STRAGGLER")
 def _runs(state: dict[str, Any]) -> dict[str, list[str]]:
     """The running trainings node-health last judged HUNG or STRAGGLER (``stalls`` of its
     state): state -> runs (``namespace/name``)."""
-    stalls = state.get("stalls")
     out: dict[str, list[str]] = {}
-    for run, entry in sorted(stalls.items()) if isinstance(stalls, dict) else ():
-        if isinstance(entry, dict) and entry.get("state") in ACTED_ON:
-            out.setdefault(str(entry["state"]), []).append(str(run))
+    for run, watch in sorted(NodeHealthState.from_json(state).stalls.items()):
+        if watch.state in ACTED_ON:
+            out.setdefault(watch.state, []).append(run)
     return out
 
 
@@ -50,12 +51,14 @@ def _repairs(state: dict[str, Any]) -> dict[str, list[str]]:
     """The repair ladder's nodes an operator must act on (``validation`` of node-health's
     state): ``escalated`` (failed validation repeatedly: a person repairs them) and
     ``ready`` (passed, waiting for a restore by hand)."""
-    ladder = state.get("validation")
     out: dict[str, list[str]] = {}
-    for node, memo in sorted(ladder.items()) if isinstance(ladder, dict) else ():
-        for key in ("escalated", "ready"):
-            if isinstance(memo, dict) and memo.get(key):
-                out.setdefault(key, []).append(str(node))
+    for node, raw in sorted(NodeHealthState.from_json(state).validation.items()):
+        memo = ValidationMemo.from_json(raw)
+        if memo is None:
+            continue
+        for key, holds in (("escalated", memo.escalated), ("ready", memo.ready)):
+            if holds:
+                out.setdefault(key, []).append(node)
     return out
 
 
