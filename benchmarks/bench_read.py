@@ -15,14 +15,20 @@
 3. backfills it with ``promtool tsdb create-blocks-from openmetrics`` and starts
    ``prometheus`` on that data directory;
 4. times ``--repeat`` runs of each command as a subprocess (start-up included, like
-   kubectl's) and prints a markdown table: median / min / max seconds, output bytes, rows;
+   kubectl's) and prints a markdown table: median / min / max seconds, output bytes, rows,
+   the machine's load average; beside kubectl, the official Python client's floor (a
+   fresh interpreter that imports ``kubernetes.client`` and makes one list call:
+   ``FLOOR_LEAN``, and the same through ``CoreV1Api``: ``FLOOR_API``);
 5. (``--summaries publish``) adds the ``krea_node_*`` series today's exporter publishes
    with every scrape, for every node and sample time: ``fold()`` of
    krea_ops/exporters/folds.py over the same synthesized readings. They are backfilled as
    more blocks into the same data directory and Prometheus is restarted on it; then
-   kubectl, ``gpus`` and ``nodes list`` are timed again, and the script checks that
-   ``nodes list`` gives every node the same verdict and reasons, and ``gpus`` every GPU
-   the same row, as the full read of phase 4.
+   every command is timed again, and the script checks that ``nodes list`` gives every
+   node the same verdict and reasons, ``gpus`` every GPU the same row, and ``fabric``,
+   ``nodes show`` and ``queue list`` the same output, as the full read of phase 4.
+
+At 5,000 nodes give ``--horizon`` room for the whole run (synthesis and backfill grow
+with nodes x samples: ``--horizon 3600`` on a quiet machine).
 
     .venv/bin/python benchmarks/bench_read.py --nodes 512 --repeat 3   # quick
     .venv/bin/python benchmarks/bench_read.py                          # 4,096 nodes
