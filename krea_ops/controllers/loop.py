@@ -393,7 +393,7 @@ class ControllerMetrics:
                     lists.add_metric(list(where), n)
                 yield from (requests, events, gone, objects, connected, lists)
 
-        self.registry.register(Caches())  # type: ignore[arg-type]
+        self.registry.register(Caches())
 
     def serve(self, port: int, address: str = "127.0.0.1") -> Any:
         """Serve ``/metrics`` on ``address:port`` (0: a free port); the server, whose
