@@ -249,10 +249,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--descheduler-interval", type=float, default=300.0)
     parser.add_argument("--only", default="", help="comma-separated controllers (default: all)")
     parser.add_argument("--cli", default=str(ROOT / ".venv" / "bin" / "krea-ops"))
+    parser.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="measure against a world already running (its sim serve --kubeconfig-out) "
+        "instead of starting one; --nodes is then only what the tables say",
+    )
     args = parser.parse_args(argv)
     wanted = [c for c in (args.only.split(",") if args.only else CONTROLLERS) if c]
     with tempfile.TemporaryDirectory(prefix="bench-controller-reads-") as tmp_name:
-        proc, kubeconfig = start_world(args.cli, args, Path(tmp_name))
+        if args.kubeconfig:
+            proc, kubeconfig = None, Path(args.kubeconfig)
+        else:
+            proc, kubeconfig = start_world(args.cli, args, Path(tmp_name))
         try:
             quiet = background(kubeconfig, min(args.minutes, 1.0))
             print(
@@ -268,11 +277,12 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append((which, mode, got))
             cycle = descheduler_cycle(kubeconfig)
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(120)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+            if proc is not None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(120)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
     print(
         f"\n{args.nodes} nodes ({args.control_plane}), a pass every {args.interval:g} s, "
         f"{args.minutes:g} min steady per run; client-side counts (JSON bytes of answers and "
