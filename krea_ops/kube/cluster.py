@@ -173,6 +173,15 @@ def _throttled_wait(method: str, answer: ApiAnswer) -> float | None:
     return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
 
 
+def _json_object(data: bytes | None) -> dict[str, Any] | None:
+    """A response body as the JSON object it holds; None when it holds none."""
+    try:
+        decoded = orjson.loads(data) if data else None
+    except ValueError:
+        return None
+    return decoded if isinstance(decoded, dict) else None
+
+
 class Expired(Unavailable):
     """410 Gone: a watch (or a list's continue token) asked for a resourceVersion older
     than the API server keeps. A watch cache relists (``kube/watch.py``)."""
@@ -296,13 +305,9 @@ class Cluster:
                 raise self._unreachable(what, exc, time.monotonic() - started) from None
             except (urllib3.exceptions.HTTPError, OSError) as exc:
                 raise self._unreachable(what, exc, time.monotonic() - started) from None
-            try:
-                decoded = orjson.loads(data) if data else None
-            except ValueError:
-                decoded = None
             answer = ApiAnswer(
                 status=int(resp.status),
-                body=decoded if isinstance(decoded, dict) else None,
+                body=_json_object(data),
                 reason=str(resp.reason or ""),
                 retry_after=resp.headers.get("Retry-After"),
                 method=method.upper(),
@@ -344,16 +349,8 @@ class Cluster:
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise self._unreachable(what, exc, time.monotonic() - started) from None
         if resp.status != 200:
-            data = resp.read()
-            try:
-                decoded = orjson.loads(data) if data else None
-            except ValueError:
-                decoded = None
-            answer = ApiAnswer(
-                status=int(resp.status),
-                body=decoded if isinstance(decoded, dict) else None,
-                reason=str(resp.reason or ""),
-            )
+            body = _json_object(resp.read())
+            answer = ApiAnswer(int(resp.status), body, reason=str(resp.reason or ""))
             if answer.status == 410:
                 raise Expired(f"{what}: {answer.message or '410 Gone'}")
             # the reader role has no watch: a refused watch is the controller's own role's
