@@ -71,7 +71,7 @@ WATCHED: frozenset[tuple[str, str]] = frozenset(
 )
 RESYNC_S = 3600.0
 STALE_S = 30.0
-SYNC_TIMEOUT_S = 20.0
+SYNC_TIMEOUT_S = 60.0  # a first list of every pod of 5,000 nodes takes tens of seconds
 # client-go's reflector: a watch asks for minWatchTimeout (5 min) x (1 + rand) seconds
 MIN_WATCH_TIMEOUT_S = 300.0
 BACKOFF_S = (0.5, 30.0)  # first and longest wait between failed attempts
