@@ -49,10 +49,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from bench_control_planes import PAGE, TICK, tree
 
 ROOT = Path(__file__).resolve().parents[1]
-TICK = os.sysconf("SC_CLK_TCK")
-PAGE = os.sysconf("SC_PAGE_SIZE")
 COMPONENTS = (
     "etcd",
     "kube-apiserver",
@@ -71,26 +70,6 @@ KUBELET_ROWS = {
     ("PATCH", "pods", "status"),
     ("DELETE", "pods", ""),
 }
-
-
-def tree(root: int) -> list[int]:
-    """``root`` and every process descended from it."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
 
 
 def role(pid: int, world: int) -> str:
