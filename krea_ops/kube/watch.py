@@ -44,13 +44,14 @@ import contextlib
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
 from krea_ops.errors import BadInput, Unavailable
 from krea_ops.kube.cluster import PAGE_SIZE, ApiAnswer, Cluster, Expired, WatchEvents
+from krea_ops.kube.rules import selector_matches
 
 Obj = dict[str, Any]
 
@@ -111,11 +112,16 @@ class Collection:
 # -- selectors, applied as the API server applies them ----------------------------------------
 
 
-def _label_terms(selector: str) -> list[tuple[str, str, frozenset[str]]]:
+def _label_selector(selector: str) -> dict[str, Any]:
     """``selector`` (the labelSelector grammar: ``a=b``, ``a==b``, ``a!=b``, ``a in (x,y)``,
-    ``a notin (x)``, ``a``, ``!a``) as (key, op, values) terms; BadInput when it does not
-    parse (the API server's 400 for the same)."""
-    terms: list[tuple[str, str, frozenset[str]]] = []
+    ``a notin (x)``, ``a``, ``!a``) as the LabelSelector it means (matchExpressions:
+    ``=`` is In one value, ``!=`` NotIn); BadInput when it does not parse (the API
+    server's 400 for the same)."""
+    terms: list[dict[str, Any]] = []
+
+    def term_of(key: str, operator: str, values: Iterable[str] = ()) -> None:
+        terms.append({"key": key.strip(), "operator": operator, "values": list(values)})
+
     text = selector.strip()
     i = 0
     while i < len(text):
@@ -133,42 +139,26 @@ def _label_terms(selector: str) -> list[tuple[str, str, frozenset[str]]]:
             inside = term.split(None, 2)[2].strip()
             if not (inside.startswith("(") and inside.endswith(")")):
                 raise BadInput(f"invalid label selector {selector!r}: {term!r}")
-            values = frozenset(v.strip() for v in inside[1:-1].split(",") if v.strip())
-            terms.append((words[0], words[1], values))
+            values = [v.strip() for v in inside[1:-1].split(",") if v.strip()]
+            term_of(words[0], "In" if words[1] == "in" else "NotIn", values)
         elif "!=" in term:
             key, value = term.split("!=", 1)
-            terms.append((key.strip(), "!=", frozenset({value.strip()})))
+            term_of(key, "NotIn", [value.strip()])
         elif "=" in term:
             key, value = term.replace("==", "=", 1).split("=", 1)
-            terms.append((key.strip(), "=", frozenset({value.strip()})))
+            term_of(key, "In", [value.strip()])
         elif term.startswith("!"):
-            terms.append((term[1:].strip(), "!", frozenset()))
+            term_of(term[1:], "DoesNotExist")
         else:
-            terms.append((term, "exists", frozenset()))
-    return terms
+            term_of(term, "Exists")
+    return {"matchExpressions": terms}
 
 
 def label_matcher(selector: str | None) -> Callable[[Mapping[str, str]], bool]:
     if not selector or not selector.strip():
         return lambda _labels: True
-    terms = _label_terms(selector)
-
-    def matches(labels: Mapping[str, str]) -> bool:
-        for key, op, values in terms:
-            present = key in labels
-            if op == "=" and not (present and labels[key] in values):
-                return False
-            if op == "in" and not (present and labels[key] in values):
-                return False
-            if op in ("!=", "notin") and present and labels[key] in values:
-                return False
-            if op == "exists" and not present:
-                return False
-            if op == "!" and present:
-                return False
-        return True
-
-    return matches
+    parsed = _label_selector(selector)
+    return lambda labels: selector_matches(parsed, labels)
 
 
 def _field(obj: Obj, path: str) -> str:
