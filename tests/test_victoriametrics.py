@@ -402,6 +402,20 @@ def read_settings() -> Any:
     return settings(telemetry_window_s=WINDOW_S, telemetry_stale_s=STALE_S)
 
 
+def commands_at_the_pinned_instant(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read commands invoked in this process read with the test's settings, every
+    PrometheusSource on the stack's pinned clock (counters that keep moving read the same
+    on every store)."""
+    monkeypatch.setenv("KREA_OPS_CONFIG", "/nonexistent/krea-ops.yaml")
+    monkeypatch.setenv("KREA_OPS_TELEMETRY_WINDOW_S", f"{WINDOW_S:g}")
+    monkeypatch.setenv("KREA_OPS_TELEMETRY_STALE_S", f"{STALE_S:g}")
+    monkeypatch.delenv("KREA_OPS_PROMETHEUS_URL", raising=False)
+    defaults = dict(PrometheusSource.__init__.__kwdefaults__ or {})
+    monkeypatch.setattr(
+        PrometheusSource.__init__, "__kwdefaults__", {**defaults, "clock": stack.clock}
+    )
+
+
 def pinned(stack: Stack, url: str, **kw: Any) -> FleetTelemetry:
     with PrometheusSource(url, read_settings(), clock=stack.clock) as s:
         return s.collect(**kw)
@@ -499,14 +513,7 @@ def test_the_read_commands_print_the_same_figures(
     ``--prometheus`` at each (in this process: their reads are evaluated at the pinned
     instant, through the source's clock as every telemetry test pins it, so counters that
     keep moving read the same on both)."""
-    monkeypatch.setenv("KREA_OPS_CONFIG", "/nonexistent/krea-ops.yaml")
-    monkeypatch.setenv("KREA_OPS_TELEMETRY_WINDOW_S", f"{WINDOW_S:g}")
-    monkeypatch.setenv("KREA_OPS_TELEMETRY_STALE_S", f"{STALE_S:g}")
-    monkeypatch.delenv("KREA_OPS_PROMETHEUS_URL", raising=False)
-    defaults = dict(PrometheusSource.__init__.__kwdefaults__ or {})
-    monkeypatch.setattr(
-        PrometheusSource.__init__, "__kwdefaults__", {**defaults, "clock": stack.clock}
-    )
+    commands_at_the_pinned_instant(stack, monkeypatch)
     for args in COMMANDS:
         printed = []
         for url in (stack.prom.url, stack.vm.url):
@@ -537,14 +544,7 @@ def test_a_url_with_a_path_prefix_reads_the_same(
     through = pinned(stack, prefixed)
     assert through.errors == () and through.nodes
     assert differences(at_root, through) == []
-    monkeypatch.setenv("KREA_OPS_CONFIG", "/nonexistent/krea-ops.yaml")
-    monkeypatch.setenv("KREA_OPS_TELEMETRY_WINDOW_S", f"{WINDOW_S:g}")
-    monkeypatch.setenv("KREA_OPS_TELEMETRY_STALE_S", f"{STALE_S:g}")
-    monkeypatch.delenv("KREA_OPS_PROMETHEUS_URL", raising=False)
-    defaults = dict(PrometheusSource.__init__.__kwdefaults__ or {})
-    monkeypatch.setattr(
-        PrometheusSource.__init__, "__kwdefaults__", {**defaults, "clock": stack.clock}
-    )
+    commands_at_the_pinned_instant(stack, monkeypatch)
     printed = []
     for url in (stack.vm.url, prefixed):
         capsys.readouterr()

@@ -34,14 +34,12 @@ import pytest
 import yaml
 
 from commands.main import invoke
-from krea_ops.telemetry import PrometheusSource
 from tests.conftest import ROOT, free_port, require_binary
 from tests.telemetry.conftest import wait_until
 from tests.test_victoriametrics import (
-    STALE_S,
-    WINDOW_S,
     Stack,
     by_identity,
+    commands_at_the_pinned_instant,
     differences,
     no_targets_api,  # noqa: F401 (the autouse fixture applies here too)
     pinned,
@@ -190,14 +188,7 @@ def test_the_read_commands_print_the_same_figures_through_vmselect(
 ) -> None:
     """``gpus``, ``fabric``, ``nodes list`` with ``--prometheus`` at Prometheus and at
     vmselect's tenant URL (with a trailing slash, as one is often pasted)."""
-    monkeypatch.setenv("KREA_OPS_CONFIG", "/nonexistent/krea-ops.yaml")
-    monkeypatch.setenv("KREA_OPS_TELEMETRY_WINDOW_S", f"{WINDOW_S:g}")
-    monkeypatch.setenv("KREA_OPS_TELEMETRY_STALE_S", f"{STALE_S:g}")
-    monkeypatch.delenv("KREA_OPS_PROMETHEUS_URL", raising=False)
-    defaults = dict(PrometheusSource.__init__.__kwdefaults__ or {})
-    monkeypatch.setattr(
-        PrometheusSource.__init__, "__kwdefaults__", {**defaults, "clock": stack.clock}
-    )
+    commands_at_the_pinned_instant(stack, monkeypatch)
     for args in (("gpus",), ("fabric",), ("nodes", "list"), ("nodes", "show", "gpu-node-002")):
         printed = []
         for url in (stack.prom.url, f"{stack.vm.url}/"):
