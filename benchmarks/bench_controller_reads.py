@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT))
 
 from krea_ops.controllers.loop import JsonLog, LiveInputs, Runner, resolve  # noqa: E402
 from krea_ops.kube.cluster import ApiAnswer, Cluster, connect  # noqa: E402
-from krea_ops.kube.watch import WatchedCluster  # noqa: E402
+from krea_ops.kube.watch import Collection, WatchedCluster  # noqa: E402
 from krea_ops.settings import Settings  # noqa: E402
 
 CONTROLLERS = ("burst-taint", "migrate-back", "node-health", "quota-sync")
@@ -81,8 +81,6 @@ class Counted(Cluster):
 
     def request(self, what: str, method: str, path: str, **kw: Any) -> ApiAnswer:
         answer = super().request(what, method, path, **kw)
-        from krea_ops.kube.watch import Collection
-
         if method == "GET":
             verb = "list" if Collection.of(path) is not None else "get"
         else:
