@@ -8,8 +8,12 @@ a Prometheus read and its assembly do). Measured:
 
 * first paint: app start until the heatmap holds every node and the screen has rendered;
   and from the first data (the first fleet read returned on the worker) to that paint;
-* refresh render: UI-thread time to apply one new snapshot (heat rows, set_rows, totals),
-  wall and the UI thread's own CPU (the wall includes waiting for the GIL and the CPU);
+* refresh render: UI-thread time to apply one new snapshot (heat rows, the heatmap's rows,
+  totals), from the screen getting it until the last of the turns the heatmap spreads it
+  over (``GpuHeatmap.apply_rows``), wall and the UI thread's own CPU (the wall includes
+  waiting for the GIL and the CPU, and the other work the event loop did between turns);
+  and, after the first paint, the UI thread's CPU in its longest turn: what a key pressed
+  meanwhile waits for;
 * keypress latency: ``down`` delivered 40 times (as the terminal driver posts it) while
   refreshes run back to back (refresh interval 0.5 s); time until the cursor moved;
 * stalls: the longest the UI's event loop was kept from running (a probe that sleeps
@@ -111,14 +115,37 @@ async def measure(nodes: int, presses: int) -> dict[str, Any]:
     original = FleetScreen.update_data
 
     render_cpu_s: list[float] = []
+    turn_cpu_s: list[float] = []  # the UI thread's CPU per turn of the event loop
+    spread: dict[str, float] = {}  # the apply under way: its start and CPU so far
+    # (getattr: the script also times trees from before the spread apply, side by side)
+    original_step = getattr(GpuHeatmap, "_apply_step", None)
 
     def timed(self: FleetScreen, loaded: Loaded) -> None:
         start, cpu = time.perf_counter(), time.thread_time()
         original(self, loaded)
-        render_s.append(time.perf_counter() - start)
-        render_cpu_s.append(time.thread_time() - cpu)
+        used = time.thread_time() - cpu
+        turn_cpu_s.append(used)
+        if getattr(self.query_one(GpuHeatmap), "applying", False):
+            spread.update(start=start, cpu=used)  # (a newer apply replaces one under way)
+        else:
+            render_s.append(time.perf_counter() - start)
+            render_cpu_s.append(used)
+
+    def timed_step(self: GpuHeatmap, steps: Any) -> None:
+        cpu = time.thread_time()
+        assert original_step is not None
+        original_step(self, steps)
+        used = time.thread_time() - cpu
+        turn_cpu_s.append(used)
+        if "start" in spread:
+            spread["cpu"] += used
+            if not self.applying:
+                render_s.append(time.perf_counter() - spread.pop("start"))
+                render_cpu_s.append(spread.pop("cpu"))
 
     FleetScreen.update_data = timed  # type: ignore[method-assign]
+    if original_step is not None:
+        GpuHeatmap._apply_step = timed_step  # type: ignore[method-assign]
     try:
         start = time.perf_counter()
         async with app.run_test(size=(160, 50)) as pilot:
@@ -132,6 +159,7 @@ async def measure(nodes: int, presses: int) -> dict[str, Any]:
             first_paint = painted - start
             after_data = painted - (hub.first_data or start)
             rss_painted = rss_mib()
+            turn_cpu_s.clear()  # (the first apply, before the first paint, has no key to keep)
             probe = LagProbe()
             probing = asyncio.create_task(probe.run())
             latencies = []
@@ -157,6 +185,8 @@ async def measure(nodes: int, presses: int) -> dict[str, Any]:
             rss_end = rss_mib()
     finally:
         FleetScreen.update_data = original  # type: ignore[method-assign]
+        if original_step is not None:
+            GpuHeatmap._apply_step = original_step  # type: ignore[method-assign]
     return {
         "nodes": nodes,
         "load": load,
@@ -173,6 +203,8 @@ async def measure(nodes: int, presses: int) -> dict[str, Any]:
         "render_cpu_ms_median": statistics.median(render_cpu_s) * 1000,
         "render_cpu_ms_max": max(render_cpu_s) * 1000,
         "renders": len(render_s),
+        "turn_cpu_ms_median": statistics.median(turn_cpu_s) * 1000,
+        "turn_cpu_ms_max": max(turn_cpu_s) * 1000,
         "key_ms_median": statistics.median(latencies) * 1000,
         "key_ms_worst": max(latencies) * 1000,
         "reads_during_keys": reads_during,
@@ -262,16 +294,18 @@ def main() -> None:
     print(
         "| nodes | first paint | after first data | fleet read (worker) "
         "| refresh render median / max | its UI-thread CPU median / max "
+        "| longest UI turn median / max "
         "| keypress median / worst | reads during keys "
         "| event-loop stall p99 / max | RSS painted / end / peak | load |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
             f"| {r['nodes']:,} | {r['first_paint_s']:.2f} s | {r['paint_after_data_s']:.2f} s "
             f"| {r['read_s'] * 1000:.0f} ms "
             f"| {r['render_ms_median']:.1f} / {r['render_ms_max']:.1f} ms "
             f"| {r['render_cpu_ms_median']:.1f} / {r['render_cpu_ms_max']:.1f} ms "
+            f"| {r['turn_cpu_ms_median']:.1f} / {r['turn_cpu_ms_max']:.1f} ms "
             f"| {r['key_ms_median']:.1f} / {r['key_ms_worst']:.1f} ms "
             f"| {r['reads_during_keys']} "
             f"| {r['stall_ms_p99']:.0f} / {r['stall_ms_max']:.0f} ms "

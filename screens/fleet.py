@@ -172,7 +172,7 @@ class FleetScreen(DataScreen):
         self.snapshot = data
         rows = loaded.prepared.get(("heat_rows", self.metric_name))
         if isinstance(rows, list):
-            self.query_one(GpuHeatmap).set_rows(rows)
+            self.query_one(GpuHeatmap).apply_rows(rows)
         else:
             self._render_rows()
         totals = loaded.prepared.get("totals")

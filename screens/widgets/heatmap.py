@@ -10,16 +10,18 @@ the full row set, because at fleet scale they are cheap and the screen stays sim
 Cell colours are component classes (``gpu-heatmap--band-0`` healthiest ..
 ``gpu-heatmap--band-4`` worst, ``gpu-heatmap--scale-0..4`` for metrics that are not a
 health signal, ``gpu-heatmap--unknown``), styled with theme variables in ``DEFAULT_CSS``
-so app stylesheets can override them. Call ``set_rows`` on the UI thread.
+so app stylesheets can override them. Call ``set_rows`` (at once) or ``apply_rows``
+(spread over turns of the event loop, for a refresh) on the UI thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import math
 import re
 from bisect import bisect_right
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal, get_args
 
@@ -56,6 +58,7 @@ _BADGES: dict[Severity, tuple[str, str]] = {
     Severity.BAD: ("BAD", "gpu-heatmap--sev-bad"),
 }
 _DIGITS = re.compile(r"(\d+)")
+_DONE = object()
 
 
 @dataclass(frozen=True)
@@ -303,6 +306,9 @@ class GpuHeatmap(ScrollView, can_focus=True):
     }
     """
 
+    APPLY_CHUNK: ClassVar[int] = 500
+    """Rows ``apply_rows`` applies per turn of the event loop: a few milliseconds."""
+
     metric: reactive[Metric] = reactive(METRICS["temperature"], init=False, repaint=False)
     """The metric the rows' values are in; sets the bands, colours, cell text and legend."""
     filter_text: reactive[str] = reactive("", init=False, repaint=False)
@@ -360,6 +366,8 @@ class GpuHeatmap(ScrollView, can_focus=True):
         self._versions = itertools.count()
         # Stale versions simply age out; the cache only ever needs the visible rows.
         self._line_cache: LRUCache[tuple[object, ...], Strip] = LRUCache(cache_size)
+        self._pending_apply: Iterator[None] | None = None
+        self._owed_reorder = False
 
     # --- public API -----------------------------------------------------------------------
 
@@ -397,15 +405,70 @@ class GpuHeatmap(ScrollView, can_focus=True):
 
         Only lines whose row changed are re-rendered; the order is rebuilt only when a row
         was added or removed or a changed row's sort position or filter match changed.
-        The cursor stays on its key.
+        The cursor stays on its key. An apply still spread over the event loop by
+        ``apply_rows`` is dropped: these rows replace it.
         """
+        self._drop_apply()
+        for _ in self._applying(rows):
+            pass
+
+    def apply_rows(self, rows: Sequence[HeatRow]) -> None:
+        """``set_rows`` spread over turns of the event loop, ``APPLY_CHUNK`` rows a turn.
+
+        A refresh of a 5,000-node fleet where every row changed costs the UI thread tens
+        of milliseconds, more while a worker holds the GIL; applied in one go, a key
+        pressed meanwhile waits for all of it. Spread, it waits for one chunk. The rows
+        already applied show their new values as soon as a line is drawn; rows added and
+        removed, the order and the filter take effect when the last chunk is in. The
+        first rows a heatmap gets, and a row set of one chunk or less, are applied at
+        once (the first paint shows the whole fleet). A newer apply, or ``set_rows``,
+        replaces one still under way."""
+        self._drop_apply()
+        if not self._entries or len(rows) <= self.APPLY_CHUNK:
+            for _ in self._applying(rows):
+                pass
+            return
+        steps = self._applying(rows, chunk=self.APPLY_CHUNK)
+        self._pending_apply = steps
+        self._apply_step(steps)
+
+    @property
+    def applying(self) -> bool:
+        """Whether an ``apply_rows`` is still spread over the event loop."""
+        return self._pending_apply is not None
+
+    def _apply_step(self, steps: Iterator[None]) -> None:
+        if steps is not self._pending_apply:
+            return  # (replaced by a newer apply)
+        if next(steps, _DONE) is _DONE:
+            self._pending_apply = None
+        else:
+            self.call_later(self._next_apply_step, steps)
+
+    async def _next_apply_step(self, steps: Iterator[None]) -> None:
+        # A message already queued here is handled without the event loop turning, so a
+        # key still on its way through the app would wait for every chunk: let it in.
+        await asyncio.sleep(0)
+        self._apply_step(steps)
+
+    def _drop_apply(self) -> None:
+        """Forget an apply under way. The rows it already set stay; its unfinished
+        bookkeeping (a new row not yet placed, a changed line not yet redrawn) is owed to
+        the next apply, which rebuilds the order and redraws the view."""
+        if self._pending_apply is not None:
+            self._pending_apply = None
+            self._owed_reorder = True
+
+    def _applying(self, rows: Iterable[HeatRow], *, chunk: int = 0) -> Iterator[None]:
+        """The diff of ``set_rows``, yielding after every ``chunk`` rows (0: never)."""
         entries = self._entries
         placement = self._placement()
         seen: set[str] = set()
         changed: list[str] = []
-        structural = False
+        structural = self._owed_reorder
+        self._owed_reorder = False
         columns = 0
-        for row in rows:
+        for count, row in enumerate(rows, 1):
             key = row.key
             seen.add(key)
             columns = max(columns, len(row.values))
@@ -421,6 +484,14 @@ class GpuHeatmap(ScrollView, can_focus=True):
                     entry.set(row, next(self._versions))
                     structural = before != placement(entry)
                 changed.append(key)
+            if chunk and count % chunk == 0:
+                # If this apply is dropped here, the rows it set are in ``entries``, their
+                # lines and places not yet refreshed: the next apply owes them that.
+                self._owed_reorder = True
+                yield
+                # a filter, sort or metric changed meanwhile reordered what was set so
+                # far; the rest is placed by what holds now
+                placement = self._placement()
         if len(entries) != len(seen):
             for key in [k for k in entries if k not in seen]:
                 del entries[key]
@@ -430,12 +501,13 @@ class GpuHeatmap(ScrollView, can_focus=True):
             self._line_cache.clear()
             structural = True
         if structural:
-            self._reorder()
+            yield from self._reordering(chunk=chunk)
         else:
             for key in changed:
                 position = self._position.get(key)
                 if position is not None:
                     self._refresh_row(position)
+        self._owed_reorder = False
 
     def move_cursor_to(self, key: str) -> bool:
         """Put the cursor on ``key`` and scroll to it; False if that row is not shown."""
@@ -527,14 +599,38 @@ class GpuHeatmap(ScrollView, can_focus=True):
         """Rebuild the order. A data refresh keeps the row under the cursor where the
         operator looks; ``to_top`` (the operator asked for another order) shows the top
         of the new order, cursor on its first row: the worst, in a "worst first" sort."""
+        for _ in self._reordering(to_top=to_top):
+            pass
+
+    def _placement_inputs(self) -> tuple[object, ...]:
+        return (self.filter_text, self.sort_mode, self.metric)
+
+    def _reordering(self, *, to_top: bool = False, chunk: int = 0) -> Iterator[None]:
+        """``_reorder``, yielding after placing every ``chunk`` rows (0: never). A filter,
+        sort or metric changed meanwhile starts the placing again under what holds now."""
+        entries = list(self._entries.values())
+        placed: list[tuple[tuple[object, ...], str]] = []
+        inputs = self._placement_inputs()
+        placement = self._placement()
+        count = 0
+        while count < len(entries):
+            entry = entries[count]
+            count += 1
+            if (place := placement(entry))[0]:
+                placed.append((place, entry.row.key))
+            if chunk and count % chunk == 0:
+                yield
+                if self._placement_inputs() != inputs:
+                    inputs, placement = self._placement_inputs(), self._placement()
+                    placed.clear()
+                    count = 0
+        placed.sort()
+        order = [key for _, key in placed]
+        # where the operator looks now, keys pressed while placing included
         was_on_screen = self._cursor_on_screen()
         old_position = self.cursor_row
         top = round(self.scroll_y)
         screen_line = 0 if old_position is None else old_position - top
-        placement = self._placement()
-        placed = [(place, e.row.key) for e in self._entries.values() if (place := placement(e))[0]]
-        placed.sort()
-        order = [key for _, key in placed]
         if order != self._order:
             self._order = order
             self._position = {key: i for i, key in enumerate(order)}

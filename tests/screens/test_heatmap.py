@@ -500,3 +500,100 @@ def test_worst_first_tensor_activity_ranks_busy_but_idle_gpus_before_idle_ones()
         assert heatmap.ordered_keys == ("wasted", "working", "idle")
 
     run(check)
+
+
+class KeyRecordingHeatmap(CountingHeatmap):
+    """Records, for each ``down`` handled, whether a spread apply was still under way."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.down_while_applying: list[bool] = []
+
+    def action_cursor_down(self) -> None:
+        self.down_while_applying.append(self.applying)
+        super().action_cursor_down()
+
+
+async def until_applied(pilot: Pilot[None], heatmap: GpuHeatmap) -> None:
+    for _ in range(2000):
+        if not heatmap.applying:
+            return
+        await pilot.pause(0.005)
+    raise AssertionError("the apply never finished")
+
+
+def refreshed(rows: list[HeatRow], step: int, bad_every: int) -> list[HeatRow]:
+    """Every row's values moved by ``step``; every ``bad_every``-th row BAD."""
+    return [
+        dataclasses.replace(
+            r,
+            values=tuple(v + step for v in r.values if v is not None),
+            severity=Severity.BAD if i % bad_every == 0 else Severity.OK,
+            note="hot" if i % bad_every == 0 else "",
+        )
+        for i, r in enumerate(rows)
+    ]
+
+
+def test_a_5000_node_refresh_is_spread_over_turns_and_a_key_does_not_wait_for_it() -> None:
+    async def check(pilot: Pilot[None], heatmap: GpuHeatmap, _: list[Message]) -> None:
+        assert isinstance(heatmap, KeyRecordingHeatmap)
+        rows = fleet(5000)
+        heatmap.set_rows(rows)
+        await pilot.pause()
+        new = refreshed(rows, 1, 97)
+        new.append(HeatRow("gpu-node-9999", "gpu-node-9999", Severity.OK, (60.0,) * 8))
+        del new[17]
+        heatmap.apply_rows(new)
+        assert heatmap.applying  # one chunk in, the rest still to come
+        assert heatmap.get_row(new[0].key) == new[0]
+        assert heatmap.get_row(rows[4999].key) == rows[4999]
+        await pilot.press("down")
+        assert heatmap.down_while_applying == [True]  # handled between chunks
+        await until_applied(pilot, heatmap)
+        assert heatmap.total_count == 5000
+        assert all(heatmap.get_row(r.key) == r for r in new)
+        assert "gpu-node-0017" not in heatmap.ordered_keys
+        bad = [r.key for r in new if r.severity is Severity.BAD]
+        assert set(heatmap.ordered_keys[: len(bad)]) == set(bad)  # worst first
+        await pilot.press("home")
+        assert "hot" in line_of(heatmap, heatmap.ordered_keys[0]).text
+
+    run(check, KeyRecordingHeatmap())
+
+
+def test_a_refresh_replaced_or_refiltered_while_spread_ends_as_if_applied_at_once() -> None:
+    async def check(pilot: Pilot[None], heatmap: GpuHeatmap, _: list[Message]) -> None:
+        rows = fleet(3000)
+        heatmap.sort_mode = "name"
+        heatmap.set_rows(rows)
+        await pilot.pause()
+        first = refreshed(rows, 1, 50)
+        first.append(HeatRow("gpu-node-8888", "gpu-node-8888", Severity.OK, (60.0,) * 8))
+        heatmap.apply_rows(first)
+        assert heatmap.applying
+        # the next read arrives before the first is in: the first's new row, set already
+        # but never placed, and its removed row are what the second says they are
+        second = refreshed(rows, 2, 41)
+        heatmap.apply_rows(second)
+        # and the operator types a filter while it is spread
+        heatmap.filter_text = "bad"
+        await until_applied(pilot, heatmap)
+        assert heatmap.total_count == 3000
+        assert "gpu-node-8888" not in heatmap.ordered_keys
+        assert heatmap.ordered_keys == tuple(
+            sorted(r.key for r in second if r.severity is Severity.BAD)
+        )
+        heatmap.filter_text = ""
+        await pilot.pause()
+        assert heatmap.row_count == 3000
+        assert all(heatmap.get_row(r.key) == r for r in second)
+        # a row that turns BAD in the last chunk, with the filter set after the first
+        third = refreshed(rows, 3, 10**6)  # only row 0 BAD
+        third[2999] = dataclasses.replace(third[2999], severity=Severity.BAD)
+        heatmap.apply_rows(third)
+        heatmap.filter_text = "bad"
+        await until_applied(pilot, heatmap)
+        assert heatmap.ordered_keys == ("gpu-node-0000", "gpu-node-2999")
+
+    run(check)
