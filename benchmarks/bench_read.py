@@ -420,6 +420,12 @@ NODE_CHECKS = {
         "|port_errors_received|port_receive_remote_physical_errors"
         '|local_link_integrity_errors|excessive_buffer_overrun_errors)_total"})'
     ),
+    "krea_node_ib_error_counters_total": (
+        'sum by (node) ({__name__=~"krea_ib_(symbol_error|link_downed|link_error_recovery'
+        "|port_errors_received|port_receive_remote_physical_errors|port_discards_transmitted"
+        '|local_link_integrity_errors|excessive_buffer_overrun_errors)_total"})'
+    ),
+    "krea_node_ib_ports": "count by (node) (krea_ib_state_id)",
 }
 
 

@@ -279,6 +279,8 @@ SKIPPED_NAMES = {
     "ecc_uncorrected_rate": "ECC",
     "row_remap_pending": "row remapping",
     "row_remap_failed": "row remapping",
+    "ib_error_total": "IB errors",
+    "ib_error_rate": "IB errors",
 }
 
 

@@ -30,6 +30,9 @@ from krea_ops.model import NODE_FOLDS, NVLINK_FAULT_COUNTERS
 SLOWDOWN_MASK = sum(bit for name, bit in CLOCK_EVENT_REASONS if name in SLOWDOWN_EVENTS)
 # IB counters whose rise a health rule judges (what ib_port_reasons reads)
 IB_JUDGED = frozenset(counter_metric(c) for c in (*IB_ERROR_COUNTERS, "link_downed"))
+# every IB error counter ``fabric`` and ``nodes show`` show (the judged ones, and the
+# transmit discards no rule judges): what proves a node's port error rows empty
+IB_COUNTED = IB_JUDGED | {counter_metric("port_xmit_discards")}
 # counters whose saturation hides a rise the rules would judge, and the congestion counter
 IB_SATURABLE = frozenset((*IB_ERROR_COUNTERS, "link_downed", "port_xmit_wait"))
 IB_ACTIVE_STATES = (4.0, 5.0)  # active, active defer
@@ -51,6 +54,9 @@ HELP = {
     "nvlinks_down": "NVLinks not active, summed over the GPUs.",
     "ib_ports_not_active": "InfiniBand ports whose logical state is not active.",
     "ib_errors": "InfiniBand port errors the health rules judge, summed over the ports.",
+    "ib_counted": "Every InfiniBand error counter (transmit discards too), summed over the ports.",
+    "ib_error_series": "InfiniBand error counter series served this scrape, over the ports.",
+    "ib_ports": "InfiniBand ports this exporter reports (krea_ib_state_id series).",
     "ib_saturated_max": "1 if an error or wait counter of a port is stuck at its maximum.",
     "memory_total_uniform": "Device memory of every GPU, where all report the same.",
     "power_limit_uniform": "Power limit of every GPU, where all report the same.",
@@ -113,6 +119,10 @@ def fold(families: Iterable[Metric]) -> dict[str, float]:
     states = _values(by_name, "krea_ib_state_id")
     out["ib_ports_not_active"] = float(sum(1 for s in states if s not in IB_ACTIVE_STATES))
     out["ib_errors"] = sum(v for name in IB_JUDGED for v in _values(by_name, name))
+    counted = [v for name in IB_COUNTED for v in _values(by_name, name)]
+    out["ib_counted"] = sum(counted)
+    out["ib_error_series"] = float(len(counted))
+    out["ib_ports"] = float(len(states))
     out["ib_saturated_max"] = max(
         (
             v

@@ -425,12 +425,32 @@ class Assembler:
                     self.partial_present.setdefault(family.key, set()).add(node)
                 return
             bits = sum(1 << i for i in spellings)
+        self._set_present(family, acc, obj, bits)
+
+    def _set_present(self, family: Family, acc: _NodeAcc, obj: _Obj, bits: int) -> None:
         for i, spelling in enumerate(family.spellings):
             if bits & (1 << i):
                 self.dialects.add(spelling.dialect)
                 acc.dialects.add(spelling.dialect)
                 per = obj.dicts.setdefault(family.key, {})
                 per.setdefault(spelling.dialect, {})[dict(spelling.const).get("counter", "")] = 1.0
+
+    def fill_present(self, family: Family, given: Mapping[str, int]) -> None:
+        """A presence mask over ports that the node summaries prove full on these nodes
+        ({node: ports counted}: every port serves every spelling of ours), which was
+        therefore not read there: all of our bits on each port of theirs the read found,
+        where it found as many as the summary counted (a port come or gone since: left
+        as read, without them). Not after a failed read."""
+        if family.store in self.failed:
+            return
+        self.read.add(family.store)
+        ours = sum(1 << i for i, s in enumerate(family.spellings) if s.dialect == KREA)
+        for node, count in given.items():
+            acc = self._acc.get(node)
+            if acc is None or len(acc.ports) != count:
+                continue
+            for obj in acc.ports.values():
+                self._set_present(family, acc, obj, ours)
 
     def fill(self, family: Family, given: Mapping[str, tuple[int, float]]) -> None:
         """A per-GPU reading of ours that the node summaries give for every GPU of these

@@ -265,14 +265,15 @@ class QueryBuilder:
         skip = self.node_regex(skip_nodes) if skip_nodes else None
         if family.kind in ("present", "present_rate"):
             by = ", ".join((*ID_LABELS, *family.by))
-            counted = None if dense_nodes or links else self.present_count(family, by)
+            counted = None if dense_nodes or links else self.present_count(family, by, skip)
             if counted is not None:
                 return counted
             parts = []
             for i, s in enumerate(family.spellings):
                 node_re = dense_nodes or links
                 extra = {"node": node_re} if node_re and (s.dialect == KREA or links) else {}
-                sel = s.selector(extra)
+                exclude = {"node": skip} if skip is not None and s.dialect == KREA else None
+                sel = s.selector(extra, exclude)
                 if family.kind == "present_rate":  # a rate needs two samples in the window
                     sel = f"count_over_time({sel}[{self.window}]) > 1"
                 # the tag keeps the spellings apart under "or" (it is summed away)
@@ -282,28 +283,31 @@ class QueryBuilder:
             return f"sum by ({by}) ({' or '.join(parts)})"
         return " or ".join(self.part(family, s, dense_nodes, links, skip) for s in family.spellings)
 
-    def present_count(self, family: Family, by: str) -> str | None:
+    def present_count(self, family: Family, by: str, skip: str | None = None) -> str | None:
         """The cheap fleet-wide form of a presence bitmask: per object, how many of each
         dialect's spellings exist (``krea_ops_src`` = the dialect). One selector per
         dialect and a count, where the bitmask form costs a group, a label_replace and
         an ``or`` per spelling; objects with fewer than all (rare: a counter file
         missing) get their exact bitmask in a second, node-restricted query. None where
-        the spellings cannot share one selector."""
+        the spellings cannot share one selector. ``skip``: nodes our spellings are not
+        asked of (their summaries prove every object there has them all)."""
         parts = []
         for dialect in dict.fromkeys(s.dialect for s in family.spellings):
             group = [s for s in family.spellings if s.dialect == dialect]
             names = {s.name for s in group}
             keys = {k for s in group for k, _ in s.match}
+            unless = f",node!~{quote(skip)}" if skip is not None and dialect == KREA else ""
             if any(s.pattern for s in group):
                 return None
             if len(names) == 1 and len(keys) == 1 and all(len(s.match) == 1 for s in group):
                 key = keys.pop()
                 values = "|".join(re.escape(s.match[0][1]) for s in group)
-                sel = f"{group[0].name}{{{key}=~{quote(values)}}}"
+                sel = f"{group[0].name}{{{key}=~{quote(values)}{unless}}}"
             elif not keys:
                 if family.kind == "present_rate":
                     return None  # count_over_time would drop the names apart
-                sel = f"{{__name__=~{quote('|'.join(re.escape(n) for n in sorted(names)))}}}"
+                names_re = quote("|".join(re.escape(n) for n in sorted(names)))
+                sel = f"{{__name__=~{names_re}{unless}}}"
             else:
                 return None
             if family.kind == "present_rate":
@@ -636,6 +640,15 @@ class PrometheusSource(TelemetrySource):
         """Whether a read may skip ``family`` on the nodes whose summaries give it
         (summary.PROVEN_EMPTY, PROVEN_VALUE): served by our exporter alone, and either
         read sparse (zeros left out anyway) or with a skipped node's value known."""
+        ours = any(s.dialect == KREA for s in family.spellings)
+        if family.key in summary.PROVEN_FULL:
+            # a presence mask: the proven nodes' ports get all of our bits, a peer's
+            # spellings are asked of every node as before
+            return ours
+        if family.keep is not None and family.key in summary.PROVEN_EMPTY:
+            # sparse: a proven node's rows of ours would all be left out anyway, and a
+            # peer's are asked of every node as before
+            return ours
         if len(family.spellings) != 1 or family.spellings[0].dialect != KREA:
             return False
         if family.key in summary.PROVEN_VALUE:
@@ -665,7 +678,7 @@ class PrometheusSource(TelemetrySource):
                 what = summary.PROVEN_VALUE[key]
                 proven[key] = frozenset(n for n, v in usable.items() if what in v)
             else:
-                test = summary.PROVEN_EMPTY[key]
+                test = summary.PROVEN_EMPTY.get(key) or summary.PROVEN_FULL[key][1]
                 proven[key] = frozenset(n for n, v in usable.items() if test(v))
         return proven, usable
 
@@ -739,6 +752,7 @@ class PrometheusSource(TelemetrySource):
             for f in first
         }
         fills: list[tuple[Family, dict[str, tuple[int, float]]]] = []
+        full: list[tuple[Family, dict[str, int]]] = []
         if asked is not None:
             try:
                 empty, known = self._proven(asked, at, [f.key for f in pruned])
@@ -756,8 +770,13 @@ class PrometheusSource(TelemetrySource):
                 if rest is not None and not rest:
                     asm.read.add(f.store)  # every node with its series is proven empty
                 else:
-                    # the few others by name, else all but the proven ones
-                    few_left = rest is not None and len(rest) <= LINK_QUERY_NODES
+                    # the few others by name, else all but the proven ones (a presence
+                    # mask: all but, as a peer's masks are asked of every node)
+                    few_left = (
+                        rest is not None
+                        and len(rest) <= LINK_QUERY_NODES
+                        and f.key not in summary.PROVEN_FULL
+                    )
                     query = (
                         self._builder.query(f, nodes, link_nodes=rest)
                         if few_left
@@ -768,6 +787,9 @@ class PrometheusSource(TelemetrySource):
                 if skip and f.keep is None and f.key in summary.FILLED:
                     value = summary.FILLED[f.key]
                     fills.append((f, {n: (int(known[n]["gpus"]), value(known[n])) for n in skip}))
+                if skip and f.key in summary.PROVEN_FULL:
+                    objects = summary.PROVEN_FULL[f.key][0]
+                    full.append((f, {n: int(known[n][objects]) for n in skip}))
 
         errors: list[str] = []
         failures: list[BaseException] = []
@@ -778,6 +800,8 @@ class PrometheusSource(TelemetrySource):
             )
         for f, given in fills:
             asm.fill(f, given)
+        for f, ports in full:
+            asm.fill_present(f, ports)
         # second round, restricted to the nodes that need it (a bounded node=~ list; past
         # that the fleet-wide read is cheaper): per-link NVLink rows, exact presence masks
         rounds: list[tuple[Family, Collection[str] | None]] = []

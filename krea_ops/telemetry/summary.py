@@ -35,7 +35,7 @@ from operator import itemgetter
 
 from krea_ops.health import XMIT_WAIT_BYTES_PER_TICK, HealthPolicy
 from krea_ops.model import NODE_FOLDS
-from krea_ops.telemetry.dialects import FAMILY_BY_KEY, KREA
+from krea_ops.telemetry.dialects import FAMILY_BY_KEY, IB_ERROR_COUNTERS, KREA
 
 
 def window_text(seconds: float) -> str:
@@ -94,6 +94,12 @@ def expressions(window_s: float) -> dict[str, str]:
         "ib_ports_not_active": _now("ib_ports_not_active"),
         "ib_error_ports": _changed("ib_errors", w),
         "ib_saturated_max": _now("ib_saturated_max"),
+        # every error counter a port view shows (transmit discards too), whether any rose
+        # in the window, and whether every port serves every one of them
+        "ib_counted_now": _now("ib_counted"),
+        "ib_counted_new": _changed("ib_counted", w),
+        "ib_error_series": _now("ib_error_series"),
+        "ib_ports": _now("ib_ports"),
         # a rate per port: one series per port (8 per node), read live like the rest
         "ib_congestion_max": (
             f"max by (node) (rate({_krea('ib_xmit_wait')}[{w}]) * "
@@ -133,6 +139,26 @@ PROVEN_EMPTY: Mapping[str, Callable[[Mapping[str, float]], bool]] = {
     "row_remap_failed": lambda v: (v.get("row_remap_max") or 0.0) < 0.5,
     "xid_last": lambda v: (v.get("xid_last_max") or 0.0) <= 0,
     "xid_rate": lambda v: _zero(v, "xids_new"),
+    # the port error rows of ``fabric`` and ``nodes show``: no counter of any port has
+    # counted (the totals), none rose in the window (the rates). "ib_counted_now" must be
+    # there: an exporter from before this fold proves nothing.
+    "ib_error_total": lambda v: v.get("ib_counted_now") == 0,
+    "ib_error_rate": lambda v: "ib_counted_now" in v and _zero(v, "ib_counted_new"),
+}
+# Presence readings a node's summaries prove full: every port of the node serves every
+# counter of the family (``ib_error_present``: which error counters a port has, so that
+# an absent sparse row reads 0, not unknown). The read asks the other nodes only and
+# gives each port of these the whole set, where it found as many ports as the summary
+# counted. Reading -> (the summary counting the objects, the proof).
+PROVEN_FULL: Mapping[str, tuple[str, Callable[[Mapping[str, float]], bool]]] = {
+    "ib_error_present": (
+        "ib_ports",
+        lambda v: (
+            (ports := v.get("ib_ports")) is not None
+            and ports > 0
+            and v.get("ib_error_series") == ports * len(IB_ERROR_COUNTERS)
+        ),
+    ),
 }
 # readings a node's summaries give the value of, for every GPU (see UNIFORM)
 PROVEN_VALUE: Mapping[str, str] = {key: f"{key}_uniform" for key in UNIFORM}
@@ -145,6 +171,10 @@ PROVING = (
     "row_remap_max",
     "xid_last_max",
     "xids_new",
+    "ib_counted_now",
+    "ib_counted_new",
+    "ib_error_series",
+    "ib_ports",
     *PROVEN_VALUE.values(),
 )
 # Where a view reads a reading whole (no ``keep``), a skipped node's GPUs must show what
@@ -157,11 +187,17 @@ FILLED: Mapping[str, Callable[[Mapping[str, float]], float]] = {
     **{key: itemgetter(what) for key, what in PROVEN_VALUE.items()},
 }
 EMPTY_READS_AS_NONE = frozenset({"xid_last"})
-# the summaries ``unclean()`` judges a node by (the others serve only the view reads;
-# the names are the same for every window)
-JUDGED = tuple(
-    w for w in expressions(300.0) if w not in ("nvlink_fault_gpus", *PROVEN_VALUE.values())
+# the summaries only the view reads' proofs read (``unclean()`` judges none of them)
+PROOF_ONLY = (
+    "nvlink_fault_gpus",
+    "ib_counted_now",
+    "ib_counted_new",
+    "ib_error_series",
+    "ib_ports",
+    *PROVEN_VALUE.values(),
 )
+# the summaries ``unclean()`` judges a node by (the names are the same for every window)
+JUDGED = tuple(w for w in expressions(300.0) if w not in PROOF_ONLY)
 
 
 def unclean(values: Mapping[str, float], p: HealthPolicy) -> str | None:

@@ -5,13 +5,21 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from krea_ops.exporters.fakenvml import fake_h200_node
+from krea_ops.exporters.folds import IB_COUNTED
 from krea_ops.exporters.infiniband import InfinibandCollector
 from krea_ops.exporters.nvml import GpuCollector
 from krea_ops.exporters.server import Exporter
 from krea_ops.model import NODE_FOLDS
+from krea_ops.telemetry.dialects import IB_ERROR_COUNTERS
 from tests.conftest import PROCFS_TREE
 
 NAMES = {name: key for key, name in NODE_FOLDS.items()}
+# the error counters the port views show, as our exporter names them
+IB_SHOWN = [krea for krea, _ in IB_ERROR_COUNTERS.values()]
+
+
+def test_the_counted_ib_errors_are_every_counter_the_port_views_show() -> None:
+    assert set(IB_SHOWN) == IB_COUNTED
 
 
 def _scrape(exporter: Exporter) -> tuple[dict[str, float], dict[str, list[float]]]:
@@ -43,6 +51,12 @@ def test_a_scrape_carries_the_folds_of_its_own_readings() -> None:
         assert healthy["memory_total_uniform"] == raw["krea_gpu_memory_total_bytes"][0]
         assert "xid_last_max" not in healthy  # no GPU has seen an XID: nothing to fold
         ib_before = healthy["ib_errors"]
+        # every port's eight error counters: how many are served, and their sum
+        counters = [v for name in IB_SHOWN for v in raw.get(name, ())]
+        ports = len(raw["krea_ib_state_id"])
+        assert healthy["ib_ports"] == ports == 4
+        assert healthy["ib_error_series"] == len(counters) == ports * len(IB_SHOWN)
+        assert healthy["ib_counted"] == sum(counters)
 
         # faults: the very next scrape's folds show them
         nvml.gpus[2].temperature_c = 86

@@ -9,7 +9,14 @@ import pytest
 
 from krea_ops.health import HealthPolicy
 from krea_ops.model import NODE_FOLDS
-from krea_ops.telemetry.summary import JUDGED, PROVEN_EMPTY, PROVING, expressions, unclean
+from krea_ops.telemetry.summary import (
+    JUDGED,
+    PROVEN_EMPTY,
+    PROVEN_FULL,
+    PROVING,
+    expressions,
+    unclean,
+)
 
 POLICY = HealthPolicy(hot_c=78.0, warm_c=75.0, slowdown_margin_c=5.0, xmit_wait_ratio_suspect=0.2)
 
@@ -71,10 +78,45 @@ def test_each_summary_a_rule_could_fire_on_makes_the_node_read(
     assert unclean(values, POLICY) == why
 
 
+# what a clean node's exporter says of its four IB ports, for the port views' proofs
+PORTS_CLEAN = {"ib_counted_now": 0.0, "ib_error_series": 32.0, "ib_ports": 4.0}
+
+
 def test_a_clean_node_proves_every_skippable_reading_empty() -> None:
-    full = {**CLEAN, "nvlink_fault_gpus": 8.0}
+    full = {**CLEAN, "nvlink_fault_gpus": 8.0, **PORTS_CLEAN}
     assert all(proves(full) for proves in PROVEN_EMPTY.values())
+    assert all(proves(full) for _, proves in PROVEN_FULL.values())
     assert set(PROVING) <= set(expressions(300.0))
+
+
+@pytest.mark.parametrize(
+    ("what", "value", "unproven"),
+    [
+        # a counter counted once, long ago: its total is not 0, nothing rose
+        ("ib_counted_now", 7.0, ["ib_error_total"]),
+        ("ib_counted_new", 1.0, ["ib_error_rate"]),
+        # an exporter from before the fold: nothing is proven by its absence
+        ("ib_counted_now", None, ["ib_error_total", "ib_error_rate"]),
+        # a port without one of its counter files, or a port more than counted
+        ("ib_error_series", 31.0, ["ib_error_present"]),
+        ("ib_ports", 5.0, ["ib_error_present"]),
+        ("ib_ports", None, ["ib_error_present"]),
+        ("ib_ports", 0.0, ["ib_error_present"]),
+    ],
+)
+def test_the_port_views_read_a_node_whose_ib_summaries_prove_nothing(
+    what: str, value: float | None, unproven: list[str]
+) -> None:
+    values = {**CLEAN, "nvlink_fault_gpus": 8.0, **PORTS_CLEAN}
+    if value is None:
+        values.pop(what)
+    else:
+        values[what] = value
+    if what == "ib_ports" and value == 0.0:
+        values["ib_error_series"] = 0.0  # (no port: 0 of 0 is not a proof)
+    failing = [k for k, proves in PROVEN_EMPTY.items() if not proves(values)]
+    failing += [k for k, (_, proves) in PROVEN_FULL.items() if not proves(values)]
+    assert failing == unproven
 
 
 @pytest.mark.parametrize(
@@ -93,7 +135,7 @@ def test_a_clean_node_proves_every_skippable_reading_empty() -> None:
 def test_a_summary_above_zero_keeps_its_reading_read(
     what: str, value: float | None, still_read: list[str]
 ) -> None:
-    values = {**CLEAN, "nvlink_fault_gpus": 8.0}
+    values = {**CLEAN, "nvlink_fault_gpus": 8.0, **PORTS_CLEAN}
     if value is None:
         values.pop(what)
     else:

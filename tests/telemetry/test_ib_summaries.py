@@ -1,0 +1,130 @@
+"""``fabric`` at fleet scale asks for the IB error counters (eight per port: 320,000
+series at 5,000 nodes) only of the nodes whose summaries do not prove them empty, and
+still shows every port what the read without the summaries shows.
+
+Four nodes of our exporter, one GPU each, on copies of a sysfs tree (four ports, all
+eight error counters at 0), scraped by a real Prometheus:
+
+* ``ib-clean``: as it is: no counter has counted, every port has all eight;
+* ``ib-static``: a symbol error counted long before the window: its total is not 0, its
+  rate is;
+* ``ib-busy``: transmit discards rising in the window (a counter no health rule judges,
+  so only the new summary of every counter can tell);
+* ``ib-partial``: one port without one counter file: its presence mask is not full.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from krea_ops.model import FleetTelemetry
+from krea_ops.telemetry import PrometheusSource
+from krea_ops.telemetry.dialects import FABRIC
+from krea_ops.telemetry.summary import expressions
+from tests.conftest import PROCFS_TREE, wait_for
+from tests.telemetry.conftest import KreaNode, Prometheus, Target, settings, start_krea_node
+
+NODES = ("ib-clean", "ib-static", "ib-busy", "ib-partial")
+
+
+@dataclass
+class World:
+    prom: Prometheus
+    at: float
+
+    def clock(self) -> float:
+        return self.at
+
+
+def _counter(tree: Path, device: str, port: str, name: str) -> Path:
+    return tree / "class" / "infiniband" / device / "ports" / port / "counters" / name
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[World]:
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {}
+        for node in NODES:
+            trees[node] = Path(tmp) / node
+            shutil.copytree(PROCFS_TREE, trees[node], symlinks=True)
+        _counter(trees["ib-static"], "mlx4_0", "1", "symbol_error").write_text("7\n")
+        _counter(trees["ib-partial"], "hfi1_0", "1", "local_link_integrity_errors").unlink()
+        exporters: list[KreaNode] = [start_krea_node(n, trees[n], gpus=1) for n in NODES]
+        prom = Prometheus([Target(e.address, "krea") for e in exporters])
+        try:
+            prom.wait_scrapes("krea", 2)
+            # rate() divides by the whole window: let the history fill it first
+            time.sleep(settings().telemetry_window_s + 1)
+            busy = _counter(trees["ib-busy"], "mlx5_0", "1", "port_xmit_discards")
+            busy.write_text("4\n")
+            changed = expressions(settings().telemetry_window_s)["ib_counted_new"]
+
+            def recorded() -> bool:
+                rows = prom.query(f"({changed}) > 0")
+                return any(r["metric"].get("node") == "ib-busy" for r in rows)
+
+            wait_for(recorded, timeout=60)
+            busy.write_text("9\n")  # and again, so that it rises inside the window
+            wait_for(
+                lambda: prom.query('krea_ib_port_discards_transmitted_total{node="ib-busy"} == 9'),
+                timeout=60,
+            )
+            yield World(prom, at=time.time())
+        finally:
+            prom.stop()
+            for e in exporters:
+                e.stop()
+
+
+def _ports(fleet: FleetTelemetry) -> dict[tuple[str, str], object]:
+    return {
+        (n, p.name): (
+            dict(p.errors_total),
+            {c: v > 0 for c, v in p.error_rate_per_s.items()},
+            {c: v > 0 for c, v in p.error_increase.items()},
+            p.state,
+        )
+        for n, t in fleet.nodes.items()
+        for p in t.ib_ports
+    }
+
+
+@pytest.mark.parametrize("by_name", [True, False], ids=["others-by-name", "all-but-proven"])
+def test_fabric_skips_the_ib_error_counters_the_summaries_prove_empty(
+    world: World, by_name: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not by_name:  # more nodes left than a name list holds: node!~ the proven ones
+        monkeypatch.setattr("krea_ops.telemetry.prometheus.LINK_QUERY_NODES", 0)
+    monkeypatch.setattr("krea_ops.telemetry.prometheus.DETAIL_NODES", 0)  # a fleet read
+    with PrometheusSource(world.prom.url, settings(), clock=world.clock) as source:
+        pruned = source.collect(families=FABRIC)
+    with PrometheusSource(
+        world.prom.url, settings(), use_summaries=False, clock=world.clock
+    ) as plain:
+        whole = plain.collect(families=FABRIC)
+    assert whole.skipped == {}
+    assert set(pruned.nodes) >= set(NODES)
+    assert _ports(pruned) == _ports(whole)
+    skipped = pruned.skipped
+    # no counter counted (a missing one counts nothing either) / none rose / all there
+    assert skipped["ib_error_total"] == {"ib-clean", "ib-partial"}
+    assert skipped["ib_error_rate"] == {"ib-clean", "ib-static", "ib-partial"}
+    assert skipped["ib_error_present"] == {"ib-clean", "ib-static", "ib-busy"}
+
+    ports = {(n, p.name): p for n, t in pruned.nodes.items() for p in t.ib_ports}
+    # what an operator reads on the fabric: a clean port's counters are 0, not unknown
+    clean = ports[("ib-clean", "mlx4_0/1")]
+    assert clean.errors_total == dict.fromkeys(clean.errors_total, 0.0)
+    assert len(clean.errors_total) == 8
+    assert ports[("ib-static", "mlx4_0/1")].errors_total["symbol_error"] == 7
+    assert ports[("ib-busy", "mlx5_0/1")].error_increase["port_xmit_discards"] > 0
+    # the port without the counter file: that counter unknown, the other seven 0
+    partial = ports[("ib-partial", "hfi1_0/1")].errors_total
+    assert "local_link_integrity_errors" not in partial and len(partial) == 7
