@@ -22,7 +22,7 @@ import orjson
 
 from krea_ops.errors import BadInput, Unavailable
 from krea_ops.kube.quantity import as_int
-from krea_ops.kube.rules import controller_text
+from krea_ops.kube.rules import condition, condition_status, controller_text
 from krea_ops.kube.times import parse_time
 from krea_ops.model import NodeInfo, PodInfo, Taint
 from krea_ops.settings import check_url
@@ -52,16 +52,8 @@ def node_info(obj: dict[str, Any]) -> NodeInfo:
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
     labels = dict(meta.get("labels") or {})
-    ready: bool | None = None
-    ready_reason = ready_status = ready_message = None
-    ready_since: float | None = None
-    for cond in status.get("conditions") or ():
-        if cond.get("type") == "Ready":
-            ready_status = cond.get("status")
-            ready = {"True": True, "False": False}.get(ready_status)
-            ready_reason = cond.get("reason")
-            ready_message = cond.get("message")
-            ready_since = parse_time(cond.get("lastTransitionTime"))
+    cond = condition(obj, "Ready") or {}
+    ready_status = condition_status(obj, "Ready")
     taints = tuple(
         Taint(t.get("key", ""), t.get("value"), t.get("effect", ""))
         for t in spec.get("taints") or ()
@@ -72,11 +64,11 @@ def node_info(obj: dict[str, Any]) -> NodeInfo:
         annotations=dict(meta.get("annotations") or {}),
         taints=taints,
         unschedulable=bool(spec.get("unschedulable")),
-        ready=ready,
-        ready_reason=ready_reason,
+        ready={"True": True, "False": False}.get(ready_status or ""),
+        ready_reason=cond.get("reason"),
         ready_status=ready_status,
-        ready_message=ready_message,
-        ready_since=ready_since,
+        ready_message=cond.get("message"),
+        ready_since=parse_time(cond.get("lastTransitionTime")),
         gpu_capacity=as_int((status.get("capacity") or {}).get(GPU_RESOURCE)),
         gpu_allocatable=as_int((status.get("allocatable") or {}).get(GPU_RESOURCE)),
         virtual=labels.get(VIRTUAL_NODE_LABEL[0]) == VIRTUAL_NODE_LABEL[1],

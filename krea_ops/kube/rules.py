@@ -61,14 +61,20 @@ def tolerates(tolerations: Iterable[Obj], taint: Obj) -> bool:
     return False
 
 
+def condition(obj: Obj, kind: str) -> Obj | None:
+    """The object's first status condition ``kind``, None when it has none."""
+    for c in (obj.get("status") or {}).get("conditions") or ():
+        if c.get("type") == kind:
+            return c
+    return None
+
+
 def condition_status(obj: Obj, kind: str) -> str | None:
     """The ``status`` (``True``, ``False``, ``Unknown``) of the object's first status
     condition ``kind``, None when it has none."""
-    for c in (obj.get("status") or {}).get("conditions") or ():
-        if c.get("type") == kind:
-            status = c.get("status")
-            return None if status is None else str(status)
-    return None
+    c = condition(obj, kind)
+    status = None if c is None else c.get("status")
+    return None if status is None else str(status)
 
 
 def condition_true(obj: Obj, kind: str) -> bool:
