@@ -15,7 +15,9 @@ a Prometheus read and its assembly do). Measured:
   and, after the first paint, the UI thread's CPU in its longest turn: what a key pressed
   meanwhile waits for;
 * keypress latency: ``down`` delivered 40 times (as the terminal driver posts it) while
-  refreshes run back to back (refresh interval 0.5 s); time until the cursor moved;
+  refreshes run back to back (refresh interval 0.5 s); time until the cursor moved; and,
+  as those land in a refresh's apply only by chance, ``down`` delivered just as each of
+  the next 8 refreshes starts being applied, time until the heatmap handled it;
 * stalls: the longest the UI's event loop was kept from running (a probe that sleeps
   5 ms and records how late it woke), over the keypresses and refreshes;
 * memory: the process' resident set after the first paint and at the end (the app, two
@@ -120,7 +122,22 @@ async def measure(nodes: int, presses: int) -> dict[str, Any]:
     # (getattr: the script also times trees from before the spread apply, side by side)
     original_step = getattr(GpuHeatmap, "_apply_step", None)
 
+    # a key pressed just as a refresh starts being applied (``press_on_apply``): when it
+    # was pressed, and how long until the heatmap handled it
+    press_on_apply = False
+    pressed_at: list[float] = []
+    during_apply: list[float] = []
+    original_down = GpuHeatmap.action_cursor_down
+
+    def down(self: GpuHeatmap) -> None:
+        if pressed_at:
+            during_apply.append(time.perf_counter() - pressed_at.pop())
+        original_down(self)
+
     def timed(self: FleetScreen, loaded: Loaded) -> None:
+        if press_on_apply and not pressed_at:
+            pressed_at.append(time.perf_counter())
+            self.app.post_message(events.Key("down", None))
         start, cpu = time.perf_counter(), time.thread_time()
         original(self, loaded)
         used = time.thread_time() - cpu
@@ -144,6 +161,7 @@ async def measure(nodes: int, presses: int) -> dict[str, Any]:
                 render_cpu_s.append(spread.pop("cpu"))
 
     FleetScreen.update_data = timed  # type: ignore[method-assign]
+    GpuHeatmap.action_cursor_down = down  # type: ignore[method-assign]
     if original_step is not None:
         GpuHeatmap._apply_step = timed_step  # type: ignore[method-assign]
     try:
@@ -175,6 +193,13 @@ async def measure(nodes: int, presses: int) -> dict[str, Any]:
                 latencies.append(time.perf_counter() - t0)
                 await asyncio.sleep(0.05)
             reads_during = hub.reads - reads_before
+            # the loop above lands a key in an apply only by chance: now one on purpose,
+            # pressed as each of the next refreshes starts being applied
+            press_on_apply = True
+            deadline = time.perf_counter() + 60
+            while len(during_apply) < 8 and time.perf_counter() < deadline:
+                await asyncio.sleep(0.01)
+            press_on_apply = False
             # refreshes alone, no keys: a few more applied snapshots under the probe
             renders_before = len(render_s)
             deadline = time.perf_counter() + 30
@@ -185,6 +210,7 @@ async def measure(nodes: int, presses: int) -> dict[str, Any]:
             rss_end = rss_mib()
     finally:
         FleetScreen.update_data = original  # type: ignore[method-assign]
+        GpuHeatmap.action_cursor_down = original_down  # type: ignore[method-assign]
         if original_step is not None:
             GpuHeatmap._apply_step = original_step  # type: ignore[method-assign]
     return {
@@ -208,6 +234,8 @@ async def measure(nodes: int, presses: int) -> dict[str, Any]:
         "key_ms_median": statistics.median(latencies) * 1000,
         "key_ms_worst": max(latencies) * 1000,
         "reads_during_keys": reads_during,
+        "key_in_apply_ms_median": statistics.median(during_apply) * 1000,
+        "key_in_apply_ms_worst": max(during_apply) * 1000,
     }
 
 
@@ -296,9 +324,10 @@ def main() -> None:
         "| refresh render median / max | its UI-thread CPU median / max "
         "| longest UI turn median / max "
         "| keypress median / worst | reads during keys "
+        "| key pressed as a refresh is applied median / worst "
         "| event-loop stall p99 / max | RSS painted / end / peak | load |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
             f"| {r['nodes']:,} | {r['first_paint_s']:.2f} s | {r['paint_after_data_s']:.2f} s "
@@ -308,6 +337,7 @@ def main() -> None:
             f"| {r['turn_cpu_ms_median']:.1f} / {r['turn_cpu_ms_max']:.1f} ms "
             f"| {r['key_ms_median']:.1f} / {r['key_ms_worst']:.1f} ms "
             f"| {r['reads_during_keys']} "
+            f"| {r['key_in_apply_ms_median']:.1f} / {r['key_in_apply_ms_worst']:.1f} ms "
             f"| {r['stall_ms_p99']:.0f} / {r['stall_ms_max']:.0f} ms "
             f"| {r['rss_painted_mib']:.0f} / {r['rss_end_mib']:.0f} / {r['rss_peak_mib']:.0f} MiB "
             f"| {r['load']:.1f} |"
