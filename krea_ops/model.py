@@ -120,7 +120,7 @@ NODE_FOLDS: dict[str, str] = {
     "ib_ports_not_active": "krea_node_ib_ports_not_active",
     "ib_errors": "krea_node_ib_errors_total",
     "ib_counted": "krea_node_ib_error_counters_total",
-    "ib_error_series": "krea_node_ib_error_counter_series",
+    "ib_error_series": "krea_node_ib_error_series",
     "ib_ports": "krea_node_ib_ports",
     "ib_saturated_max": "krea_node_ib_counters_saturated_max",
     "memory_total_uniform": "krea_node_gpu_memory_total_bytes",

@@ -63,7 +63,8 @@ def tolerates(tolerations: Iterable[Obj], taint: Obj) -> bool:
 
 def condition(obj: Obj, kind: str) -> Obj | None:
     """The object's first status condition ``kind``, None when it has none."""
-    for c in (obj.get("status") or {}).get("conditions") or ():
+    conditions: Iterable[Obj] = (obj.get("status") or {}).get("conditions") or ()
+    for c in conditions:
         if c.get("type") == kind:
             return c
     return None
