@@ -22,7 +22,7 @@ import orjson
 
 from krea_ops.errors import BadInput, Unavailable
 from krea_ops.kube.quantity import as_int
-from krea_ops.kube.rules import condition, condition_status, controller_text
+from krea_ops.kube.rules import condition, controller_text
 from krea_ops.kube.times import parse_time
 from krea_ops.model import NodeInfo, PodInfo, Taint
 from krea_ops.settings import check_url
@@ -53,7 +53,7 @@ def node_info(obj: dict[str, Any]) -> NodeInfo:
     status = obj.get("status") or {}
     labels = dict(meta.get("labels") or {})
     cond = condition(obj, "Ready") or {}
-    ready_status = condition_status(obj, "Ready")
+    ready_status = cond.get("status")
     taints = tuple(
         Taint(t.get("key", ""), t.get("value"), t.get("effect", ""))
         for t in spec.get("taints") or ()

@@ -638,25 +638,22 @@ class PrometheusSource(TelemetrySource):
 
     def _prunable(self, family: Family) -> bool:
         """Whether a read may skip ``family`` on the nodes whose summaries give it
-        (summary.PROVEN_EMPTY, PROVEN_VALUE): served by our exporter alone, and either
-        read sparse (zeros left out anyway) or with a skipped node's value known."""
-        ours = any(s.dialect == KREA for s in family.spellings)
-        if family.key in summary.PROVEN_FULL:
-            # a presence mask: the proven nodes' ports get all of our bits, a peer's
-            # spellings are asked of every node as before
-            return ours
-        if family.keep is not None and family.key in summary.PROVEN_EMPTY:
-            # sparse: a proven node's rows of ours would all be left out anyway, and a
-            # peer's are asked of every node as before
-            return ours
+        (summary.PROVEN_EMPTY, PROVEN_FULL, PROVEN_VALUE): a sparse reading (zeros left
+        out anyway) or a presence mask with a spelling of ours (a peer's spellings are
+        still asked of every node); otherwise served by our exporter alone, with a
+        skipped node's value known."""
+        if family.key in summary.PROVEN_FULL or (
+            family.keep is not None and family.key in summary.PROVEN_EMPTY
+        ):
+            # the proven nodes' rows of ours would all be left out anyway (sparse), or
+            # their ports get all of our bits (a presence mask)
+            return any(s.dialect == KREA for s in family.spellings)
         if len(family.spellings) != 1 or family.spellings[0].dialect != KREA:
             return False
         if family.key in summary.PROVEN_VALUE:
             return family.keep is None
         return family.key in summary.PROVEN_EMPTY and (
-            family.keep is not None
-            or family.key in summary.FILLED
-            or family.key in summary.EMPTY_READS_AS_NONE
+            family.key in summary.FILLED or family.key in summary.EMPTY_READS_AS_NONE
         )
 
     def _proven(

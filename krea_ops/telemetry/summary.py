@@ -162,6 +162,8 @@ PROVEN_FULL: Mapping[str, tuple[str, Callable[[Mapping[str, float]], bool]]] = {
 }
 # readings a node's summaries give the value of, for every GPU (see UNIFORM)
 PROVEN_VALUE: Mapping[str, str] = {key: f"{key}_uniform" for key in UNIFORM}
+# the summaries the port views' IB proofs read (PROVEN_EMPTY's and PROVEN_FULL's)
+IB_PROOFS = ("ib_counted_now", "ib_counted_new", "ib_error_series", "ib_ports")
 # the summaries those read (``gpus``: the node has a summary at all)
 PROVING = (
     "gpus",
@@ -171,10 +173,7 @@ PROVING = (
     "row_remap_max",
     "xid_last_max",
     "xids_new",
-    "ib_counted_now",
-    "ib_counted_new",
-    "ib_error_series",
-    "ib_ports",
+    *IB_PROOFS,
     *PROVEN_VALUE.values(),
 )
 # Where a view reads a reading whole (no ``keep``), a skipped node's GPUs must show what
@@ -188,14 +187,7 @@ FILLED: Mapping[str, Callable[[Mapping[str, float]], float]] = {
 }
 EMPTY_READS_AS_NONE = frozenset({"xid_last"})
 # the summaries only the view reads' proofs read (``unclean()`` judges none of them)
-PROOF_ONLY = (
-    "nvlink_fault_gpus",
-    "ib_counted_now",
-    "ib_counted_new",
-    "ib_error_series",
-    "ib_ports",
-    *PROVEN_VALUE.values(),
-)
+PROOF_ONLY = ("nvlink_fault_gpus", *IB_PROOFS, *PROVEN_VALUE.values())
 # the summaries ``unclean()`` judges a node by (the names are the same for every window)
 JUDGED = tuple(w for w in expressions(300.0) if w not in PROOF_ONLY)
 

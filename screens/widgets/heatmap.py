@@ -423,11 +423,10 @@ class GpuHeatmap(ScrollView, can_focus=True):
         first rows a heatmap gets, and a row set of one chunk or less, are applied at
         once (the first paint shows the whole fleet). A newer apply, or ``set_rows``,
         replaces one still under way."""
-        self._drop_apply()
         if not self._entries or len(rows) <= self.APPLY_CHUNK:
-            for _ in self._applying(rows):
-                pass
+            self.set_rows(rows)
             return
+        self._drop_apply()
         steps = self._applying(rows, chunk=self.APPLY_CHUNK)
         self._pending_apply = steps
         self._apply_step(steps)
@@ -454,10 +453,8 @@ class GpuHeatmap(ScrollView, can_focus=True):
     def _drop_apply(self) -> None:
         """Forget an apply under way. The rows it already set stay; its unfinished
         bookkeeping (a new row not yet placed, a changed line not yet redrawn) is owed to
-        the next apply, which rebuilds the order and redraws the view."""
-        if self._pending_apply is not None:
-            self._pending_apply = None
-            self._owed_reorder = True
+        the next apply (``_owed_reorder``), which rebuilds the order and redraws the view."""
+        self._pending_apply = None
 
     def _applying(self, rows: Iterable[HeatRow], *, chunk: int = 0) -> Iterator[None]:
         """The diff of ``set_rows``, yielding after every ``chunk`` rows (0: never)."""
@@ -466,7 +463,9 @@ class GpuHeatmap(ScrollView, can_focus=True):
         seen: set[str] = set()
         changed: list[str] = []
         structural = self._owed_reorder
-        self._owed_reorder = False
+        # dropped before its end, a spread apply owes the next one a reorder: the rows it
+        # set are in ``entries``, their lines and places not yet refreshed
+        self._owed_reorder = bool(chunk)
         columns = 0
         for count, row in enumerate(rows, 1):
             key = row.key
@@ -485,9 +484,6 @@ class GpuHeatmap(ScrollView, can_focus=True):
                     structural = before != placement(entry)
                 changed.append(key)
             if chunk and count % chunk == 0:
-                # If this apply is dropped here, the rows it set are in ``entries``, their
-                # lines and places not yet refreshed: the next apply owes them that.
-                self._owed_reorder = True
                 yield
                 # a filter, sort or metric changed meanwhile reordered what was set so
                 # far; the rest is placed by what holds now
