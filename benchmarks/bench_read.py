@@ -426,6 +426,12 @@ NODE_CHECKS = {
         '|local_link_integrity_errors|excessive_buffer_overrun_errors)_total"})'
     ),
     "krea_node_ib_ports": "count by (node) (krea_ib_state_id)",
+    "krea_node_ib_counters_saturated_any": "max by (node) (krea_ib_port_counters_saturated)",
+    "krea_node_nvlink_errors_total": "sum by (node) (krea_gpu_nvlink_errors_total)",
+    "krea_node_nvlink_error_series": (
+        "count by (node) (krea_gpu_nvlink_errors_total"
+        '{counter=~"replay|recovery|crc_flit|crc_data"})'
+    ),
 }
 
 

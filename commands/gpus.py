@@ -281,6 +281,9 @@ SKIPPED_NAMES = {
     "row_remap_failed": "row remapping",
     "ib_error_total": "IB errors",
     "ib_error_rate": "IB errors",
+    "nvlink_sum_total": "NVLink errors",
+    "nvlink_sum_rate": "NVLink errors",
+    "ib_saturated": "IB saturation",
 }
 
 

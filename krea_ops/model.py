@@ -92,6 +92,8 @@ class Doubt:
 # --- telemetry -------------------------------------------------------------------------
 
 
+# the per-GPU NVLink error sums our exporter serves (``krea_gpu_nvlink_errors_total``)
+NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
 # NVLink error counters that mean a fault (replay alone is the link layer's routine retry)
 NVLINK_FAULT_COUNTERS = ("recovery", "crc_flit", "crc_data")
 
@@ -123,9 +125,17 @@ NODE_FOLDS: dict[str, str] = {
     "ib_error_series": "krea_node_ib_error_series",
     "ib_ports": "krea_node_ib_ports",
     "ib_saturated_max": "krea_node_ib_counters_saturated_max",
+    "ib_saturated_any": "krea_node_ib_counters_saturated_any",
+    "nvlink_counted": "krea_node_nvlink_errors_total",
+    "nvlink_error_series": "krea_node_nvlink_error_series",
     "memory_total_uniform": "krea_node_gpu_memory_total_bytes",
     "power_limit_uniform": "krea_node_gpu_power_limit_watts",
     "xid_monitored_uniform": "krea_node_gpu_xid_monitored",
+    "nvlink_links_uniform": "krea_node_gpu_nvlink_links",
+    "nvlink_links_up_uniform": "krea_node_gpu_nvlink_links_up",
+    "ib_state_uniform": "krea_node_ib_state_id",
+    "ib_phys_state_uniform": "krea_node_ib_physical_state_id",
+    "ib_rate_uniform": "krea_node_ib_rate_bytes_per_second",
 }
 
 

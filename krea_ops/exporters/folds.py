@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from krea_ops.exporters.infiniband import counter_metric
 from krea_ops.exporters.nvml import CLOCK_EVENT_REASONS
 from krea_ops.health import IB_ERROR_COUNTERS, SLOWDOWN_EVENTS
-from krea_ops.model import NODE_FOLDS, NVLINK_FAULT_COUNTERS
+from krea_ops.model import NODE_FOLDS, NVLINK_COUNTERS, NVLINK_FAULT_COUNTERS
 
 SLOWDOWN_MASK = sum(bit for name, bit in CLOCK_EVENT_REASONS if name in SLOWDOWN_EVENTS)
 # IB counters whose rise a health rule judges (what ib_port_reasons reads)
@@ -58,14 +58,31 @@ HELP = {
     "ib_error_series": "InfiniBand error counter series served this scrape, over the ports.",
     "ib_ports": "InfiniBand ports this exporter reports (krea_ib_state_id series).",
     "ib_saturated_max": "1 if an error or wait counter of a port is stuck at its maximum.",
+    "ib_saturated_any": "1 if any counter of a port is stuck at its maximum.",
+    "nvlink_counted": "Every NVLink error counter, summed over the GPUs' links.",
+    "nvlink_error_series": "NVLink error counter series served this scrape, over the GPUs.",
     "memory_total_uniform": "Device memory of every GPU, where all report the same.",
     "power_limit_uniform": "Power limit of every GPU, where all report the same.",
     "xid_monitored_uniform": "krea_gpu_xid_monitored of every GPU, where all report the same.",
+    "nvlink_links_uniform": "NVLinks of every GPU, where all report the same.",
+    "nvlink_links_up_uniform": "NVLinks up of every GPU, where all report the same.",
+    "ib_state_uniform": "Logical state of every InfiniBand port, where all report the same.",
+    "ib_phys_state_uniform": "Physical state of every InfiniBand port, where all report the same.",
+    "ib_rate_uniform": "Link speed of every InfiniBand port, where all report the same.",
 }
+# a reading every GPU of a node reports alike -> the series it is read from
 UNIFORM_SOURCE = {
     "memory_total_uniform": "krea_gpu_memory_total_bytes",
     "power_limit_uniform": "krea_gpu_power_limit_watts",
     "xid_monitored_uniform": "krea_gpu_xid_monitored",
+    "nvlink_links_uniform": "krea_gpu_nvlink_links",
+    "nvlink_links_up_uniform": "krea_gpu_nvlink_links_up",
+}
+# the same for every InfiniBand port of a node
+UNIFORM_PORT_SOURCE = {
+    "ib_state_uniform": "krea_ib_state_id",
+    "ib_phys_state_uniform": "krea_ib_physical_state_id",
+    "ib_rate_uniform": "krea_ib_rate_bytes_per_second",
 }
 
 
@@ -112,6 +129,11 @@ def fold(families: Iterable[Metric]) -> dict[str, float]:
     ]
     out["nvlink_faults"] = sum(v for _, v in faults)
     out["nvlink_fault_gpus"] = float(len({g for g, _ in faults}))
+    sums = by_name.get("krea_gpu_nvlink_errors_total", ())
+    out["nvlink_counted"] = sum(v for _, v in sums)
+    out["nvlink_error_series"] = float(
+        sum(1 for labels, _ in sums if labels.get("counter") in NVLINK_COUNTERS)
+    )
     links = {labels.get("gpu"): v for labels, v in by_name.get("krea_gpu_nvlink_links", ())}
     links_up = {labels.get("gpu"): v for labels, v in by_name.get("krea_gpu_nvlink_links_up", ())}
     out["nvlink_gpus"] = float(len(links))
@@ -131,10 +153,12 @@ def fold(families: Iterable[Metric]) -> dict[str, float]:
         ),
         default=0.0,
     )
-    for key, name in UNIFORM_SOURCE.items():
-        values = _values(by_name, name)
-        if len(values) == len(up) and len(set(values)) == 1:
-            out[key] = values[0]
+    out["ib_saturated_any"] = max(_values(by_name, "krea_ib_port_counters_saturated"), default=0.0)
+    for sources, count in ((UNIFORM_SOURCE, len(up)), (UNIFORM_PORT_SOURCE, len(states))):
+        for key, name in sources.items():
+            values = _values(by_name, name)
+            if values and len(values) == count and len(set(values)) == 1:
+                out[key] = values[0]
     return out
 
 

@@ -435,39 +435,44 @@ class Assembler:
                 per = obj.dicts.setdefault(family.key, {})
                 per.setdefault(spelling.dialect, {})[dict(spelling.const).get("counter", "")] = 1.0
 
+    @staticmethod
+    def _objects(family: Family, acc: _NodeAcc) -> Mapping[Any, _Obj]:
+        """The GPUs or the ports of a node, by what ``family`` is read per."""
+        return acc.gpus if family.by[0] == "gpu" else acc.ports
+
     def fill_present(self, family: Family, given: Mapping[str, int]) -> None:
-        """A presence mask over ports that the node summaries prove full on these nodes
-        ({node: ports counted}: every port serves every spelling of ours), which was
-        therefore not read there: all of our bits on each port of theirs the read found,
-        where it found as many as the summary counted (a port come or gone since: left
-        as read, without them). Not after a failed read."""
+        """A presence mask over GPUs or ports that the node summaries prove full on these
+        nodes ({node: objects counted}: every one serves every spelling of ours), which
+        was therefore not read there: all of our bits on each of theirs the read found,
+        where it found as many as the summary counted (one come or gone since: left as
+        read, without them). Not after a failed read."""
         if family.store in self.failed:
             return
         self.read.add(family.store)
         ours = sum(1 << i for i, s in enumerate(family.spellings) if s.dialect == KREA)
         for node, count in given.items():
             acc = self._acc.get(node)
-            if acc is None or len(acc.ports) != count:
+            if acc is None or len(objects := self._objects(family, acc)) != count:
                 continue
-            for obj in acc.ports.values():
+            for obj in objects.values():
                 self._set_present(family, acc, obj, ours)
 
     def fill(self, family: Family, given: Mapping[str, tuple[int, float]]) -> None:
-        """A per-GPU reading of ours that the node summaries give for every GPU of these
-        nodes ({node: (GPUs counted, the value)}: 0 where they prove it empty, the node's
-        value where all its GPUs report the same), which was therefore not read there:
-        that value on each GPU of theirs the read found, where it found as many as the
-        summary counted (a GPU come or gone since: the reading stays unknown). Not after
-        a failed read."""
+        """A per-GPU or per-port reading of ours that the node summaries give for every
+        GPU (port) of these nodes ({node: (objects counted, the value)}: 0 where they
+        prove it empty, the node's value where all report the same), which was therefore
+        not read there: that value on each of theirs the read found, where it found as
+        many as the summary counted (one come or gone since: the reading stays unknown).
+        Not after a failed read."""
         if family.store in self.failed:
             return
         self.read.add(family.store)
         key, rank = family.store, _DIALECT_RANK[KREA] * 1000
         for node, (count, value) in given.items():
             acc = self._acc.get(node)
-            if acc is None or len(acc.gpus) != count:
+            if acc is None or len(objects := self._objects(family, acc)) != count:
                 continue
-            for obj in acc.gpus.values():
+            for obj in objects.values():
                 if key not in obj.ranks:
                     obj.values[key] = value
                     obj.ranks[key] = rank

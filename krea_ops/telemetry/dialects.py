@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
-from krea_ops.model import NVLINK_FAULT_COUNTERS
+from krea_ops.model import NVLINK_COUNTERS, NVLINK_FAULT_COUNTERS
 
 KREA, DCGM, NODE_EXPORTER = "krea", "dcgm", "node_exporter"
 
@@ -98,8 +98,6 @@ CLOCK_EVENT_BITS: tuple[tuple[str, int], ...] = (
     ("hw_power_brake", 0x80),
     ("display_clock_setting", 0x100),
 )
-
-NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
 
 # sysfs counter name (the model's key) -> (krea name, node_exporter name)
 IB_ERROR_COUNTERS: dict[str, tuple[str, str]] = {

@@ -783,7 +783,8 @@ class PrometheusSource(TelemetrySource):
                     first.append(f)
                 if skip and f.keep is None and f.key in summary.FILLED:
                     value = summary.FILLED[f.key]
-                    fills.append((f, {n: (int(known[n]["gpus"]), value(known[n])) for n in skip}))
+                    objects = summary.OBJECTS[f.by[0]]
+                    fills.append((f, {n: (int(known[n][objects]), value(known[n])) for n in skip}))
                 if skip and f.key in summary.PROVEN_FULL:
                     objects = summary.PROVEN_FULL[f.key][0]
                     full.append((f, {n: int(known[n][objects]) for n in skip}))

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from operator import itemgetter
 
 from krea_ops.health import XMIT_WAIT_BYTES_PER_TICK, HealthPolicy
-from krea_ops.model import NODE_FOLDS
+from krea_ops.model import NODE_FOLDS, NVLINK_COUNTERS
 from krea_ops.telemetry.dialects import FAMILY_BY_KEY, IB_ERROR_COUNTERS, KREA
 
 
@@ -105,16 +105,29 @@ def expressions(window_s: float) -> dict[str, str]:
             f"max by (node) (rate({_krea('ib_xmit_wait')}[{w}]) * "
             f"{XMIT_WAIT_BYTES_PER_TICK:g} / {_krea('ib_rate')})"
         ),
-        # readings every GPU of a node reports alike (set once, by the hardware or an
-        # admin): the node's value, only where each of its GPUs reports that same value
-        **{f"{key}_uniform": _now(f"{key}_uniform") for key in UNIFORM},
+        "ib_saturated_any": _now("ib_saturated_any"),
+        # every NVLink error counter of the per-GPU sums, whether any rose in the window
+        "nvlink_counted_now": _now("nvlink_counted"),
+        "nvlink_counted_new": _changed("nvlink_counted", w),
+        # the per-GPU NVLink counter series at every scrape of the window, where it holds
+        # two or more (a rate needs two samples: what the presence of one means)
+        "nvlink_error_series": (
+            f"max by (node) (min_over_time({NODE_FOLDS['nvlink_error_series']}[{w}]) and "
+            f"count_over_time({NODE_FOLDS['nvlink_error_series']}[{w}]) > 1)"
+        ),
+        # readings every GPU (port) of a node reports alike (set once, by the hardware or
+        # an admin, or what a healthy node reads on each): the node's value, only where
+        # each of its GPUs (ports) reports that same value
+        **{f"{key}_uniform": _now(f"{key}_uniform") for key in (*UNIFORM, *UNIFORM_PORTS)},
     }
 
 
 # Per-GPU readings that are one value for every GPU of a node in practice: a view shows
 # each GPU's, but where a node's summary says they all read the same, the read takes the
 # node's value instead of asking Prometheus for every GPU's (docs/metrics.md).
-UNIFORM = ("memory_total", "power_limit", "xid_monitored")
+UNIFORM = ("memory_total", "power_limit", "xid_monitored", "nvlink_links", "nvlink_links_up")
+# the same of every InfiniBand port of a node: all active, link up, at one speed
+UNIFORM_PORTS = ("ib_state", "ib_phys_state", "ib_rate")
 # the series that says when a node's summaries were taken (the scrape's time)
 STAMP = NODE_FOLDS["gpus"]
 
@@ -144,6 +157,11 @@ PROVEN_EMPTY: Mapping[str, Callable[[Mapping[str, float]], bool]] = {
     # there: an exporter from before this fold proves nothing.
     "ib_error_total": lambda v: v.get("ib_counted_now") == 0,
     "ib_error_rate": lambda v: "ib_counted_now" in v and _zero(v, "ib_counted_new"),
+    # (the port views') no counter of any port is stuck at its maximum
+    "ib_saturated": lambda v: v.get("ib_saturated_any") == 0,
+    # the per-GPU NVLink sums per counter: none has counted, none rose in the window
+    "nvlink_sum_total": lambda v: v.get("nvlink_counted_now") == 0,
+    "nvlink_sum_rate": lambda v: "nvlink_counted_now" in v and _zero(v, "nvlink_counted_new"),
 }
 # Presence readings a node's summaries prove full: every port of the node serves every
 # counter of the family (``ib_error_present``: which error counters a port has, so that
@@ -159,11 +177,24 @@ PROVEN_FULL: Mapping[str, tuple[str, Callable[[Mapping[str, float]], bool]]] = {
             and v.get("ib_error_series") == ports * len(IB_ERROR_COUNTERS)
         ),
     ),
+    # every GPU serves every per-GPU NVLink counter, with a rate (two samples) in the window
+    "nvlink_sum_present": (
+        "gpus",
+        lambda v: (
+            (gpus := v.get("gpus")) is not None
+            and gpus > 0
+            and v.get("nvlink_error_series") == gpus * len(NVLINK_COUNTERS)
+        ),
+    ),
 }
+# the summary counting the objects a filled or full reading is given on: GPUs or ports
+OBJECTS = {"gpu": "gpus", "device": "ib_ports"}
 # readings a node's summaries give the value of, for every GPU (see UNIFORM)
-PROVEN_VALUE: Mapping[str, str] = {key: f"{key}_uniform" for key in UNIFORM}
+PROVEN_VALUE: Mapping[str, str] = {key: f"{key}_uniform" for key in (*UNIFORM, *UNIFORM_PORTS)}
 # the summaries the port views' IB proofs read (PROVEN_EMPTY's and PROVEN_FULL's)
-IB_PROOFS = ("ib_counted_now", "ib_counted_new", "ib_error_series", "ib_ports")
+IB_PROOFS = ("ib_counted_now", "ib_counted_new", "ib_error_series", "ib_ports", "ib_saturated_any")
+# the summaries the per-GPU NVLink sums' proofs read
+NVLINK_PROOFS = ("nvlink_counted_now", "nvlink_counted_new", "nvlink_error_series")
 # the summaries those read (``gpus``: the node has a summary at all)
 PROVING = (
     "gpus",
@@ -174,6 +205,7 @@ PROVING = (
     "xid_last_max",
     "xids_new",
     *IB_PROOFS,
+    *NVLINK_PROOFS,
     *PROVEN_VALUE.values(),
 )
 # Where a view reads a reading whole (no ``keep``), a skipped node's GPUs must show what
@@ -187,7 +219,7 @@ FILLED: Mapping[str, Callable[[Mapping[str, float]], float]] = {
 }
 EMPTY_READS_AS_NONE = frozenset({"xid_last"})
 # the summaries only the view reads' proofs read (``unclean()`` judges none of them)
-PROOF_ONLY = ("nvlink_fault_gpus", *IB_PROOFS, *PROVEN_VALUE.values())
+PROOF_ONLY = ("nvlink_fault_gpus", *IB_PROOFS, *NVLINK_PROOFS, *PROVEN_VALUE.values())
 # the summaries ``unclean()`` judges a node by (the names are the same for every window)
 JUDGED = tuple(w for w in expressions(300.0) if w not in PROOF_ONLY)
 

@@ -11,6 +11,14 @@ eight error counters at 0), scraped by a real Prometheus:
 * ``ib-busy``: transmit discards rising in the window (a counter no health rule judges,
   so only the new summary of every counter can tell);
 * ``ib-partial``: one port without one counter file: its presence mask is not full.
+
+The port states, speeds and saturation, and the GPUs' NVLink sums, are pruned the same
+way (a value every port of a node reports alike is given from the node's summary):
+
+* ``ib-clean``'s ports all read ACTIVE, LinkUp, 100 Gb/s: state, physical state and speed
+  come from its summaries; the others' speeds differ, and ``ib-busy`` has a port DOWN;
+* ``ib-static``'s GPU has an NVLink replay counted before the window, ``ib-busy``'s an
+  NVLink recovery rising in it and a link down.
 """
 
 from __future__ import annotations
@@ -56,7 +64,16 @@ def world() -> Iterator[World]:
             shutil.copytree(PROCFS_TREE, trees[node], symlinks=True)
         _counter(trees["ib-static"], "mlx4_0", "1", "symbol_error").write_text("7\n")
         _counter(trees["ib-partial"], "hfi1_0", "1", "local_link_integrity_errors").unlink()
+        for port in _port_dirs(trees["ib-clean"]):
+            (port / "phys_state").write_text("5: LinkUp\n")
+            (port / "rate").write_text("100 Gb/sec (4X EDR)\n")
+        (_counter(trees["ib-busy"], "mlx4_0", "2", "x").parent.parent / "state").write_text(
+            "1: DOWN\n"
+        )
         exporters: list[KreaNode] = [start_krea_node(n, trees[n], gpus=1) for n in NODES]
+        by_node = {e.node: e for e in exporters}
+        by_node["ib-static"].nvml.gpus[0].nvlinks[3].replay = 5
+        by_node["ib-busy"].nvml.gpus[0].nvlinks[2].active = False
         prom = Prometheus([Target(e.address, "krea") for e in exporters])
         try:
             prom.wait_scrapes("krea", 2)
@@ -64,6 +81,7 @@ def world() -> Iterator[World]:
             time.sleep(settings().telemetry_window_s + 1)
             busy = _counter(trees["ib-busy"], "mlx5_0", "1", "port_xmit_discards")
             busy.write_text("4\n")
+            by_node["ib-busy"].nvml.gpus[0].nvlinks[0].recovery = 2
             changed = expressions(settings().telemetry_window_s)["ib_counted_new"]
 
             def recorded() -> bool:
@@ -72,6 +90,7 @@ def world() -> Iterator[World]:
 
             wait_for(recorded, timeout=60)
             busy.write_text("9\n")  # and again, so that it rises inside the window
+            by_node["ib-busy"].nvml.gpus[0].nvlinks[0].recovery = 5
             wait_for(
                 lambda: prom.query('krea_ib_port_discards_transmitted_total{node="ib-busy"} == 9'),
                 timeout=60,
@@ -83,6 +102,10 @@ def world() -> Iterator[World]:
                 e.stop()
 
 
+def _port_dirs(tree: Path) -> list[Path]:
+    return sorted((tree / "class" / "infiniband").glob("*/ports/*"))
+
+
 def _ports(fleet: FleetTelemetry) -> dict[tuple[str, str], object]:
     return {
         (n, p.name): (
@@ -90,9 +113,28 @@ def _ports(fleet: FleetTelemetry) -> dict[tuple[str, str], object]:
             {c: v > 0 for c, v in p.error_rate_per_s.items()},
             {c: v > 0 for c, v in p.error_increase.items()},
             p.state,
+            p.phys_state,
+            p.rate_bytes_per_s,
+            sorted(p.saturated),
         )
         for n, t in fleet.nodes.items()
         for p in t.ib_ports
+    }
+
+
+def _nvlinks(fleet: FleetTelemetry) -> dict[tuple[str, int], object]:
+    """What the views show of each GPU's NVLinks (the rising one: whether it rose)."""
+    return {
+        (n, g.index): (
+            g.nvlinks_total,
+            g.nvlinks_up,
+            g.nvlink_errors_total,
+            None
+            if g.nvlink_error_increase is None
+            else {c: v > 0 for c, v in g.nvlink_error_increase.items()},
+        )
+        for n, t in fleet.nodes.items()
+        for g in t.gpus
     }
 
 
@@ -112,11 +154,21 @@ def test_fabric_skips_the_ib_error_counters_the_summaries_prove_empty(
     assert whole.skipped == {}
     assert set(pruned.nodes) >= set(NODES)
     assert _ports(pruned) == _ports(whole)
+    assert _nvlinks(pruned) == _nvlinks(whole)
     skipped = pruned.skipped
     # no counter counted (a missing one counts nothing either) / none rose / all there
     assert skipped["ib_error_total"] == {"ib-clean", "ib-partial"}
     assert skipped["ib_error_rate"] == {"ib-clean", "ib-static", "ib-partial"}
     assert skipped["ib_error_present"] == {"ib-clean", "ib-static", "ib-busy"}
+    # every port alike: ib-clean's states and speed; every node's GPU (one each) alike
+    assert skipped["ib_state"] == {"ib-clean", "ib-static", "ib-partial"}
+    assert skipped["ib_phys_state"] == skipped["ib_rate"] == {"ib-clean"}
+    assert skipped["nvlink_links"] == skipped["nvlink_links_up"] == set(NODES)
+    assert skipped["ib_saturated"] == set(NODES)
+    # no NVLink counter counted / none rose / all four with a rate on every GPU
+    assert skipped["nvlink_sum_total"] == {"ib-clean", "ib-partial"}
+    assert skipped["nvlink_sum_rate"] == {"ib-clean", "ib-static", "ib-partial"}
+    assert skipped["nvlink_sum_present"] == set(NODES)
 
     ports = {(n, p.name): p for n, t in pruned.nodes.items() for p in t.ib_ports}
     # what an operator reads on the fabric: a clean port's counters are 0, not unknown
@@ -128,3 +180,12 @@ def test_fabric_skips_the_ib_error_counters_the_summaries_prove_empty(
     # the port without the counter file: that counter unknown, the other seven 0
     partial = ports[("ib-partial", "hfi1_0/1")].errors_total
     assert "local_link_integrity_errors" not in partial and len(partial) == 7
+    # a port's state and speed from its node's summaries, the down port as read
+    assert (clean.state, clean.phys_state, clean.rate_bytes_per_s) == ("ACTIVE", "LinkUp", 12.5e9)
+    assert ports[("ib-busy", "mlx4_0/2")].state == "DOWN"
+    gpus = {n: t.gpus[0] for n, t in pruned.nodes.items()}
+    assert (gpus["ib-clean"].nvlinks_total, gpus["ib-clean"].nvlinks_up) == (18, 18)
+    assert gpus["ib-busy"].nvlinks_up == 17
+    assert gpus["ib-clean"].nvlink_errors_total == 0
+    assert gpus["ib-static"].nvlink_errors_total == 5
+    assert (gpus["ib-busy"].nvlink_error_increase or {})["recovery"] > 0

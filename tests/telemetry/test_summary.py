@@ -79,7 +79,15 @@ def test_each_summary_a_rule_could_fire_on_makes_the_node_read(
 
 
 # what a clean node's exporter says of its four IB ports, for the port views' proofs
-PORTS_CLEAN = {"ib_counted_now": 0.0, "ib_error_series": 32.0, "ib_ports": 4.0}
+PORTS_CLEAN = {
+    "ib_counted_now": 0.0,
+    "ib_error_series": 32.0,
+    "ib_ports": 4.0,
+    "ib_saturated_any": 0.0,
+    # and of its GPUs' NVLink sums: nothing counted, 4 counters a GPU all window long
+    "nvlink_counted_now": 0.0,
+    "nvlink_error_series": 32.0,
+}
 
 
 def test_a_clean_node_proves_every_skippable_reading_empty() -> None:
@@ -110,6 +118,18 @@ def test_a_clean_node_proves_every_skippable_reading_empty() -> None:
         ({"ib_ports": 5.0}, ["ib_error_present"]),
         ({"ib_ports": None}, ["ib_error_present"]),
         ({"ib_ports": 0.0, "ib_error_series": 0.0}, ["ib_error_present"]),
+        # a counter stuck at its maximum (any counter: the port views show each)
+        ({"ib_saturated_any": 1.0}, ["ib_saturated"]),
+        ({"ib_saturated_any": None}, ["ib_saturated"]),
+        # an NVLink counter counted long ago; one rose in the window; an older exporter
+        ({"nvlink_counted_now": 3.0}, ["nvlink_sum_total"]),
+        ({"nvlink_counted_new": 1.0}, ["nvlink_sum_rate"]),
+        ({"nvlink_counted_now": None}, ["nvlink_sum_total", "nvlink_sum_rate"]),
+        # a GPU's counter missing at a scrape of the window (or one scrape in it), a GPU
+        # more than counted
+        ({"nvlink_error_series": 31.0}, ["nvlink_sum_present"]),
+        ({"nvlink_error_series": None}, ["nvlink_sum_present"]),
+        ({"gpus": 9.0}, ["nvlink_fault_rate", "nvlink_sum_present"]),
     ],
 )
 def test_a_summary_above_zero_keeps_its_reading_read(
