@@ -19,6 +19,7 @@ from typing import Any
 
 from krea_ops import units
 from krea_ops.model import (
+    NVLINK_COUNTERS,
     FleetTelemetry,
     GpuSample,
     IbPortSample,
@@ -35,7 +36,6 @@ from krea_ops.telemetry.dialects import (
     KREA,
     NAME,
     NODE_EXPORTER,
-    NVLINK_COUNTERS,
     SRC,
     Family,
     Row,
