@@ -4,8 +4,9 @@ The JSON is the one earlier versions wrote, read back as it was: a value that is
 its type reads as absent (a corrupt entry is forgotten, never a failed pass), and
 ``to_json`` writes the same keys and shapes (``evicting``'s ``[resourceVersion, at]``
 pairs among them). The parts another module owns stay that module's JSON, passed to it
-as read: ``recorder`` (``restarts.record``), ``swaps`` (``planned_swaps``),
-``validation`` (``ladder.climb``) and ``ledger`` (``ledger.observe``).
+as read and typed there: ``recorder`` (``restarts.record``: ``restarts.RecorderState``),
+``swaps`` (``planned_swaps``: ``PlannedSwapsState``), ``validation`` (``ladder.climb``:
+``ValidationMemo``) and ``ledger`` (``ledger.observe``: ``Ledger``).
 """
 
 from __future__ import annotations

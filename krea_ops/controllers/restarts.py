@@ -4,25 +4,34 @@ Kubernetes keeps no history of a training's restarts: a JobSet counts them
 (``status.restarts``), its Events last an hour, and the failed pods go with the restart. So
 node-health, which reads the verdicts of every GPU node each pass anyway, also keeps:
 
-* **signals**: each BAD, SUSPECT or UNKNOWN finding of each GPU node with when it was first
-  and last seen, and its own evictions (code ``evicted``), for the attribution window
-  (``before_s`` + ``after_s``) and a margin. A pass whose telemetry could not be read adds
-  nothing (blind is not OK, and not BAD either).
-* **gangs**: per training JobSet (``training.gangs``): its uid, restart count, the nodes and
-  GPUs of the current attempt, the steps its rank 0 logged (``step: N``, from the last
-  ``LOG_TAIL`` lines each pass: when a step was reached) and the failed pods seen with the
-  last lines of their logs.
-* **pending**: a restart seen (``status.restarts`` went up) whose window has not closed;
+* **signals** (``KeptSignal``, by node): each BAD, SUSPECT or UNKNOWN finding of each GPU
+  node with when it was first and last seen, and its own evictions (code ``evicted``), for
+  the attribution window (``before_s`` + ``after_s``) and a margin. A pass whose telemetry
+  could not be read adds nothing (blind is not OK, and not BAD either).
+* **gangs** (``GangMemo``, by ``namespace/name``): per training JobSet
+  (``training.gangs``): its uid, restart count, the nodes and GPUs of the current attempt,
+  the steps its rank 0 logged (``step: N``, from the last ``LOG_TAIL`` lines each pass:
+  when a step was reached), the failed pods seen with the last lines of their logs, the
+  node of each child Job, its hang (``Hang``) while judged HUNG, and the step the attempt
+  loaded.
+* **pending** (``PendingRestart``): a restart seen (``status.restarts`` went up) whose
+  window has not closed, with its anatomy (``Anatomy``) as the new attempt comes up;
   ``after_s`` after it, it is attributed (``training.attribution.attribute``) and moved to
-  the **log** (per run the newest ``keep_per_run``, ``keep_total`` in all: the state
-  shares one ConfigMap, 1 MiB, with the other controllers'), with the work it lost: the last step
-  the previous attempt logged minus the step the new attempt loaded (``Loading the
-  checkpoint at step N``), and the GPU-hours from when that step was first logged to the
-  restart. A restart whose new attempt has not said what it loaded yet is logged with the
-  lost work unknown and filled in when it does.
-* **attributed**: (node, time, run, restart, cause) of each attributed restart within the
-  lemon window: ``attribution.lemon_candidates`` over it gives the lemon candidates that
-  node-health labels and ``krea-ops nodes lemons`` lists.
+  the **log** (``RecordedRestart``, by run; per run the newest ``keep_per_run``,
+  ``keep_total`` in all: the state shares one ConfigMap, 1 MiB, with the other
+  controllers'), with the work it lost (``LostWork``): the last step the previous attempt
+  logged minus the step the new attempt loaded (``Loading the checkpoint at step N``), and
+  the GPU-hours from when that step was first logged to the restart. A restart whose new
+  attempt has not said what it loaded yet is logged with the lost work unknown and filled
+  in when it does.
+* **attributed** (``AttributedRestart``): (node, time, run, restart, cause) of each
+  attributed restart within the lemon window: ``attribution.lemon_candidates`` over it
+  gives the lemon candidates that node-health labels and ``krea-ops nodes lemons`` lists.
+
+The state is node-health's ``recorder`` JSON, read into ``RecorderState`` (frozen; the
+types above its parts): anyone with access may have edited it, so an entry without the
+shape it is written in is dropped and a value not of its type reads as absent (never a
+failed pass), and ``to_json`` writes what earlier versions wrote.
 
 The restart time is when the first failed pod of the attempt finished, if a pass saw it;
 otherwise the pass that saw the count go up (up to one pass late: the record says so).
@@ -30,7 +39,7 @@ Restarts that happened before the recorder first saw the run are counted as unre
 
 ``read_restart_inputs`` does the I/O (one JobSet list, one pod list, a log tail per
 running gang and per failed pod, the head of a new attempt's rank-0 log); ``record`` is
-pure.
+pure (the state in and out as JSON).
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
+import sys
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -197,26 +207,472 @@ def _restart_events(cluster: Cluster, gang: Gang) -> tuple[tuple[float, str, str
 
 
 # -- the persisted state, as read back (anyone with access may have edited it) -----------
+#
+# Each part reads with ``from_json`` what earlier versions wrote, a piece without the shape
+# it is written in dropped (or, for a value, defaulted) so that a pass works on what is
+# left and never raises, and writes it back with ``to_json`` as it was read.
 
 
 def _num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+    """A JSON number that is one as a float (not ``true``, NaN or an int past a float)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    return abs(v) <= sys.float_info.max if isinstance(v, int) else v == v
+
+
+def _float_or_none(v: Any) -> float | None:
+    return float(v) if _num(v) else None
 
 
 def _int_or_none(v: Any) -> int | None:
     return int(v) if _num(v) and float(v).is_integer() else None
 
 
-def _strs(v: Any) -> list[str]:
-    return [str(x) for x in v] if isinstance(v, list) and all(isinstance(x, str) for x in v) else []
+def _strs(v: Any) -> tuple[str, ...]:
+    return tuple(v) if isinstance(v, list) and all(isinstance(x, str) for x in v) else ()
 
 
-def _steps(v: Any) -> list[list[float]]:
+Step = tuple[float, int]  # (when a pass first read the step in rank 0's log, the step)
+
+
+def _steps(v: Any) -> tuple[Step, ...]:
     out = []
     for x in v if isinstance(v, list) else ():
-        if isinstance(x, list) and len(x) == 2 and _num(x[0]) and _int_or_none(x[1]) is not None:
-            out.append([float(x[0]), int(x[1])])
-    return out
+        if isinstance(x, list) and len(x) == 2 and _num(x[0]):
+            step = _int_or_none(x[1])
+            if step is not None:
+                out.append((float(x[0]), step))
+    return tuple(out)
+
+
+def _steps_json(steps: Iterable[Step]) -> list[list[Any]]:
+    return [[t, step] for t, step in steps]
+
+
+def _short(lines: Iterable[str], most: int, chars: int = 300) -> list[str]:
+    return [line[:chars] for line in list(lines)[:most]]
+
+
+def _failed_json(p: FailedPod) -> dict[str, Any]:
+    return {
+        "pod": p.pod,
+        "node": p.node,
+        "at": p.at,
+        "reason": p.reason,
+        "exit_code": p.exit_code,
+        "message": p.message,
+        "log_tail": list(p.log_tail),
+    }
+
+
+def _failed_of(data: Any) -> FailedPod | None:
+    if not isinstance(data, Mapping):
+        return None
+    at, code, tail = data.get("at"), data.get("exit_code"), data.get("log_tail")
+    return FailedPod(
+        pod=str(data.get("pod")),
+        node=data.get("node") if isinstance(data.get("node"), str) else None,
+        at=float(at) if isinstance(at, (int, float)) else None,
+        reason=data.get("reason") if isinstance(data.get("reason"), str) else None,
+        exit_code=int(code) if isinstance(code, int) else None,
+        message=data.get("message") if isinstance(data.get("message"), str) else None,
+        log_tail=tuple(str(x) for x in tail) if isinstance(tail, list) else (),
+    )
+
+
+def _failed_list(v: Any) -> tuple[FailedPod, ...]:
+    return tuple(f for f in map(_failed_of, v if isinstance(v, list) else ()) if f)
+
+
+def _kept(f: FailedPod) -> FailedPod:
+    """A failed pod as a record keeps it: its last 5 log lines, each cut at 300 chars."""
+    return dataclasses.replace(
+        f, log_tail=tuple(_short(f.log_tail[-5:], 5)), message=(f.message or "")[:300] or None
+    )
+
+
+@dataclass(frozen=True)
+class KeptSignal:
+    """A finding of a node (its ``code``, worst ``severity``, GPU or port, latest
+    ``message``) as the recorder keeps it: when a pass first and last saw it. JSON:
+    ``[code, severity, gpu, port, first, last, message]``, severity by name."""
+
+    code: str
+    severity: Severity
+    gpu: int | None
+    port: str | None
+    first: float
+    last: float
+    message: str
+
+    @staticmethod
+    def from_json(e: Any) -> KeptSignal | None:
+        """None for anything that is not such an entry (it is dropped)."""
+        if (
+            isinstance(e, list)
+            and len(e) == 7
+            and isinstance(e[0], str)
+            and isinstance(e[1], str)
+            and e[1] in _SEVERITIES
+            and (e[2] is None or _int_or_none(e[2]) is not None)
+            and (e[3] is None or isinstance(e[3], str))
+            and _num(e[4])
+            and _num(e[5])
+            and isinstance(e[6], str)
+        ):
+            gpu = None if e[2] is None else _int_or_none(e[2])
+            return KeptSignal(e[0], _SEVERITIES[e[1]], gpu, e[3], e[4], e[5], e[6])
+        return None
+
+    def to_json(self) -> list[Any]:
+        return [
+            self.code,
+            self.severity.name,
+            self.gpu,
+            self.port,
+            self.first,
+            self.last,
+            self.message,
+        ]
+
+    def signal(self, node: str) -> Signal:
+        return Signal(
+            node,
+            self.code,
+            self.severity,
+            self.message,
+            float(self.first),
+            float(self.last),
+            self.gpu,
+            self.port,
+        )
+
+
+@dataclass(frozen=True)
+class Hang:
+    """An attempt judged HUNG (``training.stalls``): since when, the last step logged
+    before it, the node and GPU it was likely due to, and the judgement's reasons."""
+
+    since: float
+    last_step_at: float | None = None
+    node: str | None = None
+    gpu: int | None = None
+    reasons: tuple[str, ...] = ()
+
+    @staticmethod
+    def from_json(value: Any) -> Hang | None:
+        """None unless a mapping with a ``since``; any other key of it not of its type
+        reads as absent (the stall judgement's own keys, ``state`` ``uid`` ``attempt``
+        ``acted``, are not kept)."""
+        if not isinstance(value, Mapping) or not _num(value.get("since")):
+            return None
+        node, last = value.get("node"), value.get("last_step_at")
+        return Hang(
+            since=float(value["since"]),
+            last_step_at=_float_or_none(last),
+            node=node if isinstance(node, str) else None,
+            gpu=_int_or_none(value.get("gpu")),
+            reasons=_strs(value.get("reasons")),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "since": self.since,
+            "last_step_at": self.last_step_at,
+            "node": self.node,
+            "gpu": self.gpu,
+            "reasons": list(self.reasons),
+        }
+
+
+# A restart's phases, in order: (key of the moment it ends, name, what it is)
+PHASES = (
+    ("detected_at", "detection", "from the failure to the restart being set off"),
+    ("pods_gone_at", "teardown", "the old attempt's pods going"),
+    ("scheduled_at", "scheduling", "the new attempt's pods admitted and bound"),
+    ("running_at", "start", "their containers started and Ready"),
+    ("first_step_at", "first step", "loading the checkpoint, compiling, the first step"),
+)
+
+
+@dataclass(frozen=True)
+class Anatomy:
+    """When each phase of a restart ended (Unix s; None: not known yet), ``failed_at``
+    first, then the ends of ``PHASES`` (``anatomy`` says how each is read)."""
+
+    failed_at: float | None = None
+    detected_at: float | None = None
+    pods_gone_at: float | None = None
+    scheduled_at: float | None = None
+    running_at: float | None = None
+    first_step_at: float | None = None
+
+    @staticmethod
+    def from_json(value: Any) -> Anatomy | None:
+        """None unless a mapping; a moment that is not a number reads as not known."""
+        if not isinstance(value, Mapping):
+            return None
+
+        def at(key: str) -> float | None:
+            return _float_or_none(value.get(key))
+
+        return Anatomy(
+            at("failed_at"),
+            at("detected_at"),
+            at("pods_gone_at"),
+            at("scheduled_at"),
+            at("running_at"),
+            at("first_step_at"),
+        )
+
+    def to_json(self) -> dict[str, float | None]:
+        return {
+            "failed_at": self.failed_at,
+            "detected_at": self.detected_at,
+            "pods_gone_at": self.pods_gone_at,
+            "scheduled_at": self.scheduled_at,
+            "running_at": self.running_at,
+            "first_step_at": self.first_step_at,
+        }
+
+
+@dataclass(frozen=True)
+class GangMemo:
+    """What the recorder remembers of a training JobSet between passes: its ``uid`` and
+    restart count, the restarts made before it first saw the run (``unrecorded``), the
+    nodes and GPUs of the current attempt, the steps rank 0 logged (``Step``), the failed
+    pods seen (by pod name) and the node of each single-node child Job, when a pass first
+    saw the attempt (``attempt_seen``), its hang if judged HUNG, and the step the attempt
+    loaded (``resumed_step``) once its log said."""
+
+    uid: str
+    restarts: int
+    unrecorded: int = 0
+    nodes: tuple[str, ...] = ()
+    gpus: int = 0
+    steps: tuple[Step, ...] = ()
+    failed: Mapping[str, FailedPod] = field(default_factory=dict)
+    jobs: Mapping[str, str] = field(default_factory=dict)
+    attempt_seen: float = 0.0
+    hung: Hang | None = None
+    resumed_step: int | None = None
+
+    @staticmethod
+    def from_json(g: Any) -> GangMemo | None:
+        """None without a whole ``restarts`` (the gang is forgotten: its next pass counts
+        its restarts as unrecorded)."""
+        if not isinstance(g, Mapping):
+            return None
+        restarts = _int_or_none(g.get("restarts"))
+        if restarts is None:
+            return None
+        failed, jobs = g.get("failed"), g.get("jobs")
+        return GangMemo(
+            uid=str(g.get("uid") or ""),
+            restarts=restarts,
+            unrecorded=_int_or_none(g.get("unrecorded")) or 0,
+            nodes=_strs(g.get("nodes")),
+            gpus=_int_or_none(g.get("gpus")) or 0,
+            steps=_steps(g.get("steps")),
+            failed={
+                str(k): f
+                for k, v in (failed.items() if isinstance(failed, Mapping) else ())
+                if (f := _failed_of(v)) is not None
+            },
+            jobs={
+                str(k): v
+                for k, v in (jobs.items() if isinstance(jobs, Mapping) else ())
+                if isinstance(v, str)
+            },
+            attempt_seen=float(g["attempt_seen"]) if _num(g.get("attempt_seen")) else 0.0,
+            hung=Hang.from_json(g.get("hung")),
+            resumed_step=_int_or_none(g.get("resumed_step")),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "uid": self.uid,
+            "restarts": self.restarts,
+            "unrecorded": self.unrecorded,
+            "nodes": list(self.nodes),
+            "gpus": self.gpus,
+            "steps": _steps_json(self.steps),
+            "failed": {k: _failed_json(f) for k, f in self.failed.items()},
+            "jobs": dict(self.jobs),
+            "attempt_seen": self.attempt_seen,
+        }
+        if self.hung is not None:
+            out["hung"] = self.hung.to_json()
+        if self.resumed_step is not None:
+            out["resumed_step"] = self.resumed_step
+        return out
+
+
+@dataclass(frozen=True)
+class PendingRestart:
+    """A restart seen whose attribution window has not closed: the run
+    (``namespace/name``), the restart's number, when it happened (``at_exact``: from a
+    failed pod or the JobSet's Event, else the pass that saw the count go up), and what
+    the attempt it ended left: its nodes and GPUs, failed pods, steps and hang; and the
+    restart's anatomy as its new attempt comes up."""
+
+    run: str
+    number: int
+    at: float
+    at_exact: bool = False
+    nodes: tuple[str, ...] = ()
+    gpus: int | None = None
+    failed: tuple[FailedPod, ...] = ()
+    steps: tuple[Step, ...] = ()
+    hung: Hang | None = None
+    anatomy: Anatomy | None = None
+
+    @staticmethod
+    def from_json(p: Any) -> PendingRestart | None:
+        """None without a run named ``namespace/name``, a whole number and a time."""
+        if not isinstance(p, Mapping):
+            return None
+        run, number = p.get("run"), _int_or_none(p.get("number"))
+        if not isinstance(run, str) or "/" not in run or number is None or not _num(p.get("at")):
+            return None
+        return PendingRestart(
+            run=run,
+            number=number,
+            at=float(p["at"]),
+            at_exact=bool(p.get("at_exact")),
+            nodes=_strs(p.get("nodes")),
+            gpus=_int_or_none(p.get("gpus")),
+            failed=_failed_list(p.get("failed")),
+            steps=_steps(p.get("steps")),
+            hung=Hang.from_json(p.get("hung")),
+            anatomy=Anatomy.from_json(p.get("anatomy")),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "run": self.run,
+            "number": self.number,
+            "at": self.at,
+            "at_exact": self.at_exact,
+            "nodes": list(self.nodes),
+            "gpus": self.gpus,
+            "failed": [_failed_json(f) for f in self.failed],
+            "steps": _steps_json(self.steps),
+        }
+        if self.hung is not None:
+            out["hung"] = self.hung.to_json()
+        if self.anatomy is not None:
+            out["anatomy"] = self.anatomy.to_json()
+        return out
+
+    def restart(self) -> Restart:
+        namespace, _, name = self.run.partition("/")
+        return Restart(
+            namespace=namespace,
+            run=name,
+            number=self.number,
+            at=float(self.at),
+            nodes=self.nodes,
+            failed=self.failed,
+            gpus=self.gpus,
+        )
+
+
+@dataclass(frozen=True)
+class LostWork:
+    """The work a restart lost: the last step the attempt it ended logged, the step the
+    new attempt loaded, the steps between (``at_least``: the attempt logged past the last
+    step read, so a floor) and the GPU-hours from when the loaded step was first logged to
+    the restart (None: not known). JSON: part of its record (``lost_at_least`` only when
+    true)."""
+
+    last_step: int | None = None
+    resumed_step: int | None = None
+    lost_steps: int | None = None
+    lost_gpu_hours: float | None = None
+    at_least: bool = False
+
+    @staticmethod
+    def from_json(r: Mapping[str, Any]) -> LostWork:
+        return LostWork(
+            last_step=_int_or_none(r.get("last_step")),
+            resumed_step=_int_or_none(r.get("resumed_step")),
+            lost_steps=_int_or_none(r.get("lost_steps")),
+            lost_gpu_hours=_float_or_none(r.get("lost_gpu_hours")),
+            at_least=bool(r.get("lost_at_least")),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"last_step": self.last_step, "resumed_step": self.resumed_step}
+        if self.at_least:
+            out["lost_at_least"] = True
+        out["lost_steps"] = self.lost_steps
+        out["lost_gpu_hours"] = self.lost_gpu_hours
+        return out
+
+
+@dataclass(frozen=True)
+class RecordedRestart:
+    """A restart in the log, its window closed: its number, when, the GPUs and how many
+    nodes the attempt it ended had, its attribution (at most 8 lines of evidence), the
+    first two failed pods (``_kept``), the work it lost, its anatomy and hang, and the
+    steps of the attempt it ended while the new attempt has not said what it loaded
+    (``steps``; None once it has, or never will)."""
+
+    number: int
+    at: float
+    at_exact: bool
+    gpus: int | None
+    nodes: int | None
+    attribution: Attribution
+    failed: tuple[FailedPod, ...] = ()
+    lost: LostWork = LostWork()
+    anatomy: Anatomy | None = None
+    hung: Hang | None = None
+    steps: tuple[Step, ...] | None = None
+
+    @staticmethod
+    def from_json(r: Any) -> RecordedRestart | None:
+        """None without a whole number and a time."""
+        if not isinstance(r, Mapping) or not _num(r.get("at")):
+            return None
+        number = _int_or_none(r.get("number"))
+        if number is None:
+            return None
+        attribution = r.get("attribution")
+        got = Attribution.from_json(attribution if isinstance(attribution, Mapping) else {})
+        return RecordedRestart(
+            number=number,
+            at=r["at"],
+            at_exact=bool(r.get("at_exact")),
+            gpus=_int_or_none(r.get("gpus")),
+            nodes=_int_or_none(r.get("nodes")),
+            attribution=dataclasses.replace(got, evidence=tuple(_short(got.evidence, 8))),
+            failed=tuple(_kept(f) for f in _failed_list(r.get("failed"))[:2]),
+            lost=LostWork.from_json(r),
+            anatomy=Anatomy.from_json(r.get("anatomy")),
+            hung=Hang.from_json(r.get("hung")),
+            steps=_steps(r["steps"]) if "steps" in r else None,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "number": self.number,
+            "at": self.at,
+            "at_exact": self.at_exact,
+            "gpus": self.gpus,
+            "nodes": self.nodes,
+            "attribution": self.attribution.to_json(),
+            "failed": [_failed_json(f) for f in self.failed],
+            **self.lost.to_json(),
+        }
+        if self.anatomy is not None:
+            out["anatomy"] = self.anatomy.to_json()
+        if self.hung is not None:
+            out["hung"] = self.hung.to_json()
+        if self.steps is not None:
+            out["steps"] = _steps_json(self.steps)
+        return out
 
 
 @dataclass(frozen=True)
@@ -250,262 +706,111 @@ class AttributedRestart:
         return [self.node, self.at, self.run, self.number, self.cause]
 
 
+def _attributed(raw: Any) -> tuple[AttributedRestart, ...]:
+    items = raw if isinstance(raw, list) else ()
+    return tuple(a for a in map(AttributedRestart.from_json, items) if a is not None)
+
+
 def attributed_of(recorder: Any) -> list[AttributedRestart]:
     """The recorder's ``attributed`` entries that can be read, oldest first."""
-    raw = recorder.get("attributed") if isinstance(recorder, Mapping) else None
-    return [a for a in map(AttributedRestart.from_json, raw if isinstance(raw, list) else ()) if a]
+    return list(_attributed(recorder.get("attributed") if isinstance(recorder, Mapping) else None))
 
 
-def _failed_list(v: Any) -> list[dict[str, Any]]:
-    return [_failed_json(f) for f in map(_failed_of, v if isinstance(v, list) else ()) if f]
+@dataclass(frozen=True)
+class RecorderState:
+    """The recorder's state (the module docstring): ``signals`` by node, ``gangs`` by
+    run, ``pending`` restarts, the ``log`` of recorded restarts by run (oldest first) and
+    the ``attributed`` restarts within the lemon window."""
 
+    signals: Mapping[str, tuple[KeptSignal, ...]] = field(default_factory=dict)
+    gangs: Mapping[str, GangMemo] = field(default_factory=dict)
+    pending: tuple[PendingRestart, ...] = ()
+    log: Mapping[str, tuple[RecordedRestart, ...]] = field(default_factory=dict)
+    attributed: tuple[AttributedRestart, ...] = ()
 
-def _hung_json(value: Any) -> dict[str, Any]:
-    """``{"hung": ...}`` for a well-formed hang record (since, node, gpu, reasons), else
-    nothing."""
-    if not isinstance(value, Mapping) or not _num(value.get("since")):
-        return {}
-    node, gpu = value.get("node"), value.get("gpu")
-    last = value.get("last_step_at")
-    return {
-        "hung": {
-            "since": float(value["since"]),
-            "last_step_at": float(last) if isinstance(last, (int, float)) and _num(last) else None,
-            "node": node if isinstance(node, str) else None,
-            "gpu": _int_or_none(gpu),
-            "reasons": _strs(value.get("reasons")),
+    @staticmethod
+    def from_json(prev: Any) -> RecorderState:
+        """Every entry that does not have the shape it is written in dropped (a node or
+        run left with none is dropped too): a pass (and ``train restarts``) works on what
+        is left, never raises."""
+        prev = prev if isinstance(prev, Mapping) else {}
+        signals: dict[str, list[KeptSignal]] = {}
+        raw = prev.get("signals")
+        for node, items in raw.items() if isinstance(raw, Mapping) else ():
+            for s in map(KeptSignal.from_json, items if isinstance(items, list) else ()):
+                if s is not None:
+                    signals.setdefault(str(node), []).append(s)
+        raw = prev.get("gangs")
+        gangs = {
+            str(key): g
+            for key, v in (raw.items() if isinstance(raw, Mapping) else ())
+            if (g := GangMemo.from_json(v)) is not None
         }
-    }
+        raw = prev.get("pending")
+        pending = map(PendingRestart.from_json, raw if isinstance(raw, list) else ())
+        log: dict[str, tuple[RecordedRestart, ...]] = {}
+        raw = prev.get("log")
+        for run, recs in raw.items() if isinstance(raw, Mapping) else ():
+            items = recs if isinstance(recs, list) else ()
+            kept = tuple(r for r in map(RecordedRestart.from_json, items) if r is not None)
+            if kept:
+                log[str(run)] = kept
+        return RecorderState(
+            signals={node: tuple(items) for node, items in signals.items()},
+            gangs=gangs,
+            pending=tuple(p for p in pending if p is not None),
+            log=log,
+            attributed=_attributed(prev.get("attributed")),
+        )
 
-
-def _anatomy_json(value: Any) -> dict[str, Any]:
-    if not isinstance(value, Mapping):
-        return {}
-    return {
-        "anatomy": {
-            str(k): float(v) if _num(v) else None
-            for k, v in value.items()
-            if k in ("failed_at", *(key for key, _, _ in PHASES))
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "signals": {n: [s.to_json() for s in items] for n, items in self.signals.items()},
+            "gangs": {k: g.to_json() for k, g in self.gangs.items()},
+            "pending": [p.to_json() for p in self.pending],
+            "log": {run: [r.to_json() for r in recs] for run, recs in self.log.items()},
+            "attributed": [a.to_json() for a in self.attributed],
         }
-    }
 
-
-def sane_state(prev: Any) -> dict[str, Any]:
-    """The recorder's state with every entry that does not have the shape it writes
-    dropped: a pass (and ``train restarts``) works on what is left, never raises."""
-    prev = prev if isinstance(prev, Mapping) else {}
-    signals: dict[str, list[list[Any]]] = {}
-    raw = prev.get("signals")
-    for node, items in raw.items() if isinstance(raw, Mapping) else ():
-        for e in items if isinstance(items, list) else ():
-            if (
-                isinstance(e, list)
-                and len(e) == 7
-                and isinstance(e[0], str)
-                and e[1] in _SEVERITIES
-                and (e[2] is None or _int_or_none(e[2]) is not None)
-                and (e[3] is None or isinstance(e[3], str))
-                and _num(e[4])
-                and _num(e[5])
-                and isinstance(e[6], str)
-            ):
-                signals.setdefault(str(node), []).append(list(e))
-    gangs: dict[str, dict[str, Any]] = {}
-    raw = prev.get("gangs")
-    for key, g in raw.items() if isinstance(raw, Mapping) else ():
-        if not isinstance(g, Mapping) or _int_or_none(g.get("restarts")) is None:
-            continue
-        failed = g.get("failed")
-        jobs = g.get("jobs")
-        gangs[str(key)] = {
-            "uid": str(g.get("uid") or ""),
-            "restarts": _int_or_none(g.get("restarts")),
-            "unrecorded": _int_or_none(g.get("unrecorded")) or 0,
-            "nodes": _strs(g.get("nodes")),
-            "gpus": _int_or_none(g.get("gpus")) or 0,
-            "steps": _steps(g.get("steps")),
-            "failed": {
-                str(k): _failed_json(f)
-                for k, v in (failed.items() if isinstance(failed, Mapping) else ())
-                if (f := _failed_of(v)) is not None
-            },
-            "jobs": {
-                str(k): v
-                for k, v in (jobs.items() if isinstance(jobs, Mapping) else ())
-                if isinstance(v, str)
-            },
-            "attempt_seen": float(g["attempt_seen"]) if _num(g.get("attempt_seen")) else 0.0,
-            **(
-                {"resumed_step": _int_or_none(g.get("resumed_step"))}
-                if _int_or_none(g.get("resumed_step")) is not None
-                else {}
-            ),
-            **_hung_json(g.get("hung")),
-        }
-    pending = []
-    for p in prev.get("pending") if isinstance(prev.get("pending"), list) else ():
-        if (
-            isinstance(p, Mapping)
-            and isinstance(p.get("run"), str)
-            and "/" in p["run"]
-            and _int_or_none(p.get("number")) is not None
-            and _num(p.get("at"))
-        ):
-            pending.append(
-                {
-                    "run": p["run"],
-                    "number": _int_or_none(p.get("number")),
-                    "at": float(p["at"]),
-                    "at_exact": bool(p.get("at_exact")),
-                    "nodes": _strs(p.get("nodes")),
-                    "gpus": _int_or_none(p.get("gpus")),
-                    "failed": _failed_list(p.get("failed")),
-                    "steps": _steps(p.get("steps")),
-                    **_hung_json(p.get("hung")),
-                    **_anatomy_json(p.get("anatomy")),
-                }
-            )
-    log: dict[str, list[dict[str, Any]]] = {}
-    raw = prev.get("log")
-    for run, recs in raw.items() if isinstance(raw, Mapping) else ():
-        kept = [
-            dict(r)
-            for r in (recs if isinstance(recs, list) else ())
-            if isinstance(r, Mapping)
-            and _int_or_none(r.get("number")) is not None
-            and _num(r.get("at"))
-        ]
-        for r in kept:
-            if "steps" in r:
-                r["steps"] = _steps(r["steps"])
-            for k in ("lost_steps", "last_step", "resumed_step", "gpus"):
-                if k in r:
-                    r[k] = _int_or_none(r[k])
-            attribution = r.get("attribution")
-            if not isinstance(attribution, Mapping):
-                attribution = {}
-            evidence = attribution.get("evidence")
-            r["attribution"] = {
-                **attribution,
-                "evidence": _short(map(str, evidence), 8) if isinstance(evidence, list) else [],
-            }
-            raw_failed = r.get("failed")
-            pods: list[Any] = raw_failed if isinstance(raw_failed, list) else []
-            r["failed"] = [_kept(f) for f in map(_failed_of, pods) if f][:2]
-        if kept:
-            log[str(run)] = kept
-    attributed = [list(a) for a in prev.get("attributed") or () if AttributedRestart.from_json(a)]
-    return {
-        "signals": signals,
-        "gangs": gangs,
-        "pending": pending,
-        "log": log,
-        "attributed": attributed,
-    }
+    def signal_list(self) -> list[Signal]:
+        """The findings kept, as the attribution reads them."""
+        return [s.signal(node) for node, items in self.signals.items() for s in items]
 
 
 # -- pure ---------------------------------------------------------------------------------
 
 
-def _signal_json(s: Signal) -> list[Any]:
-    return [s.code, s.severity.name, s.gpu, s.port, s.first, s.last, s.message]
-
-
-def signals_of(state: Mapping[str, Any]) -> list[Signal]:
-    out = []
-    for node, items in (state.get("signals") or {}).items():
-        for item in items or ():
-            try:
-                code, sev, gpu, port, first, last, message = item
-                out.append(
-                    Signal(
-                        str(node),
-                        str(code),
-                        _SEVERITIES[str(sev)],
-                        str(message),
-                        float(first),
-                        float(last),
-                        None if gpu is None else int(gpu),
-                        None if port is None else str(port),
-                    )
-                )
-            except (KeyError, TypeError, ValueError):
-                continue  # an entry this version cannot read: dropped, not fatal
-    return out
-
-
-def _failed_json(p: FailedPod) -> dict[str, Any]:
-    return {
-        "pod": p.pod,
-        "node": p.node,
-        "at": p.at,
-        "reason": p.reason,
-        "exit_code": p.exit_code,
-        "message": p.message,
-        "log_tail": list(p.log_tail),
-    }
-
-
-def _short(lines: Iterable[str], most: int, chars: int = 300) -> list[str]:
-    return [line[:chars] for line in list(lines)[:most]]
-
-
-def _kept(f: FailedPod) -> dict[str, Any]:
-    """A failed pod as a record keeps it: its last 5 log lines, each cut at 300 chars."""
-    out = _failed_json(f)
-    out["log_tail"] = _short(f.log_tail[-5:], 5)
-    out["message"] = (f.message or "")[:300] or None
-    return out
-
-
-def _failed_of(data: Any) -> FailedPod | None:
-    if not isinstance(data, Mapping):
-        return None
-    at, code = data.get("at"), data.get("exit_code")
-    return FailedPod(
-        pod=str(data.get("pod")),
-        node=data.get("node") if isinstance(data.get("node"), str) else None,
-        at=float(at) if isinstance(at, (int, float)) else None,
-        reason=data.get("reason") if isinstance(data.get("reason"), str) else None,
-        exit_code=int(code) if isinstance(code, int) else None,
-        message=data.get("message") if isinstance(data.get("message"), str) else None,
-        log_tail=tuple(str(x) for x in data.get("log_tail") or ()),
-    )
-
-
 def _update_signals(
-    prev: Mapping[str, Any],
+    prev: Mapping[str, Sequence[KeptSignal]],
     verdicts: Mapping[str, Verdict] | None,
     evicted: Iterable[tuple[str, str]],
     now: float,
     horizon: float,
-) -> dict[str, list[list[Any]]]:
-    out: dict[str, list[list[Any]]] = {}
-    by_key: dict[tuple[str, str, Any, Any], list[Any]] = {}
-    for node, items in (prev.get("signals") or {}).items():
-        for item in items or ():
-            if not isinstance(item, list) or len(item) != 7:
+) -> dict[str, tuple[KeptSignal, ...]]:
+    out: dict[str, list[KeptSignal]] = {}
+    by_key: dict[tuple[str, str, int | None, str | None], tuple[str, int]] = {}
+    for node, items in prev.items():
+        for entry in items:
+            if entry.last < horizon:
                 continue
-            try:
-                if float(item[5]) < horizon:
-                    continue
-            except (TypeError, ValueError):
-                continue
-            entry = list(item)
-            out.setdefault(str(node), []).append(entry)
-            by_key[(str(node), str(entry[0]), entry[2], entry[3])] = entry
+            mine = out.setdefault(node, [])
+            by_key[(node, entry.code, entry.gpu, entry.port)] = (node, len(mine))
+            mine.append(entry)
 
-    def seen(node: str, code: str, sev: Severity, gpu: Any, port: Any, message: str) -> None:
-        entry = by_key.get((node, code, gpu, port))
-        if entry is None:
-            entry = [code, sev.name, gpu, port, now, now, message]
-            by_key[(node, code, gpu, port)] = entry
-            out.setdefault(node, []).append(entry)
+    def seen(
+        node: str, code: str, sev: Severity, gpu: int | None, port: str | None, message: str
+    ) -> None:
+        where = by_key.get((node, code, gpu, port))
+        if where is None:
+            mine = out.setdefault(node, [])
+            by_key[(node, code, gpu, port)] = (node, len(mine))
+            mine.append(KeptSignal(code, sev, gpu, port, now, now, message))
             return
-        entry[5] = now
-        if _SEVERITIES.get(str(entry[1]), Severity.OK) < sev:
-            entry[1] = sev.name  # worst severity seen, latest words
-        entry[6] = message
+        mine = out[where[0]]
+        entry = mine[where[1]]
+        # the worst severity seen, the latest words
+        worst = sev if entry.severity < sev else entry.severity
+        mine[where[1]] = dataclasses.replace(entry, severity=worst, last=now, message=message)
 
     if verdicts is not None:
         for node, verdict in sorted(verdicts.items()):
@@ -517,15 +822,14 @@ def _update_signals(
                 seen(node, r.code, r.severity, r.gpu, r.port, r.message[:MESSAGE_CHARS])
     for node, why in evicted:
         seen(node, "evicted", Severity.BAD, None, None, f"evicted by node-health: {why}"[:200])
-    kept = sorted((e[5], node, i) for node, items in out.items() for i, e in enumerate(items))
+    kept = sorted((e.last, node, i) for node, items in out.items() for i, e in enumerate(items))
     if len(kept) > MAX_SIGNALS:  # the state must fit its ConfigMap: the newest are kept
         drop = {(node, i) for _, node, i in kept[: len(kept) - MAX_SIGNALS]}
         out = {
             node: [e for i, e in enumerate(items) if (node, i) not in drop]
             for node, items in out.items()
         }
-        out = {node: items for node, items in out.items() if items}
-    return out
+    return {node: tuple(items) for node, items in out.items() if items}
 
 
 def _jobs_of(gang: Gang) -> dict[str, str]:
@@ -540,19 +844,7 @@ def _jobs_of(gang: Gang) -> dict[str, str]:
     return {job: next(iter(on)) for job, on in nodes.items() if len(on) == 1}
 
 
-def _since(old: Mapping[str, Any]) -> float:
-    """When a pass first saw the attempt that just ended, so the Event of the restart
-    that began it is not taken for this one: that Event came before the attempt's pods
-    were made, so before any pass saw them (the Event is stamped by the JobSet
-    controller's clock, the pass by ours: clocks kept in step by NTP, as the Lease
-    elections assume)."""
-    try:
-        return float(old.get("attempt_seen") or 0.0)
-    except (TypeError, ValueError):
-        return 0.0
-
-
-def _steps_at(steps: list[list[float]], step: int) -> float | None:
+def _steps_at(steps: Sequence[Step], step: int) -> float | None:
     """When ``step`` (or the first step after it) was first logged."""
     for t, s in steps:
         if s >= step:
@@ -560,68 +852,48 @@ def _steps_at(steps: list[list[float]], step: int) -> float | None:
     return None
 
 
-def _lost(entry: Mapping[str, Any], resumed: int | None) -> dict[str, Any]:
-    steps = [list(x) for x in entry.get("steps") or () if isinstance(x, list) and len(x) == 2]
-    last = int(steps[-1][1]) if steps else None
-    out: dict[str, Any] = {"last_step": last, "resumed_step": resumed}
+def _lost(steps: Sequence[Step], gpus: int | None, at: float, resumed: int | None) -> LostWork:
+    """The work lost by a restart at ``at`` of an attempt on ``gpus`` GPUs that logged
+    ``steps``, the new attempt having loaded step ``resumed`` (None: not said yet)."""
+    last = steps[-1][1] if steps else None
     if resumed is None or last is None:
-        out.update(lost_steps=None, lost_gpu_hours=None)
-        return out
+        return LostWork(last_step=last, resumed_step=resumed)
+    at_least = False
     if last < resumed:
         # the checkpoint the new attempt loaded was written by this one, which so logged
         # steps after the last pass read its log: it reached the resumed step at least,
         # and how far past it is not known, so the loss is a floor
         last = resumed
-        out.update(last_step=last, lost_at_least=True)
-    out["lost_steps"] = last - resumed
+        at_least = True
     # when the resumed step was first logged (from scratch: when the attempt began)
-    reached = _steps_at(steps, resumed) if resumed > 0 else (steps[0][0] if steps else None)
-    gpus = entry.get("gpus")
-    at = float(entry["at"])
-    if reached is not None and isinstance(gpus, int) and gpus > 0:
-        out["lost_gpu_hours"] = round(max(0.0, at - reached) * gpus / 3600.0, 2)
-    else:
-        out["lost_gpu_hours"] = None
-    return out
+    reached = _steps_at(steps, resumed) if resumed > 0 else steps[0][0]
+    hours = None
+    if reached is not None and gpus is not None and gpus > 0:
+        hours = round(max(0.0, float(at) - reached) * gpus / 3600.0, 2)
+    return LostWork(last, resumed, last - resumed, hours, at_least)
 
 
-def _hang(hung: Mapping[str, Any], signals: Attribution) -> Attribution:
+def _hang(hung: Hang, signals: Attribution) -> Attribution:
     """A restart of an attempt that was HUNG: the hang is the cause, on the node the hang
     was likely due to (else on the node the findings point to, else none), with what the
     hang showed first among the evidence."""
-    node = hung.get("node") if isinstance(hung.get("node"), str) else None
-    gpu = hung.get("gpu") if isinstance(hung.get("gpu"), int) else None
-    port = None
+    node, gpu, port = hung.node, hung.gpu, None
     if node is None and signals.attributed:
         node, gpu, port = signals.node, signals.gpu, signals.port
-    since = hung.get("since")
-    said = [str(r) for r in hung.get("reasons") or () if isinstance(r, str)]
-    if isinstance(since, (int, float)):
-        said.insert(0, f"HUNG since {rfc3339(float(since))}")
-    confidence = 0.9 if hung.get("node") else (signals.confidence if node else 0.5)
+    said = [f"HUNG since {rfc3339(hung.since)}", *hung.reasons]
+    confidence = 0.9 if hung.node else (signals.confidence if node else 0.5)
     return Attribution(node, gpu, port, "hang", confidence, (*said, *signals.evidence))
 
 
 def _attribution(
-    pending: Mapping[str, Any],
     restart: Restart,
+    hung: Hang | None,
     signals: Iterable[Signal],
     before_s: float,
     after_s: float,
 ) -> Attribution:
     got = attribute(restart, signals, before_s=before_s, after_s=after_s)
-    hung = pending.get("hung")
-    return _hang(hung, got) if isinstance(hung, Mapping) else got
-
-
-# A restart's phases, in order: (key of the moment it ends, name, what it is)
-PHASES = (
-    ("detected_at", "detection", "from the failure to the restart being set off"),
-    ("pods_gone_at", "teardown", "the old attempt's pods going"),
-    ("scheduled_at", "scheduling", "the new attempt's pods admitted and bound"),
-    ("running_at", "start", "their containers started and Ready"),
-    ("first_step_at", "first step", "loading the checkpoint, compiling, the first step"),
-)
+    return _hang(hung, got) if hung is not None else got
 
 
 def _condition_at(pod: Obj, kind: str) -> float | None:
@@ -632,56 +904,61 @@ def _condition_at(pod: Obj, kind: str) -> float | None:
 
 
 def anatomy(
-    rec: Mapping[str, Any],
+    at: float,
+    hung: Hang | None,
     gang: Gang,
     head: Sequence[str],
     events: Sequence[tuple[float, str, str]],
-    prev: Any = None,
-) -> dict[str, float | None]:
-    """When each phase of a restart ended (Unix s; None: not known yet): ``failed_at``
-    (the first failed pod, or for a hang the last step logged before it), ``detected_at``
-    (a hang: when it was first judged HUNG; else the JobSet controller's restart Event),
-    ``pods_gone_at`` (the new attempt's first pod made: JobSet makes the new child Jobs
-    once the old ones are gone), ``scheduled_at`` (the last new pod bound: its
-    PodScheduled condition), ``running_at`` (the last new pod Ready) and
+    prev: Anatomy | None = None,
+) -> Anatomy:
+    """When each phase of a restart at ``at`` ended (Unix s; None: not known yet):
+    ``failed_at`` (the first failed pod, or for a hang the last step logged before it),
+    ``detected_at`` (a hang: when it was first judged HUNG; else the JobSet controller's
+    restart Event), ``pods_gone_at`` (the new attempt's first pod made: JobSet makes the
+    new child Jobs once the old ones are gone), ``scheduled_at`` (the last new pod bound:
+    its PodScheduled condition), ``running_at`` (the last new pod Ready) and
     ``first_step_at`` (rank 0's first metrics line in the new attempt). What a pass saw
     before stays (``prev``)."""
-    known: dict[str, float | None] = dict.fromkeys(("failed_at", *(k for k, _, _ in PHASES)))
-    if isinstance(prev, Mapping):
-        for k in known:
-            v = prev.get(k)
-            known[k] = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-    hung = rec.get("hung") if isinstance(rec.get("hung"), Mapping) else None
-    at = float(rec.get("at") or 0.0)
-    if known["failed_at"] is None:
-        last = hung.get("last_step_at") if hung else None
-        known["failed_at"] = float(last) if isinstance(last, (int, float)) else at
-    if known["detected_at"] is None:
-        since = hung.get("since") if hung else None
-        if isinstance(since, (int, float)):
-            known["detected_at"] = float(since)
+    known = prev or Anatomy()
+    failed_at = known.failed_at
+    if failed_at is None:
+        last = hung.last_step_at if hung else None
+        failed_at = last if last is not None else float(at)
+    detected_at = known.detected_at
+    if detected_at is None:
+        if hung is not None:
+            detected_at = hung.since
         else:
             told = [t for t, _, _ in events if t >= at - 1.0]
-            known["detected_at"] = min(told) if told else None
+            detected_at = min(told) if told else None
     pods = [p for p in gang.pods if not is_deleting(p)]
     whole = bool(pods) and len(pods) >= gang.expected
     made = [parse_time((p.get("metadata") or {}).get("creationTimestamp")) for p in pods]
-    if known["pods_gone_at"] is None and made and all(t is not None for t in made):
-        known["pods_gone_at"] = min(t for t in made if t is not None)
-    for key, kind in (("scheduled_at", "PodScheduled"), ("running_at", "Ready")):
-        if known[key] is None and whole:
-            times = [_condition_at(p, kind) for p in pods]
-            if all(t is not None for t in times):
-                known[key] = max(t for t in times if t is not None)
-    if known["first_step_at"] is None:
+    pods_gone_at = known.pods_gone_at
+    if pods_gone_at is None and made and all(t is not None for t in made):
+        pods_gone_at = min(t for t in made if t is not None)
+
+    def last_of(kind: str) -> float | None:
+        times = [_condition_at(p, kind) for p in pods]
+        return max(t for t in times if t is not None) if None not in times else None
+
+    scheduled_at = known.scheduled_at
+    if scheduled_at is None and whole:
+        scheduled_at = last_of("PodScheduled")
+    running_at = known.running_at
+    if running_at is None and whole:
+        running_at = last_of("Ready")
+    first_step_at = known.first_step_at
+    if first_step_at is None:
         steps = progress_points(head)
         if steps:
-            known["first_step_at"] = steps[0][0]
-    return known
+            first_step_at = steps[0][0]
+    return Anatomy(failed_at, detected_at, pods_gone_at, scheduled_at, running_at, first_step_at)
 
 
 def phases(known: Mapping[str, Any]) -> tuple[list[tuple[str, float | None]], str | None]:
-    """Each phase's duration in seconds (None: not known), and the slowest known one."""
+    """Each phase's duration in seconds (None: not known), and the slowest known one.
+    ``known``: an ``Anatomy``'s JSON (``RestartRow.anatomy``)."""
     out: list[tuple[str, float | None]] = []
     start = known.get("failed_at")
     for key, name, _ in PHASES:
@@ -712,6 +989,15 @@ def anatomy_text(known: Mapping[str, Any]) -> str | None:
     return f"{head}, " + ", ".join(parts) + f"; slowest: {slowest}"
 
 
+def _count(gang: GangMemo | None) -> int:
+    """The restart count a pass wrote for the gang (-1: none, or none yet)."""
+    return (gang.restarts or -1) if gang is not None else -1
+
+
+def _anatomy_of(known: Anatomy | None) -> dict[str, float | None]:
+    return {} if known is None else known.to_json()
+
+
 def record(
     inputs: RestartInputs,
     verdicts: Mapping[str, Verdict] | None,
@@ -722,89 +1008,60 @@ def record(
     hung: Mapping[str, Mapping[str, Any]] | None = None,
     progressing: Collection[str] = (),
 ) -> tuple[dict[str, Any], dict[str, float]]:
-    """One pass of the recorder: the new state (module docstring) and its gauges.
-    ``verdicts``: this pass's verdicts, None when the telemetry could not be read;
-    ``evicted``: (node, why) of the evictions this pass plans; ``hung``: the runs judged
-    HUNG this pass (``namespace/name`` -> ``since``, ``node``, ``gpu``, ``reasons``): a
-    restart that ends a hung attempt is attributed to the hang (cause ``hang``), to the
-    likely node where one was named; ``progressing``: the runs judged making progress
-    this pass (a hang they had is over)."""
+    """One pass of the recorder: the new state (module docstring; ``prev`` and the new
+    one as JSON, ``RecorderState``) and its gauges. ``verdicts``: this pass's verdicts,
+    None when the telemetry could not be read; ``evicted``: (node, why) of the evictions
+    this pass plans; ``hung``: the runs judged HUNG this pass (``namespace/name`` -> the
+    judgement as JSON, read as a ``Hang``): a restart that ends a hung attempt is
+    attributed to the hang (cause ``hang``), to the likely node where one was named;
+    ``progressing``: the runs judged making progress this pass (a hang they had is
+    over)."""
     hung = hung or {}
-    prev = sane_state(prev)
+    before = RecorderState.from_json(prev)
     horizon = now - (cfg.before_s + cfg.after_s + 600.0)
-    signals = _update_signals(prev, verdicts, evicted, now, horizon)
-    gangs_prev: Mapping[str, Any] = prev.get("gangs") or {}
-    pending: list[dict[str, Any]] = [dict(p) for p in prev.get("pending") or () if p]
-    log: dict[str, list[dict[str, Any]]] = {
-        k: [dict(r) for r in v] for k, v in (prev.get("log") or {}).items()
-    }
-    attributed = attributed_of(prev)
-    gangs: dict[str, Any] = {}
+    signals = _update_signals(before.signals, verdicts, evicted, now, horizon)
+    pending = list(before.pending)
+    log = {run: list(recs) for run, recs in before.log.items()}
+    attributed = list(before.attributed)
+    gangs: dict[str, GangMemo] = {}
     heads_by_run: dict[str, int] = {}
     for gang in inputs.gangs:
         key = gang.key
-        old = gangs_prev.get(key) if isinstance(gangs_prev.get(key), Mapping) else None
-        if old is not None and old.get("uid") != gang.uid:
+        old = before.gangs.get(key)
+        if old is not None and old.uid != gang.uid:
             old = None  # deleted and launched again under the same name: a new run
-        entry: dict[str, Any] = {
-            "uid": gang.uid,
-            "restarts": gang.restarts,
-            "unrecorded": gang.restarts if old is None else int(old.get("unrecorded") or 0),
-            "nodes": list(gang.nodes) or list((old or {}).get("nodes") or ()),
-            "gpus": gang.gpus or int((old or {}).get("gpus") or 0),
-            "steps": [],
-            "failed": {},
-            "jobs": _jobs_of(gang) or dict((old or {}).get("jobs") or {}),
-        }
-        same_attempt = old is not None and int(old.get("restarts") or 0) == gang.restarts
-        entry["attempt_seen"] = (
-            float(old.get("attempt_seen") or now) if same_attempt and old is not None else now
-        )
-        if same_attempt and old is not None:
-            entry["steps"] = [list(x) for x in old.get("steps") or ()][-STEPS_KEPT:]
-            entry["failed"] = dict(old.get("failed") or {})
+        same = old if old is not None and old.restarts == gang.restarts else None
+        steps = list(same.steps)[-STEPS_KEPT:] if same is not None else []
+        failed = dict(same.failed) if same is not None else {}
+        hang = None
         if key in hung:
-            entry["hung"] = dict(hung[key])
-        elif (
-            same_attempt
-            and old is not None
-            and isinstance(old.get("hung"), Mapping)
-            and key not in progressing  # (stopped, or going down: the hang stands)
-        ):
-            entry["hung"] = dict(old["hung"])
+            hang = Hang.from_json(hung[key])
+        elif same is not None and key not in progressing:  # (stopped, or going down)
+            hang = same.hung
+        resumed_step = None
         rank0 = gang.rank0()
         if rank0 is not None:
             rkey = _pod_key(gang.namespace, rank0)
             step = last_step(inputs.tails.get(rkey, ()))
-            steps = entry["steps"]
             if step is not None and (not steps or steps[-1][1] < step):
-                steps.append([now, step])
+                steps.append((now, step))
             loaded = loaded_step(inputs.heads.get(rkey, ()))
             if loaded is not None:
                 heads_by_run[key] = loaded
-                entry["resumed_step"] = loaded
-            elif same_attempt and old is not None and old.get("resumed_step") is not None:
-                entry["resumed_step"] = old.get("resumed_step")
+                resumed_step = loaded
+            elif same is not None:
+                resumed_step = same.resumed_step
         for pod in gang.pods:
-            failed = failed_pod(pod)
-            if failed is None:
+            now_failed = failed_pod(pod)
+            if now_failed is None:
                 continue
-            pkey = _pod_key(gang.namespace, pod)
-            had = _failed_of(entry["failed"].get(failed.pod))
-            tail = inputs.tails.get(pkey) or (had.log_tail if had else ())
-            entry["failed"][failed.pod] = _failed_json(
-                FailedPod(
-                    failed.pod,
-                    failed.node,
-                    failed.at,
-                    failed.reason,
-                    failed.exit_code,
-                    failed.message,
-                    tuple(tail[-FAILED_TAIL:]),
-                )
+            had = failed.get(now_failed.pod)
+            tail = inputs.tails.get(_pod_key(gang.namespace, pod)) or (had.log_tail if had else ())
+            failed[now_failed.pod] = dataclasses.replace(
+                now_failed, log_tail=tuple(tail[-FAILED_TAIL:])
             )
-        if old is not None and gang.restarts > int(old.get("restarts") or 0):
-            failed_before = [f for f in map(_failed_of, (old.get("failed") or {}).values()) if f]
+        if old is not None and gang.restarts > old.restarts:
+            failed_before = list(old.failed.values())
             known = {f.pod for f in failed_before}
             for pod in gang.previous:  # failed pods of the attempt that just ended, if still here
                 late = failed_pod(pod)
@@ -813,19 +1070,21 @@ def record(
                     failed_before.append(
                         dataclasses.replace(late, log_tail=tuple(tail[-FAILED_TAIL:]))
                     )
-            first = int(old.get("restarts") or 0) + 1
-            said = [e for e in inputs.events.get(key, ()) if e[0] > _since(old)]
+            first = old.restarts + 1
+            # not the Event of the restart that began the attempt that just ended: that
+            # came before its pods were made, so before a pass first saw them (the Event
+            # is stamped by the JobSet controller's clock, the pass by ours: clocks kept
+            # in step by NTP, as the Lease elections assume)
+            said = [e for e in inputs.events.get(key, ()) if e[0] > old.attempt_seen]
             if not failed_before and said:
                 # the pods went with the restart: the JobSet controller's Event says when
                 # and which child Job failed first; the last pass saw where it ran
                 at, reason, message = said[0]
                 job = FIRST_FAILED.search(message)
-                jobs = old.get("jobs") or {}
-                node = jobs.get(job.group(1)) if job else None
                 failed_before.append(
                     FailedPod(
                         pod=f"{CHILD_JOB}{job.group(1)}" if job else CHILD_JOB.strip(),
-                        node=node if isinstance(node, str) else None,
+                        node=old.jobs.get(job.group(1)) if job else None,
                         at=at,
                         reason=reason,
                         exit_code=None,
@@ -836,86 +1095,81 @@ def record(
             for number in range(first, gang.restarts + 1):
                 exact = bool(times) and number == first
                 pending.append(
-                    {
-                        "run": key,
-                        "number": number,
-                        "at": min(times) if exact else now,
-                        "at_exact": exact,
-                        "nodes": list(old.get("nodes") or ()),
-                        "gpus": int(old.get("gpus") or 0) or None,
-                        "failed": [_failed_json(f) for f in failed_before] if exact else [],
-                        "steps": (
-                            [list(x) for x in old.get("steps") or ()] if number == first else []
-                        ),
-                        **(
-                            {"hung": old["hung"]}
-                            if number == first and isinstance(old.get("hung"), Mapping)
-                            else {}
-                        ),
-                    }
+                    PendingRestart(
+                        run=key,
+                        number=number,
+                        at=min(times) if exact else now,
+                        at_exact=exact,
+                        nodes=old.nodes,
+                        gpus=old.gpus or None,
+                        failed=tuple(failed_before) if exact else (),
+                        steps=old.steps if number == first else (),
+                        hung=old.hung if number == first else None,
+                    )
                 )
-        gangs[key] = entry
+        gangs[key] = GangMemo(
+            uid=gang.uid,
+            restarts=gang.restarts,
+            unrecorded=gang.restarts if old is None else old.unrecorded,
+            nodes=tuple(gang.nodes) or (old.nodes if old is not None else ()),
+            gpus=gang.gpus or (old.gpus if old is not None else 0),
+            steps=tuple(steps),
+            failed=failed,
+            jobs=_jobs_of(gang) or (dict(old.jobs) if old is not None else {}),
+            attempt_seen=float(same.attempt_seen or now) if same is not None else now,
+            hung=hang,
+            resumed_step=resumed_step,
+        )
 
     # close the windows that have passed
-    all_signals = signals_of({"signals": signals})
-    still: list[dict[str, Any]] = []
+    all_signals = RecorderState(signals=signals).signal_list()
+    still: list[PendingRestart] = []
     for p in pending:
-        at = float(p["at"])
+        at = float(p.at)
         if now < at + cfg.after_s:
             still.append(p)
             continue
-        restart = Restart(
-            namespace=str(p["run"]).split("/", 1)[0],
-            run=str(p["run"]).split("/", 1)[-1],
-            number=int(p["number"]),
-            at=at,
-            nodes=tuple(p.get("nodes") or ()),
-            failed=tuple(f for f in map(_failed_of, p.get("failed") or ()) if f),
-            gpus=p.get("gpus"),
-        )
-        got = _attribution(p, restart, all_signals, cfg.before_s, cfg.after_s)
-        current = gangs.get(str(p["run"])) or {}
-        resumed = (
-            heads_by_run.get(str(p["run"]))
-            if int(current.get("restarts") or -1) == restart.number
-            else None
-        )
-        rec = {
-            "number": restart.number,
-            "at": at,
-            "at_exact": bool(p.get("at_exact")),
-            "gpus": restart.gpus,
-            "nodes": len(restart.nodes),
-            "attribution": {**got.to_json(), "evidence": _short(got.evidence, 8)},
-            "failed": [_kept(f) for f in restart.failed[:2]],
-            **_lost({**p, "gpus": restart.gpus}, resumed),
-        }
-        if isinstance(p.get("anatomy"), Mapping):
-            rec["anatomy"] = dict(p["anatomy"])
-        if isinstance(p.get("hung"), Mapping):
-            rec["hung"] = dict(p["hung"])
-        if resumed is None:
-            rec["steps"] = p.get("steps") or []  # kept until the new attempt says
-        log.setdefault(str(p["run"]), []).append(rec)
-        if got.attributed and got.node is not None:
-            attributed.append(
-                AttributedRestart(got.node, float(at), str(p["run"]), restart.number, got.cause)
+        restart = p.restart()
+        got = _attribution(restart, p.hung, all_signals, cfg.before_s, cfg.after_s)
+        resumed = heads_by_run.get(p.run) if _count(gangs.get(p.run)) == restart.number else None
+        log.setdefault(p.run, []).append(
+            RecordedRestart(
+                number=restart.number,
+                at=at,
+                at_exact=p.at_exact,
+                gpus=restart.gpus,
+                nodes=len(restart.nodes),
+                attribution=dataclasses.replace(
+                    got,
+                    confidence=round(got.confidence, 2),
+                    evidence=tuple(_short(got.evidence, 8)),
+                ),
+                failed=tuple(_kept(f) for f in restart.failed[:2]),
+                lost=_lost(p.steps, restart.gpus, at, resumed),
+                anatomy=p.anatomy,
+                hung=p.hung,
+                steps=p.steps if resumed is None else None,  # kept until the new attempt says
             )
+        )
+        if got.attributed and got.node is not None:
+            attributed.append(AttributedRestart(got.node, at, p.run, restart.number, got.cause))
 
     # lost work the new attempt told us about since
     for run, records in log.items():
-        for rec in records:
-            if rec.get("resumed_step") is not None or "steps" not in rec:
+        for i, rec in enumerate(records):
+            if rec.lost.resumed_step is not None or rec.steps is None:
                 continue
-            entry = gangs.get(run) or {}
-            if int(entry.get("restarts") or -1) != int(rec["number"]):
-                if int(entry.get("restarts") or -1) > int(rec["number"]) or not entry:
-                    rec.pop("steps", None)  # moved on: it will not say any more
+            entry = gangs.get(run)
+            if _count(entry) != rec.number:
+                if _count(entry) > rec.number or entry is None:
+                    records[i] = dataclasses.replace(rec, steps=None)  # it will not say more
                 continue
-            resumed = entry.get("resumed_step")
+            resumed = entry.resumed_step if entry is not None else None
             if resumed is not None:
-                rec.update(_lost({**rec, "steps": rec["steps"]}, int(resumed)))
-                rec.pop("steps", None)
+                lost = _lost(rec.steps, rec.gpus, rec.at, resumed)
+                if rec.lost.at_least:
+                    lost = dataclasses.replace(lost, at_least=True)
+                records[i] = dataclasses.replace(rec, lost=lost, steps=None)
 
     # the anatomy of each gang's latest restart, as its new attempt comes up
     for gang in inputs.gangs:
@@ -924,45 +1178,52 @@ def record(
         key = gang.key
         rank0 = gang.rank0()
         head = inputs.heads.get(_pod_key(gang.namespace, rank0), ()) if rank0 else ()
-        for rec in [*still, *log.get(key, ())]:
-            if rec.get("run", key) == key and int(rec.get("number") or 0) == gang.restarts:
-                rec["anatomy"] = anatomy(
-                    rec, gang, head, inputs.events.get(key, ()), rec.get("anatomy")
-                )
+        events = inputs.events.get(key, ())
+        for i, p in enumerate(still):
+            if p.run == key and p.number == gang.restarts:
+                phased = anatomy(p.at, p.hung, gang, head, events, p.anatomy)
+                still[i] = dataclasses.replace(p, anatomy=phased)
+        records = log.get(key, [])
+        for i, rec in enumerate(records):
+            if rec.number == gang.restarts:
+                phased = anatomy(rec.at, rec.hung, gang, head, events, rec.anatomy)
+                records[i] = dataclasses.replace(rec, anatomy=phased)
 
     lemon_horizon = now - cfg.lemon_window_s
     attributed = [a for a in attributed if a.at >= lemon_horizon]
     for run in list(log):
         log[run] = log[run][-cfg.keep_per_run :]
     if len(log) > cfg.keep_runs:
-        newest = sorted(log, key=lambda r: max(float(x["at"]) for x in log[r]), reverse=True)
+        newest = sorted(log, key=lambda r: max(float(x.at) for x in log[r]), reverse=True)
         log = {r: log[r] for r in newest[: cfg.keep_runs]}
-    everything = sorted(
-        (float(r["at"]), run, i) for run, rs in log.items() for i, r in enumerate(rs)
-    )
+    everything = sorted((float(r.at), run, i) for run, rs in log.items() for i, r in enumerate(rs))
     if len(everything) > cfg.keep_total:  # the state must fit its ConfigMap: newest kept
         keep = {(run, i) for _, run, i in everything[-cfg.keep_total :]}
         log = {run: [r for i, r in enumerate(rs) if (run, i) in keep] for run, rs in log.items()}
         log = {run: rs for run, rs in log.items() if rs}
-    state = {
-        "signals": signals,
-        "gangs": gangs,
-        "pending": still,
-        "log": log,
-        "attributed": [a.to_json() for a in attributed],
-    }
+    state = RecorderState(
+        signals=signals,
+        gangs=gangs,
+        pending=tuple(still),
+        log={run: tuple(rs) for run, rs in log.items()},
+        attributed=tuple(attributed),
+    )
     gauges = {
         "restarts_pending": float(len(still)),
         "restarts_recorded": float(sum(len(v) for v in log.values())),
     }
-    return state, gauges
+    return state.to_json(), gauges
 
 
 def attributed_restarts(state: Mapping[str, Any]) -> list[tuple[str, float]]:
-    """(node, time) of each attributed restart the recorder remembers that counts towards
-    a lemon (``attribution.counts_towards_lemon``: not the restarts node-health's own
-    evictions made)."""
-    return [(a.node, a.at) for a in attributed_of(state) if counts_towards_lemon(a.cause)]
+    """(node, time) of each attributed restart the recorder remembers (``state``: its
+    JSON) that counts towards a lemon (``attribution.counts_towards_lemon``: not the
+    restarts node-health's own evictions made)."""
+    return _lemon_evidence(attributed_of(state))
+
+
+def _lemon_evidence(attributed: Iterable[AttributedRestart]) -> list[tuple[str, float]]:
+    return [(a.node, a.at) for a in attributed if counts_towards_lemon(a.cause)]
 
 
 # -- what `krea-ops train restarts` and `krea-ops nodes lemons` show ----------------------
@@ -987,7 +1248,7 @@ class RestartRow:
     attributed_at: float | None = None  # when the window closes, for a pending one
     provisional: bool = False
     lost_at_least: bool = False  # the last step logged is not known: ``lost_steps`` is a floor
-    # when each phase of the restart ended (``PHASES``; ``failed_at`` first)
+    # when each phase of the restart ended (its ``Anatomy`` as JSON; empty: none recorded)
     anatomy: Mapping[str, float | None] = field(default_factory=dict)
 
 
@@ -1005,25 +1266,20 @@ class RunRestarts:
     recorded: bool
 
 
-def _row(rec: Mapping[str, Any]) -> RestartRow:
-    def opt_int(key: str) -> int | None:
-        v = rec.get(key)
-        return int(v) if isinstance(v, int) and not isinstance(v, bool) else None
-
-    hours = rec.get("lost_gpu_hours")
+def _row(rec: RecordedRestart) -> RestartRow:
     return RestartRow(
-        number=int(rec.get("number") or 0),
-        at=float(rec.get("at") or 0.0),
-        at_exact=bool(rec.get("at_exact")),
-        attribution=Attribution.from_json(rec.get("attribution") or {}),
-        lost_steps=opt_int("lost_steps"),
-        lost_gpu_hours=float(hours) if isinstance(hours, (int, float)) else None,
-        last_step=opt_int("last_step"),
-        resumed_step=opt_int("resumed_step"),
-        gpus=opt_int("gpus"),
-        failed=tuple(f for f in map(_failed_of, rec.get("failed") or ()) if f),
-        lost_at_least=bool(rec.get("lost_at_least")),
-        anatomy=dict(_anatomy_json(rec.get("anatomy")).get("anatomy") or {}),
+        number=rec.number,
+        at=float(rec.at),
+        at_exact=rec.at_exact,
+        attribution=rec.attribution,
+        lost_steps=rec.lost.lost_steps,
+        lost_gpu_hours=rec.lost.lost_gpu_hours,
+        last_step=rec.lost.last_step,
+        resumed_step=rec.lost.resumed_step,
+        gpus=rec.gpus,
+        failed=rec.failed,
+        lost_at_least=rec.lost.at_least,
+        anatomy=_anatomy_of(rec.anatomy),
     )
 
 
@@ -1035,43 +1291,43 @@ def run_restarts(
     after_s: float = WINDOW_AFTER_S,
     before_s: float = WINDOW_BEFORE_S,
 ) -> RunRestarts:
-    """``recorder``: node-health's ``recorder`` state (None: never written);
+    """``recorder``: node-health's ``recorder`` state as JSON (None: never written);
     ``restarts``: the JobSet's ``status.restarts`` (None: no such JobSet). A restart
     whose window is still open is attributed provisionally, by the same rule over the
     findings recorded so far."""
     key = f"{namespace}/{name}"
-    rec = sane_state(recorder) if recorder is not None else {}
-    rows = [_row(r) for r in (rec.get("log") or {}).get(key) or () if isinstance(r, Mapping)]
-    signals = signals_of(rec)
-    for p in rec.get("pending") or ():
-        if isinstance(p, Mapping) and p.get("run") == key:
-            at = float(p.get("at") or 0.0)
-            restart = Restart(
-                namespace=namespace,
-                run=name,
-                number=int(p.get("number") or 0),
-                at=at,
-                nodes=tuple(p.get("nodes") or ()),
-                failed=tuple(f for f in map(_failed_of, p.get("failed") or ()) if f),
-                gpus=p.get("gpus") if isinstance(p.get("gpus"), int) else None,
+    state = RecorderState.from_json(recorder)
+    rows = [_row(r) for r in state.log.get(key, ())]
+    signals = state.signal_list()
+    for p in state.pending:
+        if p.run != key:
+            continue
+        restart = Restart(
+            namespace=namespace,
+            run=name,
+            number=p.number,
+            at=p.at,
+            nodes=p.nodes,
+            failed=p.failed,
+            gpus=p.gpus,
+        )
+        rows.append(
+            RestartRow(
+                number=p.number,
+                at=p.at,
+                at_exact=p.at_exact,
+                attribution=_attribution(restart, p.hung, signals, before_s, after_s),
+                gpus=p.gpus,
+                failed=p.failed,
+                attributed_at=p.at + after_s,
+                provisional=True,
+                anatomy=_anatomy_of(p.anatomy),
             )
-            rows.append(
-                RestartRow(
-                    number=restart.number,
-                    at=at,
-                    at_exact=bool(p.get("at_exact")),
-                    attribution=_attribution(p, restart, signals, before_s, after_s),
-                    gpus=restart.gpus,
-                    failed=restart.failed,
-                    attributed_at=at + after_s,
-                    provisional=True,
-                    anatomy=dict(_anatomy_json(p.get("anatomy")).get("anatomy") or {}),
-                )
-            )
+        )
     rows.sort(key=lambda r: r.number)
-    gang = (rec.get("gangs") or {}).get(key)
-    unrecorded = int(gang.get("unrecorded") or 0) if isinstance(gang, Mapping) else 0
-    if not isinstance(gang, Mapping) and restarts:
+    gang = state.gangs.get(key)
+    unrecorded = gang.unrecorded if gang is not None else 0
+    if gang is None and restarts:
         unrecorded = max(0, restarts - len(rows))
     return RunRestarts(namespace, name, restarts, tuple(rows), unrecorded, recorder is not None)
 
@@ -1101,10 +1357,10 @@ def lemon_rows(
     """Every node labelled a lemon, attributed a restart, or evicted within the window,
     worst first (most restarts, then most evictions)."""
     state = node_health_state if isinstance(node_health_state, Mapping) else {}
-    recorder = sane_state(state.get("recorder"))
+    attributed = attributed_of(state.get("recorder"))
     horizon = now - window_s
     restarts: dict[str, list[tuple[float, str, int, str]]] = {}
-    for a in attributed_of(recorder):
+    for a in attributed:
         if a.at >= horizon:
             restarts.setdefault(a.node, []).append((a.at, a.run, a.number, a.cause))
     remediations = state.get("remediations")
@@ -1114,7 +1370,7 @@ def lemon_rows(
         if isinstance(ts, list)
     }
     candidates = lemon_candidates(
-        attributed_restarts(recorder),
+        _lemon_evidence(attributed),
         now,
         window_s=window_s,
         threshold=threshold,
