@@ -435,6 +435,38 @@ NODE_CHECKS = {
 }
 
 
+def same_instant(url: str, groups: tuple[str, ...], what: str) -> str:
+    """The telemetry of ``groups`` read in this process at one instant with and without
+    the node summaries: whether every node's GPUs, links and ports read the same. (The
+    commands' outputs above are of two phases minutes apart, where a counter's total
+    caps its window's count differently: this compares like with like.)"""
+    from krea_ops.settings import load_settings
+    from krea_ops.telemetry.prometheus import PrometheusSource
+
+    settings = load_settings(env={})
+    at = time.time()
+    with PrometheusSource(url, settings, clock=lambda: at) as source:
+        pruned = source.collect(None, families=groups)
+    with PrometheusSource(url, settings, use_summaries=False, clock=lambda: at) as source:
+        whole = source.collect(None, families=groups)
+    skipped = sorted(k for k, v in pruned.skipped.items() if v)
+    for node in sorted(whole.nodes.keys() | pruned.nodes.keys()):
+        a, b = pruned.nodes.get(node), whole.nodes.get(node)
+        if a is None or b is None:
+            return f"{what} at one instant: DIFFERS: {node} read by one read only"
+        for part in ("gpus", "nvlinks", "ib_ports"):
+            for x, y in zip(getattr(a, part), getattr(b, part), strict=False):
+                if x != y:
+                    fields = [k for k in vars(x) if getattr(x, k) != getattr(y, k)]
+                    return f"{what} at one instant: DIFFERS on {node} {part}: {fields}"
+            if len(getattr(a, part)) != len(getattr(b, part)):
+                return f"{what} at one instant: DIFFERS on {node}: {part} counted apart"
+    return (
+        f"{what} at one instant: the same telemetry for all {len(whole.nodes):,} nodes with"
+        f" and without the summaries (skipped by them: {', '.join(skipped) or 'nothing'})"
+    )
+
+
 def check_node_series(prom: Prometheus, nodes: int) -> str:
     """Counts, at "now", the nodes whose series are missing or differ from the PromQL
     fold of their readings (NODE_CHECKS)."""
@@ -1102,6 +1134,10 @@ def main(argv: list[str] | None = None) -> int:
                 gpus = by_name["krea-ops gpus -o json"]
                 print(f"  {same_verdicts(before['krea-ops nodes list -o json'].out, listed.out)}")
                 print(f"  {same_gpus(before['krea-ops gpus -o json'].out, gpus.out)}")
+                from krea_ops.telemetry.dialects import FABRIC
+
+                print(f"  {same_instant(prom.url, ('gpu',), 'gpus')}", flush=True)
+                print(f"  {same_instant(prom.url, FABRIC, 'fabric')}", flush=True)
                 for name, rising in (
                     ("krea-ops fabric -o json", ("errors_total", "counters")),
                     (f"krea-ops nodes show {one} -o json", ()),
