@@ -163,29 +163,29 @@ PROVEN_EMPTY: Mapping[str, Callable[[Mapping[str, float]], bool]] = {
     "nvlink_sum_total": lambda v: v.get("nvlink_counted_now") == 0,
     "nvlink_sum_rate": lambda v: "nvlink_counted_now" in v and _zero(v, "nvlink_counted_new"),
 }
+
+
 # Presence readings a node's summaries prove full: every port of the node serves every
 # counter of the family (``ib_error_present``: which error counters a port has, so that
 # an absent sparse row reads 0, not unknown). The read asks the other nodes only and
 # gives each port of these the whole set, where it found as many ports as the summary
 # counted. Reading -> (the summary counting the objects, the proof).
+def _every(
+    objects: str, series: str, per: int
+) -> tuple[str, Callable[[Mapping[str, float]], bool]]:
+    """(the summary counting the objects, whether ``series`` counts ``per`` of each)."""
+
+    def proves(v: Mapping[str, float]) -> bool:
+        n = v.get(objects)
+        return n is not None and n > 0 and v.get(series) == n * per
+
+    return objects, proves
+
+
 PROVEN_FULL: Mapping[str, tuple[str, Callable[[Mapping[str, float]], bool]]] = {
-    "ib_error_present": (
-        "ib_ports",
-        lambda v: (
-            (ports := v.get("ib_ports")) is not None
-            and ports > 0
-            and v.get("ib_error_series") == ports * len(IB_ERROR_COUNTERS)
-        ),
-    ),
+    "ib_error_present": _every("ib_ports", "ib_error_series", len(IB_ERROR_COUNTERS)),
     # every GPU serves every per-GPU NVLink counter, with a rate (two samples) in the window
-    "nvlink_sum_present": (
-        "gpus",
-        lambda v: (
-            (gpus := v.get("gpus")) is not None
-            and gpus > 0
-            and v.get("nvlink_error_series") == gpus * len(NVLINK_COUNTERS)
-        ),
-    ),
+    "nvlink_sum_present": _every("gpus", "nvlink_error_series", len(NVLINK_COUNTERS)),
 }
 # the summary counting the objects a filled or full reading is given on: GPUs or ports
 OBJECTS = {"gpu": "gpus", "device": "ib_ports"}
