@@ -133,7 +133,6 @@ NODE_FOLDS: dict[str, str] = {
     "xid_monitored_uniform": "krea_node_gpu_xid_monitored",
     "nvlink_links_uniform": "krea_node_gpu_nvlink_links",
     "nvlink_links_up_uniform": "krea_node_gpu_nvlink_links_up",
-    "ib_state_uniform": "krea_node_ib_state_id",
     "ib_phys_state_uniform": "krea_node_ib_physical_state_id",
     "ib_rate_uniform": "krea_node_ib_rate_bytes_per_second",
 }

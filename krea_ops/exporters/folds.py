@@ -66,7 +66,6 @@ HELP = {
     "xid_monitored_uniform": "krea_gpu_xid_monitored of every GPU, where all report the same.",
     "nvlink_links_uniform": "NVLinks of every GPU, where all report the same.",
     "nvlink_links_up_uniform": "NVLinks up of every GPU, where all report the same.",
-    "ib_state_uniform": "Logical state of every InfiniBand port, where all report the same.",
     "ib_phys_state_uniform": "Physical state of every InfiniBand port, where all report the same.",
     "ib_rate_uniform": "Link speed of every InfiniBand port, where all report the same.",
 }
@@ -78,9 +77,9 @@ UNIFORM_SOURCE = {
     "nvlink_links_uniform": "krea_gpu_nvlink_links",
     "nvlink_links_up_uniform": "krea_gpu_nvlink_links_up",
 }
-# the same for every InfiniBand port of a node
+# the same for every InfiniBand port of a node (not the state: ``krea_ib_state_id`` is the
+# series that names a node's ports to a read, asked of every node)
 UNIFORM_PORT_SOURCE = {
-    "ib_state_uniform": "krea_ib_state_id",
     "ib_phys_state_uniform": "krea_ib_physical_state_id",
     "ib_rate_uniform": "krea_ib_rate_bytes_per_second",
 }

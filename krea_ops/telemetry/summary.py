@@ -126,8 +126,9 @@ def expressions(window_s: float) -> dict[str, str]:
 # each GPU's, but where a node's summary says they all read the same, the read takes the
 # node's value instead of asking Prometheus for every GPU's (docs/metrics.md).
 UNIFORM = ("memory_total", "power_limit", "xid_monitored", "nvlink_links", "nvlink_links_up")
-# the same of every InfiniBand port of a node: all active, link up, at one speed
-UNIFORM_PORTS = ("ib_state", "ib_phys_state", "ib_rate")
+# the same of every InfiniBand port of a node: link up, at one speed (not the state: its
+# series names the ports, so that a read knows them before any rate has two samples)
+UNIFORM_PORTS = ("ib_phys_state", "ib_rate")
 # the series that says when a node's summaries were taken (the scrape's time)
 STAMP = NODE_FOLDS["gpus"]
 

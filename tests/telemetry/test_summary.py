@@ -189,3 +189,13 @@ def test_thresholds_are_the_policys() -> None:
     at_zero = HealthPolicy(slowdown_margin_c=0.0)
     assert unclean({**CLEAN, "margin_min": 0.0}, at_zero) is not None
     assert unclean({**CLEAN, "temperature_max": 76.0}, HealthPolicy(warm_c=80.0)) is None
+
+
+def test_the_series_that_names_the_ports_is_asked_of_every_node() -> None:
+    """A young exporter's ports have no rate yet (two samples in the window): only their
+    state names them to a fleet read, so it is never given from a summary (the one-truth
+    test saw every port missing from ``fabric`` in its first round when it was)."""
+    from krea_ops.telemetry.summary import FILLED, PROVEN_VALUE
+
+    assert "ib_state" not in PROVEN_VALUE and "ib_state" not in FILLED
+    assert "gpu_info" not in PROVEN_VALUE and "gpu_info" not in FILLED
