@@ -675,7 +675,7 @@ class PrometheusSource(TelemetrySource):
                 what = summary.PROVEN_VALUE[key]
                 proven[key] = frozenset(n for n, v in usable.items() if what in v)
             else:
-                test = summary.PROVEN_EMPTY.get(key) or summary.PROVEN_FULL[key][1]
+                test = summary.PROVEN_EMPTY.get(key) or summary.PROVEN_FULL[key]
                 proven[key] = frozenset(n for n, v in usable.items() if test(v))
         return proven, usable
 
@@ -781,12 +781,11 @@ class PrometheusSource(TelemetrySource):
                     )
                     futures[f.key] = self._pool.submit(self._run, f.key, query, at, value_labels(f))
                     first.append(f)
+                objects = summary.OBJECTS[f.by[0]]
                 if skip and f.keep is None and f.key in summary.FILLED:
                     value = summary.FILLED[f.key]
-                    objects = summary.OBJECTS[f.by[0]]
                     fills.append((f, {n: (int(known[n][objects]), value(known[n])) for n in skip}))
                 if skip and f.key in summary.PROVEN_FULL:
-                    objects = summary.PROVEN_FULL[f.key][0]
                     full.append((f, {n: int(known[n][objects]) for n in skip}))
 
         errors: list[str] = []

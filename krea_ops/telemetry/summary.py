@@ -170,26 +170,28 @@ PROVEN_EMPTY: Mapping[str, Callable[[Mapping[str, float]], bool]] = {
 # counter of the family (``ib_error_present``: which error counters a port has, so that
 # an absent sparse row reads 0, not unknown). The read asks the other nodes only and
 # gives each port of these the whole set, where it found as many ports as the summary
-# counted. Reading -> (the summary counting the objects, the proof).
-def _every(
-    objects: str, series: str, per: int
-) -> tuple[str, Callable[[Mapping[str, float]], bool]]:
-    """(the summary counting the objects, whether ``series`` counts ``per`` of each)."""
+# counted (``OBJECTS``). Reading -> the proof.
+# the summary counting the objects a filled or full reading is given on, by what the
+# reading is read per (``Family.by[0]``): GPUs or ports
+OBJECTS = {"gpu": "gpus", "device": "ib_ports"}
+
+
+def _every(per_what: str, series: str, per: int) -> Callable[[Mapping[str, float]], bool]:
+    """Whether ``series`` counts ``per`` of each object the node has (``OBJECTS``)."""
+    objects = OBJECTS[per_what]
 
     def proves(v: Mapping[str, float]) -> bool:
         n = v.get(objects)
         return n is not None and n > 0 and v.get(series) == n * per
 
-    return objects, proves
+    return proves
 
 
-PROVEN_FULL: Mapping[str, tuple[str, Callable[[Mapping[str, float]], bool]]] = {
-    "ib_error_present": _every("ib_ports", "ib_error_series", len(IB_ERROR_COUNTERS)),
+PROVEN_FULL: Mapping[str, Callable[[Mapping[str, float]], bool]] = {
+    "ib_error_present": _every("device", "ib_error_series", len(IB_ERROR_COUNTERS)),
     # every GPU serves every per-GPU NVLink counter, with a rate (two samples) in the window
-    "nvlink_sum_present": _every("gpus", "nvlink_error_series", len(NVLINK_COUNTERS)),
+    "nvlink_sum_present": _every("gpu", "nvlink_error_series", len(NVLINK_COUNTERS)),
 }
-# the summary counting the objects a filled or full reading is given on: GPUs or ports
-OBJECTS = {"gpu": "gpus", "device": "ib_ports"}
 # readings a node's summaries give the value of, for every GPU (see UNIFORM)
 PROVEN_VALUE: Mapping[str, str] = {key: f"{key}_uniform" for key in (*UNIFORM, *UNIFORM_PORTS)}
 # the summaries the port views' IB proofs read (PROVEN_EMPTY's and PROVEN_FULL's)

@@ -93,7 +93,7 @@ PORTS_CLEAN = {
 def test_a_clean_node_proves_every_skippable_reading_empty() -> None:
     full = {**CLEAN, "nvlink_fault_gpus": 8.0, **PORTS_CLEAN}
     assert all(proves(full) for proves in PROVEN_EMPTY.values())
-    assert all(proves(full) for _, proves in PROVEN_FULL.values())
+    assert all(proves(full) for proves in PROVEN_FULL.values())
     assert set(PROVING) <= set(expressions(300.0))
 
 
@@ -142,7 +142,7 @@ def test_a_summary_above_zero_keeps_its_reading_read(
         else:
             values[what] = value
     failing = [k for k, proves in PROVEN_EMPTY.items() if not proves(values)]
-    failing += [k for k, (_, proves) in PROVEN_FULL.items() if not proves(values)]
+    failing += [k for k, proves in PROVEN_FULL.items() if not proves(values)]
     assert failing == still_read
 
 
