@@ -828,13 +828,26 @@ class PrometheusSource(TelemetrySource):
             self._gather([f for f, _ in rounds], futures, asm, errors, failures)
         down: list[TargetDown] = []
         try:
-            down = self._down_targets(targets.result(), asm)
+            down = self._down_targets(
+                targets.result(), asm, lambda: self._telemetry_jobs(by_key, at)
+            )
         except Exception as exc:
             errors.append(f"targets API failed ({self._reason(exc)}): failing scrapes not shown")
         fleet = asm.build(self.describe(), errors=errors, down=down)
         if skipped:
             fleet = dataclasses.replace(fleet, skipped=MappingProxyType(skipped))
         return fleet
+
+    def _telemetry_jobs(self, by_key: Mapping[str, Family], at: float) -> frozenset[str]:
+        """The jobs whose targets serve a freshness series on any node: what a fleet read
+        learns from its freshness rows, for a read of a few nodes."""
+        fresh = next((f for f in by_key.values() if f.kind == "fresh"), None)
+        if fresh is None:
+            return frozenset()
+        rows = self._run("fresh jobs", f"group by (job) ({self._builder.query(fresh)})", at)
+        if not isinstance(rows, list):
+            return frozenset()
+        return frozenset(job for labels, _ in rows if (job := labels.get("job")))
 
     @staticmethod
     def _fresh_nodes(
@@ -876,22 +889,35 @@ class PrometheusSource(TelemetrySource):
             else:
                 asm.add(family, rows)
 
-    def _down_targets(self, targets: list[dict[str, Any]], asm: Assembler) -> list[TargetDown]:
+    def _down_targets(
+        self,
+        targets: list[dict[str, Any]],
+        asm: Assembler,
+        fleet_jobs: Callable[[], frozenset[str]] | None = None,
+    ) -> list[TargetDown]:
         """Targets Prometheus fails to scrape, mapped to nodes. Only targets of jobs that
-        serve telemetry count (a failing kubelet target is not a GPU exporter)."""
+        serve telemetry count (a failing kubelet target is not a GPU exporter): the jobs
+        of this read's freshness rows, and where the read asks for a few nodes, whose
+        rows may all be gone, ``fleet_jobs`` (asked once, only if needed)."""
         out: list[TargetDown] = []
+        jobs: frozenset[str] | None = None
         for target in targets:
             if target.get("health") != "down":
                 continue
             labels = target.get("labels") or {}
             instance = labels.get("instance") or ""
             job = labels.get("job") or ""
-            if job not in asm.jobs and instance not in asm.instances:
-                continue
             node = next((labels[n] for n in NODE_LABELS if labels.get(n)), None)
             node = node or asm.instances.get(instance) or instance_host(instance)
             if not node:
                 continue
+            if job not in asm.jobs and instance not in asm.instances:
+                if fleet_jobs is None or asm.nodes is None or node not in asm.nodes:
+                    continue
+                if jobs is None:
+                    jobs = fleet_jobs()
+                if job not in jobs:
+                    continue
             url = target.get("scrapeUrl") or instance
             error = (target.get("lastError") or "").strip() or "scrape failing"
             out.append(TargetDown(node=node, error=f"scrape of {url} failing: {error}"))

@@ -27,7 +27,13 @@ def test_a_stopped_exporter_is_down_then_stale_never_healthy(
     args = ("--gpu-backend", "fake", "--fake-gpus", "2", "--sysfs", str(tmp_path))
     gone = running_exporter(*args, "--node-name", "gone")
     stays = running_exporter(*args, "--node-name", "stays")
-    prom = Prometheus([Target(gone.address, "krea"), Target(stays.address, "krea")])
+    # (each target labelled with its node, as the shipped scrape config's relabelling does)
+    prom = Prometheus(
+        [
+            Target(gone.address, "krea", {"node": "gone"}),
+            Target(stays.address, "krea", {"node": "stays"}),
+        ]
+    )
     source = PrometheusSource(prom.url, settings(telemetry_stale_s=STALE_S))
     try:
         prom.wait_scrapes("krea", 2)
@@ -74,6 +80,17 @@ def test_a_stopped_exporter_is_down_then_stale_never_healthy(
         assert all(g.temperature_min_window_c is None for g in node.gpus)
         # asking for the node alone says the same
         assert source.collect({"gone"}).nodes["gone"].stale is True
+
+        # past the freshness lookback its series are gone from every query: the scrape
+        # error alone names it, asked for with the fleet or alone (the read of one node
+        # learns which jobs serve telemetry from the fleet, as the fleet read does)
+        lookback = max(10.0, 3 * STALE_S) + max(10.0, 3 * STALE_S) / 6
+        time.sleep(max(0.0, stopped_at + lookback + 1 - time.time()))
+        for read in (source.collect(), source.collect({"gone"})):
+            node = read.nodes["gone"]
+            assert node.exporter_up is False and node.last_sample_at is None
+            assert f"scrape of {gone.url} failing:" in (node.error or "")
+            assert node.gpus == () and node.ib_ports == ()
     finally:
         source.close()
         prom.stop()

@@ -190,12 +190,17 @@ def test_kueue_objects_validate_and_queue_status(world: SimWorld) -> None:
     }
 
     def installed() -> bool:
+        # (every object, the LocalQueues too: the stand-in creates them one at a time,
+        # the namespaced ones after the cluster-scoped)
         for obj in kueue_objects(world.world.config):
-            if obj["kind"] not in plural:
-                continue
-            name = obj["metadata"]["name"]
+            meta = obj["metadata"]
             try:
-                custom.get_cluster_custom_object(*KUEUE, plural[obj["kind"]], name)
+                if obj["kind"] == "LocalQueue":
+                    custom.get_namespaced_custom_object(
+                        *KUEUE, meta["namespace"], "localqueues", meta["name"]
+                    )
+                elif obj["kind"] in plural:
+                    custom.get_cluster_custom_object(*KUEUE, plural[obj["kind"]], meta["name"])
             except ApiException:
                 return False
         return True
