@@ -111,7 +111,21 @@ def test_victoriametrics_variant_scrapes_what_the_podmonitors_name() -> None:
         assert job["kubernetes_sd_configs"] == [
             {"role": "pod", "namespaces": {"names": ["krea-ops"]}}
         ]
-    assert jobs["krea-ops/krea-ops-exporter"]  # the exporter's job, named as the alerts expect
+    # the exporter's job, named as the alerts expect; its targets name their node (a
+    # target down past the reads' lookback is known by it) and keep the series' own
+    exporter = jobs["krea-ops/krea-ops-exporter"]
+    (endpoint,) = monitors["krea-ops-exporter"]["spec"]["podMetricsEndpoints"]
+    assert exporter["honor_labels"] is endpoint["honorLabels"] is True
+    assert {"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "node"} in (
+        exporter["relabel_configs"]
+    )
+    assert endpoint["relabelings"] == [
+        {
+            "action": "replace",
+            "sourceLabels": ["__meta_kubernetes_pod_node_name"],
+            "targetLabel": "node",
+        }
+    ]
 
     (vm_svc,) = [d for d in objects if d["kind"] == "Service"]
     (agent,) = [d for d in objects if d["kind"] == "Deployment"]
