@@ -146,12 +146,16 @@ class ServerProcess:
         kubeconfig: Path,
         ca_file: Path,
         control_plane: str = "embedded",
+        nodes: int | None = None,
     ) -> None:
+        """``nodes``: how many nodes the benchmark registers and keeps alive
+        (``NodeHeartbeats``), which sizes the upstream node lifecycle controller's grace."""
         self.argv = [
             cli,
             *("sim", "serve", "--api-only", "--state", str(state)),
             *("--kubeconfig-out", str(kubeconfig)),
             *("--control-plane", control_plane),
+            *(("--nodes", str(nodes)) if nodes is not None else ()),
         ]
         self.stderr_tail: list[str] = []
         self.proc = subprocess.Popen(
@@ -216,6 +220,88 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+class NodeHeartbeats:
+    """Keeps the benchmark's nodes Ready on the upstream control plane, as their kubelets
+    would: each node's Lease in ``kube-node-lease`` is created, then renewed every
+    ``renew_s`` (spread evenly over the nodes, on one connection in a thread). Without it
+    the controller-manager's node lifecycle controller takes every node NotReady
+    ("Kubelet stopped posting node status.") once its grace period has passed, and taints
+    it unreachable, half-way through the benchmark. The cadence is the simulated
+    kubelets' (``Kubelet.renew_for``: 10 s, or nodes / 32 s past 320 nodes), which
+    ``sim serve --api-only --nodes N`` sizes the grace period to."""
+
+    def __init__(self, server: ServerProcess, names: Sequence[str]) -> None:
+        from krea_ops.sim.common.actor import WorldConfig
+        from krea_ops.sim.machines.kubelet import Kubelet
+
+        config = WorldConfig(nodes=len(names))
+        self.renew_s = Kubelet.renew_for(config)
+        self.duration_s = Kubelet.lease_duration_for(config)
+        self.names = list(names)
+        self.target = server.target
+        self.renewals = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        made = run_writes(
+            "create node Leases", server, self.names, self._create, min(8, len(self.names))
+        )
+        if made.errors:
+            raise RuntimeError(f"{made.errors} node Leases not created: {made.first_error}")
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _now() -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+
+    def _create(self, name: str) -> tuple[str, str, bytes, str]:
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": name, "namespace": "kube-node-lease"},
+            "spec": {
+                "holderIdentity": name,
+                "leaseDurationSeconds": self.duration_s,
+                "renewTime": self._now(),
+            },
+        }
+        path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+        return "POST", path, json.dumps(body).encode(), "application/json"
+
+    def _run(self) -> None:
+        conn = self.target.connect()
+        gap = self.renew_s / len(self.names)
+        due = time.monotonic()
+        while not self._stop.is_set():
+            for name in self.names:
+                due += gap
+                if self._stop.wait(max(0.0, due - time.monotonic())):
+                    return
+                path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/" + name
+                body = json.dumps({"spec": {"renewTime": self._now()}}).encode()
+                try:
+                    status, data = request(
+                        conn,
+                        "PATCH",
+                        path,
+                        self.target.headers("application/merge-patch+json"),
+                        body,
+                    )
+                except (OSError, http.client.HTTPException) as exc:
+                    self.errors.append(f"{name}: {exc!r}")
+                    conn.close()
+                    conn = self.target.connect()
+                    continue
+                if status == 200:
+                    self.renewals += 1
+                else:
+                    self.errors.append(f"{name}: {status} {data[:200]!r}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
 
 
 def request(

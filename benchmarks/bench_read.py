@@ -65,6 +65,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from bench_apiserver import (  # noqa: E402
+    NodeHeartbeats,
     ServerProcess,
     create_request,
     node_name,
@@ -1008,9 +1009,15 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmp_name)
         t_start = time.time()
         server = ServerProcess(
-            cli, tmp / "state", tmp / "kubeconfig", tmp / "ca.pem", args.control_plane
+            cli,
+            tmp / "state",
+            tmp / "kubeconfig",
+            tmp / "ca.pem",
+            args.control_plane,
+            nodes=args.nodes,
         )
         prom: Prometheus | None = None
+        beats: NodeHeartbeats | None = None
         try:
             made = run_writes(
                 f"create nodes ({args.concurrency} clients)",
@@ -1020,6 +1027,14 @@ def main(argv: list[str] | None = None) -> int:
                 args.concurrency,
             )
             print(f"- API server {server.url}: {args.nodes} nodes created in {made.wall_s:.1f} s")
+            if args.control_plane == "upstream":
+                # (the controller-manager would take kubelet-less nodes NotReady mid-run)
+                beats = NodeHeartbeats(server, [node_name(i) for i in range(args.nodes)])
+                print(
+                    f"- node Leases created, renewed every {beats.renew_s:g} s from here on "
+                    "(as the simulated kubelets do)",
+                    flush=True,
+                )
 
             t0 = time.time()
             first = t0 - window - args.interval
@@ -1168,7 +1183,14 @@ def main(argv: list[str] | None = None) -> int:
             last = times[-1]
             if time.time() > last:
                 print(f"WARNING: the run outlasted the samples by {time.time() - last:.0f} s")
+            if beats is not None:
+                print(
+                    f"- node Leases: {beats.renewals} renewals, {len(beats.errors)} failed"
+                    + (f" (e.g. {beats.errors[0]})" if beats.errors else "")
+                )
         finally:
+            if beats is not None:
+                beats.stop()
             if prom is not None:
                 prom.stop()
             server.stop()

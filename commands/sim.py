@@ -22,7 +22,13 @@ app = typer.Typer(no_args_is_help=True, help="Run the bundled cluster simulator.
 
 @app.command("serve")
 def serve(
-    nodes: int = typer.Option(64, "--nodes", help="GPU nodes in the simulated world"),
+    nodes: int = typer.Option(
+        64,
+        "--nodes",
+        help="GPU nodes in the simulated world (with --api-only on upstream: the nodes your "
+        "clients register and keep alive, which sizes the node lifecycle controller's grace "
+        "period as the world's kubelets' Lease)",
+    ),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per node"),
     seed: int = typer.Option(None, "--seed", help="random seed of the world"),
     speed: float = typer.Option(1.0, "--speed", help="simulated seconds per real second"),
@@ -108,6 +114,8 @@ def serve(
     sim: Any  # LocalApiServer or UpstreamControlPlane: url, kubeconfig, state_dir
     say = lambda line: print(f"  {line}", file=sys.stderr, flush=True)  # noqa: E731
     if api_only and control_plane == "upstream":
+        from krea_ops.sim.common.actor import WorldConfig
+        from krea_ops.sim.machines.kubelet import Kubelet
         from krea_ops.sim.upstream.controlplane import UpstreamControlPlane
 
         sim = UpstreamControlPlane(
@@ -115,6 +123,8 @@ def serve(
             host=host,
             port=port,
             kubeconfig_out=kubeconfig_out,
+            # a client's nodes renew their Leases as the world's kubelets would
+            node_grace_s=max(50.0, Kubelet.lease_duration_for(WorldConfig(nodes=nodes))),
             progress=say,
         )
         exporters: dict[str, str] = {}
