@@ -38,7 +38,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from bench_apiserver import ServerProcess, table  # noqa: E402
+from bench_apiserver import ServerProcess, compile_project, table  # noqa: E402
 
 from krea_ops.kube.cluster import Cluster, connect  # noqa: E402
 from krea_ops.kube.times import micro_time, parse_time  # noqa: E402
@@ -209,6 +209,7 @@ def main() -> None:
     if kubectl is None:
         raise SystemExit("kubectl is not on PATH")
     cli = str(Path(sys.executable).with_name("krea-ops"))
+    compile_project()
     command = f".venv/bin/python benchmarks/bench_evict.py {shlex.join(sys.argv[1:])}"
     print(f"# nodes evict vs kubectl drain (issue 15)\n\n    {command.strip()}\n", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-evict-") as tmp:

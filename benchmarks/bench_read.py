@@ -67,6 +67,7 @@ sys.path.insert(0, str(HERE))
 from bench_apiserver import (  # noqa: E402
     NodeHeartbeats,
     ServerProcess,
+    compile_project,
     create_request,
     node_name,
     run_writes,
@@ -1001,6 +1002,7 @@ def main(argv: list[str] | None = None) -> int:
         argv if argv is not None else sys.argv[1:]
     )
     print(f"# krea-ops read benchmark (issue 5)\n\n    {command.strip()}\n", flush=True)
+    compile_project()
     sick = args.sick or max(2, args.nodes // 256)
     fleet = Fleet(args.nodes, sick, args.per_link)
     window = 300.0  # telemetry_window_s default: rates need two samples inside it
