@@ -36,11 +36,11 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, AnyStr
 
 import orjson
 import requests
@@ -117,9 +117,57 @@ def decode_values(body: str, labels: tuple[str, ...]) -> list[tuple[str, ...]] |
         )
     if not body.startswith('{"status":"success","data":{"resultType":"vector"'):
         return None
-    rows = pattern.findall(body)
+    rows: list[tuple[str, ...]] = []
+    for start, end in _row_spans(body, '{"metric":'):
+        rows += pattern.findall(body, start, end)
     if len(rows) != body.count('{"metric":'):
         return None
+    return rows
+
+
+# The longest one regular expression or JSON parse of an answer runs (~3 ms): a C call
+# holds the GIL throughout, and at 5,000 nodes an answer of 40,000 rows (3 MB) took
+# 20-40 ms to match and 60-85 ms to parse whole, every such stretch a stall of the
+# dashboard's UI thread while its worker reads (docs/benchmarks.md, "Decoding in slices")
+SLICE_CHARS = 1 << 17
+
+
+def _row_spans(body: AnyStr, marker: AnyStr) -> Iterator[tuple[int, int]]:
+    """(start, end) of successive stretches of ``body`` of about ``SLICE_CHARS`` each,
+    cut just before a row's ``marker`` (``{"metric":``): a quote that is not escaped never
+    occurs inside a JSON string, so the marker starts a row wherever it is found."""
+    start, size = 0, len(body)
+    while start < size:
+        end = body.find(marker, start + SLICE_CHARS) if start + SLICE_CHARS < size else -1
+        end = size if end < 0 else end
+        yield start, end
+        start = end
+
+
+def decode_rows(content: bytes) -> list[Any]:
+    """The ``data.result`` rows of an instant-query answer, parsed a slice of rows at a
+    time where it is large (``SLICE_CHARS``, as ``decode_values``), else whole. The
+    rows are found by their markers (``{"metric":`` starts one, ``"value":[`` and ``]}``
+    end the last), whatever the server writes around them (VictoriaMetrics' ``isPartial``
+    and ``stats``); an answer they do not fit is parsed whole."""
+    whole = len(content) <= 2 * SLICE_CHARS or not content.startswith(b'{"status":"success"')
+    opening = -1 if whole else content.find(b'"result":[', 0, 256)
+    if opening < 0 or b'"resultType":"vector"' not in content[:256]:
+        return list(orjson.loads(content)["data"]["result"])
+    first = opening + len(b'"result":[')
+    last = content.rfind(b'{"metric":')
+    value = content.find(b'"value":[', last) if last >= first else -1
+    close = content.find(b"]}", value) if value >= 0 else -1
+    if close < 0:
+        return list(orjson.loads(content)["data"]["result"])
+    body = content[first : close + 2]
+    rows: list[Any] = []
+    try:
+        for start, end in _row_spans(body, b',{"metric":'):
+            # each stretch but the first begins with the comma before its first row
+            rows += orjson.loads(b"[" + body[start + 1 if start else 0 : end] + b"]")
+    except orjson.JSONDecodeError:
+        return list(orjson.loads(content)["data"]["result"])
     return rows
 
 
@@ -400,11 +448,11 @@ class PrometheusSource(TelemetrySource):
                 values = decode_values(text, labels)
                 if values is not None:
                     return Values(labels, values)
-                result = orjson.loads(text)["data"]["result"]
+                result = decode_rows(response.content)
             else:
                 # orjson on the bytes: requests' .json() first decodes them to a str copy,
                 # and json.loads takes ~2x as long (gpu_info: 32,768 rows at 4,096 nodes)
-                result = orjson.loads(response.content)["data"]["result"]
+                result = decode_rows(response.content)
         finally:
             self.last_timings[key] = time.perf_counter() - start
         rows: list[Row] = []

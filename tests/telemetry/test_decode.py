@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 
+import orjson
+import pytest
+
+from krea_ops.telemetry import prometheus
 from krea_ops.telemetry.dialects import FAMILY_BY_KEY
-from krea_ops.telemetry.prometheus import decode_values, value_labels
+from krea_ops.telemetry.prometheus import decode_rows, decode_values, value_labels
 
 
 def answer(*series: tuple[dict[str, str], str]) -> str:
@@ -32,6 +36,67 @@ def test_any_other_shape_is_left_to_the_json_parser() -> None:
     assert decode_values(error, ("gpu", "node")) is None
     spaced = json.dumps(json.loads(answer(({"node": "n1", "gpu": "0"}, "38"))))
     assert decode_values(spaced, ("gpu", "node")) is None  # another server's formatting
+
+
+def _fleet(nodes: int) -> list[tuple[dict[str, str], str]]:
+    """Rows of every GPU of ``nodes`` nodes, some labels as awkward as JSON allows."""
+    odd = ('quote "q"', '{"metric":{"x":"y"},"value":[1,"2"]}', "back\\slash", "ünï ☃", "]}],")
+    return [
+        ({"node": f"n{n}", "gpu": str(g), "model": odd[(n + g) % len(odd)]}, str(n * 8 + g))
+        for n in range(nodes)
+        for g in range(8)
+    ]
+
+
+@pytest.mark.parametrize("slice_chars", [64, 1000, 1 << 17])
+def test_large_answers_read_in_slices_give_every_row_as_parsed_whole(
+    monkeypatch: pytest.MonkeyPatch, slice_chars: int
+) -> None:
+    """A large answer is parsed (and matched) a slice of rows at a time, so that no one C
+    call holds the GIL for long: the rows are those of parsing it whole, in order, for
+    any slice size, with label values that look like rows, and around the rows
+    whatever a server adds (VictoriaMetrics' isPartial and stats, warnings)."""
+    monkeypatch.setattr(prometheus, "SLICE_CHARS", slice_chars)
+    rows = _fleet(600)
+    text = answer(*rows)
+    assert len(text) > 2 * slice_chars
+    content = text.encode()
+    whole = orjson.loads(content)["data"]["result"]
+    parsed: list[int] = []  # the size of each parse
+    loads = orjson.loads
+
+    def counted(data: bytes) -> object:
+        parsed.append(len(data))
+        return loads(data)
+
+    monkeypatch.setattr(prometheus.orjson, "loads", counted)
+    assert decode_rows(content) == whole and len(whole) == 4800
+    longest_row = max(len(json.dumps(r, separators=(",", ":")).encode()) for r in whole)
+    assert len(parsed) > 1 and max(parsed) <= slice_chars + longest_row + 2, parsed[:5]
+    monkeypatch.setattr(prometheus.orjson, "loads", loads)
+    doc = json.loads(text)
+    vm = {"status": "success", "isPartial": False, "data": doc["data"], "stats": {"n": "1"}}
+    warned = {**doc, "warnings": ['{"metric":{"a":"b"},"value":[1,"2"]}]}']}
+    for shape in (vm, warned):
+        body = json.dumps(shape, separators=(",", ":")).encode()
+        assert decode_rows(body) == whole
+    plain = answer(*[({"node": m["node"], "gpu": m["gpu"]}, v) for m, v in rows])
+    expected = [(m["gpu"], m["node"], v) for m, v in sorted(rows, key=lambda r: r[0]["gpu"])]
+    got = decode_values(plain, ("gpu", "node"))
+    assert got is not None and sorted(got) == sorted(expected)
+    assert got == [(r["metric"]["gpu"], r["metric"]["node"], r["value"][1])
+                   for r in json.loads(plain)["data"]["result"]]  # fmt: skip
+
+
+def test_answers_the_slices_do_not_fit_are_parsed_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prometheus, "SLICE_CHARS", 64)
+    spaced = json.dumps(json.loads(answer(*_fleet(20)))).encode()  # another server's spacing
+    assert decode_rows(spaced) == json.loads(spaced)["data"]["result"]
+    empty = answer().encode()
+    assert decode_rows(empty) == []
+    error = json.dumps({"status": "error", "errorType": "bad_data", "error": "x" * 500})
+    with pytest.raises(KeyError):
+        decode_rows(error.encode())
 
 
 def test_only_one_value_per_gpu_or_port_of_our_exporter_takes_the_plain_path() -> None:
