@@ -607,7 +607,9 @@ class PrometheusSource(TelemetrySource):
         policy = self.policy
         clean: dict[str, NodeTelemetry] = {}
         detail: dict[str, str] = {}
-        for node in sorted(set(values) | set(base.nodes)):
+        # (a node whose exporter has been failing for longer than the lookback has no
+        # freshness row and no summary left: its failing target alone names it)
+        for node in sorted(set(values) | set(base.nodes) | down):
             if nodes is not None and node not in nodes:
                 continue
             tel, mine, when = base.nodes.get(node), values.get(node), taken_at.get(node)

@@ -14,6 +14,7 @@ import pytest
 from krea_ops import units
 from krea_ops.errors import Unavailable
 from krea_ops.telemetry import PrometheusSource
+from krea_ops.telemetry.dialects import VERDICTS
 from tests.conftest import Exporter, free_port
 from tests.telemetry.conftest import Prometheus, Target, settings, start_krea_node, wait_until
 
@@ -86,7 +87,13 @@ def test_a_stopped_exporter_is_down_then_stale_never_healthy(
         # learns which jobs serve telemetry from the fleet, as the fleet read does)
         lookback = max(10.0, 3 * STALE_S) + max(10.0, 3 * STALE_S) / 6
         time.sleep(max(0.0, stopped_at + lookback + 1 - time.time()))
-        for read in (source.collect(), source.collect({"gone"})):
+        reads = {
+            "fleet": source.collect(),
+            "one node": source.collect({"gone"}),
+            "verdicts (node summaries)": source.collect(families={VERDICTS}),
+        }
+        for what, read in reads.items():
+            assert "gone" in read.nodes, what
             node = read.nodes["gone"]
             assert node.exporter_up is False and node.last_sample_at is None
             assert f"scrape of {gone.url} failing:" in (node.error or "")
