@@ -227,7 +227,7 @@ def compile_project() -> None:
     does at install time. An editable install compiles them at their first import only
     where bytecode may be written: with ``PYTHONDONTWRITEBYTECODE`` set (as on some
     machines), every timed run of ``krea-ops`` would compile ~30 modules from source
-    (~60 ms) that a user's installation never compiles again, while the peer tools'
+    (~70 ms) that a user's installation never compiles again, while the peer tools'
     modules (kubectl; the client floor's site-packages) are compiled already."""
     subprocess.run(
         [sys.executable, "-m", "compileall", "-q", "krea_ops", "commands", "screens"],
@@ -235,6 +235,9 @@ def compile_project() -> None:
         check=True,
         stdout=subprocess.DEVNULL,
     )
+
+
+NODE_LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 
 
 class NodeHeartbeats:
@@ -248,12 +251,14 @@ class NodeHeartbeats:
     ``sim serve --api-only --nodes N`` sizes the grace period to."""
 
     def __init__(self, server: ServerProcess, names: Sequence[str]) -> None:
+        from krea_ops.kube.times import micro_time
         from krea_ops.sim.common.actor import WorldConfig
         from krea_ops.sim.machines.kubelet import Kubelet
 
         config = WorldConfig(nodes=len(names))
         self.renew_s = Kubelet.renew_for(config)
         self.duration_s = Kubelet.lease_duration_for(config)
+        self.stamp = lambda: micro_time(time.time())  # a Lease's renewTime, now
         self.names = list(names)
         self.target = server.target
         self.renewals = 0
@@ -267,10 +272,6 @@ class NodeHeartbeats:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    @staticmethod
-    def _now() -> str:
-        return time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
-
     def _create(self, name: str) -> tuple[str, str, bytes, str]:
         body = {
             "apiVersion": "coordination.k8s.io/v1",
@@ -279,11 +280,10 @@ class NodeHeartbeats:
             "spec": {
                 "holderIdentity": name,
                 "leaseDurationSeconds": self.duration_s,
-                "renewTime": self._now(),
+                "renewTime": self.stamp(),
             },
         }
-        path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
-        return "POST", path, json.dumps(body).encode(), "application/json"
+        return "POST", NODE_LEASES, json.dumps(body).encode(), "application/json"
 
     def _run(self) -> None:
         conn = self.target.connect()
@@ -294,8 +294,8 @@ class NodeHeartbeats:
                 due += gap
                 if self._stop.wait(max(0.0, due - time.monotonic())):
                     return
-                path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/" + name
-                body = json.dumps({"spec": {"renewTime": self._now()}}).encode()
+                path = f"{NODE_LEASES}/{name}"
+                body = json.dumps({"spec": {"renewTime": self.stamp()}}).encode()
                 try:
                     status, data = request(
                         conn,
