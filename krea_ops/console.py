@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from krea_ops.errors import KreaError, Unavailable
-from krea_ops.fleet import FleetSnapshot, collect_ahead, load_fleet
+from krea_ops.fleet import FleetSnapshot, TelemetryAhead, collect_ahead, load_fleet
 from krea_ops.health import HealthPolicy, severities
 from krea_ops.history import FleetHistory, GpuHistory
-from krea_ops.model import NodeView, PodInfo, Severity, Verdict
+from krea_ops.model import NodeInfo, NodeView, PodInfo, Severity, Verdict
 from krea_ops.settings import Settings
 
 if TYPE_CHECKING:
@@ -323,17 +323,30 @@ class Console:
     def history(self, node: str) -> GpuHistory | None:
         return self._history.of(node) if self._history is not None else None
 
-    def node_health(self) -> HealthReading:
+    def node_health(
+        self, *, nodes: list[NodeInfo] | None = None, ahead: TelemetryAhead | None = None
+    ) -> HealthReading:
         """Every node's severity: from the last whole-fleet read when it could judge (the
         dashboard reads the fleet anyway), else from a verdicts-only read (node summaries
-        where Prometheus records them)."""
+        where Prometheus records them). ``nodes``: the caller has listed them;
+        ``ahead``: the verdicts' telemetry read it started (``_verdicts_ahead``)."""
         last = self.last_fleet
         if last is not None and not last.telemetry_error:
             return HealthReading(severities(last.views), verdicts=_verdicts(last.views))
         source, error = self._telemetry()
         if source is None:
             return HealthReading(None, error)
-        snapshot = self.fleet(VERDICTS_ONLY)
+        if nodes is None:
+            snapshot = self.fleet(VERDICTS_ONLY)
+        else:
+            snapshot = load_fleet(
+                self.cluster,
+                source,
+                self.policy,
+                nodes=nodes,
+                families=VERDICTS_ONLY.families,
+                ahead=ahead,
+            )
         if snapshot.telemetry_error:
             return HealthReading(None, snapshot.telemetry_error)
         return HealthReading(severities(snapshot.views), verdicts=_verdicts(snapshot.views))
@@ -346,7 +359,10 @@ class Console:
         from krea_ops.queue import read_queues
 
         health: list[HealthReading] = []
-        snapshot = read_queues(self.cluster, lambda: self._judge(health))
+        # the verdicts' telemetry is read while Kueue's objects and the nodes are listed,
+        # and judged against that node list (not a second one)
+        ahead = self._verdicts_ahead()
+        snapshot = read_queues(self.cluster, lambda nodes: self._judge(health, nodes, ahead))
         error = health[-1].error if health else None
         return dataclasses.replace(snapshot, health_error=error) if error else snapshot
 
@@ -370,9 +386,23 @@ class Console:
         error = health[-1].error if health else None
         return dataclasses.replace(report, health_error=error) if error else report
 
-    def _judge(self, into: list[HealthReading]) -> Mapping[str, Severity] | None:
-        into.append(self.node_health())
+    def _judge(
+        self,
+        into: list[HealthReading],
+        nodes: list[NodeInfo] | None = None,
+        ahead: TelemetryAhead | None = None,
+    ) -> Mapping[str, Severity] | None:
+        into.append(self.node_health(nodes=nodes, ahead=ahead))
         return into[-1].severity
+
+    def _verdicts_ahead(self) -> TelemetryAhead | None:
+        """The verdicts-only telemetry read ``node_health`` will want, started now on a
+        thread, unless the last whole-fleet read will do."""
+        last = self.last_fleet
+        if last is not None and not last.telemetry_error:
+            return None
+        source, _ = self._telemetry()
+        return collect_ahead(source, families=VERDICTS_ONLY.families)
 
     # -- inference bursting and training ----------------------------------------------
 

@@ -93,7 +93,7 @@ def load_fleet(
     selector: str | None = None,
     source_error: str | None = None,
     families: Collection[str] | None = None,
-    ahead: _Ahead | None = None,
+    ahead: TelemetryAhead | None = None,
     only_nodes: bool = False,
 ) -> FleetSnapshot:
     """``source`` is a telemetry source (``krea_ops.telemetry``) or None when none could be
@@ -137,16 +137,16 @@ def collect_ahead(
     node: str | None = None,
     selector: str | None = None,
     families: Collection[str] | None = None,
-) -> _Ahead | None:
+) -> TelemetryAhead | None:
     """The telemetry read of ``load_fleet``, started now on a thread, where it does not
     need the node list (no selector): a caller that knows its Prometheus before it has
     a cluster client can start it first."""
     if source is None or selector:
         return None
-    return _Ahead(source, {node} if node else None, families)
+    return TelemetryAhead(source, {node} if node else None, families)
 
 
-class _Ahead:
+class TelemetryAhead:
     """``collect(nodes, families=...)`` on a daemon thread, started now: a caller that
     fails meanwhile (API server unreachable) exits without waiting for it."""
 

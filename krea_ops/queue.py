@@ -429,14 +429,15 @@ def _snapshot(raw: _Raw, node_severity: Mapping[str, Severity] | None) -> QueueS
 def read_queues(
     cluster: Cluster,
     node_severity: Mapping[str, Severity]
-    | Callable[[], Mapping[str, Severity] | None]
+    | Callable[[list[NodeInfo]], Mapping[str, Severity] | None]
     | None = None,
 ) -> QueueSnapshot:
     """ClusterQueues, LocalQueues and flavor capacity: three Kueue lists and one node
     list (no pods: this stays cheap on a 4,096-node cluster). ``node_severity`` may be a
-    function, called after Kueue's objects were read."""
+    function of that node list, called after Kueue's objects were read."""
     raw = _read_raw(cluster)
-    return _snapshot(raw, node_severity() if callable(node_severity) else node_severity)
+    severity = node_severity(raw.nodes) if callable(node_severity) else node_severity
+    return _snapshot(raw, severity)
 
 
 # -- workloads -------------------------------------------------------------------------

@@ -555,9 +555,15 @@ class Cluster:
                 listed = self.get(f"discover {group}/{version}", f"/apis/{group}/{version}")
             except BadInput:
                 continue
-            if any(r.get("name") == plural for r in listed.get("resources") or ()):
-                self._versions[key] = version
-                return version
+            # every resource this version serves is known now: a read of three Kueue
+            # kinds discovers once, not three times (the earliest version that serves
+            # a kind is the one recorded: the versions are examined in order)
+            for r in listed.get("resources") or ():
+                name = r.get("name")
+                if isinstance(name, str) and "/" not in name:
+                    self._versions.setdefault((group, name), version)
+            if key in self._versions:
+                return self._versions[key]
         raise MissingCrd(group, plural)
 
     def custom_objects(

@@ -79,6 +79,21 @@ from krea_ops.telemetry.dialects import (
 from krea_ops.telemetry.source import TelemetrySource, short_reason
 
 WORKERS = 8
+# Queries whose answers are bounded whatever the fleet's size (the node summaries: one row
+# per node each; any family asked of a few named nodes) go out as at most this many
+# queries, each the ``or`` of several told apart by ``QUERY_TAG``: at 64 nodes a read was
+# 37 HTTP requests, each ~1.3 ms of this process' CPU before its answer is read
+# (docs/benchmarks.md). A few rather than one, so that Prometheus still evaluates them
+# side by side.
+MERGE_GROUPS = 3
+MERGE_LEAST = 2
+# a fleet-wide read of at most this many of our exporters' nodes is bounded as well
+MERGE_NODES = LINK_QUERY_NODES
+# the one series each of our exporters serves, whose ``node`` values count them
+EXPORTER_SERIES = "krea_exporter_build_info"
+QUERY_TAG = "krea_ops_query"
+# one query to ask: (key, PromQL, the labels its plain answer has, see ``value_labels``)
+Ask = tuple[str, str, "tuple[str, ...] | None"]
 
 
 def value_labels(family: Family) -> tuple[str, ...] | None:
@@ -197,6 +212,31 @@ class _Asked:
 
     values: Mapping[str, Future[list[Row] | Values]]
     stamp: Future[list[Row] | Values]
+
+
+def _split(answer: list[Row] | Values, parts: int) -> list[list[Row] | Values]:
+    """A merged answer (``PrometheusSource._run_merged``) as each part's own, the tag
+    taken off."""
+    if isinstance(answer, Values):
+        at = answer.labels.index(QUERY_TAG)
+        labels = answer.labels[:at] + answer.labels[at + 1 :]
+        values: list[list[tuple[str, ...]]] = [[] for _ in range(parts)]
+        for row in answer.rows:
+            values[int(row[at])].append(row[:at] + row[at + 1 :])
+        return [Values(labels, v) for v in values]
+    rows: list[list[Row]] = [[] for _ in range(parts)]
+    for labels_of, value in answer:
+        tag = labels_of.get(QUERY_TAG)
+        if tag is None or not tag.isdigit() or int(tag) >= parts:
+            continue  # (not ours to place: no part asked for it)
+        rows[int(tag)].append(({k: v for k, v in labels_of.items() if k != QUERY_TAG}, value))
+    return list(rows)
+
+
+def _ours(family: Family) -> bool:
+    """Every spelling of the family is our exporter's: a ``node=~`` list bounds its
+    answer (a peer's spellings are asked of every node, see ``QueryBuilder.part``)."""
+    return all(s.dialect == KREA for s in family.spellings)
 
 
 def _by_node(rows: list[Row] | Values) -> list[tuple[str, float]]:
@@ -472,6 +512,61 @@ class PrometheusSource(TelemetrySource):
             append((item.get("metric") or {}, value))
         return rows
 
+    def _submit(
+        self, asks: Sequence[Ask], at: float, *, merge: bool | Collection[str] = False
+    ) -> dict[str, Future[list[Row] | Values]]:
+        """Each query's answer, in flight on the pool: one request each, or, for the keys
+        ``merge`` names (True: all), ``MERGE_GROUPS`` requests at most for all of them,
+        each of ``MERGE_LEAST`` queries at least."""
+        merged = [a for a in asks if merge is True or (merge and a[0] in merge)]
+        groups = min(MERGE_GROUPS, len(merged) // MERGE_LEAST)
+        if groups == 0:
+            merged = []
+        futures = {
+            key: self._pool.submit(self._run, key, promql, at, labels)
+            for key, promql, labels in asks
+            if (key, promql, labels) not in merged
+        }
+        for i in range(groups):
+            group = merged[i::groups]
+            mine: dict[str, Future[list[Row] | Values]] = {key: Future() for key, _, _ in group}
+            futures.update(mine)
+            self._pool.submit(self._run_merged, group, at, mine)
+        return futures
+
+    def _run_merged(
+        self, group: Sequence[Ask], at: float, futures: Mapping[str, Future[list[Row] | Values]]
+    ) -> None:
+        """Ask ``group`` as one query, each part tagged (``QUERY_TAG``) by its place, and
+        give each part's future its rows. Where the one query fails, each part is asked
+        alone, so that a failure is told of the query it belongs to, as unmerged."""
+        try:
+            promql = " or ".join(
+                f'label_replace({q}, "{QUERY_TAG}", "{i}", "", "")'
+                for i, (_, q, _) in enumerate(group)
+            )
+            shapes = {labels for _, _, labels in group}
+            plain = next(iter(shapes)) if len(shapes) == 1 else None
+            tagged = tuple(sorted((QUERY_TAG, *plain))) if plain is not None else None
+            name = "+".join(key for key, _, _ in group)
+            try:
+                answer = self._run(name, promql, at, tagged)
+            except Exception:
+                for key, q, labels in group:
+                    try:
+                        futures[key].set_result(self._run(key, q, at, labels))
+                    except Exception as exc:
+                        futures[key].set_exception(exc)
+                return
+            took = self.last_timings.pop(name, 0.0)
+            for (key, _, _), rows in zip(group, _split(answer, len(group)), strict=True):
+                self.last_timings[key] = took
+                futures[key].set_result(rows)
+        finally:
+            for future in futures.values():
+                if not future.done():  # (a bug above: never leave a read waiting)
+                    future.set_exception(RuntimeError("merged query not answered"))
+
     def _targets(self) -> list[dict[str, Any]]:
         response = self._session.get(
             f"{self.url}/api/v1/targets", params={"state": "active"}, timeout=self.timeout_s
@@ -551,6 +646,7 @@ class PrometheusSource(TelemetrySource):
     ) -> FleetTelemetry:
         at = self.clock()
         targets: Future[list[dict[str, Any]]] = self._pool.submit(self._targets)
+        fleet = None if nodes is not None else self._pool.submit(self._exporter_nodes, at)
         names = self._names(at)
         if self._summarized(nodes, groups, names):
             assert names is not None and groups is not None
@@ -558,7 +654,28 @@ class PrometheusSource(TelemetrySource):
                 return self._collect_summarized(nodes, groups, names, at, targets)
             except _SummaryUnreadable:
                 pass  # read every GPU and port, as without the summaries
-        return self._collect_detail(nodes, groups, names, at, targets)
+        # a fleet of a few hundred of our exporters: its answers are bounded too
+        small = fleet is not None and (fleet.result() or MERGE_NODES + 1) <= MERGE_NODES
+        return self._collect_detail(nodes, groups, names, at, targets, small=small)
+
+    def _exporter_nodes(self, at: float) -> int | None:
+        """How many nodes our exporter served in the lookback (one index read), or None
+        where the API does not say."""
+        lookback = max(self.settings.telemetry_window_s, 3 * self.settings.telemetry_stale_s)
+        try:
+            response = self._session.get(
+                f"{self.url}/api/v1/label/node/values",
+                params={
+                    "match[]": EXPORTER_SERIES,
+                    "start": f"{at - lookback - 60:.3f}",
+                    "end": f"{at:.3f}",
+                },
+                timeout=self.timeout_s,
+            )
+            data = json.loads(response.content).get("data")
+        except (requests.RequestException, ValueError, AttributeError):
+            return None
+        return len(data) if response.status_code == 200 and isinstance(data, list) else None
 
     # -- a verdicts-only read from the node summaries (telemetry/summary.py) ------------
 
@@ -659,21 +776,16 @@ class PrometheusSource(TelemetrySource):
 
     def _ask_summaries(self, at: float, whats: Iterable[str]) -> _Asked:
         """The queries of these summaries (names of ``summary.expressions``) and of when
-        each node's were taken, started on the pool (milliseconds: one row per node)."""
+        each node's were taken, started on the pool (milliseconds: one row per node), a
+        few queries for all of them (``_submit``)."""
         expressions = summary.expressions(self.settings.telemetry_window_s)
-        submit = self._pool.submit
+        asks: list[Ask] = [(f"summary:{w}", expressions[w], ("node",)) for w in whats]
+        stamp = f"max by (node) (timestamp({summary.STAMP}))"
+        asks.append(("summary:taken_at", stamp, ("node",)))
+        futures = self._submit(asks, at, merge=True)
         return _Asked(
-            values={
-                w: submit(self._run, f"summary:{w}", expressions[w], at, ("__name__", "node"))
-                for w in whats
-            },
-            stamp=submit(
-                self._run,
-                "summary:taken_at",
-                f"max by (node) (timestamp({summary.STAMP}))",
-                at,
-                ("node",),
-            ),
+            values={w: futures[f"summary:{w}"] for w in whats},
+            stamp=futures["summary:taken_at"],
         )
 
     def _read_summaries(
@@ -715,25 +827,30 @@ class PrometheusSource(TelemetrySource):
 
     def _proven(
         self, asked: _Asked, at: float, keys: Iterable[str]
-    ) -> tuple[dict[str, frozenset[str]], dict[str, dict[str, float]]]:
+    ) -> tuple[dict[str, frozenset[str]], dict[str, Mapping[str, float]]]:
         """({family: the nodes whose summaries give it: empty, or one value on every
         GPU}, {node: its summaries}), from summaries taken within
-        ``telemetry_stale_s``; raises _SummaryUnreadable."""
+        ``telemetry_stale_s``; raises _SummaryUnreadable (also where a proof reads a
+        summary that was not asked for: ``summary.Only``)."""
         values, taken_at = self._read_summaries(asked)
         stale_s = self.settings.telemetry_stale_s
-        usable = {
-            node: v
+        whats = frozenset(asked.values)
+        usable: dict[str, Mapping[str, float]] = {
+            node: summary.Only(v, whats)
             for node, v in values.items()
             if "gpus" in v and node in taken_at and at - taken_at[node] <= stale_s
         }
         proven: dict[str, frozenset[str]] = {}
-        for key in keys:
-            if key in summary.PROVEN_VALUE:
-                what = summary.PROVEN_VALUE[key]
-                proven[key] = frozenset(n for n, v in usable.items() if what in v)
-            else:
-                test = summary.PROVEN_EMPTY.get(key) or summary.PROVEN_FULL[key]
-                proven[key] = frozenset(n for n, v in usable.items() if test(v))
+        try:
+            for key in keys:
+                if key in summary.PROVEN_VALUE:
+                    what = summary.PROVEN_VALUE[key]
+                    proven[key] = frozenset(n for n, v in usable.items() if what in v)
+                else:
+                    test = summary.PROVEN_EMPTY.get(key) or summary.PROVEN_FULL[key]
+                    proven[key] = frozenset(n for n, v in usable.items() if test(v))
+        except summary.Unasked as exc:
+            raise _SummaryUnreadable(str(exc)) from exc
         return proven, usable
 
     # -- the read of every GPU and port -------------------------------------------------
@@ -747,11 +864,14 @@ class PrometheusSource(TelemetrySource):
         targets: Future[list[dict[str, Any]]],
         restrict: Collection[str] | None = None,
         prune: bool = True,
+        *,
+        small: bool = False,
     ) -> FleetTelemetry:
         """``restrict``: our spellings are asked for these nodes only (a node=~ list).
         ``prune``: where the exporters publish node summaries, readings they prove empty on a
         node, or give the one value of for all its GPUs (summary.PROVEN_EMPTY,
-        PROVEN_VALUE), are not asked of that node; ``FleetTelemetry.skipped`` says where."""
+        PROVEN_VALUE), are not asked of that node; ``FleetTelemetry.skipped`` says where.
+        ``small``: our exporter runs on at most ``MERGE_NODES`` nodes (``_submit``)."""
         asm = Assembler(
             window_s=self.settings.telemetry_window_s,
             collected_at=at,
@@ -793,18 +913,23 @@ class PrometheusSource(TelemetrySource):
         ):
             pruned = [f for f in first if self._prunable(f)]
             if pruned:
-                asked = self._ask_summaries(at, summary.PROVING)
+                asked = self._ask_summaries(at, summary.proving(f.key for f in pruned))
                 first = [f for f in first if f not in pruned]
-        futures = {
-            f.key: self._pool.submit(
-                self._run,
-                f.key,
-                self._builder.query(f, nodes, link_nodes=restrict),
-                at,
-                value_labels(f),
-            )
-            for f in first
-        }
+        # asked of a few named nodes, our readings' answers are bounded: a few queries
+        bounded = few or small or restrict is not None
+        futures = self._submit(
+            [
+                (f.key, self._builder.query(f, nodes, link_nodes=restrict), value_labels(f))
+                for f in first
+            ],
+            at,
+            # (the freshness rows alone where the pruned readings wait for them)
+            merge={
+                f.key
+                for f in first
+                if bounded and _ours(f) and not (asked is not None and f.kind == "fresh")
+            },
+        )
         fills: list[tuple[Family, dict[str, tuple[int, float]]]] = []
         full: list[tuple[Family, dict[str, int]]] = []
         if asked is not None:
@@ -818,6 +943,8 @@ class PrometheusSource(TelemetrySource):
             having = self._fresh_nodes(futures, by_key) if any(empty.values()) else None
             if having is not None and nodes is not None:
                 having = having & frozenset(nodes)
+            asks: list[Ask] = []
+            bounded_keys: set[str] = set()
             for f in pruned:
                 skip = empty.get(f.key) or None
                 rest = None if having is None or skip is None else having - skip
@@ -836,7 +963,9 @@ class PrometheusSource(TelemetrySource):
                         if few_left
                         else self._builder.query(f, nodes, skip_nodes=skip)
                     )
-                    futures[f.key] = self._pool.submit(self._run, f.key, query, at, value_labels(f))
+                    asks.append((f.key, query, value_labels(f)))
+                    if (few_left or small) and _ours(f):
+                        bounded_keys.add(f.key)
                     first.append(f)
                 objects = summary.OBJECTS[f.by[0]]
                 if skip and f.keep is None and f.key in summary.FILLED:
@@ -844,6 +973,7 @@ class PrometheusSource(TelemetrySource):
                     fills.append((f, {n: (int(known[n][objects]), value(known[n])) for n in skip}))
                 if skip and f.key in summary.PROVEN_FULL:
                     full.append((f, {n: int(known[n][objects]) for n in skip}))
+            futures.update(self._submit(asks, at, merge=bounded_keys))
 
         errors: list[str] = []
         failures: list[BaseException] = []
@@ -874,14 +1004,19 @@ class PrometheusSource(TelemetrySource):
         for key, partial in sorted(asm.partial_present.items()):
             rounds.append((by_key[key], partial if len(partial) <= LINK_QUERY_NODES else None))
         if rounds:
-            futures = {}
+            round_asks: list[Ask] = []
             for f, restrict in rounds:
                 promql = (
                     self._builder.exact_present(f, restrict)
                     if f.kind in ("present", "present_rate")
                     else self._builder.query(f, nodes, link_nodes=restrict)
                 )
-                futures[f.key] = self._pool.submit(self._run, f.key, promql, at)
+                round_asks.append((f.key, promql, None))
+            futures = self._submit(
+                round_asks,
+                at,
+                merge={f.key for f, restrict in rounds if (few or small or restrict) and _ours(f)},
+            )
             self._gather([f for f, _ in rounds], futures, asm, errors, failures)
         down: list[TargetDown] = []
         try:

@@ -30,7 +30,7 @@ the read would have given them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from operator import itemgetter
 
 from krea_ops.health import XMIT_WAIT_BYTES_PER_TICK, HealthPolicy
@@ -211,6 +211,69 @@ PROVING = (
     *NVLINK_PROOFS,
     *PROVEN_VALUE.values(),
 )
+# The summaries each proof above reads (and FILLED's values): a read asks only those of
+# the readings it skips, besides ``gpus`` and the objects a skipped node's rows are
+# given on (``OBJECTS``). A proof that reads a summary not named here is not trusted: it
+# raises (``Only``), and the read asks every node instead (tests/telemetry/test_summary.py
+# runs every proof on just what it names).
+PROOF_READS: Mapping[str, tuple[str, ...]] = {
+    "nvlink_fault_rate": ("nvlink_faults_rate", "nvlink_fault_gpus"),
+    "ecc_uncorrected_rate": ("ecc_uncorrected_rate",),
+    "row_remap_pending": ("row_remap_max",),
+    "row_remap_failed": ("row_remap_max",),
+    "xid_last": ("xid_last_max",),
+    "xid_rate": ("xids_new",),
+    "ib_error_total": ("ib_counted_now",),
+    "ib_error_rate": ("ib_counted_now", "ib_counted_new"),
+    "ib_saturated": ("ib_saturated_any",),
+    "nvlink_sum_total": ("nvlink_counted_now",),
+    "nvlink_sum_rate": ("nvlink_counted_now", "nvlink_counted_new"),
+    "ib_error_present": ("ib_error_series",),
+    "nvlink_sum_present": ("nvlink_error_series",),
+    **{key: (what,) for key, what in PROVEN_VALUE.items()},
+}
+
+
+def proving(keys: Iterable[str]) -> tuple[str, ...]:
+    """The summaries a read that skips these readings asks for (see ``PROOF_READS``)."""
+    out = {"gpus"}
+    for key in keys:
+        out.update(PROOF_READS[key])
+        out.add(OBJECTS[FAMILY_BY_KEY[key].by[0]])
+    return tuple(sorted(out))
+
+
+class Unasked(LookupError):
+    """A proof read a summary its read did not ask for (``PROOF_READS`` is wrong)."""
+
+
+class Only(Mapping[str, float]):
+    """A node's summaries as a proof sees them: reading one that was not asked for raises
+    ``Unasked`` instead of reading as absent (which a proof takes as 0)."""
+
+    def __init__(self, values: Mapping[str, float], asked: Collection[str]) -> None:
+        self._values = values
+        self._asked = asked
+
+    def _check(self, key: object) -> None:
+        if key not in self._asked:
+            raise Unasked(f"summary {key} was not asked for")
+
+    def __getitem__(self, key: str) -> float:
+        self._check(key)
+        return self._values[key]
+
+    def __contains__(self, key: object) -> bool:
+        self._check(key)
+        return key in self._values
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k in self._values if k in self._asked)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 # Where a view reads a reading whole (no ``keep``), a skipped node's GPUs must show what
 # the read would have: reading -> that value from the node's summaries. A fault rate of 0
 # (every GPU has one: nvlink_fault_gpus), or the node's one value of a reading set once

@@ -9,12 +9,19 @@ import pytest
 
 from krea_ops.health import HealthPolicy
 from krea_ops.model import NODE_FOLDS
+from krea_ops.telemetry.dialects import FAMILY_BY_KEY
 from krea_ops.telemetry.summary import (
+    FILLED,
     JUDGED,
+    OBJECTS,
     PROVEN_EMPTY,
     PROVEN_FULL,
+    PROVEN_VALUE,
     PROVING,
+    Only,
+    Unasked,
     expressions,
+    proving,
     unclean,
 )
 
@@ -97,50 +104,55 @@ def test_a_clean_node_proves_every_skippable_reading_empty() -> None:
     assert set(PROVING) <= set(expressions(300.0))
 
 
-@pytest.mark.parametrize(
-    ("changes", "still_read"),
-    [
-        ({"nvlink_faults_rate": 0.003}, ["nvlink_fault_rate"]),
-        # a GPU without a fault rate (no NVLink, a link's read failing): its 0 is unknown
-        ({"nvlink_fault_gpus": 7.0}, ["nvlink_fault_rate"]),
-        ({"nvlink_fault_gpus": None}, ["nvlink_fault_rate"]),
-        ({"ecc_uncorrected_rate": 0.01}, ["ecc_uncorrected_rate"]),
-        ({"row_remap_max": 1.0}, ["row_remap_pending", "row_remap_failed"]),
-        ({"xid_last_max": 79.0}, ["xid_last"]),
-        ({"xids_new": 1.0}, ["xid_rate"]),
-        # an IB counter counted once, long ago: its total is not 0, nothing rose
-        ({"ib_counted_now": 7.0}, ["ib_error_total"]),
-        ({"ib_counted_new": 1.0}, ["ib_error_rate"]),
-        # an exporter from before the fold: nothing is proven by its absence
-        ({"ib_counted_now": None}, ["ib_error_total", "ib_error_rate"]),
-        # a port without one of its counter files, a port more than counted, no port
-        ({"ib_error_series": 31.0}, ["ib_error_present"]),
-        ({"ib_ports": 5.0}, ["ib_error_present"]),
-        ({"ib_ports": None}, ["ib_error_present"]),
-        ({"ib_ports": 0.0, "ib_error_series": 0.0}, ["ib_error_present"]),
-        # a counter stuck at its maximum (any counter: the port views show each)
-        ({"ib_saturated_any": 1.0}, ["ib_saturated"]),
-        ({"ib_saturated_any": None}, ["ib_saturated"]),
-        # an NVLink counter counted long ago; one rose in the window; an older exporter
-        ({"nvlink_counted_now": 3.0}, ["nvlink_sum_total"]),
-        ({"nvlink_counted_new": 1.0}, ["nvlink_sum_rate"]),
-        ({"nvlink_counted_now": None}, ["nvlink_sum_total", "nvlink_sum_rate"]),
-        # a GPU's counter missing at a scrape of the window (or one scrape in it), a GPU
-        # more than counted
-        ({"nvlink_error_series": 31.0}, ["nvlink_sum_present"]),
-        ({"nvlink_error_series": None}, ["nvlink_sum_present"]),
-        ({"gpus": 9.0}, ["nvlink_fault_rate", "nvlink_sum_present"]),
-    ],
-)
-def test_a_summary_above_zero_keeps_its_reading_read(
-    changes: dict[str, float | None], still_read: list[str]
-) -> None:
+CHANGES: list[tuple[dict[str, float | None], list[str]]] = [
+    ({"nvlink_faults_rate": 0.003}, ["nvlink_fault_rate"]),
+    # a GPU without a fault rate (no NVLink, a link's read failing): its 0 is unknown
+    ({"nvlink_fault_gpus": 7.0}, ["nvlink_fault_rate"]),
+    ({"nvlink_fault_gpus": None}, ["nvlink_fault_rate"]),
+    ({"ecc_uncorrected_rate": 0.01}, ["ecc_uncorrected_rate"]),
+    ({"row_remap_max": 1.0}, ["row_remap_pending", "row_remap_failed"]),
+    ({"xid_last_max": 79.0}, ["xid_last"]),
+    ({"xids_new": 1.0}, ["xid_rate"]),
+    # an IB counter counted once, long ago: its total is not 0, nothing rose
+    ({"ib_counted_now": 7.0}, ["ib_error_total"]),
+    ({"ib_counted_new": 1.0}, ["ib_error_rate"]),
+    # an exporter from before the fold: nothing is proven by its absence
+    ({"ib_counted_now": None}, ["ib_error_total", "ib_error_rate"]),
+    # a port without one of its counter files, a port more than counted, no port
+    ({"ib_error_series": 31.0}, ["ib_error_present"]),
+    ({"ib_ports": 5.0}, ["ib_error_present"]),
+    ({"ib_ports": None}, ["ib_error_present"]),
+    ({"ib_ports": 0.0, "ib_error_series": 0.0}, ["ib_error_present"]),
+    # a counter stuck at its maximum (any counter: the port views show each)
+    ({"ib_saturated_any": 1.0}, ["ib_saturated"]),
+    ({"ib_saturated_any": None}, ["ib_saturated"]),
+    # an NVLink counter counted long ago; one rose in the window; an older exporter
+    ({"nvlink_counted_now": 3.0}, ["nvlink_sum_total"]),
+    ({"nvlink_counted_new": 1.0}, ["nvlink_sum_rate"]),
+    ({"nvlink_counted_now": None}, ["nvlink_sum_total", "nvlink_sum_rate"]),
+    # a GPU's counter missing at a scrape of the window (or one scrape in it), a GPU
+    # more than counted
+    ({"nvlink_error_series": 31.0}, ["nvlink_sum_present"]),
+    ({"nvlink_error_series": None}, ["nvlink_sum_present"]),
+    ({"gpus": 9.0}, ["nvlink_fault_rate", "nvlink_sum_present"]),
+]
+
+
+def _changed(changes: dict[str, float | None]) -> dict[str, float]:
     values = {**CLEAN, "nvlink_fault_gpus": 8.0, **PORTS_CLEAN}
     for what, value in changes.items():
         if value is None:
             values.pop(what)
         else:
             values[what] = value
+    return values
+
+
+@pytest.mark.parametrize(("changes", "still_read"), CHANGES)
+def test_a_summary_above_zero_keeps_its_reading_read(
+    changes: dict[str, float | None], still_read: list[str]
+) -> None:
+    values = _changed(changes)
     failing = [k for k, proves in PROVEN_EMPTY.items() if not proves(values)]
     failing += [k for k, proves in PROVEN_FULL.items() if not proves(values)]
     assert failing == still_read
@@ -199,3 +211,35 @@ def test_the_series_that_names_the_ports_is_asked_of_every_node() -> None:
 
     assert "ib_state" not in PROVEN_VALUE and "ib_state" not in FILLED
     assert "gpu_info" not in PROVEN_VALUE and "gpu_info" not in FILLED
+
+
+@pytest.mark.parametrize("changes", [c for c, _ in CHANGES] + [{}], ids=str)
+def test_each_proof_reads_only_the_summaries_its_read_asks_for(
+    changes: dict[str, float | None],
+) -> None:
+    """A read that skips a reading asks only for the summaries its proof reads
+    (``proving``): each proof, and each skipped node's filled value, on just those gives
+    what it gives on every summary; reading another raises rather than reads as 0."""
+    values = _changed(changes)
+    values.update({f"{k}_uniform": 1.0 for k in PROVEN_VALUE})
+    proofs = {**PROVEN_EMPTY, **PROVEN_FULL}
+    for key in (*proofs, *PROVEN_VALUE):
+        only = Only(values, proving([key]))
+        if key in proofs:
+            assert proofs[key](only) == proofs[key](values), key
+        else:
+            assert (PROVEN_VALUE[key] in only) == (PROVEN_VALUE[key] in values), key
+        if key in FILLED:
+            assert FILLED[key](only) == FILLED[key](values), key
+        objects = OBJECTS[FAMILY_BY_KEY[key].by[0]]
+        assert only.get(objects) == values.get(objects), key
+    with pytest.raises(Unasked):
+        PROVEN_EMPTY["ecc_uncorrected_rate"](Only(values, proving(["xid_rate"])))
+
+
+def test_a_view_asks_for_fewer_summaries_than_there_are() -> None:
+    """``gpus`` skips none of the port readings: it asks for none of their summaries."""
+    gpu = proving(["nvlink_fault_rate", "ecc_uncorrected_rate", "memory_total", "xid_last"])
+    assert not {"ib_counted_now", "ib_ports", "nvlink_counted_now"} & set(gpu)
+    assert {"gpus", "nvlink_faults_rate", "nvlink_fault_gpus", "xid_last_max"} <= set(gpu)
+    assert set(proving(PROVEN_EMPTY)) <= set(PROVING)
