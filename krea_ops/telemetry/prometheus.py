@@ -23,6 +23,14 @@ an exporter without the sums), an older exporter's per-reason clock events
 (``Family.fallback_of``), exact presence masks. Asking for at most ``DETAIL_NODES`` nodes
 reads every link of those nodes in the first round.
 
+A read of a few named nodes, or of a fleet where our exporter runs on at most a few
+hundred nodes (``MERGE_NODES``, counted with one index read), asks our readings in a few
+queries (``MERGE_GROUPS``), each the ``or`` of several told apart by ``QUERY_TAG``: their
+answers are bounded, and each HTTP request costs the command ~1.3 ms of CPU (a 64-node
+read went from 37-43 requests to 3-11). A larger fleet's queries stay apart, so that
+Prometheus evaluates them side by side. Where a merged query fails, its parts are asked
+one by one, so that the failure is told of its own family.
+
 Where our exporters publish their node summaries (``summary.py``), a verdicts-only read
 of the fleet reads them instead of every GPU (``_collect_summarized``), and any other
 fleet-wide read asks for the readings they prove empty on a node (``PROVEN_EMPTY``) or
@@ -79,10 +87,10 @@ from krea_ops.telemetry.dialects import (
 from krea_ops.telemetry.source import TelemetrySource, short_reason
 
 WORKERS = 8
-# Queries whose answers are bounded whatever the fleet's size (the node summaries: one row
-# per node each; any family asked of a few named nodes) go out as at most this many
-# queries, each the ``or`` of several told apart by ``QUERY_TAG``: at 64 nodes a read was
-# 37 HTTP requests, each ~1.3 ms of this process' CPU before its answer is read
+# Queries whose answers are bounded (our readings asked of a few named nodes, or of a
+# fleet of at most ``MERGE_NODES`` of our exporters) go out as at most this many queries,
+# each the ``or`` of at least ``MERGE_LEAST`` told apart by ``QUERY_TAG``: at 64 nodes a
+# read was 37 HTTP requests, each ~1.3 ms of this process' CPU before its answer is read
 # (docs/benchmarks.md). A few rather than one, so that Prometheus still evaluates them
 # side by side.
 MERGE_GROUPS = 3
@@ -648,14 +656,15 @@ class PrometheusSource(TelemetrySource):
         targets: Future[list[dict[str, Any]]] = self._pool.submit(self._targets)
         fleet = None if nodes is not None else self._pool.submit(self._exporter_nodes, at)
         names = self._names(at)
+        # a fleet of a few hundred of our exporters: its answers are bounded too (a
+        # larger fleet's queries stay apart, for Prometheus to evaluate side by side)
+        small = fleet is not None and (fleet.result() or MERGE_NODES + 1) <= MERGE_NODES
         if self._summarized(nodes, groups, names):
             assert names is not None and groups is not None
             try:
-                return self._collect_summarized(nodes, groups, names, at, targets)
+                return self._collect_summarized(nodes, groups, names, at, targets, small)
             except _SummaryUnreadable:
                 pass  # read every GPU and port, as without the summaries
-        # a fleet of a few hundred of our exporters: its answers are bounded too
-        small = fleet is not None and (fleet.result() or MERGE_NODES + 1) <= MERGE_NODES
         return self._collect_detail(nodes, groups, names, at, targets, small=small)
 
     def _exporter_nodes(self, at: float) -> int | None:
@@ -707,6 +716,7 @@ class PrometheusSource(TelemetrySource):
         names: frozenset[str],
         at: float,
         targets: Future[list[dict[str, Any]]],
+        small: bool,
     ) -> FleetTelemetry:
         """Every node's summaries and freshness (a few thousand rows per reading); the
         nodes no rule can fire on get their freshness and GPU count only, the others are
@@ -714,7 +724,7 @@ class PrometheusSource(TelemetrySource):
         window, stale_s = self.settings.telemetry_window_s, self.settings.telemetry_stale_s
         fresh = next(f for f in select(self.families, groups) if f.kind == "fresh")
         fresh = self.served(fresh, names)
-        asked = self._ask_summaries(at, summary.JUDGED)
+        asked = self._ask_summaries(at, summary.JUDGED, merge=small)
         fresh_rows = self._pool.submit(self._run, fresh.key, self._builder.query(fresh), at)
         values, taken_at = self._read_summaries(asked)
         try:
@@ -758,7 +768,7 @@ class PrometheusSource(TelemetrySource):
         if detail:
             restrict = detail.keys() if len(detail) <= LINK_QUERY_NODES else None
             fleet = self._collect_detail(
-                detail.keys(), groups, names, at, targets, restrict, prune=False
+                detail.keys(), groups, names, at, targets, restrict, prune=False, small=small
             )
         read = {
             n: dataclasses.replace(t, detail_reason=detail.get(n))
@@ -774,15 +784,15 @@ class PrometheusSource(TelemetrySource):
             | (frozenset({KREA}) if clean else frozenset()),
         )
 
-    def _ask_summaries(self, at: float, whats: Iterable[str]) -> _Asked:
+    def _ask_summaries(self, at: float, whats: Iterable[str], *, merge: bool) -> _Asked:
         """The queries of these summaries (names of ``summary.expressions``) and of when
-        each node's were taken, started on the pool (milliseconds: one row per node), a
-        few queries for all of them (``_submit``)."""
+        each node's were taken, started on the pool (milliseconds: one row per node);
+        ``merge``: a few queries for all of them (``_submit``)."""
         expressions = summary.expressions(self.settings.telemetry_window_s)
         asks: list[Ask] = [(f"summary:{w}", expressions[w], ("node",)) for w in whats]
         stamp = f"max by (node) (timestamp({summary.STAMP}))"
         asks.append(("summary:taken_at", stamp, ("node",)))
-        futures = self._submit(asks, at, merge=True)
+        futures = self._submit(asks, at, merge=merge)
         return _Asked(
             values={w: futures[f"summary:{w}"] for w in whats},
             stamp=futures["summary:taken_at"],
@@ -913,7 +923,7 @@ class PrometheusSource(TelemetrySource):
         ):
             pruned = [f for f in first if self._prunable(f)]
             if pruned:
-                asked = self._ask_summaries(at, summary.proving(f.key for f in pruned))
+                asked = self._ask_summaries(at, summary.proving(f.key for f in pruned), merge=small)
                 first = [f for f in first if f not in pruned]
         # asked of a few named nodes, our readings' answers are bounded: a few queries
         bounded = few or small or restrict is not None

@@ -738,9 +738,13 @@ def test_a_small_fleet_is_read_in_a_few_queries_with_the_same_readings(
             return fleet, _queries_answered(world) - before
 
     merged, few = read()
+    # a larger fleet: its fleet-wide queries stay apart (a few nodes' are still merged)
+    monkeypatch.setattr("krea_ops.telemetry.prometheus.MERGE_NODES", 0)
+    large, apart = read()
     monkeypatch.setattr("krea_ops.telemetry.prometheus.MERGE_LEAST", 10**6)  # none merged
     alone, many = read()
-    assert merged == alone
+    assert merged == alone and large == alone
+    assert (apart > few * 2) if nodes is None else (apart == few), (few, apart)
     assert merged.errors == () and "node-a" in merged.nodes and merged.nodes["node-a"].gpus
     assert few * 3 <= many, (few, many)
 
