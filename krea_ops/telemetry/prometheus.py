@@ -23,13 +23,16 @@ an exporter without the sums), an older exporter's per-reason clock events
 (``Family.fallback_of``), exact presence masks. Asking for at most ``DETAIL_NODES`` nodes
 reads every link of those nodes in the first round.
 
-A read of a few named nodes, or of a fleet where our exporter runs on at most a few
-hundred nodes (``MERGE_NODES``, counted with one index read), asks our readings in a few
-queries (``MERGE_GROUPS``), each the ``or`` of several told apart by ``QUERY_TAG``: their
-answers are bounded, and each HTTP request costs the command ~1.3 ms of CPU (a 64-node
-read went from 37-43 requests to 3-11). A larger fleet's queries stay apart, so that
-Prometheus evaluates them side by side. Where a merged query fails, its parts are asked
-one by one, so that the failure is told of its own family.
+Queries whose answers are bounded go out merged, at most ``MERGE_GROUPS`` a round, each
+the ``or`` of several told apart by ``QUERY_TAG``: our readings asked of a few named
+nodes (``nodes show``, the nodes a verdicts-only read reads GPU by GPU, the per-link
+rounds), and the node summaries (one row per node) where our exporter runs on at most
+``MERGE_NODES`` nodes (counted with one index read). A 64-node read went from 37-43
+requests to 7-19, and `nodes show` from 41 to 3. A fleet-wide reading stays one query:
+Prometheus evaluates a query's parts one after another, and merged, the readings of a
+64-node fleet took longer on the wall for the same CPU (docs/benchmarks.md). Where a
+merged query fails, its parts are asked one by one, so that the failure is told of its
+own family.
 
 Where our exporters publish their node summaries (``summary.py``), a verdicts-only read
 of the fleet reads them instead of every GPU (``_collect_summarized``), and any other
@@ -87,15 +90,13 @@ from krea_ops.telemetry.dialects import (
 from krea_ops.telemetry.source import TelemetrySource, short_reason
 
 WORKERS = 8
-# Queries whose answers are bounded (our readings asked of a few named nodes, or of a
-# fleet of at most ``MERGE_NODES`` of our exporters) go out as at most this many queries,
-# each the ``or`` of at least ``MERGE_LEAST`` told apart by ``QUERY_TAG``: at 64 nodes a
-# read was 37 HTTP requests, each ~1.3 ms of this process' CPU before its answer is read
-# (docs/benchmarks.md). A few rather than one, so that Prometheus still evaluates them
-# side by side.
+# Queries whose answers are bounded (see the module doc) go out as at most this many
+# queries a round, each the ``or`` of at least ``MERGE_LEAST`` told apart by
+# ``QUERY_TAG``: a request costs the command CPU and a round trip, and a 64-node read made
+# 37-43. A few rather than one, so that Prometheus still evaluates them side by side.
 MERGE_GROUPS = 3
 MERGE_LEAST = 2
-# a fleet-wide read of at most this many of our exporters' nodes is bounded as well
+# at most this many of our exporters' nodes: the node summaries are merged too
 MERGE_NODES = LINK_QUERY_NODES
 # the one series each of our exporters serves, whose ``node`` values count them
 EXPORTER_SERIES = "krea_exporter_build_info"
@@ -656,8 +657,8 @@ class PrometheusSource(TelemetrySource):
         targets: Future[list[dict[str, Any]]] = self._pool.submit(self._targets)
         fleet = None if nodes is not None else self._pool.submit(self._exporter_nodes, at)
         names = self._names(at)
-        # a fleet of a few hundred of our exporters: its answers are bounded too (a
-        # larger fleet's queries stay apart, for Prometheus to evaluate side by side)
+        # a fleet of a few hundred of our exporters: its node summaries are merged (a
+        # larger fleet's stay apart, for Prometheus to evaluate side by side)
         small = fleet is not None and (fleet.result() or MERGE_NODES + 1) <= MERGE_NODES
         if self._summarized(nodes, groups, names):
             assert names is not None and groups is not None
@@ -768,7 +769,7 @@ class PrometheusSource(TelemetrySource):
         if detail:
             restrict = detail.keys() if len(detail) <= LINK_QUERY_NODES else None
             fleet = self._collect_detail(
-                detail.keys(), groups, names, at, targets, restrict, prune=False, small=small
+                detail.keys(), groups, names, at, targets, restrict, prune=False
             )
         read = {
             n: dataclasses.replace(t, detail_reason=detail.get(n))
@@ -881,7 +882,8 @@ class PrometheusSource(TelemetrySource):
         ``prune``: where the exporters publish node summaries, readings they prove empty on a
         node, or give the one value of for all its GPUs (summary.PROVEN_EMPTY,
         PROVEN_VALUE), are not asked of that node; ``FleetTelemetry.skipped`` says where.
-        ``small``: our exporter runs on at most ``MERGE_NODES`` nodes (``_submit``)."""
+        ``small``: our exporter runs on at most ``MERGE_NODES`` nodes: the node summaries
+        are asked merged (``_submit``)."""
         asm = Assembler(
             window_s=self.settings.telemetry_window_s,
             collected_at=at,
@@ -926,7 +928,7 @@ class PrometheusSource(TelemetrySource):
                 asked = self._ask_summaries(at, summary.proving(f.key for f in pruned), merge=small)
                 first = [f for f in first if f not in pruned]
         # asked of a few named nodes, our readings' answers are bounded: a few queries
-        bounded = few or small or restrict is not None
+        bounded = few or restrict is not None
         futures = self._submit(
             [
                 (f.key, self._builder.query(f, nodes, link_nodes=restrict), value_labels(f))
@@ -974,7 +976,7 @@ class PrometheusSource(TelemetrySource):
                         else self._builder.query(f, nodes, skip_nodes=skip)
                     )
                     asks.append((f.key, query, value_labels(f)))
-                    if (few_left or small) and _ours(f):
+                    if few_left and _ours(f):
                         bounded_keys.add(f.key)
                     first.append(f)
                 objects = summary.OBJECTS[f.by[0]]
@@ -1025,7 +1027,7 @@ class PrometheusSource(TelemetrySource):
             futures = self._submit(
                 round_asks,
                 at,
-                merge={f.key for f, restrict in rounds if (few or small or restrict) and _ours(f)},
+                merge={f.key for f, restrict in rounds if (few or restrict) and _ours(f)},
             )
             self._gather([f for f, _ in rounds], futures, asm, errors, failures)
         down: list[TargetDown] = []

@@ -721,13 +721,14 @@ def _queries_answered(world: World) -> float:
 
 
 @pytest.mark.parametrize("nodes", [None, {"node-a"}], ids=["fleet", "one-node"])
-def test_a_small_fleet_is_read_in_a_few_queries_with_the_same_readings(
+def test_bounded_queries_go_out_merged_with_the_same_readings(
     world: World, nodes: set[str] | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A fleet of a few hundred of our exporters, or a few named nodes: our readings go
-    out as a few queries, each the ``or`` of several (at 64 nodes a read was 37 requests,
-    each ~1.3 ms of the command's CPU). Every reading is the one a query per family
-    gives (as a larger fleet is read), by Prometheus' own count of the queries."""
+    """Our readings of a few named nodes, and the node summaries of a fleet of a few
+    hundred of our exporters, go out as a few queries, each the ``or`` of several (at 64
+    nodes a read made 37-43 requests; ``nodes show`` 41). Every reading is the one a
+    query apiece gives, and a larger fleet's summaries go out one query each, by
+    Prometheus' own count of the queries it answered."""
 
     def read() -> tuple[FleetTelemetry, float]:
         with PrometheusSource(
@@ -738,15 +739,17 @@ def test_a_small_fleet_is_read_in_a_few_queries_with_the_same_readings(
             return fleet, _queries_answered(world) - before
 
     merged, few = read()
-    # a larger fleet: its fleet-wide queries stay apart (a few nodes' are still merged)
+    # a larger fleet: its summaries stay apart (a few nodes' readings are still merged)
     monkeypatch.setattr("krea_ops.telemetry.prometheus.MERGE_NODES", 0)
     large, apart = read()
     monkeypatch.setattr("krea_ops.telemetry.prometheus.MERGE_LEAST", 10**6)  # none merged
     alone, many = read()
     assert merged == alone and large == alone
-    assert (apart > few * 2) if nodes is None else (apart == few), (few, apart)
     assert merged.errors == () and "node-a" in merged.nodes and merged.nodes["node-a"].gpus
-    assert few * 3 <= many, (few, many)
+    if nodes is None:
+        assert few < apart < many, (few, apart, many)
+    else:
+        assert few == apart and few * 10 <= many, (few, apart, many)
 
 
 def test_a_failing_query_among_merged_ones_costs_only_its_family(world: World) -> None:
