@@ -790,7 +790,9 @@ class PrometheusSource(TelemetrySource):
         each node's were taken, started on the pool (milliseconds: one row per node);
         ``merge``: a few queries for all of them (``_submit``)."""
         expressions = summary.expressions(self.settings.telemetry_window_s)
-        asks: list[Ask] = [(f"summary:{w}", expressions[w], ("node",)) for w in whats]
+        # (those over a range first: merged, each group gets its share of the long poles)
+        ranged = sorted(whats, key=lambda w: "[" not in expressions[w])
+        asks: list[Ask] = [(f"summary:{w}", expressions[w], ("node",)) for w in ranged]
         stamp = f"max by (node) (timestamp({summary.STAMP}))"
         asks.append(("summary:taken_at", stamp, ("node",)))
         futures = self._submit(asks, at, merge=merge)

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""The read commands against the official client's floor, interleaved (issue 28).
+
+``bench_read.py`` times each command's runs back to back, one command after another: on
+a shared machine the load drifts between commands by more than the 0.15 s margin being
+judged. This runs one round at a time, the floor first and then every command (and, with
+``--baseline``, the same command of another installation, in alternating order), so
+that each command and the floor see the same machine, and reports each median against
+the floor's.
+
+The floor is ``bench_read.FLOOR_LEAN``: a fresh ``python`` that imports
+``kubernetes.client``, loads the kubeconfig and lists the nodes through ``ApiClient``.
+Run it against a fleet ``bench_read.py --hold`` keeps up (it prints the kubeconfig and
+the Prometheus URL):
+
+    .venv/bin/python benchmarks/bench_read.py --nodes 64 --repeat 1 \\
+        --control-plane upstream --hold 1800
+    .venv/bin/python benchmarks/bench_floor.py --kubeconfig K --prometheus URL [--repeat 15] \\
+        [--baseline /path/to/other/.venv/bin/krea-ops]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from bench_apiserver import compile_project  # noqa: E402
+from bench_read import FLOOR_LEAN  # noqa: E402
+
+COMMANDS = (
+    ("gpus",),
+    ("nodes", "list"),
+    ("fabric",),
+    ("nodes", "show", "gpu-000-00"),
+    ("queue", "list"),
+    ("queue", "workloads"),
+    ("burst", "status"),
+)
+
+
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, int]:
+    """(wall s, the child's user + system CPU s, exit code) of one run."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    rc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, rc.returncode
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--prometheus", required=True)
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--baseline", help="another installation's krea-ops, timed alongside")
+    parser.add_argument("--node", default="gpu-000-00", help="the node `nodes show` reads")
+    args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    compile_project()
+    env = {**os.environ, "KUBECONFIG": args.kubeconfig}
+    env.pop("KREA_OPS_CONFIG", None)
+    builds = {"krea-ops": str(ROOT / ".venv" / "bin" / "krea-ops")}
+    if args.baseline:
+        builds["baseline"] = args.baseline
+    floor = [sys.executable, "-c", FLOOR_LEAN, args.kubeconfig]
+    runs: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    failed: set[tuple[str, str]] = set()
+    for i in range(args.repeat):
+        wall, cpu, _ = timed(floor, env)
+        runs.setdefault(("floor", ""), []).append((wall, cpu))
+        for command in COMMANDS:
+            argv = [a if a != "gpu-000-00" else args.node for a in command]
+            order = list(builds.items())
+            if i % 2:
+                order.reverse()
+            for build, binary in order:
+                call = [binary, *argv, "--prometheus", args.prometheus, "-o", "json"]
+                wall, cpu, rc = timed(call, env)
+                key = (build, " ".join(argv))
+                runs.setdefault(key, []).append((wall, cpu))
+                if rc not in (0, 1):  # 1: the read found a node that is not OK
+                    failed.add(key)
+    base = statistics.median(w for w, _ in runs[("floor", "")])
+    print(f"# {' '.join(sys.argv)}")
+    print(f"# {args.repeat} rounds, load average at the end {os.getloadavg()[0]:.1f}\n")
+    print("| command | build | median s | over the floor | own CPU s |")
+    print("|---|---|---:|---:|---:|")
+    for (build, command), values in runs.items():
+        wall = statistics.median(w for w, _ in values)
+        cpu = statistics.median(c for _, c in values)
+        over = "" if build == "floor" else f"{wall - base:+.3f}"
+        name = "the floor" if build == "floor" else f"`krea-ops {command} -o json`"
+        note = " (failed)" if (build, command) in failed else ""
+        print(f"| {name}{note} | {build} | {wall:.3f} | {over} | {cpu:.3f} |")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
