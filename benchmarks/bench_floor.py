@@ -98,12 +98,12 @@ def main() -> int:
     print(f"# {args.repeat} rounds, load average at the end {os.getloadavg()[0]:.1f}\n")
     print("| command | build | median s | over the floor | own CPU s |")
     print("|---|---|---:|---:|---:|")
-    for (build, command), values in runs.items():
+    for (build, text), values in runs.items():
         wall = statistics.median(w for w, _ in values)
         cpu = statistics.median(c for _, c in values)
         over = "" if build == "floor" else f"{wall - base:+.3f}"
-        name = "the floor" if build == "floor" else f"`krea-ops {command} -o json`"
-        note = " (failed)" if (build, command) in failed else ""
+        name = "the floor" if build == "floor" else f"`krea-ops {text} -o json`"
+        note = " (failed)" if (build, text) in failed else ""
         print(f"| {name}{note} | {build} | {wall:.3f} | {over} | {cpu:.3f} |")
     return 1 if failed else 0
 
