@@ -26,16 +26,17 @@ Managed fields are dropped from the cached objects (client-go users do the same 
 transform): nothing krea-ops reads is there, and they are most of a Pod's bytes.
 
 Honest about what it knows. A read waits (``sync_timeout_s``) for the collection's first
-list; a collection whose watch has been down longer than ``stale_s`` answers
-``Unavailable``, and so does one that has not caught up with this process's own writes
-within ``sync_timeout_s`` (``WatchedCluster`` notes the resourceVersion each write of a
-watched kind returns, and a read of that kind waits until the watch has delivered it):
-a controller then changes nothing that pass (fail-static), as it does when the API
-server cannot be reached, rather than deciding on a cache that may be behind. A
-node-health pass that cordoned a node therefore never counts its blast cap from a cache
-that has not seen the cordon. Comparing resourceVersions as numbers is what that needs:
-the API server's are etcd revisions (and the simulator's counters); one that is not a
-number is not waited for.
+list, or answers ``Unavailable`` at once where the API server refused it (401, 403: the
+list is tried again meanwhile); a collection whose watch has been down longer than
+``stale_s`` answers ``Unavailable``, and so does one that has not caught up with this
+process's own writes within ``sync_timeout_s`` (``WatchedCluster`` notes the
+resourceVersion each write of a watched kind returns, and a read of that kind waits
+until the watch has delivered it): a controller then changes nothing that pass
+(fail-static), as it does when the API server cannot be reached, rather than deciding on
+a cache that may be behind. A node-health pass that cordoned a node therefore never
+counts its blast cap from a cache that has not seen the cordon. Comparing
+resourceVersions as numbers is what that needs: the API server's are etcd revisions (and
+the simulator's counters); one that is not a number is not waited for.
 """
 
 from __future__ import annotations
@@ -259,6 +260,7 @@ class Reflector:
         self.error: str | None = None
         self._lock = threading.Condition()
         self._synced = False
+        self._refused = False  # the last list was refused (401, 403)
         self._connected = False
         self._since = clock()  # when the watch last was connected (or the reflector began)
         self._listed_at: float | None = None
@@ -336,7 +338,15 @@ class Reflector:
                 token, objects = None, {}
                 continue
             if not answer.ok or answer.body is None:
-                raise self.cluster.refusal(f"list {self.collection.resource}", answer)
+                refused = self.cluster.refusal(f"list {self.collection.resource}", answer)
+                if answer.status in (401, 403):
+                    # refused, not failing: a read says so now rather than after
+                    # sync_timeout_s (the list is tried again meanwhile)
+                    with self._lock:
+                        self._refused = True
+                        self.error = str(refused)
+                        self._lock.notify_all()
+                raise refused
             for obj in answer.body.get("items") or ():
                 objects[_key(obj)] = _trim(obj)
             meta = answer.body.get("metadata") or {}
@@ -348,6 +358,7 @@ class Reflector:
             self.objects = objects
             self.rv = rv
             self._synced = True
+            self._refused = False
             self._connected = True
             self._since = self.clock()
             self._listed_at = self.clock()
@@ -421,6 +432,8 @@ class Reflector:
                 caught_up = at_least is None or (_rv_number(self.rv) or 0) >= at_least
                 if self._synced and caught_up:
                     break
+                if not self._synced and self._refused:
+                    raise Unavailable(f"{self.what}: the watch cache cannot list: {self.error}")
                 left = deadline - self.clock()
                 if left <= 0:
                     why = (

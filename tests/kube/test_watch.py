@@ -279,6 +279,55 @@ def test_a_cache_that_never_synced_fails_with_the_reason(small: LocalApiServer) 
             watched.close()
 
 
+def test_a_list_refused_fails_a_read_at_once_and_is_tried_again(tmp_path: Path) -> None:
+    """A 403 is not a slow server: a read of a collection whose list RBAC refuses says so
+    now, not after the sync timeout (a controller's pass is then fail-static at once),
+    and the cache keeps trying: once the role is granted, it reads."""
+    from krea_ops.sim.common.kubeconfig import bearer_client
+
+    users = {"carol-token": ("carol", ["devs"])}
+    with (
+        LocalApiServer(tmp_path / "rbac", crds=False, users=users) as server,
+        server.api_client() as api,
+        bearer_client(server.url, "carol-token", server.ca_cert) as carols,
+    ):
+        admin = Cluster(api, timeout_s=5)
+        create(admin, "/api/v1/nodes", _node("g-0"))
+        watched = WatchedCluster(Cluster(carols, timeout_s=5), sync_timeout_s=600.0)
+        try:
+            with pytest.raises(Unavailable) as raised:
+                watched.nodes()
+            text = str(raised.value)
+            assert "watch nodes: the watch cache cannot list: forbidden" in text, text
+            assert "after 600 s" not in text
+            rbac = "/apis/rbac.authorization.k8s.io/v1"
+            rule = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}
+            role = {"metadata": {"name": "node-reader"}, "rules": [rule]}
+            create(admin, f"{rbac}/clusterroles", role)
+            binding = {
+                "metadata": {"name": "carol-reads-nodes"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "node-reader",
+                },
+                "subjects": [
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "carol"}
+                ],
+            }
+            create(admin, f"{rbac}/clusterrolebindings", binding)
+
+            def listed() -> bool:
+                try:
+                    return _names(watched.nodes(GPU_LABEL)) == ["g-0"]
+                except Unavailable:
+                    return False
+
+            wait_for(listed, timeout=60)
+        finally:
+            watched.close()
+
+
 # -- selectors, as the API server reads them ----------------------------------------------
 
 
