@@ -330,8 +330,8 @@ class Console:
         dashboard reads the fleet anyway), else from a verdicts-only read (node summaries
         where Prometheus records them). ``nodes``: the caller has listed them;
         ``ahead``: the verdicts' telemetry read it started (``_verdicts_ahead``)."""
-        last = self.last_fleet
-        if last is not None and not last.telemetry_error:
+        last = self._judged_fleet()
+        if last is not None:
             return HealthReading(severities(last.views), verdicts=_verdicts(last.views))
         source, error = self._telemetry()
         if source is None:
@@ -395,11 +395,15 @@ class Console:
         into.append(self.node_health(nodes=nodes, ahead=ahead))
         return into[-1].severity
 
+    def _judged_fleet(self) -> FleetSnapshot | None:
+        """The last whole-fleet read, where it could judge the nodes."""
+        last = self.last_fleet
+        return last if last is not None and not last.telemetry_error else None
+
     def _verdicts_ahead(self) -> TelemetryAhead | None:
         """The verdicts-only telemetry read ``node_health`` will want, started now on a
         thread, unless the last whole-fleet read will do."""
-        last = self.last_fleet
-        if last is not None and not last.telemetry_error:
+        if self._judged_fleet() is not None:
             return None
         source, _ = self._telemetry()
         return collect_ahead(source, families=VERDICTS_ONLY.families)

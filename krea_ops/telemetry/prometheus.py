@@ -527,14 +527,14 @@ class PrometheusSource(TelemetrySource):
         """Each query's answer, in flight on the pool: one request each, or, for the keys
         ``merge`` names (True: all), ``MERGE_GROUPS`` requests at most for all of them,
         each of ``MERGE_LEAST`` queries at least."""
-        merged = [a for a in asks if merge is True or (merge and a[0] in merge)]
-        groups = min(MERGE_GROUPS, len(merged) // MERGE_LEAST)
-        if groups == 0:
-            merged = []
+        chosen = [a for a in asks if merge is True or (merge and a[0] in merge)]
+        groups = min(MERGE_GROUPS, len(chosen) // MERGE_LEAST)
+        merged = chosen if groups else []
+        together = {key for key, _, _ in merged}
         futures = {
             key: self._pool.submit(self._run, key, promql, at, labels)
             for key, promql, labels in asks
-            if (key, promql, labels) not in merged
+            if key not in together
         }
         for i in range(groups):
             group = merged[i::groups]
@@ -587,23 +587,30 @@ class PrometheusSource(TelemetrySource):
         data = response.json().get("data") or {}
         return list(data.get("activeTargets") or [])
 
-    def _names(self, at: float) -> frozenset[str] | None:
-        """Every metric name with samples in the lookback before ``at`` (one index read,
-        milliseconds), so that each family is queried only for the spellings that exist:
-        no ``or`` of absent dialects, no tag to tell them apart, no query at all for a
-        family nobody serves. None when the API does not answer (then every spelling is
-        asked for, as before)."""
+    def _label_values(self, label: str, at: float, match: str | None = None) -> list[Any] | None:
+        """The values ``label`` took in the lookback before ``at`` (one index read,
+        milliseconds), of the series ``match`` selects where given; None where the API
+        does not say. Raises what ``requests`` raises."""
         lookback = max(self.settings.telemetry_window_s, 3 * self.settings.telemetry_stale_s)
+        params = {"start": f"{at - lookback - 60:.3f}", "end": f"{at:.3f}"}
+        if match is not None:
+            params["match[]"] = match
+        response = self._session.get(
+            f"{self.url}/api/v1/label/{label}/values", params=params, timeout=self.timeout_s
+        )
+        if response.status_code != 200:
+            return None
+        doc = json.loads(response.content)
+        data = doc.get("data") if isinstance(doc, dict) else None  # "[1]": no index
+        return data if isinstance(data, list) else None
+
+    def _names(self, at: float) -> frozenset[str] | None:
+        """Every metric name with samples in the lookback before ``at``, so that each
+        family is queried only for the spellings that exist: no ``or`` of absent
+        dialects, no tag to tell them apart, no query at all for a family nobody serves.
+        None when the API does not answer (then every spelling is asked for, as before)."""
         try:
-            response = self._session.get(
-                f"{self.url}/api/v1/label/__name__/values",
-                params={"start": f"{at - lookback - 60:.3f}", "end": f"{at:.3f}"},
-                timeout=self.timeout_s,
-            )
-            if response.status_code != 200:
-                return None
-            doc = json.loads(response.content)
-            data = doc.get("data") if isinstance(doc, dict) else None  # "[1]": no index
+            data = self._label_values("__name__", at)
         except (requests.ConnectionError, requests.Timeout) as exc:
             # not there: say so now rather than after every query has timed out too
             raise Unavailable(
@@ -611,7 +618,7 @@ class PrometheusSource(TelemetrySource):
             ) from exc
         except (requests.RequestException, ValueError):
             return None
-        if not isinstance(data, list):
+        if data is None:
             return None
         return frozenset(name for name in data if isinstance(name, str))  # [null], [{}]
 
@@ -669,23 +676,13 @@ class PrometheusSource(TelemetrySource):
         return self._collect_detail(nodes, groups, names, at, targets, small=small)
 
     def _exporter_nodes(self, at: float) -> int | None:
-        """How many nodes our exporter served in the lookback (one index read), or None
-        where the API does not say."""
-        lookback = max(self.settings.telemetry_window_s, 3 * self.settings.telemetry_stale_s)
+        """How many nodes our exporter served in the lookback, or None where the API
+        does not say."""
         try:
-            response = self._session.get(
-                f"{self.url}/api/v1/label/node/values",
-                params={
-                    "match[]": EXPORTER_SERIES,
-                    "start": f"{at - lookback - 60:.3f}",
-                    "end": f"{at:.3f}",
-                },
-                timeout=self.timeout_s,
-            )
-            data = json.loads(response.content).get("data")
-        except (requests.RequestException, ValueError, AttributeError):
+            data = self._label_values("node", at, EXPORTER_SERIES)
+        except (requests.RequestException, ValueError):
             return None
-        return len(data) if response.status_code == 200 and isinstance(data, list) else None
+        return None if data is None else len(data)
 
     # -- a verdicts-only read from the node summaries (telemetry/summary.py) ------------
 

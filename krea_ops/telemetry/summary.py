@@ -198,19 +198,6 @@ PROVEN_VALUE: Mapping[str, str] = {key: f"{key}_uniform" for key in (*UNIFORM, *
 IB_PROOFS = ("ib_counted_now", "ib_counted_new", "ib_error_series", "ib_ports", "ib_saturated_any")
 # the summaries the per-GPU NVLink sums' proofs read
 NVLINK_PROOFS = ("nvlink_counted_now", "nvlink_counted_new", "nvlink_error_series")
-# the summaries those read (``gpus``: the node has a summary at all)
-PROVING = (
-    "gpus",
-    "nvlink_faults_rate",
-    "nvlink_fault_gpus",
-    "ecc_uncorrected_rate",
-    "row_remap_max",
-    "xid_last_max",
-    "xids_new",
-    *IB_PROOFS,
-    *NVLINK_PROOFS,
-    *PROVEN_VALUE.values(),
-)
 # The summaries each proof above reads (and FILLED's values): a read asks only those of
 # the readings it skips, besides ``gpus`` and the objects a skipped node's rows are
 # given on (``OBJECTS``). A proof that reads a summary not named here is not trusted: it
@@ -241,6 +228,10 @@ def proving(keys: Iterable[str]) -> tuple[str, ...]:
         out.update(PROOF_READS[key])
         out.add(OBJECTS[FAMILY_BY_KEY[key].by[0]])
     return tuple(sorted(out))
+
+
+# the summaries every proof reads (``gpus``: the node has a summary at all)
+PROVING = proving(PROOF_READS)
 
 
 class Unasked(LookupError):
