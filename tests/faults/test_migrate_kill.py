@@ -18,6 +18,7 @@ and the second run ends ``done``."""
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import uuid
@@ -37,7 +38,7 @@ from krea_ops.runbook.audit import AuditLog
 from krea_ops.runbook.burst import plan_migrate, read_side
 from krea_ops.runbook.execute import execute
 from krea_ops.runbook.plan import Plan
-from tests.conftest import api_server, wait_for
+from tests.conftest import api_server, sim_on_control_plane, wait_for
 from tests.faults.test_runbook_kill import (
     DiesBeforeTheEnd,
     Killed,
@@ -235,41 +236,61 @@ def quick_polls(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(burst_runbook, "POLL_S", 0.05)
 
 
-@pytest.fixture
-def sims(tmp_path: Path, control_plane: str) -> Iterator[tuple[Any, Any]]:
-    """Two API servers of the control plane (the clean run's, the killed one's), each
-    with its nodes' kubelets alive (their Leases renewed, evicted pods' deletion ended)."""
-    with (
-        api_server(control_plane, tmp_path / "clean") as clean,
-        api_server(control_plane, tmp_path / "kill") as killed,
-        Kubelets(clean),
-        Kubelets(killed),
-    ):
-        yield clean, killed
+sim = sim_on_control_plane  # the killed run's API server, on each control plane
+
+
+@pytest.fixture(autouse=True)
+def kubelets(sim: Any) -> Iterator[Kubelets]:
+    """The nodes' kubelets: alive (their Leases renewed), each ending its evicted pods'
+    deletion."""
+    with Kubelets(sim) as kubelets:
+        yield kubelets
 
 
 STEPS = {"back": 7, "out": 7}  # pause+Event, 3 moves, unpause+Event; taint x2, 3, untaint x2
 CASES = [(d, k) for d, n in STEPS.items() for k in range(1, n + 1)]
 
 
-@pytest.mark.parametrize(("direction", "k"), CASES, ids=[f"{d}-after-{k}" for d, k in CASES])
-def test_migrate_killed_after_step_k_then_run_again_converges(
-    sims: tuple[Any, Any], tmp_path: Path, direction: str, k: int, control_plane: str
-) -> None:
-    clean_sim, sim = sims
+# What one clean move leaves, per direction and control plane (placement, nodes, Events):
+# every case of a direction starts from the same state and compares with it, so it runs
+# once for the module, on an API server of its own.
+_CLEAN: dict[tuple[str, str], dict[str, Any]] = {}
+
+
+def clean_move(direction: str, tmp: Path, control_plane: str) -> dict[str, Any]:
+    key = (direction, control_plane)
+    if key not in _CLEAN:
+        _CLEAN[key] = _clean_move(direction, tmp, control_plane)
+    return copy.deepcopy(_CLEAN[key])
+
+
+def _clean_move(direction: str, tmp: Path, control_plane: str) -> dict[str, Any]:
     offsite = direction == "back"
-    with clean_sim.api_client() as api:
+    with (
+        api_server(control_plane, tmp / "clean") as server,
+        Kubelets(server),
+        server.api_client() as api,
+    ):
         cluster = Cluster(api, timeout_s=30)
         owner = _setup(cluster, offsite, control_plane)
         plan = _plan(cluster, direction)
         assert len(plan.steps) == STEPS[direction], [s.description for s in plan.steps]
-        clean_log = tmp_path / "clean.jsonl"
-        with Replicas(clean_sim, owner, control_plane):
+        clean_log = tmp / "clean.jsonl"
+        with Replicas(server, owner, control_plane):
             assert execute(cluster, plan, audit=AuditLog(clean_log)).status == "done"
         want = _settled(cluster)
         assert want["placement"] == ((REPLICAS, 0) if offsite else (0, REPLICAS))
-        moved = _evictions(clean_log)
-        assert moved == REPLICAS
+        assert _evictions(clean_log) == REPLICAS
+        return want
+
+
+@pytest.mark.parametrize(("direction", "k"), CASES, ids=[f"{d}-after-{k}" for d, k in CASES])
+def test_migrate_killed_after_step_k_then_run_again_converges(
+    sim: Any, tmp_path: Path, direction: str, k: int, control_plane: str
+) -> None:
+    offsite = direction == "back"
+    want = clean_move(direction, tmp_path, control_plane)
+    moved = REPLICAS  # one clean move evicts each pod once
 
     with sim.api_client() as api:
         cluster = Cluster(api, timeout_s=30)
@@ -316,12 +337,11 @@ def test_migrate_killed_after_step_k_then_run_again_converges(
 
 
 def test_max_bounds_the_command_not_each_attempt(
-    sims: tuple[Any, Any], tmp_path: Path, control_plane: str
+    sim: Any, tmp_path: Path, control_plane: str
 ) -> None:
     """`burst migrate --back --max 2` killed after its first move: the run again moves one
     more, not two (2 evictions in all, as one clean run), and says so; a later command,
     after that one ended, has its own --max."""
-    _, sim = sims
     with sim.api_client() as api:
         cluster = Cluster(api, timeout_s=30)
         owner = _setup(cluster, True, control_plane)
