@@ -18,6 +18,7 @@ starts a fresh control plane instead.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from krea_ops.kube.cluster import Cluster
@@ -37,12 +38,15 @@ class Baseline:
     def _objects(self, cluster: Cluster) -> list[tuple[str, dict[str, Any]]]:
         """Every object the API server lists, with the collection path it lives under."""
         found = []
-        for path, namespaced in self.resources:
-            for obj in cluster.list_all(path, path):
-                meta = obj.get("metadata") or {}
-                if namespaced and meta.get("namespace") in SYSTEM_NAMESPACES:
-                    continue
-                found.append((path, obj))
+        # (listed side by side: some 70 lists, most of a reset's time one after another)
+        with ThreadPoolExecutor(8) as pool:
+            listed = pool.map(lambda r: cluster.list_all(r[0], r[0]), self.resources)
+            for (path, namespaced), objects in zip(self.resources, listed, strict=True):
+                for obj in objects:
+                    meta = obj.get("metadata") or {}
+                    if namespaced and meta.get("namespace") in SYSTEM_NAMESPACES:
+                        continue
+                    found.append((path, obj))
         return found
 
     def _new(self, cluster: Cluster) -> list[tuple[str, dict[str, Any]]]:
@@ -68,7 +72,7 @@ class Baseline:
                     raise TimeoutError(f"control plane not back to its baseline: {names}")
                 for path, obj in sorted(left, key=lambda po: po[0].endswith("/namespaces")):
                     _delete(cluster, path, obj)
-                time.sleep(0.2)
+                time.sleep(0.05)
 
 
 def _uid(obj: dict[str, Any]) -> str:

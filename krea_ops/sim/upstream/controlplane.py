@@ -110,6 +110,11 @@ class Process:
             return ""
         return " | ".join(x.strip() for x in text[-lines:])
 
+    def terminate(self) -> None:
+        """SIGTERM, not waited for (``stop`` waits)."""
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+
     def stop(self, grace_s: float = 10.0) -> None:
         if self.alive():
             self.proc.send_signal(signal.SIGTERM)
@@ -173,11 +178,17 @@ class UpstreamControlPlane:
                 self.ca_cert.read_bytes(),
             )
             self._node_grace_s = node_grace_s
-            self._again_on_other_ports(lambda: self._start_kcm(node_grace_s))
-            self._again_on_other_ports(self._start_scheduler)
+            # the components after the API server start side by side, each spawned from
+            # this thread (a child dies with the thread that spawned it: PR_SET_PDEATHSIG)
+            # and then waited for: the controller-manager and the scheduler while the
+            # CRDs are applied, JobSet and Kueue once they are established
+            gates = kueue_feature_gates or {}
+            both = self._launch_all(
+                [lambda: self._launch_kcm(node_grace_s), self._launch_scheduler]
+            )
             self._apply_crds(apply=not preinstalled)
-            self._again_on_other_ports(self._start_jobset)
-            self._again_on_other_ports(lambda: self._start_kueue(kueue_feature_gates or {}))
+            both()
+            self._launch_all([self._launch_jobset, lambda: self._launch_kueue(gates)])()
             if kueue_setup:
                 self.apply_files(kueue_setup_files())
         except BaseException:
@@ -201,6 +212,21 @@ class UpstreamControlPlane:
                 if start == self._start_apiserver:
                     self.port = free_port(self.host)
                     self.url = f"https://{self.host}:{self.port}"
+
+    def _launch_all(self, launches: list[Callable[[], Callable[[], None]]]) -> Callable[[], None]:
+        """Spawn each component now; the callable returned waits for each to be up, one
+        spawned again on new ports where a port picked for it was taken meanwhile."""
+        waits = [(launch, launch()) for launch in launches]
+
+        def wait() -> None:
+            for launch, waited in waits:
+                try:
+                    waited()
+                except PortTaken:
+                    self._progress("a port picked for it was taken meanwhile: again on new ones")
+                    self._again_on_other_ports(lambda launch=launch: launch()())
+
+        return wait
 
     def _progress(self, line: str) -> None:
         self._say(f"{line} ({time.monotonic() - self._t0:.1f} s)")
@@ -260,7 +286,7 @@ class UpstreamControlPlane:
             if ok():
                 self._progress(f"{proc.name}: {what}")
                 return
-            time.sleep(0.2)
+            time.sleep(0.1)
         raise Unavailable(f"{proc.name} not {what} within {timeout_s:.0f} s (log: {proc.log})")
 
     def _get(self, url: str, token: str | None = None, ca: Path | None = None) -> int:
@@ -330,9 +356,9 @@ class UpstreamControlPlane:
             lambda: self._get(f"{self.url}/readyz", self.token, self.pki.ca.cert) == 200,
         )
 
-    def _start_kcm(self, node_grace_s: float) -> None:
+    def _launch_kcm(self, node_grace_s: float) -> Callable[[], None]:
         sa = self.pki.service_account_keys()
-        self._start_component(
+        return self._launch_component(
             "kube-controller-manager",
             [
                 "--use-service-account-credentials=true",
@@ -347,10 +373,10 @@ class UpstreamControlPlane:
             ],
         )
 
-    def _start_scheduler(self) -> None:
-        self._start_component("kube-scheduler", [])
+    def _launch_scheduler(self) -> Callable[[], None]:
+        return self._launch_component("kube-scheduler", [])
 
-    def _start_component(self, name: str, flags: list[str]) -> None:
+    def _launch_component(self, name: str, flags: list[str]) -> Callable[[], None]:
         """kube-controller-manager or kube-scheduler: as ``system:NAME`` (its bootstrap
         RBAC), delegated authentication and authorisation through the same kubeconfig,
         its secure port on loopback (waited for by its /healthz), no leader election."""
@@ -370,7 +396,9 @@ class UpstreamControlPlane:
                 *flags,
             ],
         )
-        self._wait(proc, "healthy", lambda: self._get(f"https://127.0.0.1:{port}/healthz") == 200)
+        return lambda: self._wait(
+            proc, "healthy", lambda: self._get(f"https://127.0.0.1:{port}/healthz") == 200
+        )
 
     def _crd_files(self) -> list[Path]:
         manifests = self.root / "manifests"
@@ -446,7 +474,8 @@ class UpstreamControlPlane:
                 conds = (json.loads(crd.data).get("status") or {}).get("conditions") or []
                 if any(c.get("type") == "Established" and c.get("status") == "True" for c in conds):
                     pending.discard(name)
-            time.sleep(0.2)
+            if pending:
+                time.sleep(0.2)
         if pending:
             raise Unavailable(f"CRDs not established within 60 s: {', '.join(sorted(pending))}")
         self._progress(f"CRDs: {len(names)} established (Kueue, JobSet)")
@@ -486,7 +515,7 @@ class UpstreamControlPlane:
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         return path, certs
 
-    def _start_jobset(self) -> None:
+    def _launch_jobset(self) -> Callable[[], None]:
         webhook, health = free_port(), free_port()
         config, _ = self._controller_config(
             "jobset",
@@ -506,10 +535,14 @@ class UpstreamControlPlane:
             [str(self.bin / "jobset-controller"), f"--config={config}", "--zap-log-level=info"],
             env={"KUBECONFIG": str(self.kubeconfig)},
         )
-        self._wait(proc, "ready", lambda: self._get(f"http://127.0.0.1:{health}/readyz") == 200)
-        self.apply_objects(self._webhooks("jobset", webhook, "jobset-"))
 
-    def _start_kueue(self, feature_gates: dict[str, bool]) -> None:
+        def up() -> None:
+            self._wait(proc, "ready", lambda: self._get(f"http://127.0.0.1:{health}/readyz") == 200)
+            self.apply_objects(self._webhooks("jobset", webhook, "jobset-"))
+
+        return up
+
+    def _launch_kueue(self, feature_gates: dict[str, bool]) -> Callable[[], None]:
         webhook, health = free_port(), free_port()
         config, certs = self._controller_config(
             "kueue",
@@ -541,9 +574,13 @@ class UpstreamControlPlane:
             [str(self.bin / "kueue"), f"--config={config}", "--zap-log-level=info"],
             env={"KUBECONFIG": str(self.kubeconfig)},
         )
-        self._wait(proc, "ready", lambda: self._get(f"http://127.0.0.1:{health}/readyz") == 200)
-        self.apply_objects(self._webhooks("kueue", webhook, "kueue-"))
-        self._wait_webhooks(proc)
+
+        def up() -> None:
+            self._wait(proc, "ready", lambda: self._get(f"http://127.0.0.1:{health}/readyz") == 200)
+            self.apply_objects(self._webhooks("kueue", webhook, "kueue-"))
+            self._wait_webhooks(proc)
+
+        return up
 
     def _wait_webhooks(self, proc: Process) -> None:
         """Until the API server reaches Kueue's validating webhook (a dry-run create of an
@@ -562,7 +599,11 @@ class UpstreamControlPlane:
         def answered() -> bool:
             try:
                 api.create_cluster_custom_object(
-                    "kueue.x-k8s.io", "v1beta2", "resourceflavors", probe, dry_run="All",
+                    "kueue.x-k8s.io",
+                    "v1beta2",
+                    "resourceflavors",
+                    probe,
+                    dry_run="All",
                     _preload_content=False,
                 )
                 return True
@@ -632,7 +673,7 @@ class UpstreamControlPlane:
         for proc in [p for p in self.processes if p.name == "kube-controller-manager"]:
             proc.stop()
             self.processes.remove(proc)
-        self._start_kcm(self._node_grace_s)
+        self._again_on_other_ports(lambda: self._launch_kcm(self._node_grace_s)())
 
     def api_client(self) -> Any:
         from krea_ops.sim.common.kubeconfig import bearer_client
@@ -640,7 +681,13 @@ class UpstreamControlPlane:
         return bearer_client(self.url, self.token, self.ca_cert)
 
     def close(self) -> None:
-        for proc in reversed(self.processes):
+        """Every component told to stop at once (kube-apiserver and Kueue each take about
+        a second to shut down), etcd last, once the others are gone."""
+        last = [p for p in self.processes if p.name == "etcd"]
+        first = [p for p in self.processes if p.name != "etcd"]
+        for proc in first:
+            proc.terminate()
+        for proc in (*reversed(first), *last):
             proc.stop()
         self.processes.clear()
 
