@@ -218,13 +218,16 @@ class UpstreamControlPlane:
         spawned again on new ports where a port picked for it was taken meanwhile."""
         waits = [(launch, launch()) for launch in launches]
 
+        def again(launch: Callable[[], Callable[[], None]]) -> None:
+            self._progress("a port picked for it was taken meanwhile: again on new ones")
+            self._again_on_other_ports(lambda: launch()())
+
         def wait() -> None:
             for launch, waited in waits:
                 try:
                     waited()
                 except PortTaken:
-                    self._progress("a port picked for it was taken meanwhile: again on new ones")
-                    self._again_on_other_ports(lambda launch=launch: launch()())
+                    again(launch)
 
         return wait
 
