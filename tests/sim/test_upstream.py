@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -218,3 +219,29 @@ def test_a_component_whose_port_was_taken_meanwhile_starts_again_on_new_ones(
     with pytest.raises(PortTaken):
         plane._again_on_other_ports(plane._start_apiserver, fixed=True)
     assert len(calls) == 1
+
+    # components started side by side: each spawned before any is waited for, and the
+    # one whose port was taken spawned again on its own; one taken every time fails
+    spawned: list[str] = []
+
+    def launch(name: str, taken_times: int) -> Callable[[], Callable[[], None]]:
+        def spawn() -> Callable[[], None]:
+            spawned.append(name)
+            tries = spawned.count(name)
+
+            def wait() -> None:
+                if tries <= taken_times:
+                    raise PortTaken("bind: address already in use")
+
+            return wait
+
+        return spawn
+
+    wait = plane._launch_all([launch("kcm", 1), launch("scheduler", 0)])
+    assert spawned == ["kcm", "scheduler"]
+    wait()
+    assert spawned == ["kcm", "scheduler", "kcm"]
+    spawned.clear()
+    with pytest.raises(PortTaken):
+        plane._launch_all([launch("kueue", PORT_TRIES + 1)])()
+    assert spawned == ["kueue"] * (PORT_TRIES + 1)
