@@ -863,6 +863,43 @@ class PrometheusSource(TelemetrySource):
             raise _SummaryUnreadable(str(exc)) from exc
         return proven, usable
 
+    @staticmethod
+    def _link_suspects(
+        proven: Mapping[str, frozenset[str]],
+        known: Mapping[str, Mapping[str, float]],
+        having: frozenset[str] | None,
+    ) -> frozenset[str] | None:
+        """The nodes of ``having`` whose summaries do not show every NVLink up with no
+        error counted in the window (``Assembler.nodes_needing_links``' reasons), or None
+        where the proofs were not read. Only a guess at which nodes the per-link round
+        asks of: the round asked early is kept only where it covers them all."""
+        keys = ("nvlink_sum_rate", "nvlink_fault_rate", "nvlink_links", "nvlink_links_up")
+        if having is None or any(k not in proven for k in keys):
+            return None
+        clean = frozenset.intersection(*(proven[k] for k in keys))
+        return frozenset(
+            n
+            for n in having
+            if n not in clean
+            or known[n].get("nvlink_links_up_uniform", -1.0)
+            < known[n].get("nvlink_links_uniform", 0.0)
+        )
+
+    def _ask_links(
+        self,
+        later: Sequence[Family],
+        nodes: Collection[str] | None,
+        suspects: frozenset[str],
+        at: float,
+    ) -> dict[str, Future[list[Row] | Values]]:
+        """The per-link families asked of ``suspects`` (none: nothing to ask)."""
+        if not suspects:
+            return {}
+        asks: list[Ask] = [
+            (f.key, self._builder.query(f, nodes, link_nodes=suspects), None) for f in later
+        ]
+        return self._submit(asks, at, merge={f.key for f in later if _ours(f)})
+
     # -- the read of every GPU and port -------------------------------------------------
 
     def _collect_detail(
@@ -943,6 +980,10 @@ class PrometheusSource(TelemetrySource):
         )
         fills: list[tuple[Family, dict[str, tuple[int, float]]]] = []
         full: list[tuple[Family, dict[str, int]]] = []
+        # the per-link round, asked beside the pruned readings of the nodes whose
+        # summaries leave their links in question (kept where it covers those that turn
+        # out to need them, ``_links_early``)
+        early: tuple[frozenset[str], dict[str, Future[list[Row] | Values]]] | None = None
         if asked is not None:
             try:
                 empty, known = self._proven(asked, at, [f.key for f in pruned])
@@ -985,6 +1026,9 @@ class PrometheusSource(TelemetrySource):
                 if skip and f.key in summary.PROVEN_FULL:
                     full.append((f, {n: int(known[n][objects]) for n in skip}))
             futures.update(self._submit(asks, at, merge=bounded_keys))
+            suspects = self._link_suspects(empty, known, having) if later else None
+            if suspects is not None and len(suspects) <= LINK_QUERY_NODES:
+                early = (suspects, self._ask_links(later, nodes, suspects, at))
 
         errors: list[str] = []
         failures: list[BaseException] = []
@@ -1000,11 +1044,14 @@ class PrometheusSource(TelemetrySource):
         # second round, restricted to the nodes that need it (a bounded node=~ list; past
         # that the fleet-wide read is cheaper): per-link NVLink rows, exact presence masks
         rounds: list[tuple[Family, Collection[str] | None]] = []
+        linked: tuple[frozenset[str], dict[str, Future[list[Row] | Values]]] | None = None
         if later:
             need = asm.nodes_needing_links(
                 detail=groups is None or bool({NVLINK, VERDICTS} & set(groups))
             )
-            if need:
+            if early is not None and need <= early[0]:
+                linked = (frozenset(need), early[1]) if need else None
+            elif need:
                 limited: Collection[str] | None = need if len(need) <= LINK_QUERY_NODES else None
                 rounds += [(f, limited) for f in later]
         for f in fallbacks:
@@ -1028,6 +1075,10 @@ class PrometheusSource(TelemetrySource):
                 at,
                 merge={f.key for f, restrict in rounds if (few or restrict) and _ours(f)},
             )
+        if linked is not None:
+            # the rows of the nodes that need their links, as a round asking those alone
+            self._gather(later, linked[1], asm, errors, failures, only=linked[0])
+        if rounds:
             self._gather([f for f, _ in rounds], futures, asm, errors, failures)
         down: list[TargetDown] = []
         try:
@@ -1078,7 +1129,10 @@ class PrometheusSource(TelemetrySource):
         asm: Assembler,
         errors: list[str],
         failures: list[BaseException],
+        only: Collection[str] | None = None,
     ) -> None:
+        """Each family's answer into ``asm``; ``only``: the rows of these nodes alone (rows,
+        not ``Values``: the per-link families)."""
         for family in families:
             try:
                 rows = futures[family.key].result()
@@ -1087,6 +1141,9 @@ class PrometheusSource(TelemetrySource):
                 asm.failed.add(family.store)
                 errors.append(f"query {family.key} failed: {self._reason(exc)}")
                 continue
+            if only is not None:
+                assert not isinstance(rows, Values), family.key
+                rows = [row for row in rows if node_of(row[0]) in only]
             if isinstance(rows, Values):
                 asm.add_values(family, rows.labels, rows.rows)
             else:

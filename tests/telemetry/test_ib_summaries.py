@@ -189,3 +189,56 @@ def test_fabric_skips_the_ib_error_counters_the_summaries_prove_empty(
     assert gpus["ib-clean"].nvlink_errors_total == 0
     assert gpus["ib-static"].nvlink_errors_total == 5
     assert (gpus["ib-busy"].nvlink_error_increase or {})["recovery"] > 0
+
+
+def _links(fleet: FleetTelemetry) -> dict[str, object]:
+    """Each node's per-link NVLink rows, as ``fabric`` lists them."""
+    return {n: sorted(map(repr, t.nvlinks)) for n, t in fleet.nodes.items() if t.nvlinks}
+
+
+LINK_KEYS = ("nvlink_count", "link_down", "link_total", "link_rate")
+
+
+@pytest.mark.parametrize("guess", ["summaries", "too-few", "too-many"])
+def test_the_per_link_round_goes_out_beside_the_pruned_readings_and_shows_the_same(
+    world: World, guess: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The per-link rows are asked of the nodes whose summaries leave their links in
+    question (``ib-busy``: a link down, a recovery rising), in the round of the readings
+    the summaries prune, not in a third round after them. Whatever that guess, ``fabric``
+    shows every node's links as the read without the summaries does: a guess that misses a
+    node that turns out to need its links is asked again, one that names more is shown
+    only for the nodes that need them."""
+    monkeypatch.setattr("krea_ops.telemetry.prometheus.DETAIL_NODES", 0)  # a fleet read
+    real = PrometheusSource._link_suspects
+    if guess == "too-few":
+        fake = staticmethod(lambda *_a: frozenset())
+    else:
+        fake = staticmethod(lambda *a: None if real(*a) is None else frozenset(NODES))
+    if guess != "summaries":
+        monkeypatch.setattr(PrometheusSource, "_link_suspects", fake)
+    asked: list[tuple[str, str]] = []
+    submit = PrometheusSource._submit
+
+    def recording(self: PrometheusSource, asks: list, at: float, **kw: object) -> object:
+        asked.extend((key, promql) for key, promql, _ in asks)
+        return submit(self, asks, at, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(PrometheusSource, "_submit", recording)
+    with PrometheusSource(world.prom.url, settings(), clock=world.clock) as source:
+        pruned = source.collect(families=FABRIC)
+    monkeypatch.setattr(PrometheusSource, "_submit", submit)
+    with PrometheusSource(
+        world.prom.url, settings(), use_summaries=False, clock=world.clock
+    ) as plain:
+        whole = plain.collect(families=FABRIC)
+    assert _links(pruned) == _links(whole)
+    assert set(_links(pruned)) == {"ib-busy"}  # its link down, its recovery rising
+    assert _nvlinks(pruned) == _nvlinks(whole)
+    links = [(key, promql) for key, promql in asked if key in LINK_KEYS]
+    # (a node=~ list names each node escaped: ib\\-busy in the query's string)
+    named = {n for _, promql in links for n in NODES if n.replace("-", "\\\\-") in promql}
+    # each asked once: early of the node in question (or of every node, shown of the
+    # one that needs them); a guess naming none asks nothing early, then that one
+    assert sorted(k for k, _ in links) == sorted(LINK_KEYS)
+    assert named == (set(NODES) if guess == "too-many" else {"ib-busy"})
