@@ -38,7 +38,7 @@ from krea_ops.console import ConsoleActions, ConsoleReads, FleetScope
 from krea_ops.errors import KreaError
 from krea_ops.fleet import FleetSnapshot
 from screens.base import DataScreen
-from screens.gcpolicy import frozen_after
+from screens.gcpolicy import frozen_after, release
 from screens.messages import (
     ActionDone,
     ActionFailed,
@@ -471,7 +471,9 @@ class KreaOpsApp(App[None]):
         retired, self._retired = self._retired, []
 
         def work() -> None:
-            retired.clear()  # (their last references: freed here, off the UI thread)
+            # (their last references: freed here, off the UI thread, a few objects at a
+            # time: screens/gcpolicy.py)
+            release(retired)
             start = time.perf_counter()
             try:
                 # (no full collection walks the snapshot while it is built, nor after:
