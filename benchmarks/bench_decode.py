@@ -131,13 +131,20 @@ def main() -> int:
     for _ in range(args.repeat):
         for name, work in ways.items():
             results[name].append(stalled(work))
-    print("| decode | its time, median ms | longest wait of another thread, median ms | worst ms |")
+    print_stalls("decode", results)
+    return 0
+
+
+def print_stalls(what: str, results: dict[str, list[tuple[float, float]]]) -> None:
+    """The table of ``stalled`` runs: each way's own time, and how long it kept another
+    thread waiting (median, worst)."""
+    head = "its time, median ms | longest wait of another thread, median ms | worst ms"
+    print(f"| {what} | {head} |")
     print("|---|---:|---:|---:|")
     for name, runs in results.items():
         took = statistics.median(t for t, _ in runs) * 1000
         waits = [w * 1000 for _, w in runs]
         print(f"| {name} | {took:.1f} | {statistics.median(waits):.1f} | {max(waits):.1f} |")
-    return 0
 
 
 def _whole_values(body: str, labels: tuple[str, ...]) -> list[tuple[str, ...]] | None:
