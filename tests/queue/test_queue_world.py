@@ -9,6 +9,7 @@ One world for the module (4 nodes x 8 GPUs: training quota 24, inference 8, coho
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +24,7 @@ from krea_ops.sim.common.actor import WorldConfig
 from krea_ops.sim.machines.training import submit_training
 from krea_ops.sim.world import SimWorld
 from tests.conftest import wait_for
+from tests.telemetry.conftest import Prometheus
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 JOBSET = ("jobset.x-k8s.io", "v1alpha2", "training", "jobsets")
@@ -340,3 +342,39 @@ def test_help_texts_have_no_square_brackets(capsys: pytest.CaptureFixture[str]) 
         assert invoke([*args, "--help"]) == 0
     out = capsys.readouterr().out
     assert "Usage: krea-ops queue" in out and "default: all namespaces" in out
+
+
+def test_list_reads_the_nodes_once_and_asks_for_kueues_versions_once(
+    world: SimWorld, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``queue list`` judges the flavors' nodes against the one node list it reads (at
+    5,000 nodes a LIST is about half a second), and asks which versions of Kueue's API
+    the server serves once for its three kinds, not once per kind."""
+    asked: list[tuple[str, str, dict[str, Any]]] = []
+    real = Cluster.request
+
+    def recording(self: Cluster, what: str, method: str, path: str, **kw: Any) -> Any:
+        asked.append((method, path, dict(kw.get("query") or {})))
+        return real(self, what, method, path, **kw)
+
+    monkeypatch.setattr(Cluster, "request", recording)
+    # with a Prometheus (no exporter in it: every node's verdict unknown), so that the
+    # verdicts are read and judged as well
+    prometheus = Prometheus([])
+    try:
+        capsys.readouterr()
+        rc = invoke(["--kubeconfig", str(world.kubeconfig), "--prometheus", prometheus.url,
+                     "queue", "list", "-o", "json"])  # fmt: skip
+        out, err = capsys.readouterr()
+    finally:
+        prometheus.stop()
+    assert rc == 0, err
+    rows = json.loads(out)
+    assert [r["name"] for r in rows] == ["inference", "training"]
+    assert rows[1]["flavors"][0]["capacity"]["healthy_nodes"] == 0  # (judged: unknown)
+    node_lists = [q for m, p, q in asked if (m, p) == ("GET", "/api/v1/nodes")]
+    assert len([q for q in node_lists if not q.get("continue")]) == 1, node_lists
+    discovery = Counter(p for m, p, _ in asked if m == "GET" and p.startswith("/apis") and (
+        p == "/apis" or p.count("/") == 3))  # fmt: skip
+    assert discovery, asked
+    assert max(discovery.values()) == 1, discovery
