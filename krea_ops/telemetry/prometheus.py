@@ -982,7 +982,7 @@ class PrometheusSource(TelemetrySource):
         full: list[tuple[Family, dict[str, int]]] = []
         # the per-link round, asked beside the pruned readings of the nodes whose
         # summaries leave their links in question (kept where it covers those that turn
-        # out to need them, ``_links_early``)
+        # out to need them: ``_link_suspects``)
         early: tuple[frozenset[str], dict[str, Future[list[Row] | Values]]] | None = None
         if asked is not None:
             try:
