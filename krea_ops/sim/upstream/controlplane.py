@@ -542,6 +542,15 @@ class UpstreamControlPlane:
         def up() -> None:
             self._wait(proc, "ready", lambda: self._get(f"http://127.0.0.1:{health}/readyz") == 200)
             self.apply_objects(self._webhooks("jobset", webhook, "jobset-"))
+            self._wait_webhooks(
+                proc,
+                {
+                    "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                    "kind": "JobSet",
+                    "metadata": {"name": "krea-sim-webhook-probe", "namespace": "default"},
+                    "spec": {},
+                },
+            )
 
         return up
 
@@ -581,34 +590,43 @@ class UpstreamControlPlane:
         def up() -> None:
             self._wait(proc, "ready", lambda: self._get(f"http://127.0.0.1:{health}/readyz") == 200)
             self.apply_objects(self._webhooks("kueue", webhook, "kueue-"))
-            self._wait_webhooks(proc)
+            self._wait_webhooks(
+                proc,
+                {
+                    "apiVersion": "kueue.x-k8s.io/v1beta2",
+                    "kind": "ResourceFlavor",
+                    "metadata": {"name": "krea-sim-webhook-probe"},
+                    "spec": {},
+                },
+            )
 
         return up
 
-    def _wait_webhooks(self, proc: Process) -> None:
-        """Until the API server reaches Kueue's validating webhook (a dry-run create of an
-        invalid ResourceFlavor is refused by the webhook rather than failing to call it)."""
+    def _wait_webhooks(self, proc: Process, probe: dict[str, Any]) -> None:
+        """Until the API server reaches the component's webhooks: a dry-run create of the
+        ``probe`` object (invalid, so that nothing would be made) is answered by them,
+        accepted or refused, rather than failing to call them. A controller reports ready
+        before its webhook server serves every path (JobSet's answered 404 for a while:
+        "failed to call webhook: the server could not find the requested resource")."""
         from kubernetes import client as k8s
         from kubernetes.client.exceptions import ApiException
 
         api = k8s.CustomObjectsApi(self.api_client())
-        probe = {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ResourceFlavor",
-            "metadata": {"name": "krea-sim-webhook-probe"},
-            "spec": {},
-        }
+        group, version = probe["apiVersion"].split("/")
+        plural = probe["kind"].lower() + "s"
+        namespace = probe["metadata"].get("namespace")
 
         def answered() -> bool:
             try:
-                api.create_cluster_custom_object(
-                    "kueue.x-k8s.io",
-                    "v1beta2",
-                    "resourceflavors",
-                    probe,
-                    dry_run="All",
-                    _preload_content=False,
-                )
+                if namespace:
+                    api.create_namespaced_custom_object(
+                        group, version, namespace, plural, probe, dry_run="All",
+                        _preload_content=False,
+                    )  # fmt: skip
+                else:
+                    api.create_cluster_custom_object(
+                        group, version, plural, probe, dry_run="All", _preload_content=False
+                    )
                 return True
             except ApiException as exc:
                 return "failed calling webhook" not in str(exc.body)
