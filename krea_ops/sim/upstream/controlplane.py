@@ -69,6 +69,7 @@ class PortTaken(Unavailable):
 
 
 PORT_TRIES = 3
+PROBE = "krea-sim-webhook-probe"  # the dry-run object that finds a controller's webhooks
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -117,7 +118,7 @@ class Process:
 
     def stop(self, grace_s: float = 10.0) -> None:
         if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
+            self.terminate()
             try:
                 self.proc.wait(grace_s)
             except subprocess.TimeoutExpired:
@@ -538,21 +539,9 @@ class UpstreamControlPlane:
             [str(self.bin / "jobset-controller"), f"--config={config}", "--zap-log-level=info"],
             env={"KUBECONFIG": str(self.kubeconfig)},
         )
-
-        def up() -> None:
-            self._wait(proc, "ready", lambda: self._get(f"http://127.0.0.1:{health}/readyz") == 200)
-            self.apply_objects(self._webhooks("jobset", webhook, "jobset-"))
-            self._wait_webhooks(
-                proc,
-                {
-                    "apiVersion": "jobset.x-k8s.io/v1alpha2",
-                    "kind": "JobSet",
-                    "metadata": {"name": "krea-sim-webhook-probe", "namespace": "default"},
-                    "spec": {},
-                },
-            )
-
-        return up
+        probe = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                 "metadata": {"name": PROBE, "namespace": "default"}, "spec": {}}  # fmt: skip
+        return self._controller_up(proc, "jobset", health, webhook, probe)
 
     def _launch_kueue(self, feature_gates: dict[str, bool]) -> Callable[[], None]:
         webhook, health = free_port(), free_port()
@@ -586,19 +575,20 @@ class UpstreamControlPlane:
             [str(self.bin / "kueue"), f"--config={config}", "--zap-log-level=info"],
             env={"KUBECONFIG": str(self.kubeconfig)},
         )
+        probe = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                 "metadata": {"name": PROBE}, "spec": {}}  # fmt: skip
+        return self._controller_up(proc, "kueue", health, webhook, probe)
+
+    def _controller_up(
+        self, proc: Process, component: str, health: int, webhook: int, probe: dict[str, Any]
+    ) -> Callable[[], None]:
+        """What waits for JobSet's or Kueue's controller: ready, its webhook configurations
+        applied, and the API server reaching its webhooks (``_wait_webhooks``)."""
 
         def up() -> None:
             self._wait(proc, "ready", lambda: self._get(f"http://127.0.0.1:{health}/readyz") == 200)
-            self.apply_objects(self._webhooks("kueue", webhook, "kueue-"))
-            self._wait_webhooks(
-                proc,
-                {
-                    "apiVersion": "kueue.x-k8s.io/v1beta2",
-                    "kind": "ResourceFlavor",
-                    "metadata": {"name": "krea-sim-webhook-probe"},
-                    "spec": {},
-                },
-            )
+            self.apply_objects(self._webhooks(component, webhook, f"{component}-"))
+            self._wait_webhooks(proc, probe)
 
         return up
 
