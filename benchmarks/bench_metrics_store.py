@@ -200,6 +200,13 @@ class Store:
     def rss_mib(self, key: str = "VmRSS") -> float:
         return sum(rss_kib(pid, key) for pid in self.pids) / 1024
 
+    def rss_by_process(self) -> str:
+        """Each process's RSS, for a store of several (the cluster version)."""
+        return ", ".join(
+            f"{Path(str(p.args[0])).name} {rss_kib(p.pid, 'VmRSS') / 1024:.0f} MiB"
+            for p in self.procs
+        )
+
     def cpu(self) -> float:
         return sum(cpu_s(pid) for pid in self.pids)
 
@@ -526,6 +533,7 @@ def main(argv: list[str] | None = None) -> int:
                           f" a read failed: {exc}", flush=True)  # fmt: skip
                     continue
                 after_reads = store.rss_mib()
+                by_process = store.rss_by_process() if len(store.procs) > 1 else ""
                 peak = store.rss_mib("VmHWM")
                 store.flush()
                 disk = du(tmp / "data")
@@ -537,6 +545,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"{WAL_NOTE if key == 'prometheus' else ''}",
                     flush=True,
                 )
+                if by_process:
+                    print(f"  RSS after reads by process: {by_process}", flush=True)
                 for name, r in reads.items():
                     print(
                         f"  {name}: median {statistics.median(r.walls):.2f} s"

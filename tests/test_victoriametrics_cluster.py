@@ -12,9 +12,12 @@ The binaries: ``$KREA_OPS_VM_CLUSTER_DIR`` (a directory with ``vmstorage``, ``vm
 and ``vmselect``) or PATH. Neither Debian nor the Go module proxy this project builds from
 has them: the cluster version lives on the ``cluster`` branch of
 github.com/VictoriaMetrics/VictoriaMetrics under ``-cluster`` tags, and the proxy serves
-none of those (docs/operations.md, "Metrics on VictoriaMetrics"). Without them the
-differential tests skip, in CI too, with that reason. The checks of the deploy variant
-(deploy/victoriametrics/cluster) need no binary and always run.
+none of those (docs/operations.md, "Metrics on VictoriaMetrics"). From a clone of that
+repository they build with ``git checkout v1.150.0-cluster && CGO_ENABLED=0 go build
+./app/vmstorage ./app/vminsert ./app/vmselect`` (its dependencies come from the proxy);
+the tests pass against those. Without them the differential tests skip, in CI too, with
+that reason. The checks of the deploy variant (deploy/victoriametrics/cluster) need no
+binary and always run.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +38,7 @@ import pytest
 import yaml
 
 from commands.main import invoke
+from krea_ops.telemetry import PrometheusSource
 from tests.conftest import ROOT, free_port, require_binary
 from tests.telemetry.conftest import wait_until
 from tests.test_victoriametrics import (
@@ -43,6 +48,7 @@ from tests.test_victoriametrics import (
     differences,
     no_targets_api,  # noqa: F401 (the autouse fixture applies here too)
     pinned,
+    read_settings,
     running_stack,
 )
 
@@ -53,7 +59,8 @@ NOT_SERVED = (
     "installed: set KREA_OPS_VM_CLUSTER_DIR to a directory with them or put them on PATH. "
     "Debian packages only the single-node version, and the Go module proxy serves no "
     "-cluster tag of github.com/VictoriaMetrics/VictoriaMetrics, so `krea-ops sim upstream "
-    "build` cannot build them"
+    "build` cannot build them (from a clone of that repository: git checkout "
+    "v1.150.0-cluster && CGO_ENABLED=0 go build ./app/vmstorage ./app/vminsert ./app/vmselect)"
 )
 
 
@@ -68,14 +75,52 @@ def cluster_binaries() -> dict[str, str] | None:
     return found
 
 
+# -- the deploy variant's flags ------------------------------------------------------------
+
+CLUSTER_DEPLOY = ROOT / "deploy" / "victoriametrics" / "cluster"
+
+
+def _objects(directory: Path) -> list[dict[str, Any]]:
+    docs = []
+    for path in sorted(directory.glob("*.yaml")):
+        docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return [d for d in docs if d.get("kind") != "Kustomization"]
+
+
+def _args(workload: dict[str, Any]) -> dict[str, str]:
+    (container,) = workload["spec"]["template"]["spec"]["containers"]
+    return dict(a.lstrip("-").partition("=")[::2] for a in container["args"])
+
+
+def deployed_flags() -> tuple[int, dict[str, dict[str, str]]]:
+    """The vmstorage replicas and each part's flags, as deploy/victoriametrics/cluster
+    runs them."""
+    objects = {(d["kind"], d["metadata"]["name"]): d for d in _objects(CLUSTER_DEPLOY)}
+    storage = objects[("StatefulSet", "vmstorage")]
+    flags = {"vmstorage": _args(storage)}
+    for part in ("vminsert", "vmselect"):
+        flags[part] = _args(objects[("Deployment", part)])
+    return int(storage["spec"]["replicas"]), flags
+
+
+def on_loopback(flags: dict[str, str], **local: str) -> list[str]:
+    """The deployed flags with its addresses and paths moved to loopback and a temp dir;
+    every flag moved must be one the manifest sets (so a renamed flag fails here)."""
+    missing = sorted(set(local) - set(flags))
+    assert not missing, f"the manifest no longer sets {missing}"
+    return [f"-{k}={v}" for k, v in {**flags, **local}.items()]
+
+
 class VictoriaMetricsCluster:
-    """One vmstorage, one vminsert and one vmselect on loopback, data in a temp dir."""
+    """The deploy variant on loopback: its vmstorage replicas (each with a data dir of its
+    own), vminsert writing to all of them with the manifest's replication factor, and
+    vmselect reading all of them with the manifest's dedup; every other flag as deployed."""
 
     def __init__(self, binaries: dict[str, str]) -> None:
         self._tmp = tempfile.TemporaryDirectory()
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         # a port picked free may be taken before its process binds (a loaded machine):
-        # start all three again on new ones
+        # start them all again on new ones
         for attempt in range(3):
             try:
                 self._start(binaries)
@@ -88,42 +133,57 @@ class VictoriaMetricsCluster:
 
     def _start(self, binaries: dict[str, str]) -> None:
         tmp = Path(self._tmp.name)
-        http = {part: free_port() for part in PARTS}
-        to_insert, to_select = free_port(), free_port()
-        flags = {
-            "vmstorage": [
-                f"-storageDataPath={tmp}/data",
-                "-retentionPeriod=1d",
-                f"-vminsertAddr=127.0.0.1:{to_insert}",
-                f"-vmselectAddr=127.0.0.1:{to_select}",
-            ],
-            "vminsert": [f"-storageNode=127.0.0.1:{to_insert}"],
-            "vmselect": [f"-storageNode=127.0.0.1:{to_select}", f"-cacheDataPath={tmp}/cache"],
-        }
-        for part in PARTS:
-            log = open(tmp / f"{part}.log", "wb")  # noqa: SIM115 (the child's)
+        replicas, deployed = deployed_flags()
+        to_insert = [free_port() for _ in range(replicas)]
+        to_select = [free_port() for _ in range(replicas)]
+        http: dict[str, int] = {}
+        runs: list[tuple[str, str, list[str]]] = []
+        for i in range(replicas):
+            name = f"vmstorage-{i}"
+            http[name] = free_port()
+            flags = on_loopback(
+                deployed["vmstorage"],
+                storageDataPath=str(tmp / name),
+                httpListenAddr=f"127.0.0.1:{http[name]}",
+                vminsertAddr=f"127.0.0.1:{to_insert[i]}",
+                vmselectAddr=f"127.0.0.1:{to_select[i]}",
+            )
+            runs.append((name, "vmstorage", flags))
+        for part, ports, extra in (
+            ("vminsert", to_insert, {}),
+            ("vmselect", to_select, {"cacheDataPath": str(tmp / "cache")}),
+        ):
+            http[part] = free_port()
+            flags = on_loopback(
+                deployed[part],
+                httpListenAddr=f"127.0.0.1:{http[part]}",
+                storageNode=",".join(f"127.0.0.1:{port}" for port in ports),
+                **extra,
+            )
+            runs.append((part, part, flags))
+        for name, part, flags in runs:
+            log = open(tmp / f"{name}.log", "wb")  # noqa: SIM115 (the child's)
             try:
-                self.procs.append(
-                    subprocess.Popen(
-                        [binaries[part], f"-httpListenAddr=127.0.0.1:{http[part]}", *flags[part]],
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                    )
+                proc = subprocess.Popen(
+                    [binaries[part], *flags], stdout=log, stderr=subprocess.STDOUT
                 )
             finally:
                 log.close()
-        for part, proc in zip(PARTS, self.procs, strict=True):
+            self.procs.append((name, proc))
+        for name, proc in self.procs:
 
-            def healthy(part: str = part, proc: subprocess.Popen[bytes] = proc) -> bool:
+            def healthy(name: str = name, proc: subprocess.Popen[bytes] = proc) -> bool:
                 if proc.poll() is not None:
-                    raise AssertionError(f"{part} exited: {self.log(part)}")
+                    raise AssertionError(f"{name} exited: {self.log(name)}")
                 try:
-                    url = f"http://127.0.0.1:{http[part]}/health"
+                    url = f"http://127.0.0.1:{http[name]}/health"
                     return urllib.request.urlopen(url, timeout=2).status == 200
                 except OSError:
                     return False
 
             wait_until(healthy, timeout=60)
+        self.replicas = replicas
+        self.http = http
         self.url = f"http://127.0.0.1:{http['vmselect']}/select/{TENANT}/prometheus"
         self.write_url = (
             f"http://127.0.0.1:{http['vminsert']}/insert/{TENANT}/prometheus/api/v1/write"
@@ -133,7 +193,7 @@ class VictoriaMetricsCluster:
         return (Path(self._tmp.name) / f"{part}.log").read_text(errors="replace")[-2000:]
 
     def _stop_procs(self) -> None:
-        for proc in reversed(self.procs):  # vmselect, vminsert, then vmstorage
+        for _, proc in reversed(self.procs):  # vmselect, vminsert, then the vmstorages
             if proc.poll() is None:
                 proc.terminate()
                 try:
@@ -183,6 +243,47 @@ def test_every_reading_is_the_same_on_prometheus_and_vmselect(
         assert on_vm.nodes["gpu-node-001"].gpus[2].xid_last == 79
 
 
+def test_vmselect_has_no_targets_api_and_a_read_through_it_reports_no_error(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vmselect does not scrape: it answers ``/api/v1/targets`` HTTP 400 "unsupported path
+    requested". A read through it gets no failing targets and no error for that (a read
+    through Prometheus gets its targets), instead of "targets API failed" on every read."""
+    monkeypatch.undo()  # the module's autouse fixture stands in for the targets API
+    answer = urllib.request.Request(f"{stack.vm.url}/api/v1/targets")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(answer, timeout=10)
+    assert refused.value.code == 400
+    assert refused.value.read().startswith(b"unsupported path requested")
+    with PrometheusSource(stack.vm.url, read_settings(), clock=stack.clock) as source:
+        assert source._targets() == []
+        fleet = source.collect()
+    assert fleet.errors == () and fleet.nodes
+    with PrometheusSource(stack.prom.url, read_settings(), clock=stack.clock) as source:
+        assert source._targets(), "Prometheus lists the exporters it scrapes"
+
+
+def test_every_vmstorage_replica_holds_the_scrapes_as_the_manifest_replicates_them(
+    stack: Stack,
+) -> None:
+    """With the manifest's replication factor equal to its replicas, each vmstorage has
+    been sent every row: the equal readings above come through vmselect's dedup, not from
+    one replica alone."""
+    replicas, deployed = deployed_flags()
+    assert int(deployed["vminsert"].get("replicationFactor", "1")) == replicas > 1
+    stored = {}
+    for i in range(replicas):
+        port = stack.vm.http[f"vmstorage-{i}"]
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        rows = [
+            float(line.rsplit(" ", 1)[1])
+            for line in text.decode().splitlines()
+            if line.startswith("vm_vminsert_metrics_read_total")
+        ]
+        stored[i] = sum(rows)
+    assert all(n > 0 for n in stored.values()), stored
+
+
 def test_the_read_commands_print_the_same_figures_through_vmselect(
     stack: Stack, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -218,20 +319,6 @@ def test_the_cluster_is_looked_for_where_the_skip_says(
 
 
 # -- the deploy variant --------------------------------------------------------------------
-
-CLUSTER_DEPLOY = ROOT / "deploy" / "victoriametrics" / "cluster"
-
-
-def _objects(directory: Path) -> list[dict[str, Any]]:
-    docs = []
-    for path in sorted(directory.glob("*.yaml")):
-        docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
-    return [d for d in docs if d.get("kind") != "Kustomization"]
-
-
-def _args(workload: dict[str, Any]) -> dict[str, str]:
-    (container,) = workload["spec"]["template"]["spec"]["containers"]
-    return dict(a.lstrip("-").partition("=")[::2] for a in container["args"])
 
 
 def test_the_cluster_manifests_wire_vminsert_and_vmselect_to_every_vmstorage() -> None:

@@ -577,9 +577,18 @@ class PrometheusSource(TelemetrySource):
                     future.set_exception(RuntimeError("merged query not answered"))
 
     def _targets(self) -> list[dict[str, Any]]:
+        """The scrape targets the store knows; none from a store that does not scrape and
+        so has no targets API: VictoriaMetrics' vmselect answers that path HTTP 400
+        "unsupported path requested" (its generic answer for a path it does not serve),
+        others 404. Any other failure raises."""
         response = self._session.get(
             f"{self.url}/api/v1/targets", params={"state": "active"}, timeout=self.timeout_s
         )
+        if response.status_code == 404 or (
+            response.status_code == 400
+            and response.content.lstrip().startswith(b"unsupported path requested")
+        ):
+            return []
         if response.status_code != 200:
             raise PrometheusApiClientException(
                 f"HTTP Status Code {response.status_code} ({response.content!r})"
