@@ -46,7 +46,7 @@ import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -203,7 +203,7 @@ class Store:
     def rss_by_process(self) -> str:
         """Each process's RSS, for a store of several (the cluster version)."""
         return ", ".join(
-            f"{Path(str(p.args[0])).name} {rss_kib(p.pid, 'VmRSS') / 1024:.0f} MiB"
+            f"{Path(cast(list[str], p.args)[0]).name} {rss_kib(p.pid, 'VmRSS') / 1024:.0f} MiB"
             for p in self.procs
         )
 
