@@ -684,6 +684,17 @@ def select(families: Sequence[Family], groups: Collection[str] | None) -> tuple[
     return tuple(out)
 
 
+def sparse_for_verdicts(family: Family, groups: Collection[str] | None) -> Family:
+    """``family`` as a verdicts-only read asks for it: a per-link reading stays sparse
+    even of a few nodes (no ``sparse_unless_detail``). The node verdict judges NVLink per
+    GPU (its sums and its count of links up) and of a link only that it is down, so every
+    link's zeros (3,456 rows for six nodes) are what no verdict reads; the fleet-wide
+    read's per-link round is sparse for the same reason."""
+    if groups is not None and family.sparse_unless_detail and set(groups) == {VERDICTS}:
+        return replace(family, sparse_unless_detail=False)
+    return family
+
+
 # A row: the labels Prometheus (or the scrape evaluator) returned, and the value.
 Row = tuple[Mapping[str, str], float]
 

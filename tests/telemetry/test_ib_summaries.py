@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+from krea_ops.health import HealthPolicy, node_reasons
 from krea_ops.model import FleetTelemetry
 from krea_ops.telemetry import PrometheusSource
 from krea_ops.telemetry.dialects import FABRIC
@@ -242,3 +243,45 @@ def test_the_per_link_round_goes_out_beside_the_pruned_readings_and_shows_the_sa
     # one that needs them); a guess naming none asks nothing early, then that one
     assert sorted(k for k, _ in links) == sorted(LINK_KEYS)
     assert named == (set(NODES) if guess == "too-many" else {"ib-busy"})
+
+
+def _quiet_links(fleet: FleetTelemetry) -> list[str]:
+    """Links read that are up and have counted nothing: what no node verdict reads."""
+    return [
+        f"{node} {link.name}"
+        for node, tel in fleet.nodes.items()
+        for link in tel.nvlinks
+        if link.up is not False
+        and not any(link.errors_total.values())
+        and not any(link.error_rate_per_s.values())
+    ]
+
+
+@pytest.mark.parametrize("nodes", [NODES, None], ids=["named", "every-node"])
+def test_a_verdicts_read_asks_only_for_the_links_in_trouble_and_judges_as_a_full_read(
+    world: World, nodes: tuple[str, ...] | None
+) -> None:
+    """A verdicts-only read of a few nodes (``nodes list`` and ``queue list`` below 65
+    nodes, a controller's read of the nodes it acts on) asks for the per-link rows sparse:
+    the links down or counting, not every link's zeros (a full read of the same nodes has
+    those). Every node's findings are the same as the full read's: the link down beside
+    links up on ``ib-busy``, its recovery errors, the replay long before the window on
+    ``ib-static`` judged nothing."""
+    policy = HealthPolicy.from_settings(settings())
+    with PrometheusSource(world.prom.url, settings(), clock=world.clock) as source:
+        judged = source.collect(nodes, families={"verdicts"})
+        whole = source.collect(nodes)
+
+    def findings(fleet: FleetTelemetry) -> dict[str, list[tuple[str, str]]]:
+        return {
+            n: [(r.code, r.message) for r in node_reasons(None, fleet.nodes.get(n), policy)]
+            for n in NODES
+        }
+
+    assert findings(judged) == findings(whole)
+    busy = {code for code, _ in findings(judged)["ib-busy"]}
+    assert {"nvlink_errors", "nvlink_down"} <= busy, findings(judged)["ib-busy"]
+    assert _quiet_links(judged) == []
+    assert {link.name for link in judged.nodes["ib-busy"].nvlinks} >= {"gpu0/link0", "gpu0/link2"}
+    if nodes is not None:
+        assert _quiet_links(whole), "a full read of a few nodes has every link"
