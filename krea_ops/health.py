@@ -378,6 +378,10 @@ def activity_doubt(g: GpuSample, p: HealthPolicy) -> Doubt | None:
 # --- fabric ----------------------------------------------------------------------------
 
 
+# the counters whose saturation is a finding (a saturated counter's rate reads 0)
+_SATURABLE = frozenset({*IB_ERROR_COUNTERS, "link_downed", "port_xmit_wait"})
+
+
 def ib_port_reasons(port: IbPortSample, p: HealthPolicy) -> list[Reason]:
     """A port's link trouble is one finding (a port down, the link going down in the
     window, the symbol and receive errors around it); saturated counters and congestion
@@ -388,12 +392,13 @@ def ib_port_reasons(port: IbPortSample, p: HealthPolicy) -> list[Reason]:
     if port.state is not None and port.state.upper() not in ("ACTIVE", "ACTIVE_DEFER"):
         phys = f", physical {port.phys_state}" if port.phys_state else ""
         link.append((BAD, "ib_port_down", f"is {port.state}{phys}"))
-    downed = port.error_increase.get("link_downed", 0.0)
+    counted = port.error_increase  # (empty on almost every port: nothing to judge)
+    downed = counted.get("link_downed", 0.0) if counted else 0.0
     if downed > 0:
         link.append(
             (BAD, "ib_link_downed", f"link went down {_n(downed)}x in the last {p.window_text}")
         )
-    errors = {c: port.error_increase.get(c, 0.0) for c in IB_ERROR_COUNTERS}
+    errors = {c: counted.get(c, 0.0) for c in IB_ERROR_COUNTERS} if counted else {}
     total = sum(errors.values())
     if total > 0:
         worst = max(errors, key=lambda c: errors[c])
@@ -411,7 +416,7 @@ def ib_port_reasons(port: IbPortSample, p: HealthPolicy) -> list[Reason]:
         state = link[0][1] in ("ib_port_down", "ib_link_downed")
         joint = " " if state else ": "
         out.append(Reason(sev, code, f"IB {name}{joint}{words}", port=name))
-    stuck = sorted(port.saturated & (set(IB_ERROR_COUNTERS) | {"link_downed", "port_xmit_wait"}))
+    stuck = sorted(port.saturated & _SATURABLE) if port.saturated else []
     if stuck:
         out.append(
             Reason(
