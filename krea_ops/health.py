@@ -392,13 +392,12 @@ def ib_port_reasons(port: IbPortSample, p: HealthPolicy) -> list[Reason]:
     if port.state is not None and port.state.upper() not in ("ACTIVE", "ACTIVE_DEFER"):
         phys = f", physical {port.phys_state}" if port.phys_state else ""
         link.append((BAD, "ib_port_down", f"is {port.state}{phys}"))
-    counted = port.error_increase  # (empty on almost every port: nothing to judge)
-    downed = counted.get("link_downed", 0.0) if counted else 0.0
+    downed = port.error_increase.get("link_downed", 0.0)
     if downed > 0:
         link.append(
             (BAD, "ib_link_downed", f"link went down {_n(downed)}x in the last {p.window_text}")
         )
-    errors = {c: counted.get(c, 0.0) for c in IB_ERROR_COUNTERS} if counted else {}
+    errors = {c: port.error_increase.get(c, 0.0) for c in IB_ERROR_COUNTERS}
     total = sum(errors.values())
     if total > 0:
         worst = max(errors, key=lambda c: errors[c])
@@ -416,7 +415,7 @@ def ib_port_reasons(port: IbPortSample, p: HealthPolicy) -> list[Reason]:
         state = link[0][1] in ("ib_port_down", "ib_link_downed")
         joint = " " if state else ": "
         out.append(Reason(sev, code, f"IB {name}{joint}{words}", port=name))
-    stuck = sorted(port.saturated & _SATURABLE) if port.saturated else []
+    stuck = sorted(port.saturated & _SATURABLE)
     if stuck:
         out.append(
             Reason(

@@ -182,7 +182,6 @@ class VictoriaMetricsCluster:
                     return False
 
             wait_until(healthy, timeout=60)
-        self.replicas = replicas
         self.http = http
         self.url = f"http://127.0.0.1:{http['vmselect']}/select/{TENANT}/prometheus"
         self.write_url = (

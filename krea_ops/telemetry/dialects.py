@@ -665,7 +665,13 @@ FAMILY_BY_KEY: Mapping[str, Family] = MappingProxyType({f.key: f for f in FAMILI
 
 def select(families: Sequence[Family], groups: Collection[str] | None) -> tuple[Family, ...]:
     """The families a caller asked for (``groups`` of ``GROUPS``, ``VERDICTS`` and
-    ``LINKS``; None: all), plus freshness, which every snapshot needs."""
+    ``LINKS``; None: all), plus freshness, which every snapshot needs.
+
+    A verdicts-only read keeps the per-link readings sparse even of a few nodes (no
+    ``sparse_unless_detail``): the node verdict judges NVLink per GPU (its sums and its
+    count of links up) and of a link only that it is down, so every link's zeros (3,456
+    rows for six nodes) are what no verdict reads; the fleet-wide read's per-link round is
+    sparse for the same reason."""
     if groups is None:
         return tuple(families)
     unknown = set(groups) - {*GROUPS, VERDICTS, LINKS}
@@ -676,23 +682,15 @@ def select(families: Sequence[Family], groups: Collection[str] | None) -> tuple[
         )
     out: list[Family] = []
     links = LINKS in groups
+    verdicts_only = set(groups) == {VERDICTS}
     for f in families:
         if f.group in groups or f.group == "fresh" or (links and f.key in LINK_READINGS):
             out.append(f)
         elif VERDICTS in groups and f.verdict and (f.group in (GPU, NVLINK, IB) or f.key in CAPS):
+            if verdicts_only and f.sparse_unless_detail:
+                f = replace(f, sparse_unless_detail=False)
             out.append(f)  # (a Prometheus read may leave its zeros out: verdict_keep)
     return tuple(out)
-
-
-def sparse_for_verdicts(family: Family, groups: Collection[str] | None) -> Family:
-    """``family`` as a verdicts-only read asks for it: a per-link reading stays sparse
-    even of a few nodes (no ``sparse_unless_detail``). The node verdict judges NVLink per
-    GPU (its sums and its count of links up) and of a link only that it is down, so every
-    link's zeros (3,456 rows for six nodes) are what no verdict reads; the fleet-wide
-    read's per-link round is sparse for the same reason."""
-    if groups is not None and family.sparse_unless_detail and set(groups) == {VERDICTS}:
-        return replace(family, sparse_unless_detail=False)
-    return family
 
 
 # A row: the labels Prometheus (or the scrape evaluator) returned, and the value.

@@ -86,7 +86,6 @@ from krea_ops.telemetry.dialects import (
     node_of,
     quote,
     select,
-    sparse_for_verdicts,
 )
 from krea_ops.telemetry.source import TelemetrySource, short_reason
 
@@ -652,12 +651,8 @@ class PrometheusSource(TelemetrySource):
         any read that names its groups, ``family`` asking only for the rows a rule can
         fire on (``verdict_keep``), where one dialect serves it: with two, our 0 would be
         left out and a peer's non-zero reading of the same GPU would win, where the full
-        read shows ours. A verdicts-only read keeps the per-link readings sparse
-        (``sparse_for_verdicts``)."""
-        if groups is None:
-            return family
-        family = sparse_for_verdicts(family, groups)
-        if family.verdict_keep is None or len(family.spellings) != 1:
+        read shows ours."""
+        if groups is None or family.verdict_keep is None or len(family.spellings) != 1:
             return family
         if VERDICTS not in groups and family.key not in RULES_ONLY:
             return family

@@ -38,7 +38,6 @@ from krea_ops.telemetry.dialects import (
     Row,
     Spelling,
     select,
-    sparse_for_verdicts,
 )
 from krea_ops.telemetry.source import TelemetrySource, short_reason
 
@@ -173,8 +172,7 @@ class ScrapeSource(TelemetrySource):
         self, nodes: Collection[str] | None = None, *, families: Collection[str] | None = None
     ) -> FleetTelemetry:
         with self._lock:
-            chosen = select(self.families, families)
-            return self._collect(nodes, [sparse_for_verdicts(f, families) for f in chosen])
+            return self._collect(nodes, select(self.families, families))
 
     def _collect(self, nodes: Collection[str] | None, families: Sequence[Family]) -> FleetTelemetry:
         wanted = None if nodes is None else set(nodes)
