@@ -43,6 +43,7 @@ give the value of (``PROVEN_VALUE``) only of the other nodes (``_collect_detail`
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 import threading
@@ -221,6 +222,16 @@ class _Asked:
 
     values: Mapping[str, Future[list[Row] | Values]]
     stamp: Future[list[Row] | Values]
+
+
+def _never_ran(parts: Mapping[str, Future[list[Row] | Values]], task: Future[None]) -> None:
+    """A merged query's parts cancelled with it: the pool cancels a query still queued
+    when the source closes (a dashboard quitting mid-read), and a part's future, set only
+    by the query itself, would otherwise leave the read waiting on it for ever (and the
+    process, which waits for its read threads, with it)."""
+    if task.cancelled():
+        for future in parts.values():
+            future.cancel()
 
 
 def _split(answer: list[Row] | Values, parts: int) -> list[list[Row] | Values]:
@@ -540,7 +551,8 @@ class PrometheusSource(TelemetrySource):
             group = merged[i::groups]
             mine: dict[str, Future[list[Row] | Values]] = {key: Future() for key, _, _ in group}
             futures.update(mine)
-            self._pool.submit(self._run_merged, group, at, mine)
+            task = self._pool.submit(self._run_merged, group, at, mine)
+            task.add_done_callback(functools.partial(_never_ran, mine))
         return futures
 
     def _run_merged(

@@ -20,6 +20,7 @@ One Prometheus (1 s scrape interval, 10 s window) scrapes:
 from __future__ import annotations
 
 import re
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping
@@ -35,6 +36,7 @@ from krea_ops.health import HealthPolicy, node_verdict
 from krea_ops.model import FleetTelemetry, GpuSample, NodeInfo, NodeTelemetry, Severity
 from krea_ops.telemetry import PrometheusSource
 from krea_ops.telemetry.dialects import FAMILY_BY_KEY, Family
+from krea_ops.telemetry.prometheus import WORKERS
 from krea_ops.telemetry.summary import expressions
 from tests.conftest import NODE_EXPORTER_TREE, PROCFS_TREE, wait_for
 from tests.telemetry.conftest import (
@@ -765,3 +767,44 @@ def test_a_failing_query_among_merged_ones_costs_only_its_family(world: World) -
     assert len(fleet.errors) == 1 and fleet.errors[0].startswith("query broken failed: HTTP 400")
     g = fleet.nodes["node-b"].gpus[0]
     assert g.temperature_c is not None and g.power_w is None and g.util_ratio is not None
+
+
+def test_a_read_in_flight_when_its_source_closes_ends_and_does_not_wait_for_ever(
+    world: World,
+) -> None:
+    """The dashboard closes its source as it quits, with a read perhaps in flight: the
+    queries still queued are cancelled, and the read ends with an error instead of
+    waiting for ever on a merged query that will never run (the process, which waits for
+    its read threads before it exits, hung with it)."""
+    source = PrometheusSource(world.prom.url, settings(), families=OURS, clock=world.clock)
+    release = threading.Event()
+    try:
+        for _ in range(WORKERS):  # every query thread busy: the read's queries queue
+            source._pool.submit(release.wait, 30)
+        outcome: list[object] = []
+        queued: list[str] = []
+        submit = source._pool.submit
+
+        def recorded(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            queued.append(getattr(fn, "__name__", ""))
+            return submit(fn, *args, **kwargs)
+
+        source._pool.submit = recorded  # type: ignore[method-assign]
+
+        def read() -> None:
+            try:
+                outcome.append(source.collect({"node-a"}))
+            except Exception as exc:
+                outcome.append(exc)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        wait_for(lambda: "_run_merged" in queued, timeout=20)
+    finally:
+        source.close()
+        release.set()
+    reader.join(timeout=20)
+    assert not reader.is_alive(), "the read still waits on a query the closed source cancelled"
+    assert outcome and (
+        isinstance(outcome[0], Exception) or outcome[0].errors  # type: ignore[attr-defined]
+    ), outcome
