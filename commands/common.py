@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+import commands
 from commands.output import OutputFormat
 from krea_ops.settings import Settings, load_settings
 
@@ -50,12 +51,17 @@ def gc_paused() -> Iterator[None]:
     the command ends, and each full collection walks every one of them: about 0.6 s of a
     ``gpus`` read's 1.5 s of building and printing (docs/benchmarks.md). Reference
     counting still frees everything that is not in a cycle; the collector is back on
-    when the command ends (an in-process caller, the tests, keeps its own setting)."""
+    when the command ends (an in-process caller, the tests, keeps its own setting).
+    Where the process ends with the command (``ONE_SHOT``), what it built is frozen
+    first (``gc.freeze``): the collector would otherwise walk all of it again, every
+    object allocated while it was off, at the first allocation after it is back on."""
     was = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        if commands.ONE_SHOT:
+            gc.freeze()
         if was:
             gc.enable()
 
