@@ -173,7 +173,7 @@ def run() -> None:
     """The console script: one command, then the process ends. Every object still alive
     is frozen before it does (``gc.freeze``), or the interpreter's last act is a full
     collection walking all of them, the modules' included: 0.08 s of a 64-node
-    ``fabric``'s 0.6 s (docs/benchmarks.md, "Exit"). Nothing then depends on a
+    ``fabric``'s 0.6 s (docs/benchmarks.md, "The exit, frozen"). Nothing then depends on a
     collection: files are closed by the commands that opened them, and ``atexit``
     handlers still run."""
     commands.ONE_SHOT = True
