@@ -17,6 +17,7 @@ mode hides every action.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Mapping
@@ -35,6 +36,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from krea_ops import units
 from krea_ops.console import ConsoleActions, ConsoleReads, FleetScope
+from krea_ops.daemon_pool import DaemonPool
 from krea_ops.errors import KreaError
 from krea_ops.fleet import FleetSnapshot
 from screens.base import DataScreen
@@ -181,6 +183,8 @@ class KreaOpsApp(App[None]):
     ) -> None:
         super().__init__()
         self.session = console
+        # the loop's executor once mounted: Textual's thread workers run on it
+        self.threads = DaemonPool(name="dashboard")
         self.refresh_s = max(0.5, float(refresh_s))
         self.read_only = read_only
         self.clock = clock
@@ -214,6 +218,10 @@ class KreaOpsApp(App[None]):
         yield from ()
 
     def on_mount(self) -> None:
+        # every worker thread (reads, actions) from a pool quitting does not wait for, but
+        # for the writes it holds (krea_ops/daemon_pool.py): q over a stalled API server
+        # or Prometheus quits at once, not after the read's timeout
+        asyncio.get_running_loop().set_default_executor(self.threads)
         self.set_interval(1.0, self._tick)
         self.call_after_refresh(self._tick)
 
@@ -595,15 +603,19 @@ class KreaOpsApp(App[None]):
             title, f"planning {title}", lambda: PlanReady(title, make_plan(actions), then)
         )
 
-    def _action_worker(self, title: str, description: str, work: Callable[[], Message]) -> None:
+    def _action_worker(
+        self, title: str, description: str, work: Callable[[], Message], *, writes: bool = False
+    ) -> None:
         """Run ``work`` (a plan or a run; it blocks on the API) on the one action worker
-        and post its message, or ``ActionFailed`` with the error's first line."""
+        and post its message, or ``ActionFailed`` with the error's first line. ``writes``:
+        quitting waits for it to end (``threads.held``); a read is abandoned."""
 
         def run() -> None:
-            try:
-                message = work()
-            except Exception as exc:  # BadInput, Unavailable, RBAC: one line
-                message = ActionFailed(title, _first_line(exc))
+            with self.threads.held() if writes else contextlib.nullcontext():
+                try:
+                    message = work()
+                except Exception as exc:  # BadInput, Unavailable, RBAC: one line
+                    message = ActionFailed(title, _first_line(exc))
             self.post_message(message)
 
         self.run_worker(
@@ -640,7 +652,10 @@ class KreaOpsApp(App[None]):
 
         self.notify(f"{title}: running…")
         self._action_worker(
-            title, f"running {title}", lambda: ActionDone(title, actions.execute(plan), then)
+            title,
+            f"running {title}",
+            lambda: ActionDone(title, actions.execute(plan), then),
+            writes=True,
         )
 
     @on(ActionDone)
@@ -693,7 +708,9 @@ class KreaOpsApp(App[None]):
             try:
                 while left:
                     # one look (timeout 0): judges and records each Job that finished
-                    done, running = actions.validation_wait(left, timeout_s=0)
+                    # (quitting waits for a look to end, not for the Jobs)
+                    with self.threads.held():
+                        done, running = actions.validation_wait(left, timeout_s=0)
                     for node in done:
                         left.pop(node, None)
                     over = not left or worker.is_cancelled or time.monotonic() >= deadline

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -250,11 +251,18 @@ class _SharedUpstream:
         return self.server
 
     def give_back(self) -> None:
+        """Back to the baseline; where that fails, the next test gets a fresh control
+        plane. The test is over and judged by then: the failure is said (a warning in
+        the run's summary, with its reason), not charged to it."""
         try:
             self.baseline.reset()
-        except Exception:
-            self.close()  # the next test gets a fresh control plane
-            raise
+        except Exception as exc:
+            self.close()
+            warnings.warn(
+                f"the shared upstream control plane could not be reset ({exc!r}); "
+                "the next test gets a fresh one",
+                stacklevel=1,
+            )
 
     def close(self) -> None:
         if self.server is not None:

@@ -49,7 +49,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, AnyStr
@@ -61,6 +61,7 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from krea_ops import units
+from krea_ops.daemon_pool import DaemonPool
 from krea_ops.errors import Unavailable
 from krea_ops.health import HealthPolicy
 from krea_ops.model import FleetTelemetry, NodeTelemetry
@@ -462,7 +463,7 @@ class PrometheusSource(TelemetrySource):
         retry = Retry(total=1, connect=1, read=0, status=0, other=0, backoff_factor=0.1)
         self._session = requests.Session()
         self._prom = PrometheusConnect(url=self.url, session=self._session, retry=retry)
-        self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="promql")
+        self._pool = DaemonPool(WORKERS, name="promql")  # (a stalled query never holds the exit)
         self._builder = QueryBuilder(settings.telemetry_window_s, settings.telemetry_stale_s)
         self._lock = threading.Lock()
         # fleet-wide reads use the node summaries where Prometheus records them

@@ -19,12 +19,12 @@ import re
 import threading
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from krea_ops.daemon_pool import DaemonPool
 from krea_ops.model import FleetTelemetry
 from krea_ops.settings import Settings
 from krea_ops.telemetry.assemble import Assembler, TargetDown
@@ -77,7 +77,7 @@ class ScrapeSource(TelemetrySource):
         adapter = requests.adapters.HTTPAdapter(pool_connections=workers, pool_maxsize=workers)
         self._session.mount("http://", adapter)
         self._session.mount("https://", adapter)
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="scrape")
+        self._pool = DaemonPool(workers, name="scrape")  # (a stalled scrape never holds the exit)
         self._lock = threading.Lock()
         names: set[str] = set()
         patterns: list[re.Pattern[str]] = []
