@@ -67,6 +67,20 @@ def plan_dialog(app: KreaOpsApp) -> Any:
     return screen if isinstance(screen, ConfirmScreen) and screen.focused is not None else None
 
 
+async def give_evict_reason(app: KreaOpsApp, pilot: Any, node: str, reason: str) -> None:
+    """Open ``node``'s screen, press ``e`` and give ``reason``: the evict is being planned
+    (its dialog comes next, ``plan_dialog``)."""
+    from screens.dialogs import ReasonScreen
+
+    app.open_node(node)
+    await pilot.pause(0.2)
+    await pilot.press("e")
+    await wait_until(pilot, lambda: isinstance(app.screen, ReasonScreen))
+    for key in reason:
+        await pilot.press("space" if key == " " else key)
+    await pilot.press("enter")
+
+
 async def wait_until(pilot: Any, check: Callable[[], Any], timeout: float = 60.0) -> Any:
     """Pump the app until ``check()`` returns something true; fail after ``timeout``."""
     loop = asyncio.get_running_loop()

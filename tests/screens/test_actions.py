@@ -23,7 +23,13 @@ from screens.dialogs import ConfirmScreen, OutcomeScreen, ReasonScreen
 from tests.conftest import sim_on_control_plane, wait_for
 from tests.kube.conftest import cluster, create
 from tests.runbook.conftest import node_obj, pod_names
-from tests.screens.conftest import cluster_actors, gpu_nodes, plan_dialog, wait_until
+from tests.screens.conftest import (
+    cluster_actors,
+    give_evict_reason,
+    gpu_nodes,
+    plan_dialog,
+    wait_until,
+)
 from tests.validated import pass_validation
 
 __all__ = ["cluster", "sim"]
@@ -214,13 +220,7 @@ def test_escape_on_the_plan_writes_nothing(
     async def body() -> None:
         app = make_app(sim, audit)
         async with app.run_test(size=(140, 50)) as pilot:
-            app.open_node(NODE)
-            await pilot.pause(0.2)
-            await pilot.press("e")
-            await wait_until(pilot, lambda: isinstance(app.screen, ReasonScreen))
-            for key in "flaky":
-                await pilot.press(key)
-            await pilot.press("enter")
+            await give_evict_reason(app, pilot, NODE, "flaky")
             await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
             await pilot.press("escape")
             await pilot.pause(0.5)

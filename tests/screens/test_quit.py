@@ -21,10 +21,9 @@ from krea_ops.runbook.nodes import TAINT_KEY
 from krea_ops.settings import load_settings
 from krea_ops.sim.apiserver.local import LocalApiServer
 from screens.app import KreaOpsApp
-from screens.dialogs import ReasonScreen
 from tests.faults.conftest import product, sim
 from tests.runbook.conftest import fleet, node_obj
-from tests.screens.conftest import plan_dialog, wait_until
+from tests.screens.conftest import give_evict_reason, plan_dialog, wait_until
 
 __all__ = ["product", "sim"]
 
@@ -84,13 +83,7 @@ def test_quitting_during_an_evict_waits_for_it_and_it_lands_whole(
     faults = sim.api.faults
 
     async def body(pilot: Any) -> None:
-        app.open_node(NODE)
-        await pilot.pause(0.2)
-        await pilot.press("e")
-        await wait_until(pilot, lambda: isinstance(app.screen, ReasonScreen))
-        for key in "hot":
-            await pilot.press(key)
-        await pilot.press("enter")
+        await give_evict_reason(app, pilot, NODE, "hot")
         await wait_until(pilot, lambda: plan_dialog(app))
         # every write to a node takes 2 s: the evict is mid-way when q is pressed
         faults.set([{"verbs": ["patch"], "resources": ["nodes"], "latency": 2}])
