@@ -15,7 +15,6 @@ stalled read, and only after a write in flight has finished.
 from __future__ import annotations
 
 import contextlib
-import os
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -28,22 +27,15 @@ T = TypeVar("T")
 _Item = tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 
 
-def default_workers() -> int:
-    """asyncio's default executor's size."""
-    return min(32, (os.cpu_count() or 1) + 4)
-
-
 class DaemonPool(ThreadPoolExecutor):
     """Up to ``max_workers`` daemon threads, started as tasks come (module docstring).
     A ``ThreadPoolExecutor`` by type only, which asyncio's ``set_default_executor``
     requires: its own threads, queue and shutdown replace the base class's."""
 
     def __init__(self, max_workers: int | None = None, name: str = "pool") -> None:
-        self._max = max_workers or default_workers()
-        if self._max < 1:
-            raise ValueError("max_workers must be at least 1")
-        super().__init__(max_workers=1, thread_name_prefix=name)  # (starts no thread)
-        self._name = name
+        # (the base class checks and defaults the size, asyncio's default, and starts no
+        # thread: ``_max_workers`` and ``_thread_name_prefix`` are all this uses of it)
+        super().__init__(max_workers, thread_name_prefix=name)
         self._tasks: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._idle = threading.Semaphore(0)
         self._lock = threading.Lock()
@@ -59,10 +51,9 @@ class DaemonPool(ThreadPoolExecutor):
             future: Future[T] = Future()
             self._tasks.put((future, fn, args, kwargs))
             # a thread waiting for work takes it; else one more, up to the cap
-            if not self._idle.acquire(blocking=False) and len(self._workers) < self._max:
-                thread = threading.Thread(
-                    target=self._work, name=f"{self._name}_{len(self._workers)}", daemon=True
-                )
+            if not self._idle.acquire(blocking=False) and len(self._workers) < self._max_workers:
+                name = f"{self._thread_name_prefix}_{len(self._workers)}"
+                thread = threading.Thread(target=self._work, name=name, daemon=True)
                 thread.start()
                 self._workers.append(thread)
             return future
