@@ -2,14 +2,18 @@
 left behind and the process ends at once (it used to wait the read's 30 s timeout after
 ``q``); a write (an evict the operator confirmed) is waited for, and lands whole.
 
-The API server is the embedded simulator with its fault switch (a latency on one verb
-and resource); the dashboard is the real app and Console, quitting as ``q`` does."""
+The stalled read on each control plane: the dashboard reaches the API server through a
+TCP proxy that stops forwarding (an API server partitioned away). The write in flight on
+the embedded one: its fault switch holds only the node PATCHes (a latency on one verb and
+resource), which nothing in front of kube-apiserver can single out. The dashboard is the
+real app and Console, quitting as ``q`` does."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,29 +23,35 @@ from krea_ops.console import Console
 from krea_ops.kube.cluster import Cluster
 from krea_ops.runbook.nodes import TAINT_KEY
 from krea_ops.settings import load_settings
-from krea_ops.sim.apiserver.local import LocalApiServer
+from krea_ops.sim.common.kubeconfig import write_kubeconfig
 from screens.app import KreaOpsApp
-from tests.faults.conftest import product, sim
+from tests.conftest import EMBEDDED_ONLY, sim_on_control_plane
+from tests.controllers.conftest import PausableProxy, proxy
+from tests.kube.conftest import cluster
 from tests.runbook.conftest import fleet, node_obj
 from tests.screens.conftest import give_evict_reason, plan_dialog, wait_until
 
-__all__ = ["product", "sim"]
+__all__ = ["cluster", "proxy", "sim"]
+
+sim = sim_on_control_plane  # an API server per test, on each control plane
 
 NODE = "gpu-node-001"
 READ_TIMEOUT_S = 30  # the product's API request timeout (krea_ops.kube.cluster.connect)
 
 
 @pytest.fixture
-def app(
-    sim: LocalApiServer, product: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> KreaOpsApp:
+def nodes(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
     monkeypatch.setenv("KREA_OPS_CONFIG", "/nonexistent/krea-ops.yaml")
-    fleet(product, 3)
+    fleet(cluster, 3)
+    yield cluster
+
+
+def make_app(kubeconfig: Path, audit: Path) -> KreaOpsApp:
     settings = load_settings(
         {
-            "kubeconfig": str(sim.kubeconfig),
+            "kubeconfig": str(kubeconfig),
             "prometheus_url": "http://127.0.0.1:9",  # no telemetry: nodes read UNKNOWN
-            "audit_log": str(tmp_path / "audit.jsonl"),
+            "audit_log": str(audit),
         },
         env={},
     )
@@ -62,25 +72,31 @@ def quit_time(app: KreaOpsApp, body: Any) -> float:
     return time.monotonic() - left[0]
 
 
-def test_quitting_over_a_stalled_read_ends_at_once(sim: LocalApiServer, app: KreaOpsApp) -> None:
-    faults = sim.api.faults
+def test_quitting_over_a_stalled_read_ends_at_once(
+    sim: Any, nodes: Cluster, proxy: PausableProxy, tmp_path: Path
+) -> None:
+    proxied = write_kubeconfig(
+        tmp_path / "proxied", f"https://127.0.0.1:{proxy.port}", sim.token,
+        sim.ca_cert.read_bytes(),
+    )  # fmt: skip
+    app = make_app(proxied, tmp_path / "audit.jsonl")
 
     async def body(pilot: Any) -> None:
         await wait_until(pilot, lambda: app.fleet_snapshot() is not None, timeout=60)
-        faults.set([{"verbs": ["list"], "resources": ["nodes"], "latency": 120}])
-        # the next refresh's node list arrives and is held
-        await wait_until(pilot, lambda: faults.seen("list", "nodes") >= 1, timeout=30)
+        proxy.pause()  # nothing gets through: the next refresh's read hangs
+        await wait_until(pilot, lambda: app._in_flight, timeout=30)
         await pilot.pause(0.5)
 
     took = quit_time(app, body)
-    assert faults.injected("list", "nodes"), "no read was stalled"
     assert took < READ_TIMEOUT_S / 2, f"quitting waited {took:.1f} s for a stalled read"
 
 
+@EMBEDDED_ONLY
 def test_quitting_during_an_evict_waits_for_it_and_it_lands_whole(
-    sim: LocalApiServer, product: Cluster, app: KreaOpsApp, tmp_path: Path
+    sim: Any, nodes: Cluster, tmp_path: Path
 ) -> None:
     faults = sim.api.faults
+    app = make_app(sim.kubeconfig, tmp_path / "audit.jsonl")
 
     async def body(pilot: Any) -> None:
         await give_evict_reason(app, pilot, NODE, "hot")
@@ -91,7 +107,7 @@ def test_quitting_during_an_evict_waits_for_it_and_it_lands_whole(
         await wait_until(pilot, lambda: faults.seen("patch", "nodes") >= 1, timeout=30)
 
     took = quit_time(app, body)
-    spec = node_obj(product, NODE)["spec"]
+    spec = node_obj(nodes, NODE)["spec"]
     assert spec.get("unschedulable") is True
     assert TAINT_KEY in [t["key"] for t in spec.get("taints") or []]
     records = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
